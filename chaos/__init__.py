@@ -1,0 +1,1 @@
+"""Faults, seeded schedules, suites and the checker pipeline; built on the harness."""

@@ -1,0 +1,1 @@
+"""Everything that runs inside a cluster process: name server, brokers, clients."""

@@ -1,0 +1,205 @@
+"""BrokerController: builds the store, tables, processors and services of one broker and
+runs its lifecycle (RocketMQ BrokerController).
+
+Start: open the store (recovery), load metadata, bind gRPC, register with every name
+server, start the background services. Stop (SIGTERM): unregister, stop serving, persist
+offsets, flush and close the store cleanly (the abort file goes away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
+from nodes.broker.pull import LongPollScanService, PullProcessor
+from nodes.broker.send import SendProcessor
+from nodes.broker.servicer import BrokerServicer
+from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
+from nodes.common import wire
+from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.config import BrokerConfig
+from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
+from nodes.common.rpc import bind, make_channel, make_server, map_rpc_error, timeout_s
+from nodes.common.service import Lifecycle, LifecycleState, Service
+from nodes.store.message_store import MessageStore, RecoveryReport
+from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class NamesrvRegistrar:
+    """Registers this broker with every name server (in parallel) and unregisters on stop."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
+        self._config = config
+        self._topics = topics
+        self._stubs = [namesrv_pb2_grpc.NameServerStub(make_channel(addr, config.dial_overrides))
+                       for addr in config.namesrv_addrs]
+        self.broker_addr = ""
+        self.master_addr = ""
+        self.registered_ok = 0
+
+    async def register_all(self) -> None:
+        version = self._topics.data_version
+        request = namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
+            broker_id=self._config.broker_id, broker_addr=self.broker_addr, ha_server_addr=self.broker_addr,
+            topic_configs=[wire.topic_config_to_pb(t) for t in self._topics.all()],
+            data_version=namesrv_pb2.DataVersion(timestamp_ms=version[0], counter=version[1]),
+            node_id=self._config.node_id)
+        results = await asyncio.gather(*(self._register_one(stub, request) for stub in self._stubs),
+                                       return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for r in results:
+            if isinstance(r, namesrv_pb2.RegisterBrokerResponse) and r.code == common_pb2.SUCCESS:
+                self.registered_ok += 1
+                self.master_addr = r.master_addr or self.master_addr
+        if failures and len(failures) == len(results):
+            raise failures[0]
+
+    async def _register_one(self, stub: namesrv_pb2_grpc.NameServerStub,
+                            request: namesrv_pb2.RegisterBrokerRequest) -> namesrv_pb2.RegisterBrokerResponse:
+        try:
+            return await stub.RegisterBroker(request, timeout=timeout_s(self._config.timing.register_timeout_ms))
+        except grpc.RpcError as exc:
+            raise map_rpc_error(exc, "register with name server") from exc
+
+    async def unregister_all(self) -> None:
+        request = namesrv_pb2.UnregisterBrokerRequest(
+            cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
+            broker_id=self._config.broker_id, broker_addr=self.broker_addr)
+        for stub in self._stubs:
+            try:
+                await stub.UnregisterBroker(request, timeout=timeout_s(self._config.timing.rpc_timeout_ms))
+            except grpc.RpcError as exc:
+                log.warning("unregister failed: %s", map_rpc_error(exc, "unregister"))
+
+
+class RegistrationService(Service):
+    name = "namesrv-registration"
+
+    def __init__(self, registrar: NamesrvRegistrar, interval_ms: int) -> None:
+        super().__init__(interval_ms, on_crash=crash_node)
+        self._registrar = registrar
+
+    async def tick(self) -> None:
+        await self._registrar.register_all()
+
+
+class FlushService(Service):
+    """Flushes the commitlog and consume queues to disk (msync) off the event loop."""
+
+    name = "store-flush"
+
+    def __init__(self, store: MessageStore, interval_ms: int) -> None:
+        super().__init__(interval_ms, on_crash=crash_node)
+        self._store = store
+
+    async def tick(self) -> None:
+        await asyncio.to_thread(self._store.flush)
+
+
+class BrokerController:
+    role = "broker"
+
+    def __init__(self, config: BrokerConfig, shutdown_requested: asyncio.Event, clock: Clock = SYSTEM_CLOCK
+                 ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._clock = clock
+        self._shutdown_requested = shutdown_requested
+        self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
+        self.store = MessageStore(Path(config.run_dir) / "store", config.store, is_slave=not config.is_master,
+                                  clock=clock)
+        self.recovery: RecoveryReport | None = None
+        self.addr = ""
+        self._server: grpc.aio.Server | None = None
+        self._services: list[Service] = []
+        self._servicer: BrokerServicer | None = None
+
+    async def start(self) -> str:
+        self.lifecycle.transition(Lifecycle.STARTING)
+        self.recovery = self.store.open()
+        log.info("store opened: %s", self.recovery)
+        md = self.store.metadata
+        now_ms = self._clock.wall_ms()
+        self.topics = TopicConfigManager(md, auto_create_enable=self.config.auto_create_topic_enable,
+                                         default_queue_nums=self.config.default_topic_queue_nums, now_ms=now_ms)
+        self.groups = SubscriptionGroupManager(md, auto_create_enable=self.config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetTable(md)
+        self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock)
+        self.registrar = NamesrvRegistrar(self.config, self.topics)
+        self.send = SendProcessor(self.config, self.store, self.topics, self._clock, self._topic_created)
+        if self.config.is_master and self.config.long_polling_enable:
+            self.store.on_arrival = self._on_arrival
+
+        server = make_server()
+        self._servicer = BrokerServicer(store=self.store, topics=self.topics, offsets=self.offsets, pull=self.pull,
+                                        send=self.send, clock=self._clock, on_topic_created=self._topic_created)
+        broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)
+        health_servicer = add_control_plane(server, self, self._shutdown_requested)
+        port = bind(server, self.config.listen_host, self.config.port)
+        await server.start()
+        self._server = server
+        self.addr = f"{self.config.listen_host}:{port}"
+        self.send.bind_port(port)
+        self.registrar.broker_addr = self.addr
+
+        try:
+            await self.registrar.register_all()
+        except Exception as exc:  # the name server may start later; the service keeps trying
+            log.warning("first registration failed (%s); retrying every %d ms", exc,
+                        self.config.timing.register_interval_ms)
+        timing = self.config.timing
+        self._registration = RegistrationService(self.registrar, timing.register_interval_ms)
+        poll_ms = timing.long_poll_scan_ms if self.config.long_polling_enable else timing.short_poll_ms
+        self._services = [
+            self._registration,
+            FlushService(self.store, timing.flush_commitlog_ms),
+            OffsetPersistService(self.offsets, timing.consumer_offset_persist_ms, crash_node),
+            LongPollScanService(self.pull, poll_ms, crash_node),
+        ]
+        for service in self._services:
+            service.start()
+        await set_serving(health_servicer, True)
+        self.lifecycle.transition(Lifecycle.RUNNING)
+        return self.addr
+
+    def _on_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, *_: Any) -> None:
+        self.pull.on_arrival(topic, queue_id, max_queue_offset, tag_hash)
+
+    def _topic_created(self) -> None:
+        """RocketMQ registers with the name servers right after creating a topic."""
+        if self.lifecycle.state == Lifecycle.RUNNING:
+            self._registration.wakeup()
+
+    async def stop(self) -> None:
+        self.lifecycle.transition(Lifecycle.STOPPING)
+        await self.registrar.unregister_all()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+        for service in self._services:
+            await service.stop()
+        self.offsets.persist()
+        self.store.close()
+        self.lifecycle.transition(Lifecycle.STOPPED)
+
+    def status(self) -> NodeStatus:
+        stats = self.store.stats() if self.lifecycle.state == Lifecycle.RUNNING else {}
+        role = "M" if self.config.is_master else "S"
+        details: dict[str, Any] = {
+            "addr": self.addr, "broker_name": self.config.broker_name, "broker_id": self.config.broker_id,
+            "store": stats, "topics": sorted(getattr(self, "topics", None).topics) if hasattr(self, "topics") else [],
+            "held_pulls": self.pull.holds.count() if hasattr(self, "pull") else 0,
+            "recovery": self.recovery.__dict__ if self.recovery else None,
+        }
+        return NodeStatus(
+            node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
+            status_line=f"{self.node_id} {role} {self.lifecycle.state.name} "
+                        f"max={stats.get('max_phys_offset', '-')} topics={len(details['topics'])}",
+            details=details)

@@ -1,0 +1,101 @@
+"""The broker send path (RocketMQ SendMessageProcessor#sendMessage / sendBatchMessage).
+
+Owns: request checks (permission, topic name, topic existence and auto-creation, queue
+id), turning the request into store records, and mapping put statuses to response codes.
+Does not own queue offset assignment or durability (the store does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from nodes.broker.topics import TopicConfigManager
+from nodes.common import constants as c
+from nodes.common.clock import Clock
+from nodes.common.config import BrokerConfig
+from nodes.common.errors import InvalidMessageError
+from nodes.common.types import validate_topic
+from nodes.common.wire import parse_host_port
+from nodes.store.message_store import MessageStore, PutStatus
+from nodes.store.record import MessageToStore
+from proto import broker_pb2, common_pb2
+
+log = logging.getLogger(__name__)
+
+_CODE_BY_PUT_STATUS = {
+    PutStatus.PUT_OK: common_pb2.SUCCESS,
+    PutStatus.MESSAGE_ILLEGAL: common_pb2.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: common_pb2.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: common_pb2.SERVICE_NOT_AVAILABLE,
+    PutStatus.UNKNOWN_ERROR: common_pb2.SYSTEM_ERROR,
+}
+
+
+class SendProcessor:
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock,
+                 on_topic_created: Callable[[], None]) -> None:
+        self._config = config
+        self._store = store
+        self._topics = topics
+        self._clock = clock
+        self._on_topic_created = on_topic_created
+        self._store_host = (config.listen_host, config.port)
+
+    def bind_port(self, port: int) -> None:
+        self._store_host = (self._config.listen_host, port)
+
+    def process(self, req: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+        if not self._config.is_master:
+            return _reply(common_pb2.SERVICE_NOT_AVAILABLE,
+                          f"{self._config.node_id} is a slave; send to the master of {self._config.broker_name}")
+        if not self._config.broker_perm & c.PERM_WRITE:
+            return _reply(common_pb2.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
+        try:
+            validate_topic(req.topic)
+        except InvalidMessageError as exc:
+            return _reply(common_pb2.MESSAGE_ILLEGAL, str(exc))
+        if req.topic == c.AUTO_CREATE_TOPIC_KEY:
+            return _reply(common_pb2.MESSAGE_ILLEGAL, f"{req.topic} is the auto-create template; send elsewhere")
+        if not req.messages:
+            return _reply(common_pb2.MESSAGE_ILLEGAL, "the request carries no message")
+        for i, msg in enumerate(req.messages):
+            if not msg.body:
+                return _reply(common_pb2.MESSAGE_ILLEGAL, f"message {i} has an empty body")
+            if len(msg.body) > self._config.store.message_body_bytes_max:
+                return _reply(common_pb2.MESSAGE_ILLEGAL,
+                              f"message {i} body is {len(msg.body)} bytes, over the "
+                              f"{self._config.store.message_body_bytes_max}-byte limit")
+
+        topic = self._topics.get(req.topic)
+        if topic is None:
+            topic = self._topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
+            if topic is None:
+                return _reply(common_pb2.TOPIC_NOT_EXIST,
+                              f"topic {req.topic!r} does not exist on {self._config.broker_name} and "
+                              "auto-creation is off; create it first")
+            self._on_topic_created()
+        if not topic.writable:
+            return _reply(common_pb2.NO_PERMISSION, f"topic {req.topic} is not writable")
+        if not 0 <= req.queue_id < topic.write_queue_nums:
+            return _reply(common_pb2.SYSTEM_ERROR,
+                          f"queue id {req.queue_id} is outside [0, {topic.write_queue_nums}) of {req.topic}")
+
+        born_host = parse_host_port(req.born_host) if req.born_host else ("127.0.0.1", 0)
+        records = [MessageToStore(topic=req.topic, queue_id=req.queue_id, body=msg.body, flag=msg.flag,
+                                  properties=dict(msg.properties), born_timestamp_ms=msg.born_timestamp_ms,
+                                  born_host=born_host, store_host=self._store_host,
+                                  reconsume_times=req.reconsume_times, sys_flag=req.sys_flag)
+                   for msg in req.messages]
+        result = self._store.put_messages(records)
+        code = _CODE_BY_PUT_STATUS[result.status]
+        if code != common_pb2.SUCCESS:
+            return _reply(code, result.remark or result.status.name)
+        return broker_pb2.SendMessageResponse(
+            code=code, queue_id=req.queue_id,
+            entries=[broker_pb2.SendEntry(offset_msg_id=a.offset_msg_id, queue_offset=a.queue_offset,
+                                          phys_offset=a.phys_offset) for a in result.appended])
+
+
+def _reply(code: int, remark: str) -> broker_pb2.SendMessageResponse:
+    return broker_pb2.SendMessageResponse(code=code, remark=remark)

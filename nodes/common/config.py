@@ -1,0 +1,208 @@
+"""Node configuration: frozen dataclasses whose defaults come from `constants`.
+
+This is the only module that reads or writes config files. The harness renders one
+complete JSON file per node (with the scaled `Timing`), and every node process loads it
+with `load_node_config`. A config that cannot be used raises `ConfigError` (exit 78).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from nodes.common import constants as c
+from nodes.common.errors import ConfigError
+
+
+def _physical_memory_bytes() -> int:
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every duration a node or client waits on. `scaled(f)` is the single time knob."""
+
+    register_interval_ms: int = c.REGISTER_INTERVAL_MS
+    broker_expiry_ms: int = c.BROKER_EXPIRY_MS
+    broker_expiry_scan_ms: int = c.BROKER_EXPIRY_SCAN_MS
+    route_poll_ms: int = c.ROUTE_POLL_MS
+    client_heartbeat_ms: int = c.CLIENT_HEARTBEAT_MS
+    consumer_offset_persist_ms: int = c.CONSUMER_OFFSET_PERSIST_MS
+    flush_commitlog_ms: int = c.FLUSH_COMMITLOG_MS
+    flush_commitlog_thorough_ms: int = c.FLUSH_COMMITLOG_THOROUGH_MS
+    flush_consume_queue_ms: int = c.FLUSH_CONSUME_QUEUE_MS
+    long_poll_scan_ms: int = c.LONG_POLL_SCAN_MS
+    short_poll_ms: int = c.SHORT_POLL_MS
+    broker_suspend_max_ms: int = c.BROKER_SUSPEND_MAX_MS
+    consumer_timeout_when_suspend_ms: int = c.CONSUMER_TIMEOUT_WHEN_SUSPEND_MS
+    send_timeout_ms: int = c.SEND_TIMEOUT_MS
+    rpc_timeout_ms: int = c.RPC_TIMEOUT_MS
+    query_offset_timeout_ms: int = c.QUERY_OFFSET_TIMEOUT_MS
+    register_timeout_ms: int = c.REGISTER_TIMEOUT_MS
+
+    # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
+    # milliseconds would turn a loaded machine into a storm of false timeouts.
+    _UNSCALED = frozenset({"send_timeout_ms", "rpc_timeout_ms", "query_offset_timeout_ms",
+                           "register_timeout_ms", "consumer_timeout_when_suspend_ms"})
+
+    def scaled(self, factor: float) -> Timing:
+        """Multiply every timer by `factor`, clamped to TIMING_FLOOR_MS; RPC deadlines stay."""
+        if factor <= 0:
+            raise ConfigError(f"time scale must be positive, got {factor}")
+        changes = {
+            f.name: max(c.TIMING_FLOOR_MS, round(getattr(self, f.name) * factor))
+            for f in fields(self)
+            if f.name not in self._UNSCALED
+        }
+        scaled = dataclasses.replace(self, **changes)
+        # A held pull must still answer inside its RPC deadline after scaling.
+        if scaled.broker_suspend_max_ms >= scaled.consumer_timeout_when_suspend_ms:
+            scaled = dataclasses.replace(
+                scaled, consumer_timeout_when_suspend_ms=scaled.broker_suspend_max_ms * 2)
+        scaled.validate()
+        return scaled
+
+    def validate(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"timing.{f.name} must be a positive integer of ms, got {value!r}")
+        if self.broker_suspend_max_ms >= self.consumer_timeout_when_suspend_ms:
+            raise ConfigError("timing.broker_suspend_max_ms must be below consumer_timeout_when_suspend_ms")
+        if self.register_interval_ms >= self.broker_expiry_ms:
+            raise ConfigError("timing.register_interval_ms must be below broker_expiry_ms")
+
+    def broker_failover_budget_ms(self) -> int:
+        """How long clients may take to notice a broker that went silent."""
+        return self.broker_expiry_ms + self.broker_expiry_scan_ms + self.route_poll_ms
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """What the message store needs; knows nothing of the network."""
+
+    commitlog_segment_bytes: int = c.COMMITLOG_SEGMENT_BYTES
+    cq_units_per_file: int = c.CQ_UNITS_PER_FILE
+    message_body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX
+    # The backlog beyond which a message counts as "on disk" (40% of RAM in RocketMQ);
+    # settable in bytes so tests can make it small.
+    memory_budget_bytes: int = field(
+        default_factory=lambda: _physical_memory_bytes() * c.MEMORY_RATIO_PERCENT // 100)
+    flush_commitlog_ms: int = c.FLUSH_COMMITLOG_MS
+    flush_consume_queue_ms: int = c.FLUSH_CONSUME_QUEUE_MS
+
+    def validate(self) -> None:
+        if self.commitlog_segment_bytes < 64 * 1024:
+            raise ConfigError("store.commitlog_segment_bytes must be at least 64 KiB")
+        if self.message_body_bytes_max * 2 + 1024 > self.commitlog_segment_bytes:
+            raise ConfigError("store.commitlog_segment_bytes must hold two maximum-size messages")
+        if self.cq_units_per_file < 16:
+            raise ConfigError("store.cq_units_per_file must be at least 16")
+        if self.memory_budget_bytes <= 0:
+            raise ConfigError("store.memory_budget_bytes must be positive")
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    node_id: str = "namesrv-0"
+    listen_host: str = "127.0.0.1"
+    port: int = 0
+    run_dir: str = "."
+    timing: Timing = field(default_factory=Timing)
+
+    def validate(self) -> None:
+        self.timing.validate()
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: str = "broker-a-0"
+    cluster_name: str = c.DEFAULT_CLUSTER_NAME
+    broker_name: str = "broker-a"
+    broker_id: int = c.MASTER_ID
+    listen_host: str = "127.0.0.1"
+    port: int = 0
+    run_dir: str = "."
+    namesrv_addrs: tuple[str, ...] = ()
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
+    long_polling_enable: bool = True
+    broker_perm: int = c.PERM_DEFAULT
+    timing: Timing = field(default_factory=Timing)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    # peer address -> address to dial instead (harness link proxies); empty in production
+    dial_overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == c.MASTER_ID
+
+    def validate(self) -> None:
+        self.timing.validate()
+        self.store.validate()
+        if self.broker_id < 0:
+            raise ConfigError("broker_id must be >= 0")
+        if not self.namesrv_addrs:
+            raise ConfigError("namesrv_addrs is empty: a broker must know at least one name server")
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            raise ConfigError("default_topic_queue_nums must be in 1..1024")
+
+
+_NESTED: dict[str, type] = {"timing": Timing, "store": StoreConfig}
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown keys {sorted(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in _NESTED and isinstance(value, dict):
+            kwargs[name] = _from_dict(_NESTED[name], value)
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{cls.__name__}: {exc}") from exc
+
+
+ROLE_CONFIGS: dict[str, type] = {"namesrv": NamesrvConfig, "broker": BrokerConfig}
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_node_config(path: Path, role: str, config: Any) -> None:
+    path.write_text(json.dumps({"role": role, **config_to_dict(config)}, indent=2, sort_keys=True))
+
+
+def load_node_config(path: Path) -> tuple[str, Any]:
+    """Read a node config file; returns (role, validated config)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"config file {path} is unreadable: {exc}") from exc
+    if not isinstance(raw, dict) or "role" not in raw:
+        raise ConfigError(f"config file {path} must be a JSON object with a 'role'")
+    role = raw.pop("role")
+    if role not in ROLE_CONFIGS:
+        raise ConfigError(f"config file {path}: unknown role {role!r} (expected one of {sorted(ROLE_CONFIGS)})")
+    config = _from_dict(ROLE_CONFIGS[role], raw)
+    config.validate()
+    return role, config

@@ -1,0 +1,136 @@
+"""Every default number in mqlab, in one place, with its unit in its name.
+
+Two kinds live here:
+  * format constants that never vary per run (record layout, file naming, unit sizes);
+  * production defaults taken from RocketMQ 4.9 (see the semantics reference), which
+    `nodes.common.config` turns into tunable dataclass fields. Code reads tunables from
+    config objects, never from this module directly.
+
+The relationships between them are asserted at the bottom, so a change that breaks one
+fails at import time rather than in a chaos run.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------
+# Storage formats (RocketMQ store/ layout; reference §12)
+# ---------------------------------------------------------------------------
+RECORD_MAGIC = 0xDAA320A7  # MESSAGE_MAGIC_CODE (-626843481 as a Java int)
+BLANK_MAGIC = 0xCBD43194  # BLANK_MAGIC_CODE: end-of-segment marker (-875286124)
+END_FILE_MIN_BLANK_BYTES = 8  # a record must leave room for the 8-byte blank marker
+SEGMENT_NAME_DIGITS = 20  # files are named by their start offset, zero-padded
+CQ_UNIT_SIZE_BYTES = 20  # phys_offset 8 + size 4 + tag_hash 8
+TOPIC_NAME_BYTES_MAX = 127  # the record stores the topic length in one signed byte
+PROPERTIES_BYTES_MAX = 32_767  # the record stores the properties length as a Java short
+PROPERTY_NAME_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+COMMITLOG_SEGMENT_BYTES = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
+CQ_UNITS_PER_FILE = 300_000  # mappedFileSizeConsumeQueue / 20
+MESSAGE_BODY_BYTES_MAX = 4 * 1024 * 1024  # maxMessageSize: larger sends are MESSAGE_ILLEGAL
+FLUSH_LEAST_PAGES = 4  # flushCommitLogLeastPages
+OS_PAGE_BYTES = 4096
+RECOVER_FILES_FROM_END = 3  # normal recovery starts at the third-last segment
+CHECKPOINT_SAFETY_MS = 3_000  # abnormal recovery starts 3 s before the checkpoint
+MEMORY_RATIO_PERCENT = 40  # accessMessageInMemoryMaxRatio: "in memory" = last 40% of RAM
+
+# Pull batch limits (DefaultMessageStore#isTheBatchFull)
+PULL_FILTER_SCAN_BYTES_MIN = 16_000  # maxFilterMessageCount floor, in CQ bytes
+TRANSFER_BYTES_MAX_IN_MEMORY = 256 * 1024
+TRANSFER_COUNT_MAX_IN_MEMORY = 32
+TRANSFER_BYTES_MAX_ON_DISK = 64 * 1024
+TRANSFER_COUNT_MAX_ON_DISK = 8
+PULL_BATCH_COUNT_MAX = 1024  # pullBatchSize upper bound (checkConfig)
+
+# ---------------------------------------------------------------------------
+# Topics, groups, permissions (reference §13)
+# ---------------------------------------------------------------------------
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+PERM_DEFAULT = PERM_READ | PERM_WRITE  # 6
+AUTO_CREATE_TOPIC_KEY = "TBW102"  # the template topic that lets producers find auto-creating brokers
+BROKER_DEFAULT_TOPIC_QUEUE_NUMS = 8  # defaultTopicQueueNums on the broker
+PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS = 4  # defaultTopicQueueNums on the producer
+TOPIC_CONFIG_DEFAULT_QUEUE_NUMS = 16  # TopicConfig read/write queue count default
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"  # TopicValidator.VALID_PATTERN_STR
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+DEFAULT_CLUSTER_NAME = "DefaultCluster"
+MASTER_ID = 0
+
+# Subscription group defaults (SubscriptionGroupConfig)
+GROUP_RETRY_QUEUE_NUMS = 1
+GROUP_RETRY_MAX_TIMES = 16
+GROUP_WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
+
+# Message property names (MessageConst)
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+KEY_SEPARATOR = " "
+
+# ---------------------------------------------------------------------------
+# Timing defaults in ms (each becomes a Timing field; Timing.scaled() scales them all)
+# ---------------------------------------------------------------------------
+REGISTER_INTERVAL_MS = 30_000  # broker -> namesrv registration heartbeat
+BROKER_EXPIRY_MS = 120_000  # namesrv forgets a broker after this much silence
+BROKER_EXPIRY_SCAN_MS = 10_000  # scanNotActiveBroker period
+ROUTE_POLL_MS = 30_000  # pollNameServerInterval
+CLIENT_HEARTBEAT_MS = 30_000  # heartbeatBrokerInterval
+CONSUMER_OFFSET_PERSIST_MS = 5_000  # flushConsumerOffsetInterval (broker) / persistConsumerOffsetInterval
+FLUSH_COMMITLOG_MS = 500  # flushIntervalCommitLog
+FLUSH_COMMITLOG_THOROUGH_MS = 10_000  # flushCommitLogThoroughInterval
+FLUSH_CONSUME_QUEUE_MS = 1_000  # flushIntervalConsumeQueue
+LONG_POLL_SCAN_MS = 5_000  # PullRequestHoldService wait when longPollingEnable
+SHORT_POLL_MS = 1_000  # shortPollingTimeMills
+BROKER_SUSPEND_MAX_MS = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS: long-poll hold asked by consumers
+CONSUMER_TIMEOUT_WHEN_SUSPEND_MS = 30_000  # RPC timeout of a long-polling pull
+SEND_TIMEOUT_MS = 3_000  # sendMsgTimeout
+RPC_TIMEOUT_MS = 3_000  # ordinary unary calls (route lookups, offset queries)
+QUERY_OFFSET_TIMEOUT_MS = 5_000  # READ_FROM_STORE timeout
+REGISTER_TIMEOUT_MS = 6_000  # registerBrokerTimeoutMills
+STOP_GRACE_MS = 5_000  # SIGTERM -> SIGKILL grace in the harness
+TIMING_FLOOR_MS = 5  # no scaled timer goes below this
+
+# Unscaled budgets: process start-up is Python imports + gRPC bind, not a RocketMQ timer.
+NODE_START_BUDGET_MS = 30_000
+NODE_STOP_GRACE_MS = 10_000
+
+# ---------------------------------------------------------------------------
+# Producer (reference §14)
+# ---------------------------------------------------------------------------
+SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
+SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
+SEND_ASYNC_WINDOW_MAX = 4096  # in-flight async sends before send_async blocks
+
+# ---------------------------------------------------------------------------
+# Response codes (RocketMQ ResponseCode); the proto enum mirrors these names.
+# ---------------------------------------------------------------------------
+RETRIABLE_SEND_CODES = frozenset({"TOPIC_NOT_EXIST", "SERVICE_NOT_AVAILABLE", "SYSTEM_ERROR", "NO_PERMISSION"})
+
+# ---------------------------------------------------------------------------
+# Process exit codes
+# ---------------------------------------------------------------------------
+EXIT_OK = 0
+EXIT_CRASH = 70  # EX_SOFTWARE: a broken invariant of the node's own
+EXIT_CONFIG = 78  # EX_CONFIG: the config file is unusable
+
+# ---------------------------------------------------------------------------
+# Replication (reference §11); used from the HA issue on
+# ---------------------------------------------------------------------------
+HA_TRANSFER_BATCH_BYTES = 32 * 1024
+SLAVE_ACK_TIMEOUT_MS = 3_000
+SLAVE_FALL_BEHIND_BYTES_MAX = 256 * 1024 * 1024
+
+# --- relationships -----------------------------------------------------------
+assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats
+assert BROKER_EXPIRY_SCAN_MS < BROKER_EXPIRY_MS
+assert BROKER_SUSPEND_MAX_MS < CONSUMER_TIMEOUT_WHEN_SUSPEND_MS  # a held pull answers before its RPC deadline
+assert COMMITLOG_SEGMENT_BYTES > MESSAGE_BODY_BYTES_MAX * 2
+assert TOPIC_NAME_BYTES_MAX < 128
+assert TRANSFER_COUNT_MAX_ON_DISK <= TRANSFER_COUNT_MAX_IN_MEMORY

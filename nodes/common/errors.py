@@ -1,0 +1,141 @@
+"""The mqlab error tree. Expected outcomes (send/pull statuses) are enums, not exceptions.
+
+    MqError
+    ├── ConfigError                 unusable config: the node exits 78
+    ├── InvariantViolation          our own broken invariant: the node exits 70
+    ├── StoreError                  the message store cannot do what was asked
+    │   ├── CorruptRecordError      a record failed its magic/size/CRC checks
+    │   └── DataDirError            the data dir is missing, unreadable or not ours
+    ├── ClientError                 a caller's mistake found before anything was sent
+    │   └── InvalidMessageError     bad topic name, empty or oversize body
+    ├── RemoteError                 a peer answered with a non-success code
+    │   (subclasses per code; `retriable` / `refresh_route` drive client policy)
+    └── TransportError              the peer could not be reached or did not answer
+        └── RequestTimeoutError     the deadline passed; the outcome is unknown
+
+Client code branches on `err.retriable` and `err.refresh_route`, never on lists of classes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class MqError(Exception):
+    retriable: ClassVar[bool] = False
+    refresh_route: ClassVar[bool] = False
+    # Whether the request may have taken effect although the caller saw an error.
+    indeterminate: ClassVar[bool] = False
+
+
+class ConfigError(MqError):
+    pass
+
+
+class InvariantViolation(MqError):
+    pass
+
+
+class StoreError(MqError):
+    pass
+
+
+class CorruptRecordError(StoreError):
+    pass
+
+
+class DataDirError(StoreError):
+    pass
+
+
+class ClientError(MqError):
+    pass
+
+
+class InvalidMessageError(ClientError):
+    pass
+
+
+class RemoteError(MqError):
+    """A peer answered with `code` (a RocketMQ ResponseCode name) and `remark`."""
+
+    code: ClassVar[str] = "SYSTEM_ERROR"
+
+    def __init__(self, remark: str = "", *, code: str | None = None) -> None:
+        self.remark = remark
+        if code is not None:
+            self.code = code  # type: ignore[misc]
+        super().__init__(f"{self.code}: {remark}" if remark else self.code)
+
+
+class SystemError_(RemoteError):
+    code = "SYSTEM_ERROR"
+    retriable = True
+
+
+class TopicNotExistError(RemoteError):
+    code = "TOPIC_NOT_EXIST"
+    retriable = True
+    refresh_route = True
+
+
+class ServiceNotAvailableError(RemoteError):
+    code = "SERVICE_NOT_AVAILABLE"
+    retriable = True
+    refresh_route = True
+
+
+class NoPermissionError(RemoteError):
+    code = "NO_PERMISSION"
+    retriable = True
+    refresh_route = True
+
+
+class MessageIllegalError(RemoteError):
+    code = "MESSAGE_ILLEGAL"
+
+
+class SubscriptionGroupNotExistError(RemoteError):
+    code = "SUBSCRIPTION_GROUP_NOT_EXIST"
+
+
+class SubscriptionNotExistError(RemoteError):
+    code = "SUBSCRIPTION_NOT_EXIST"
+
+
+class QueryNotFoundError(RemoteError):
+    code = "QUERY_NOT_FOUND"
+
+
+class RouteNotFoundError(RemoteError):
+    code = "TOPIC_ROUTE_NOT_EXIST"
+    refresh_route = True
+
+
+class TransportError(MqError):
+    retriable = True
+    refresh_route = True
+
+
+class RequestTimeoutError(TransportError):
+    indeterminate = True
+
+
+_BY_CODE: dict[str, type[RemoteError]] = {}
+
+
+def _register(cls: type[RemoteError]) -> None:
+    for sub in cls.__subclasses__():
+        _BY_CODE.setdefault(sub.code, sub)
+        _register(sub)
+
+
+_register(RemoteError)
+
+
+def for_code(code: str, remark: str = "") -> RemoteError:
+    """The exception for a non-success response code."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return RemoteError(remark, code=code)
+    return cls(remark)

@@ -1,0 +1,80 @@
+"""gRPC plumbing: server and channel factories, and the one place that maps grpc errors.
+
+Servers bind with `grpc.so_reuseport=0`, so a second node on the same port fails loudly.
+Channels honour `dial_overrides` (peer address -> address to dial instead): the harness
+uses it to route node-to-node traffic through its link proxies; it is empty in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+import grpc.aio
+
+from nodes.common.errors import MqError, RequestTimeoutError, TransportError
+
+# Large pull responses carry up to 1024 records; leave room for maximum-size bodies.
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+
+_SERVER_OPTIONS = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+]
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    # Reconnect quickly after a restart: chaos restarts a master on the same port.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.enable_retries", 0),
+]
+
+
+def timeout_s(ms: float) -> float:
+    return max(0.001, ms / 1000.0)
+
+
+def make_server() -> grpc.aio.Server:
+    return grpc.aio.server(options=_SERVER_OPTIONS)
+
+
+def bind(server: grpc.aio.Server, host: str, port: int) -> int:
+    """Bind an insecure port; raise TransportError naming the address if it is taken."""
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise TransportError(f"cannot bind {host}:{port}: {exc}; is another node using that port?") from exc
+    if bound == 0:
+        raise TransportError(f"cannot bind {host}:{port}; is another node using that port?")
+    return bound
+
+
+def dial_address(addr: str, overrides: Mapping[str, str] | None = None) -> str:
+    if overrides:
+        return overrides.get(addr, addr)
+    return addr
+
+
+def make_channel(addr: str, overrides: Mapping[str, str] | None = None) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(dial_address(addr, overrides), options=_CHANNEL_OPTIONS)
+
+
+def make_sync_channel(addr: str) -> grpc.Channel:
+    return grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+
+
+def map_rpc_error(exc: grpc.RpcError, what: str) -> MqError:
+    """Turn a transport-level gRPC failure into our error tree."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RequestTimeoutError(f"{what}: deadline exceeded; the outcome is unknown")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return TransportError(f"{what}: peer unavailable ({details})")
+    if code == grpc.StatusCode.CANCELLED:
+        return TransportError(f"{what}: cancelled ({details})")
+    err = TransportError(f"{what}: {code.name if code else 'error'} ({details})")
+    return err

@@ -1,0 +1,50 @@
+"""The only converters between protobuf messages and domain types."""
+
+from __future__ import annotations
+
+from nodes.common.types import Message, MessageQueue, TopicConfig
+from proto import broker_pb2, common_pb2
+
+
+def code_name(code: int) -> str:
+    return common_pb2.Code.Name(code)
+
+
+def code_value(name: str) -> int:
+    return common_pb2.Code.Value(name)
+
+
+SUCCESS = common_pb2.SUCCESS
+
+
+def mq_to_pb(mq: MessageQueue) -> common_pb2.MessageQueue:
+    return common_pb2.MessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
+
+
+def mq_from_pb(pb: common_pb2.MessageQueue) -> MessageQueue:
+    return MessageQueue(pb.topic, pb.broker_name, pb.queue_id)
+
+
+def topic_config_to_pb(cfg: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(
+        topic=cfg.topic, read_queue_nums=cfg.read_queue_nums, write_queue_nums=cfg.write_queue_nums,
+        perm=cfg.perm, topic_sys_flag=cfg.topic_sys_flag, order=cfg.order)
+
+
+def topic_config_from_pb(pb: common_pb2.TopicConfig) -> TopicConfig:
+    return TopicConfig(topic=pb.topic, read_queue_nums=pb.read_queue_nums,
+                       write_queue_nums=pb.write_queue_nums, perm=pb.perm,
+                       topic_sys_flag=pb.topic_sys_flag, order=pb.order)
+
+
+def outgoing_to_pb(msg: Message, properties: dict[str, str], born_timestamp_ms: int) -> broker_pb2.OutgoingMessage:
+    return broker_pb2.OutgoingMessage(body=bytes(msg.body), flag=msg.flag, properties=properties,
+                                      born_timestamp_ms=born_timestamp_ms)
+
+
+def parse_host_port(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0

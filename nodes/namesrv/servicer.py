@@ -1,0 +1,137 @@
+"""The name server process: NameServer gRPC servicer, broker expiry, and the app wiring.
+
+Owns the RouteTable of this process. Does not persist anything: like RocketMQ's name
+server, it rebuilds its state from broker registrations after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc.aio
+
+from nodes.common import wire
+from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.config import NamesrvConfig
+from nodes.common.node import NodeStatus, add_control_plane, set_serving
+from nodes.common.rpc import bind, make_server
+from nodes.common.service import Lifecycle, LifecycleState, Service
+from nodes.namesrv.route_table import RouteTable
+from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
+    def __init__(self, table: RouteTable, clock: Clock) -> None:
+        self._table = table
+        self._clock = clock
+
+    async def RegisterBroker(self, request: namesrv_pb2.RegisterBrokerRequest,
+                             context: grpc.aio.ServicerContext) -> namesrv_pb2.RegisterBrokerResponse:
+        if not request.broker_name or not request.broker_addr or request.broker_id < 0:
+            return namesrv_pb2.RegisterBrokerResponse(
+                code=common_pb2.INVALID_ARGUMENT,
+                remark="broker_name, broker_addr and a broker_id >= 0 are required")
+        result = self._table.register(
+            cluster=request.cluster_name, broker_name=request.broker_name, broker_id=request.broker_id,
+            broker_addr=request.broker_addr, ha_server_addr=request.ha_server_addr,
+            topic_configs=[wire.topic_config_from_pb(t) for t in request.topic_configs],
+            data_version=(request.data_version.timestamp_ms, request.data_version.counter),
+            now_ms=self._clock.monotonic_ms(), node_id=request.node_id)
+        return namesrv_pb2.RegisterBrokerResponse(code=common_pb2.SUCCESS, master_addr=result.master_addr,
+                                                  ha_server_addr=result.ha_server_addr)
+
+    async def UnregisterBroker(self, request: namesrv_pb2.UnregisterBrokerRequest,
+                               context: grpc.aio.ServicerContext) -> namesrv_pb2.UnregisterBrokerResponse:
+        self._table.unregister(broker_name=request.broker_name, broker_id=request.broker_id,
+                               broker_addr=request.broker_addr)
+        return namesrv_pb2.UnregisterBrokerResponse(code=common_pb2.SUCCESS)
+
+    async def GetRouteInfo(self, request: namesrv_pb2.GetRouteInfoRequest,
+                           context: grpc.aio.ServicerContext) -> namesrv_pb2.GetRouteInfoResponse:
+        route = self._table.route(request.topic)
+        if route is None:
+            return namesrv_pb2.GetRouteInfoResponse(
+                code=common_pb2.TOPIC_ROUTE_NOT_EXIST,
+                remark=f"no route for topic {request.topic!r}: no live broker serves it")
+        return namesrv_pb2.GetRouteInfoResponse(code=common_pb2.SUCCESS, route=namesrv_pb2.TopicRouteData(
+            queue_datas=[namesrv_pb2.QueueData(broker_name=q.broker_name, read_queue_nums=q.read_queue_nums,
+                                               write_queue_nums=q.write_queue_nums, perm=q.perm,
+                                               topic_sys_flag=q.topic_sys_flag) for q in route.queue_datas],
+            broker_datas=[namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name,
+                                                 broker_addrs=b.broker_addrs) for b in route.broker_datas]))
+
+    async def GetClusterInfo(self, request: namesrv_pb2.GetClusterInfoRequest,
+                             context: grpc.aio.ServicerContext) -> namesrv_pb2.GetClusterInfoResponse:
+        return namesrv_pb2.GetClusterInfoResponse(
+            code=common_pb2.SUCCESS,
+            brokers=[namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name,
+                                            broker_addrs=b.broker_addrs)
+                     for b in sorted(self._table.brokers.values(), key=lambda b: b.broker_name)],
+            live=[namesrv_pb2.BrokerLiveInfo(broker_addr=addr, last_update_timestamp_ms=live.last_update_ms,
+                                             node_id=live.node_id)
+                  for addr, live in sorted(self._table.live.items())],
+            topics=self._table.topics())
+
+
+class BrokerExpiryService(Service):
+    """RocketMQ scanNotActiveBroker: drop brokers silent for longer than broker_expiry_ms."""
+
+    name = "broker-expiry"
+
+    def __init__(self, table: RouteTable, clock: Clock, scan_ms: int, expiry_ms: int) -> None:
+        super().__init__(scan_ms)
+        self._table = table
+        self._clock = clock
+        self._expiry_ms = expiry_ms
+
+    async def tick(self) -> None:
+        self._table.expire(self._clock.monotonic_ms(), self._expiry_ms)
+
+
+class NamesrvApp:
+    role = "namesrv"
+
+    def __init__(self, config: NamesrvConfig, shutdown_requested: asyncio.Event,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._clock = clock
+        self._shutdown_requested = shutdown_requested
+        self.table = RouteTable()
+        self.lifecycle = LifecycleState(f"namesrv {config.node_id}", clock)
+        self._server: grpc.aio.Server | None = None
+        self._expiry = BrokerExpiryService(self.table, clock, config.timing.broker_expiry_scan_ms,
+                                           config.timing.broker_expiry_ms)
+        self.addr = ""
+
+    async def start(self) -> str:
+        self.lifecycle.transition(Lifecycle.STARTING)
+        server = make_server()
+        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerServicer(self.table, self._clock), server)
+        health_servicer = add_control_plane(server, self, self._shutdown_requested)
+        port = bind(server, self.config.listen_host, self.config.port)
+        await server.start()
+        self._server = server
+        self.addr = f"{self.config.listen_host}:{port}"
+        self._expiry.start()
+        await set_serving(health_servicer, True)
+        self.lifecycle.transition(Lifecycle.RUNNING)
+        return self.addr
+
+    async def stop(self) -> None:
+        self.lifecycle.transition(Lifecycle.STOPPING)
+        await self._expiry.stop()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+        self.lifecycle.transition(Lifecycle.STOPPED)
+
+    def status(self) -> NodeStatus:
+        brokers = {name: {str(k): v for k, v in b.broker_addrs.items()} for name, b in self.table.brokers.items()}
+        return NodeStatus(
+            node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
+            status_line=f"{self.node_id} N {self.lifecycle.state.name} brokers={len(self.table.live)} "
+                        f"topics={len(self.table.topic_queues)}",
+            details={"addr": self.addr, "brokers": brokers, "topics": self.table.topics()})

@@ -1,0 +1,209 @@
+from proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OffsetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OFFSET_KIND_UNSPECIFIED: _ClassVar[OffsetKind]
+    MIN: _ClassVar[OffsetKind]
+    MAX: _ClassVar[OffsetKind]
+    BY_TIMESTAMP: _ClassVar[OffsetKind]
+OFFSET_KIND_UNSPECIFIED: OffsetKind
+MIN: OffsetKind
+MAX: OffsetKind
+BY_TIMESTAMP: OffsetKind
+
+class OutgoingMessage(_message.Message):
+    __slots__ = ("body", "flag", "properties", "born_timestamp_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    flag: int
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp_ms: int
+    def __init__(self, body: _Optional[bytes] = ..., flag: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "born_host", "sys_flag", "reconsume_times")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TOPIC_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    topic: str
+    queue_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
+    default_topic_queue_nums: int
+    born_host: str
+    sys_flag: int
+    reconsume_times: int
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ...) -> None: ...
+
+class SendEntry(_message.Message):
+    __slots__ = ("offset_msg_id", "queue_offset", "phys_offset")
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset_msg_id: str
+    queue_offset: int
+    phys_offset: int
+    def __init__(self, offset_msg_id: _Optional[str] = ..., queue_offset: _Optional[int] = ..., phys_offset: _Optional[int] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "queue_id", "entries")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    queue_id: int
+    entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("request_id", "consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "suspend", "suspend_timeout_ms", "commit_offset", "commit_offset_value", "has_subscription", "subscription_expression", "sub_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MSG_NUMS_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_VALUE_FIELD_NUMBER: _ClassVar[int]
+    HAS_SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SUB_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    suspend: bool
+    suspend_timeout_ms: int
+    commit_offset: bool
+    commit_offset_value: int
+    has_subscription: bool
+    subscription_expression: str
+    sub_version: int
+    def __init__(self, request_id: _Optional[int] = ..., consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., suspend: _Optional[bool] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[bool] = ..., commit_offset_value: _Optional[int] = ..., has_subscription: _Optional[bool] = ..., subscription_expression: _Optional[str] = ..., sub_version: _Optional[int] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("request_id", "code", "remark", "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "records", "record_count")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    code: _common_pb2.Code
+    remark: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    records: bytes
+    record_count: int
+    def __init__(self, request_id: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., suggest_which_broker_id: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...
+
+class QueryConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class QueryConsumerOffsetResponse(_message.Message):
+    __slots__ = ("code", "remark", "offset")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    offset: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class UpdateConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class UpdateConsumerOffsetResponse(_message.Message):
+    __slots__ = ("code", "remark")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class GetQueueOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "kind", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    kind: OffsetKind
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., kind: _Optional[_Union[OffsetKind, str]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetResponse(_message.Message):
+    __slots__ = ("code", "remark", "offset")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    offset: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class CreateTopicResponse(_message.Message):
+    __slots__ = ("code", "remark")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...

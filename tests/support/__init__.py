@@ -1,0 +1,1 @@
+"""Test support shared by integration and cluster tests."""

@@ -1,0 +1,60 @@
+import dataclasses
+import json
+
+import pytest
+
+from nodes.common import constants as c
+from nodes.common.config import BrokerConfig, StoreConfig, Timing, load_node_config, save_node_config
+from nodes.common.errors import ConfigError
+
+
+def test_scaled_multiplies_timers_and_keeps_rpc_deadlines():
+    t = Timing().scaled(0.05)
+    assert t.register_interval_ms == 1_500
+    assert t.broker_expiry_ms == 6_000
+    assert t.send_timeout_ms == c.SEND_TIMEOUT_MS
+    assert t.broker_suspend_max_ms < t.consumer_timeout_when_suspend_ms
+
+
+def test_scaled_clamps_to_the_floor():
+    t = Timing().scaled(0.001)
+    assert min(getattr(t, f.name) for f in dataclasses.fields(t)) >= c.TIMING_FLOOR_MS
+
+
+def test_scaled_rejects_non_positive_factor():
+    with pytest.raises(ConfigError):
+        Timing().scaled(0)
+
+
+def test_round_trip_through_a_file(tmp_path):
+    cfg = BrokerConfig(node_id="broker-a-0", namesrv_addrs=("127.0.0.1:1",), timing=Timing().scaled(0.1),
+                       store=StoreConfig(commitlog_segment_bytes=4 * 1024 * 1024,
+                                         message_body_bytes_max=1024 * 1024))
+    path = tmp_path / "config.json"
+    save_node_config(path, "broker", cfg)
+    role, loaded = load_node_config(path)
+    assert role == "broker" and loaded == cfg
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "unreadable"),
+    ("{}", "role"),
+    (json.dumps({"role": "wizard"}), "unknown role"),
+    (json.dumps({"role": "broker", "namesrv_addrs": ["x:1"], "bogus": 1}), "unknown keys"),
+    (json.dumps({"role": "broker"}), "namesrv_addrs"),
+])
+def test_bad_config_files_say_what_is_wrong(tmp_path, content, message):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load_node_config(path)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_node_config(tmp_path / "nope.json")
+
+
+def test_store_segment_must_hold_two_max_messages():
+    with pytest.raises(ConfigError):
+        StoreConfig(commitlog_segment_bytes=1024 * 1024).validate()
