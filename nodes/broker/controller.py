@@ -9,6 +9,7 @@ offsets, flush and close the store cleanly (the abort file goes away).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -134,13 +135,14 @@ class BrokerController:
         self.offsets = ConsumerOffsetTable(md)
         self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock)
         self.registrar = NamesrvRegistrar(self.config, self.topics)
-        self.send = SendProcessor(self.config, self.store, self.topics, self._clock, self._topic_created)
+        self.send = SendProcessor(self.config, self.store, self.topics, self._clock)
         if self.config.is_master and self.config.long_polling_enable:
             self.store.on_arrival = self._on_arrival
 
         server = make_server()
         self._servicer = BrokerServicer(store=self.store, topics=self.topics, offsets=self.offsets, pull=self.pull,
-                                        send=self.send, clock=self._clock, on_topic_created=self._topic_created)
+                                        send=self.send, clock=self._clock,
+                                        on_topics_changed=self._register_now)
         broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)
         health_servicer = add_control_plane(server, self, self._shutdown_requested)
         port = bind(server, self.config.listen_host, self.config.port)
@@ -173,10 +175,12 @@ class BrokerController:
     def _on_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, *_: Any) -> None:
         self.pull.on_arrival(topic, queue_id, max_queue_offset, tag_hash)
 
-    def _topic_created(self) -> None:
-        """RocketMQ registers with the name servers right after creating a topic."""
-        if self.lifecycle.state == Lifecycle.RUNNING:
-            self._registration.wakeup()
+    async def _register_now(self) -> None:
+        """Register the changed topic table at once (RocketMQ's registerBrokerAll on topic creation)."""
+        try:
+            await self.registrar.register_all()
+        except Exception as exc:
+            log.warning("registering the new topic failed (%s); the periodic registration retries", exc)
 
     async def stop(self) -> None:
         self.lifecycle.transition(Lifecycle.STOPPING)
@@ -190,16 +194,19 @@ class BrokerController:
         self.lifecycle.transition(Lifecycle.STOPPED)
 
     def status(self) -> NodeStatus:
-        stats = self.store.stats() if self.lifecycle.state == Lifecycle.RUNNING else {}
-        role = "M" if self.config.is_master else "S"
+        running = self.lifecycle.state == Lifecycle.RUNNING
+        stats = self.store.stats() if running else {}
+        topics = sorted(self.topics.topics) if running else []
         details: dict[str, Any] = {
             "addr": self.addr, "broker_name": self.config.broker_name, "broker_id": self.config.broker_id,
-            "store": stats, "topics": sorted(getattr(self, "topics", None).topics) if hasattr(self, "topics") else [],
-            "held_pulls": self.pull.holds.count() if hasattr(self, "pull") else 0,
-            "recovery": self.recovery.__dict__ if self.recovery else None,
+            "store": stats, "topics": topics,
+            "held_pulls": self.pull.holds.count() if running else 0,
+            "recovery": dataclasses.asdict(self.recovery) if self.recovery else None,
         }
+        role = "M" if self.config.is_master else "S"
         return NodeStatus(
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} {role} {self.lifecycle.state.name} "
-                        f"max={stats.get('max_phys_offset', '-')} topics={len(details['topics'])}",
+                        f"max={stats.get('max_phys_offset', '-')} topics={len(topics)} "
+                        f"held_pulls={details['held_pulls']}",
             details=details)

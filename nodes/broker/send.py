@@ -8,7 +8,6 @@ Does not own queue offset assignment or durability (the store does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from nodes.broker.topics import TopicConfigManager
 from nodes.common import constants as c
@@ -33,13 +32,12 @@ _CODE_BY_PUT_STATUS = {
 
 
 class SendProcessor:
-    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock,
-                 on_topic_created: Callable[[], None]) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock
+                 ) -> None:
         self._config = config
         self._store = store
         self._topics = topics
         self._clock = clock
-        self._on_topic_created = on_topic_created
         self._store_host = (config.listen_host, config.port)
 
     def bind_port(self, port: int) -> None:
@@ -74,7 +72,6 @@ class SendProcessor:
                 return _reply(common_pb2.TOPIC_NOT_EXIST,
                               f"topic {req.topic!r} does not exist on {self._config.broker_name} and "
                               "auto-creation is off; create it first")
-            self._on_topic_created()
         if not topic.writable:
             return _reply(common_pb2.NO_PERMISSION, f"topic {req.topic} is not writable")
         if not 0 <= req.queue_id < topic.write_queue_nums:

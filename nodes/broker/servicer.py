@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc.aio
@@ -46,7 +46,8 @@ def _guarded(what: str, fail: Callable[[str], Any], fn: Callable[[], Any]) -> An
 
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     def __init__(self, *, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetTable,
-                 pull: PullProcessor, send: SendProcessor, clock: Clock, on_topic_created: Callable[[], None],
+                 pull: PullProcessor, send: SendProcessor, clock: Clock,
+                 on_topics_changed: Callable[[], Awaitable[None]],
                  queue_count_max: int = 1024) -> None:
         self._store = store
         self._topics = topics
@@ -54,15 +55,21 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._pull = pull
         self._send = send
         self._clock = clock
-        self._on_topic_created = on_topic_created
+        self._on_topics_changed = on_topics_changed
         self._queue_count_max = queue_count_max
         self._stream_ids = itertools.count(1)
         self.open_pull_streams = 0
 
     async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
                           ) -> broker_pb2.SendMessageResponse:
-        return _guarded("send", lambda r: broker_pb2.SendMessageResponse(code=common_pb2.SYSTEM_ERROR, remark=r),
-                        lambda: self._send.process(request))
+        version = self._topics.data_version
+        response = _guarded("send", lambda r: broker_pb2.SendMessageResponse(code=common_pb2.SYSTEM_ERROR, remark=r),
+                            lambda: self._send.process(request))
+        if self._topics.data_version != version:
+            # RocketMQ registers an auto-created topic with the name servers before it answers,
+            # so a client that saw SEND_OK can already find the route.
+            await self._on_topics_changed()
+        return response
 
     async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
                    context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
@@ -174,7 +181,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         perm = cfg.perm or c.PERM_DEFAULT
         self._topics.put(TopicConfig(cfg.topic, cfg.read_queue_nums, cfg.write_queue_nums, perm,
                                      cfg.topic_sys_flag, cfg.order), self._clock.wall_ms())
-        self._on_topic_created()
+        await self._on_topics_changed()
         return broker_pb2.CreateTopicResponse(code=common_pb2.SUCCESS)
 
 

@@ -32,8 +32,8 @@ def test_sigkill_right_after_the_last_send_ok_loses_nothing(local_cluster):
             assert message.msg_id == result.msg_id
             assert message.body == bodies[result.msg_id]
             assert message.queue_offset == result.queue_offset
-    details = local_cluster.node("broker-a-0").describe()
-    assert details["recovery"]["clean_shutdown"] is False
+    recovery = local_cluster.node("broker-a-0").describe()["details"]["recovery"]
+    assert recovery["clean_shutdown"] is False
 
 
 def test_restart_after_clean_stop_keeps_offsets_topics_and_messages(local_cluster):
@@ -52,5 +52,5 @@ def test_restart_after_clean_stop_keeps_offsets_topics_and_messages(local_cluste
             assert consumer.query_offset(mq) == 1 + mq.queue_id
         for result in sent:
             assert _pull_exact(consumer, result).msg_id == result.msg_id
-    details = local_cluster.node("broker-a-0").describe()
-    assert details["recovery"]["clean_shutdown"] is True
+    recovery = local_cluster.node("broker-a-0").describe()["details"]["recovery"]
+    assert recovery["clean_shutdown"] is True

@@ -17,7 +17,7 @@ def _mq(cluster_topic, queue_id=0):
 
 
 def test_committed_offset_round_trip_and_new_group_starts_at_zero(cluster):
-    create_topic(cluster.broker_addr, "Off", 2)
+    create_topic(cluster, "Off", 2)
     with PullConsumer(cluster.namesrv_addr, "g1") as consumer:
         mq = _mq("Off")
         assert consumer.query_offset(mq) == 0  # a young queue: a new group starts at 0
@@ -28,7 +28,7 @@ def test_committed_offset_round_trip_and_new_group_starts_at_zero(cluster):
 
 
 def test_pull_piggybacks_the_commit_even_when_nothing_is_found(cluster):
-    create_topic(cluster.broker_addr, "Piggy", 1)
+    create_topic(cluster, "Piggy", 1)
     channel, stub = broker_stub(cluster.broker_addr)
     with channel:
         req = broker_pb2.PullRequest(request_id=9, consumer_group="pg", topic="Piggy", queue_id=0, queue_offset=0,
@@ -66,7 +66,7 @@ def test_min_max_and_search_offsets(cluster):
 
 
 def test_long_poll_is_woken_by_an_arriving_message(cluster):
-    create_topic(cluster.broker_addr, "Wake", 1)
+    create_topic(cluster, "Wake", 1)
     mq = _mq("Wake")
     with Producer(cluster.namesrv_addr) as producer, PullConsumer(cluster.namesrv_addr, "g") as consumer:
         timer = threading.Timer(0.2, lambda: producer.send(Message("Wake", b"late")))
@@ -80,7 +80,7 @@ def test_long_poll_is_woken_by_an_arriving_message(cluster):
 
 
 def test_long_poll_times_out_with_no_new_message(cluster):
-    create_topic(cluster.broker_addr, "Quiet", 1)
+    create_topic(cluster, "Quiet", 1)
     with PullConsumer(cluster.namesrv_addr, "g") as consumer:
         started = time.monotonic()
         result = consumer.pull_block_if_not_found(_mq("Quiet"), 0, 32, "*", timeout_ms=300)
@@ -90,7 +90,7 @@ def test_long_poll_times_out_with_no_new_message(cluster):
 
 
 def test_client_disconnecting_during_a_long_poll_leaves_the_broker_serving(cluster):
-    create_topic(cluster.broker_addr, "Gone", 1)
+    create_topic(cluster, "Gone", 1)
     channel, stub = broker_stub(cluster.broker_addr)
     stop = threading.Event()
 
@@ -119,7 +119,7 @@ def test_client_disconnecting_during_a_long_poll_leaves_the_broker_serving(clust
 
 
 def test_clean_restart_keeps_topics_offsets_and_messages(cluster):
-    create_topic(cluster.broker_addr, "Durable", 3)
+    create_topic(cluster, "Durable", 3)
     with Producer(cluster.namesrv_addr) as producer:
         sent = [producer.send(Message("Durable", f"m{i}".encode())) for i in range(30)]
     with PullConsumer(cluster.namesrv_addr, "keeper") as consumer:

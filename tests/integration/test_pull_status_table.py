@@ -21,13 +21,13 @@ def _send_to_queue(producer, topic, count, tags=None, body_prefix=b"m"):
 
 
 def test_no_message_in_queue_at_offset_zero_is_not_found(cluster):
-    create_topic(cluster.broker_addr, "Empty", 2)
+    create_topic(cluster, "Empty", 2)
     r = pull_once(cluster.broker_addr, topic="Empty", queue_id=0, queue_offset=0)
     assert (code_name(r.code), r.remark, r.next_begin_offset) == ("PULL_NOT_FOUND", "NO_MESSAGE_IN_QUEUE", 0)
 
 
 def test_no_message_in_queue_at_nonzero_offset_moves_the_offset(cluster):
-    create_topic(cluster.broker_addr, "Empty", 2)
+    create_topic(cluster, "Empty", 2)
     r = pull_once(cluster.broker_addr, topic="Empty", queue_id=1, queue_offset=7)
     assert (code_name(r.code), r.remark, r.next_begin_offset) == ("PULL_OFFSET_MOVED", "NO_MESSAGE_IN_QUEUE", 0)
 
@@ -90,7 +90,7 @@ def test_tag_filter_returns_only_matching_tags(cluster, producer):
     ({"topic": "Q", "queue_id": 0, "has_subscription": False}, "SUBSCRIPTION_NOT_EXIST"),
 ])
 def test_prechecks_reject_bad_requests_and_the_broker_keeps_serving(cluster, fields, code):
-    create_topic(cluster.broker_addr, "Q", 2)
+    create_topic(cluster, "Q", 2)
     r = pull_once(cluster.broker_addr, queue_offset=0, **fields)
     assert code_name(r.code) == code and r.remark
     ok = pull_once(cluster.broker_addr, topic="Q", queue_id=0, queue_offset=0)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 TIMEOUT_S = 10.0
 
@@ -14,12 +16,26 @@ def broker_stub(addr: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]:
     return channel, broker_pb2_grpc.BrokerStub(channel)
 
 
-def create_topic(addr: str, topic: str, queue_nums: int = 4, perm: int = 6) -> None:
-    channel, stub = broker_stub(addr)
+def create_topic(cluster, topic: str, queue_nums: int = 4, perm: int = 6) -> None:
+    """Create a topic on the cluster's broker and wait until the name server routes it.
+
+    The broker registers a new topic with the name server right away but asynchronously,
+    as RocketMQ's does; clients that look the route up too early would not find it.
+    """
+    channel, stub = broker_stub(cluster.broker_addr)
     with channel:
         resp = stub.CreateTopic(broker_pb2.CreateTopicRequest(config=common_pb2.TopicConfig(
             topic=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm)), timeout=TIMEOUT_S)
     assert resp.code == common_pb2.SUCCESS, resp.remark
+    with grpc.insecure_channel(cluster.namesrv_addr) as channel:
+        namesrv = namesrv_pb2_grpc.NameServerStub(channel)
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            route = namesrv.GetRouteInfo(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=TIMEOUT_S)
+            if route.code == common_pb2.SUCCESS:
+                return
+            assert time.monotonic() < deadline, f"topic {topic} never reached the name server"
+            time.sleep(0.01)
 
 
 def pull_once(addr: str, **fields) -> broker_pb2.PullResponse:

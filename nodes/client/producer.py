@@ -1,0 +1,360 @@
+"""Producer: validate, stamp a unique id, choose a queue, send with bounded retries.
+
+Owns the send policy of RocketMQ's DefaultMQProducerImpl (reference §14): queue selection
+(round robin, a retry prefers another broker), 1 + retry_times attempts within one send
+timeout, which broker codes are retried, the SendStatus mapping, orderly (sharding-key) and
+batch sends, and the bounded window of asynchronous sends. Does not own connections or
+routes (`ClientInstance`, `RouteCache`).
+
+Outcomes: a SendResult (SEND_OK, or FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT /
+SLAVE_NOT_AVAILABLE, all of which mean the master stored the message), or an exception:
+  * InvalidMessageError: bad input, nothing was sent;
+  * RemoteError: the broker refused (determinate);
+  * TransportError: nobody could be reached (determinate);
+  * RequestTimeoutError (`indeterminate`), or its subclass OutcomeUnknownError: a request
+    may have been stored (a deadline, a reset or cancelled call, or an earlier such attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
+from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
+from nodes.client.queue_selector import QueueSelector, select_by_hash
+from nodes.common import constants as c
+from nodes.common import wire
+from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
+from nodes.common.config import Timing
+from nodes.common.errors import (
+    InvalidMessageError,
+    InvariantViolation,
+    MqError,
+    RemoteError,
+    TransportError,
+    for_code,
+)
+from nodes.common.types import Message, MessageQueue, SendResult, SendStatus, validate_message
+from proto import broker_pb2, common_pb2
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
+
+# processSendResponse: these codes mean "stored on the master"; anything else is an exception.
+SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
+    common_pb2.SUCCESS: SendStatus.SEND_OK,
+    common_pb2.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    common_pb2.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    common_pb2.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# sendMessageAsync retries only failures to get an answer, never a broker's refusal.
+ASYNC_RETRY_CODES: frozenset[str] = frozenset()
+
+
+def _code_name(code: int) -> str:
+    try:
+        return wire.code_name(code)
+    except ValueError:
+        return f"CODE_{code}"
+
+
+def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, broker_name: str,
+                              uniq_ids: Sequence[str]) -> SendResult:
+    """processSendResponse: a SendResult for a storing code, else the code's RemoteError.
+
+    A batch's `msg_id` is the comma-joined ids as in RocketMQ's MessageBatch; `msg_ids` and
+    `queue_offsets` list them one per message, in send order.
+    """
+    status = SEND_STATUS_BY_CODE.get(resp.code)
+    if status is None:
+        raise for_code(_code_name(resp.code), resp.remark)
+    entries = resp.entries
+    if len(entries) != len(uniq_ids):
+        raise InvariantViolation(
+            f"broker answered {status.name} for {len(uniq_ids)} messages to {topic} with {len(entries)} entries")
+    queue_offsets = tuple(e.queue_offset for e in entries)
+    return SendResult(
+        status=status,
+        msg_id=",".join(uniq_ids),
+        message_queue=MessageQueue(topic, broker_name, resp.queue_id),
+        queue_offset=queue_offsets[0],
+        offset_msg_id=",".join(e.offset_msg_id for e in entries),
+        msg_ids=tuple(uniq_ids),
+        queue_offsets=queue_offsets,
+    )
+
+
+def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> str:
+    """DefaultMQProducer#batch checks; returns the batch's topic.
+
+    Raises:
+        InvalidMessageError: empty batch, mixed topics, a retry topic, a delayed message, a bad
+            message, or bodies adding up to more than one message may hold.
+    """
+    if isinstance(msgs, Message) or not isinstance(msgs, Sequence):
+        raise InvalidMessageError("send_batch takes a list of Message; use send() for one message")
+    if not msgs:
+        raise InvalidMessageError("send_batch got an empty list; a batch needs at least one message")
+    topic = msgs[0].topic if isinstance(msgs[0], Message) else None
+    total = 0
+    for msg in msgs:
+        if not isinstance(msg, Message):
+            raise InvalidMessageError(f"send_batch takes Message objects, got {type(msg).__name__}")
+        if msg.topic != topic:
+            raise InvalidMessageError(
+                f"a batch goes to one topic; got {topic!r} and {msg.topic!r}: split it by topic")
+        validate_message(msg, body_bytes_max)
+        if msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+            raise InvalidMessageError("retry topics are not supported for batching")
+        if msg.properties and msg.properties.get(PROPERTY_DELAY_TIME_LEVEL):
+            raise InvalidMessageError("delayed messages are not supported for batching")
+        total += len(msg.body)
+    # RocketMQ checks the encoded batch against maxMessageSize; the bodies are its bulk.
+    if total > body_bytes_max:
+        raise InvalidMessageError(
+            f"batch bodies add up to {total} bytes, over the {body_bytes_max}-byte limit; split the batch")
+    assert topic is not None
+    return topic
+
+
+def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
+    """The error a failed send reports: indeterminate if any attempt may have been stored."""
+    if maybe_stored and not err.indeterminate:
+        return OutcomeUnknownError(
+            f"{what}: an earlier attempt may have been stored, so the outcome is unknown; last error: {err}")
+    return err
+
+
+class Producer:
+    """A RocketMQ-style producer with a synchronous API (DESIGN §8).
+
+    Args:
+        namesrv_addr: "host:port" of the name server (several separated by ';').
+        group: the producer group.
+        timing: durations (route polling); defaults to RocketMQ's.
+        send_timeout_ms: budget of one send, retries included (default timing.send_timeout_ms).
+        retry_times: extra attempts of a synchronous send (retryTimesWhenSendFailed).
+        retry_times_async: extra attempts of an asynchronous send (retryTimesWhenSendAsyncFailed).
+        async_window: asynchronous sends in flight before `send_async` blocks.
+        dial_overrides: address -> address to dial instead (harness link proxies).
+    """
+
+    def __init__(self, namesrv_addr: str, group: str = c.DEFAULT_PRODUCER_GROUP, *,
+                 timing: Timing | None = None, send_timeout_ms: int | None = None,
+                 retry_times: int = c.SEND_RETRY_TIMES, retry_times_async: int = c.SEND_ASYNC_RETRY_TIMES,
+                 async_window: int = c.SEND_ASYNC_WINDOW_MAX, dial_overrides: Mapping[str, str] | None = None,
+                 default_topic_queue_nums: int = c.PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS,
+                 body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX, id_generator: UniqIdGenerator | None = None,
+                 selector: QueueSelector | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        validate_group(group, "producer")
+        timing = timing or Timing()
+        self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
+        for name, value, low in (("send_timeout_ms", self.send_timeout_ms, 1), ("retry_times", retry_times, 0),
+                                 ("retry_times_async", retry_times_async, 0), ("async_window", async_window, 1),
+                                 ("default_topic_queue_nums", default_topic_queue_nums, 1)):
+            if not isinstance(value, int) or value < low:
+                raise InvalidArgumentError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.group = group
+        self.retry_times = retry_times
+        self.retry_times_async = retry_times_async
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.body_bytes_max = body_bytes_max
+        self._instance = ClientInstance(namesrv_addr, name=f"producer-{group}", timing=timing,
+                                        dial_overrides=dial_overrides,
+                                        producer_default_queue_nums=default_topic_queue_nums)
+        self._ids = id_generator
+        self._selector = selector or QueueSelector()
+        self._clock = clock
+        self._window = threading.BoundedSemaphore(async_window)
+        self._in_flight: set[concurrent.futures.Future[SendResult]] = set()
+        self._in_flight_lock = threading.Lock()
+        self._born_host = ""
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._ids is None:
+            self._ids = default_generator()
+        self._born_host = f"{local_ipv4()}:0"
+        self._instance.start()
+
+    def shutdown(self) -> None:
+        """Wait (boundedly) for asynchronous sends in flight, then close everything."""
+        with self._in_flight_lock:
+            pending = list(self._in_flight)
+        if pending and self._instance.running and not self._instance.in_loop_thread():
+            concurrent.futures.wait(pending, timeout=self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S)
+        self._instance.close()
+
+    def __enter__(self) -> Producer:
+        if not self._instance.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # --- public sends ----------------------------------------------------------------
+    def send(self, msg: Message) -> SendResult:
+        """Send one message; retried on another broker when the failure allows it."""
+        out, uid = self._prepare(msg)
+        coro = self._send_default(msg.topic, [out], [uid], self.retry_times, c.RETRIABLE_SEND_CODES)
+        return self._run(coro, f"send to {msg.topic}")
+
+    def send_orderly(self, msg: Message, sharding_key: object) -> SendResult:
+        """Send to the queue `abs(hashCode(str(sharding_key)) % len(publish list))`: one attempt.
+
+        The publish list holds only brokers with a live master, so losing a master moves keys
+        to other queues (reference gaps 16), exactly as in RocketMQ.
+        """
+        out, uid = self._prepare(msg)
+        return self._run(self._send_orderly(msg.topic, out, uid, sharding_key), f"send_orderly to {msg.topic}")
+
+    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Send messages of one topic as one request to one queue, all or nothing."""
+        topic = validate_batch(msgs, self.body_bytes_max)
+        prepared = [self._prepare(m, validated=True) for m in msgs]
+        coro = self._send_default(topic, [p[0] for p in prepared], [p[1] for p in prepared],
+                                  self.retry_times, c.RETRIABLE_SEND_CODES)
+        return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
+
+    def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
+        """Start a send and return its future; blocks while `async_window` sends are in flight.
+
+        Bad input raises InvalidMessageError here, before anything is queued. Retries follow
+        RocketMQ's async path: only failures to get an answer are retried.
+        """
+        out, uid = self._prepare(msg)
+        if self._instance.in_loop_thread():
+            # Blocking the loop thread on the window would deadlock the sends that free it.
+            if not self._window.acquire(blocking=False):
+                raise ClientStateError("send_async window is full and the caller is the client's loop thread")
+        else:
+            self._window.acquire()
+        try:
+            coro = self._send_default(msg.topic, [out], [uid], self.retry_times_async, ASYNC_RETRY_CODES)
+            fut = self._instance.submit(coro, f"send_async to {msg.topic}")
+        except BaseException:
+            self._window.release()
+            raise
+        with self._in_flight_lock:
+            self._in_flight.add(fut)
+        fut.add_done_callback(self._async_done)
+        return fut
+
+    def _async_done(self, fut: concurrent.futures.Future[SendResult]) -> None:
+        with self._in_flight_lock:
+            self._in_flight.discard(fut)
+        self._window.release()
+
+    # --- preparation (caller thread) ---------------------------------------------------
+    def _prepare(self, msg: Message, *, validated: bool = False) -> tuple[broker_pb2.OutgoingMessage, str]:
+        """Validate, stamp UNIQ_KEY (kept if the message already has one) and encode."""
+        if not isinstance(msg, Message):
+            raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
+        if not validated:
+            validate_message(msg, self.body_bytes_max)
+        if self._ids is None:
+            raise ClientStateError("the producer is not started; call start() first")
+        if msg.properties is None:
+            msg.properties = {}
+        # As MessageClientIDSetter#setUniqID: a message keeps its id across resends.
+        uid = msg.properties.get(c.PROPERTY_UNIQ_KEY)
+        if not uid:
+            uid = self._ids.next_id()
+            msg.properties[c.PROPERTY_UNIQ_KEY] = uid
+        return wire.outgoing_to_pb(msg, msg.all_properties(), self._clock.wall_ms()), uid
+
+    def _run(self, coro: Any, what: str) -> SendResult:
+        return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
+
+    # --- the send path (loop) ----------------------------------------------------------
+    async def _before(self, aw: Awaitable[T], deadline: Deadline, what: str) -> T:
+        """Await a step that precedes sending (route lookup) within the send deadline."""
+        try:
+            async with asyncio.timeout(deadline.remaining_s()):
+                return await aw
+        except TimeoutError:
+            raise TransportError(f"{what}: the {self.send_timeout_ms} ms send timeout passed before "
+                                 "the request was sent; nothing was stored") from None
+
+    async def _send_default(self, topic: str, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+                            retry_times: int, retry_codes: frozenset[str]) -> SendResult:
+        """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout."""
+        what = f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}"
+        deadline = Deadline.after(self._clock, self.send_timeout_ms)
+        routes = self._instance.routes
+        queues = await self._before(routes.publish_info(topic), deadline, what)
+        last_broker: str | None = None
+        last_error: MqError | None = None
+        maybe_stored = False
+        for attempt in range(1 + retry_times):
+            if deadline.expired():
+                break
+            mq = self._selector.select(queues, last_broker)
+            last_broker = mq.broker_name
+            try:
+                return await self._send_kernel(mq, outs, uids, deadline, what)
+            except TransportError as err:
+                last_error = err
+            except RemoteError as err:
+                if err.code not in retry_codes:
+                    final = _final_error(err, maybe_stored, what)
+                    if final is err:
+                        raise
+                    raise final from err
+                last_error = err
+            maybe_stored = maybe_stored or last_error.indeterminate
+            log.warning("%s: attempt %d to %s failed: %s", what, attempt + 1, mq, last_error)
+            if last_error.refresh_route and not deadline.expired():
+                queues = await self._refreshed_queues(topic, queues, deadline, what)
+        if last_error is None:
+            raise TransportError(f"{what}: the {self.send_timeout_ms} ms send timeout passed before "
+                                 "the first attempt; nothing was sent")
+        final = _final_error(last_error, maybe_stored, what)
+        if final is last_error:
+            raise last_error
+        raise final from last_error
+
+    async def _refreshed_queues(self, topic: str, queues: list[MessageQueue], deadline: Deadline,
+                                what: str) -> list[MessageQueue]:
+        """The publish list after a route refresh; the old list if the refresh fails."""
+        try:
+            await self._before(self._instance.routes.update_topic(topic), deadline, what)
+            return await self._before(self._instance.routes.publish_info(topic), deadline, what)
+        except MqError as err:
+            log.info("%s: route refresh failed (%s); keeping %d queues", what, err, len(queues))
+            return queues
+
+    async def _send_orderly(self, topic: str, out: broker_pb2.OutgoingMessage, uid: str,
+                            sharding_key: object) -> SendResult:
+        """sendSelectImpl with SelectMessageQueueByHash: the publish list, one attempt."""
+        what = f"send_orderly {uid} to {topic}"
+        deadline = Deadline.after(self._clock, self.send_timeout_ms)
+        queues = await self._before(self._instance.routes.publish_info(topic), deadline, what)
+        return await self._send_kernel(select_by_hash(queues, sharding_key), [out], [uid], deadline, what)
+
+    async def _send_kernel(self, mq: MessageQueue, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+                           deadline: Deadline, what: str) -> SendResult:
+        """sendKernelImpl: one request to the master of `mq`'s broker."""
+        routes = self._instance.routes
+        addr = routes.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            addr = await self._before(routes.publish_address(mq.topic, mq.broker_name), deadline, what)
+        remaining_ms = deadline.remaining_ms()
+        if remaining_ms <= 0:
+            raise TransportError(f"{what}: the send timeout passed before the request was sent")
+        request = broker_pb2.SendMessageRequest(
+            producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, messages=outs,
+            default_topic_queue_nums=self.default_topic_queue_nums, born_host=self._born_host)
+        resp = await self._instance.unary(self._instance.broker_stub(addr).SendMessage, request, remaining_ms,
+                                          f"{what} at {mq.broker_name}/{addr}", side_effects=True)
+        return send_result_from_response(resp, mq.topic, mq.broker_name, uids)

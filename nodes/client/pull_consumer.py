@@ -1,0 +1,238 @@
+"""PullConsumer: explicit queue-and-offset pulls, RocketMQ's DefaultMQPullConsumer in shape.
+
+Owns argument checks and the synchronous facade: which queues a topic has, one pull (plain
+or long-polled), and the broker-side offset and queue-offset queries. The pull itself goes
+through `PullApi` on the broker's pipelined `PullStream` (DESIGN §5a). Does not own any pull
+loop, flow control or offset caching: the caller decides what to pull and when to commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
+from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.pull_api import PullApi, code_name
+from nodes.client.routes import FoundBroker
+from nodes.common import constants as c
+from nodes.common.config import Timing
+from nodes.common.errors import InvalidMessageError, RouteNotFoundError, for_code
+from nodes.common.types import MessageQueue, PullResult, validate_topic
+from proto import broker_pb2, common_pb2
+
+CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer.consumerPullTimeoutMillis (candidate for constants)
+
+
+def check_pull_args(mq: object, queue_offset: object, max_nums: object, sub_expression: object) -> str:
+    """Validate a pull's arguments; returns the expression to send ("*" for None).
+
+    Raises:
+        InvalidArgumentError (a ValueError) naming the argument and what to pass instead.
+    """
+    if not isinstance(mq, MessageQueue):
+        raise InvalidArgumentError(f"mq must be a MessageQueue (see fetch_queues), got {type(mq).__name__}")
+    if not isinstance(queue_offset, int) or isinstance(queue_offset, bool) or queue_offset < 0:
+        raise InvalidArgumentError(f"offset must be a queue offset >= 0, got {queue_offset!r}; "
+                                   "use min_offset(mq) or query_offset(mq) to find one")
+    if not isinstance(max_nums, int) or isinstance(max_nums, bool) or max_nums <= 0:
+        raise InvalidArgumentError(f"max_nums must be a positive integer, got {max_nums!r}")
+    if max_nums > c.PULL_BATCH_COUNT_MAX:
+        raise InvalidArgumentError(
+            f"max_nums {max_nums} is over the {c.PULL_BATCH_COUNT_MAX}-message limit of one pull; "
+            "pull in several calls")
+    if sub_expression is None:
+        return "*"
+    if not isinstance(sub_expression, str):
+        raise InvalidArgumentError(f"sub_expression must be a tag expression like 'a || b' or '*', "
+                                   f"got {type(sub_expression).__name__}")
+    return sub_expression
+
+
+def _check_topic(topic: object) -> str:
+    if not isinstance(topic, str):
+        raise InvalidArgumentError(f"topic must be a string, got {type(topic).__name__}")
+    try:
+        validate_topic(topic)
+    except InvalidMessageError as err:
+        raise InvalidArgumentError(str(err)) from None
+    return topic
+
+
+class PullConsumer:
+    """Pull messages from explicit queues and offsets (DESIGN §8).
+
+    Args:
+        namesrv_addr: "host:port" of the name server (several separated by ';').
+        group: the consumer group (offsets are kept per group on the broker).
+        timing: durations (route polling, long-poll hold); defaults to RocketMQ's.
+        dial_overrides: address -> address to dial instead (harness link proxies).
+        pull_timeout_ms: deadline of a pull that does not long-poll (consumerPullTimeoutMillis).
+    """
+
+    def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
+                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS) -> None:
+        validate_group(group, "consumer")
+        if not isinstance(pull_timeout_ms, int) or pull_timeout_ms <= 0:
+            raise InvalidArgumentError(f"pull_timeout_ms must be a positive integer, got {pull_timeout_ms!r}")
+        self.group = group
+        self.pull_timeout_ms = pull_timeout_ms
+        self._instance = ClientInstance(namesrv_addr, name=f"pull-consumer-{group}", timing=timing,
+                                        dial_overrides=dial_overrides)
+        self.timing = self._instance.timing
+        self._api = PullApi(self._instance, group)
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._instance.start()
+
+    def shutdown(self) -> None:
+        self._instance.close()
+
+    def __enter__(self) -> PullConsumer:
+        if not self._instance.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _run(self, coro: Any, timeout_ms: int, what: str) -> Any:
+        return self._instance.run(coro, timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
+
+    # --- queues and pulls --------------------------------------------------------------
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues, sorted, fresh from the name server.
+
+        Raises:
+            RouteNotFoundError: the topic has no route, or no readable queue.
+        """
+        _check_topic(topic)
+        queues = self._run(self._instance.routes.subscribe_info(topic, refresh=True),
+                           self.timing.rpc_timeout_ms * len(self._instance.namesrv_addrs), f"fetch_queues({topic})")
+        if not queues:
+            raise RouteNotFoundError(f"topic {topic} has no readable queue; check its permissions")
+        return queues
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*") -> PullResult:
+        """Pull up to `max_nums` messages of `mq` from `offset`; answers at once.
+
+        Raises:
+            InvalidArgumentError: bad arguments (nothing is sent).
+            RouteNotFoundError: unknown topic. BrokerNotFoundError: unknown broker name.
+            TransportError / RequestTimeoutError: no answer. RemoteError: the broker refused.
+        """
+        expression = check_pull_args(mq, offset, max_nums, sub_expression)
+        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
+                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms)
+        return self._run(coro, self.pull_timeout_ms, f"pull {mq}@{offset}")
+
+    def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,
+                                sub_expression: str = "*", timeout_ms: int | None = None) -> PullResult:
+        """Like `pull`, but the broker holds the request until messages arrive or the hold ends.
+
+        `timeout_ms` is the hold asked of the broker (default timing.broker_suspend_max_ms);
+        the request's own deadline is set above it.
+        """
+        expression = check_pull_args(mq, offset, max_nums, sub_expression)
+        suspend_ms = self.timing.broker_suspend_max_ms if timeout_ms is None else timeout_ms
+        if not isinstance(suspend_ms, int) or isinstance(suspend_ms, bool) or suspend_ms <= 0:
+            raise InvalidArgumentError(f"timeout_ms must be a positive integer of ms, got {timeout_ms!r}")
+        rpc_ms = max(self.timing.consumer_timeout_when_suspend_ms, suspend_ms + self.timing.rpc_timeout_ms)
+        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=True,
+                                     suspend_timeout_ms=suspend_ms, timeout_ms=rpc_ms)
+        return self._run(coro, rpc_ms, f"pull_block_if_not_found {mq}@{offset}")
+
+    # --- consumer offsets ----------------------------------------------------------------
+    def query_offset(self, mq: MessageQueue) -> int:
+        """The group's committed offset of `mq` on its broker; -1 if the broker has none."""
+        self._check_mq(mq)
+        timeout_ms = self.timing.query_offset_timeout_ms
+        return self._run(self._query_offset(mq, timeout_ms), timeout_ms * 2, f"query_offset {mq}")
+
+    def update_offset(self, mq: MessageQueue, offset: int) -> None:
+        """Commit `offset` for the group on `mq`'s broker, synchronously.
+
+        RocketMQ's pull consumer only updates its offset store here and persists it in
+        batches (every persistConsumerOffsetInterval, oneway); we send one request per call so
+        the caller knows the broker has it.
+        """
+        self._check_mq(mq)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidArgumentError(f"offset must be a queue offset >= 0, got {offset!r}")
+        timeout_ms = self.timing.rpc_timeout_ms
+        self._run(self._update_offset(mq, offset, timeout_ms), timeout_ms * 2, f"update_offset {mq}")
+
+    async def _offset_store_address(self, mq: MessageQueue) -> FoundBroker:
+        """The offset-store lookup: the master only, then after a route refresh any broker."""
+        routes = self._instance.routes
+        if routes.route(mq.topic) is None:
+            await routes.ensure_route(mq.topic)
+        found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, True)
+        if found is None:
+            await routes.update_topic(mq.topic)
+            found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, False)
+        if found is None:
+            raise BrokerNotFoundError(f"broker {mq.broker_name} is not in the route of {mq.topic}")
+        return found
+
+    async def _query_offset(self, mq: MessageQueue, timeout_ms: int) -> int:
+        found = await self._offset_store_address(mq)
+        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
+                                                        queue_id=mq.queue_id)
+        resp = await self._instance.unary(self._instance.broker_stub(found.addr).QueryConsumerOffset, request,
+                                          timeout_ms, f"query_offset {mq} at {found.addr}")
+        if resp.code == common_pb2.SUCCESS:
+            return resp.offset
+        if resp.code == common_pb2.QUERY_NOT_FOUND:
+            return -1
+        raise for_code(code_name(resp.code), resp.remark)
+
+    async def _update_offset(self, mq: MessageQueue, offset: int, timeout_ms: int) -> None:
+        found = await self._offset_store_address(mq)
+        request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
+                                                         queue_id=mq.queue_id, offset=offset)
+        resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
+                                          timeout_ms, f"update_offset {mq} at {found.addr}")
+        if resp.code != common_pb2.SUCCESS:
+            raise for_code(code_name(resp.code), resp.remark)
+
+    # --- queue offsets (MQAdminImpl: masters only) ------------------------------------------
+    def min_offset(self, mq: MessageQueue) -> int:
+        """The smallest queue offset still stored in `mq`."""
+        return self._queue_offset(mq, broker_pb2.MIN, 0, "min_offset")
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """One past the last queue offset of `mq` (the next offset to be written)."""
+        return self._queue_offset(mq, broker_pb2.MAX, 0, "max_offset")
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The queue offset of the first message stored at or after `timestamp_ms`."""
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool) or timestamp_ms < 0:
+            raise InvalidArgumentError(f"timestamp_ms must be ms since the epoch, got {timestamp_ms!r}")
+        return self._queue_offset(mq, broker_pb2.BY_TIMESTAMP, timestamp_ms, "search_offset")
+
+    def _queue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, what: str) -> int:
+        self._check_mq(mq)
+        timeout_ms = self.timing.rpc_timeout_ms
+        return self._run(self._aqueue_offset(mq, kind, timestamp_ms, timeout_ms, f"{what} {mq}"),
+                         timeout_ms * 2, f"{what} {mq}")
+
+    async def _aqueue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, timeout_ms: int,
+                             what: str) -> int:
+        routes = self._instance.routes
+        if routes.route(mq.topic) is None:
+            await routes.ensure_route(mq.topic)
+        addr = await routes.publish_address(mq.topic, mq.broker_name)
+        request = broker_pb2.GetQueueOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, kind=kind,
+                                                   timestamp_ms=timestamp_ms)
+        resp = await self._instance.unary(self._instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
+                                          f"{what} at {addr}")
+        if resp.code != common_pb2.SUCCESS:
+            raise for_code(code_name(resp.code), resp.remark)
+        return resp.offset
+
+    @staticmethod
+    def _check_mq(mq: object) -> None:
+        if not isinstance(mq, MessageQueue):
+            raise InvalidArgumentError(f"mq must be a MessageQueue (see fetch_queues), got {type(mq).__name__}")

@@ -1,0 +1,154 @@
+"""Fakes for client unit tests: routes built by hand and a broker answered by a function.
+
+No sockets: `FakeInstance` stands in for `ClientInstance` on an event loop, and
+`WiredInstance` is a real `ClientInstance` (real loop thread) whose stubs are fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nodes.client.instance import ClientInstance
+from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
+from nodes.common import constants as c
+from proto import broker_pb2, common_pb2
+
+# handler(addr, method_name, request) -> response, or an exception instance to raise
+Handler = Callable[[str, str, Any], Any]
+
+
+def make_route(*brokers: tuple[str, int, int, int, dict[int, str]], order_topic_conf: str = "") -> RouteSnapshot:
+    """brokers: (broker_name, read_queue_nums, write_queue_nums, perm, {broker_id: addr})."""
+    return RouteSnapshot(
+        queue_datas=tuple(QueueData(name, r, w, perm) for name, r, w, perm, _ in brokers),
+        broker_datas=tuple(BrokerData(name, dict(addrs)) for name, _, _, _, addrs in brokers),
+        order_topic_conf=order_topic_conf,
+    )
+
+
+def two_broker_route(queues: int = 2) -> RouteSnapshot:
+    return make_route(("broker-a", queues, queues, c.PERM_DEFAULT, {0: "a0:1", 1: "a1:1"}),
+                      ("broker-b", queues, queues, c.PERM_DEFAULT, {0: "b0:1"}))
+
+
+def send_ok(request: broker_pb2.SendMessageRequest, code: int = common_pb2.SUCCESS,
+            first_offset: int = 0) -> broker_pb2.SendMessageResponse:
+    return broker_pb2.SendMessageResponse(
+        code=code, queue_id=request.queue_id,
+        entries=[broker_pb2.SendEntry(offset_msg_id=f"{i:032X}", queue_offset=first_offset + i, phys_offset=i * 100)
+                 for i in range(len(request.messages))])
+
+
+class _Stub:
+    def __init__(self, owner: Any, addr: str) -> None:
+        self._owner = owner
+        self._addr = addr
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        async def call(request: Any, timeout: float | None = None) -> Any:
+            return self._owner.answer(self._addr, method, request)
+
+        return call
+
+
+class _FakeStream:
+    def __init__(self, owner: Any, addr: str) -> None:
+        self._owner = owner
+        self.addr = addr
+
+    async def pull(self, fields: dict[str, Any], timeout_ms: int) -> Any:
+        return self._owner.answer(self.addr, "Pull", fields)
+
+
+class _Answering:
+    handler: Handler
+
+    def answer(self, addr: str, method: str, request: Any) -> Any:
+        self.calls.append((addr, method, request))
+        result = self.handler(addr, method, request)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+class FakeInstance(_Answering):
+    """ClientInstance's loop-side surface: routes from a table, brokers from `handler`."""
+
+    def __init__(self, routes: dict[str, RouteSnapshot], handler: Handler) -> None:
+        self.route_table = dict(routes)
+        self.handler = handler
+        self.calls: list[tuple[str, str, Any]] = []
+        self.fetches: list[str] = []
+        self.fetch_error: BaseException | None = None
+        self.routes = RouteCache(self._fetch)
+        self.running = True
+
+    async def _fetch(self, topic: str) -> RouteSnapshot | None:
+        self.fetches.append(topic)
+        if self.fetch_error is not None:
+            raise self.fetch_error
+        return self.route_table.get(topic)
+
+    def broker_stub(self, addr: str) -> _Stub:
+        return _Stub(self, addr)
+
+    def pull_stream(self, addr: str) -> _FakeStream:
+        return _FakeStream(self, addr)
+
+    async def unary(self, method: Callable[..., Any], request: Any, timeout_ms: int, what: str) -> Any:
+        return await method(request, timeout=timeout_ms / 1000)
+
+    def in_loop_thread(self) -> bool:
+        return False
+
+
+class WiredInstance(_Answering, ClientInstance):
+    """A real ClientInstance (loop thread, run/submit) whose name server and brokers are fakes."""
+
+    def __init__(self, routes: dict[str, RouteSnapshot], handler: Handler, **kwargs: Any) -> None:
+        ClientInstance.__init__(self, "127.0.0.1:9876", **kwargs)
+        self.route_table = dict(routes)
+        self.handler = handler
+        self.calls = []
+        self.fetches: list[str] = []
+
+    async def _fetch_route(self, topic: str) -> RouteSnapshot | None:
+        self.fetches.append(topic)
+        return self.route_table.get(topic)
+
+    def broker_stub(self, addr: str) -> Any:
+        return _Stub(self, addr)
+
+    def pull_stream(self, addr: str) -> Any:
+        return _FakeStream(self, addr)
+
+
+@pytest.fixture
+def fakes() -> SimpleNamespace:
+    """The helpers of this module, for tests (importlib mode cannot import a conftest)."""
+    return SimpleNamespace(make_route=make_route, two_broker_route=two_broker_route, send_ok=send_ok,
+                           FakeInstance=FakeInstance)
+
+
+@pytest.fixture
+def wired_instance_factory() -> Iterator[Callable[..., WiredInstance]]:
+    created: list[WiredInstance] = []
+
+    def make(*args: Any, **kwargs: Any) -> WiredInstance:
+        inst = WiredInstance(*args, **kwargs)
+        created.append(inst)
+        return inst
+
+    yield make
+    for inst in created:
+        inst.close()
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep Producer.start() from asking the OS for the local address."""
+    monkeypatch.setattr("nodes.client.producer.local_ipv4", lambda: "10.0.0.1")

@@ -1,0 +1,54 @@
+"""UNIQ_KEY generation: format, uniqueness and the fields in the prefix."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from nodes.client.msg_id import UniqIdGenerator, default_generator, new_uniq_id
+
+HEX32 = re.compile(r"^[0-9A-F]{32}$")
+
+
+def test_format_is_32_upper_hex_with_ip_pid_salt_prefix():
+    gen = UniqIdGenerator(ip="10.1.2.3", pid=0x12345, salt=0xDEADBEEF)
+    uid = gen.next_id()
+    assert HEX32.match(uid)
+    assert uid.startswith("0A010203" + "2345" + "DEADBEEF")
+
+
+def test_ids_are_unique_and_strictly_increasing_within_a_generator():
+    gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
+    ids = [gen.next_id() for _ in range(50_000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+def test_ids_unique_across_threads():
+    gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
+    out: list[list[str]] = [[] for _ in range(4)]
+
+    def work(i: int) -> None:
+        out[i].extend(gen.next_id() for _ in range(5_000))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    all_ids = [uid for chunk in out for uid in chunk]
+    assert len(set(all_ids)) == 20_000
+
+
+def test_generators_with_same_ip_and_pid_differ_by_salt():
+    a = UniqIdGenerator(ip="10.0.0.1", pid=7)
+    b = UniqIdGenerator(ip="10.0.0.1", pid=7)
+    assert a.prefix != b.prefix  # random salts: a reused pid does not repeat ids
+
+
+def test_default_generator_is_shared_and_well_formed(monkeypatch):
+    monkeypatch.setattr("nodes.client.msg_id.local_ipv4", lambda: "10.0.0.9")
+    monkeypatch.setattr("nodes.client.msg_id._default", None)
+    assert default_generator() is default_generator()
+    uid = new_uniq_id()
+    assert HEX32.match(uid) and uid.startswith("0A000009")

@@ -1,0 +1,361 @@
+"""Producer: validation, UNIQ_KEY, queue choice, retries and statuses (reference §14), no sockets.
+
+The producer runs for real (its loop thread, run/submit), over a `WiredInstance` whose name
+server and broker are functions.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from nodes.client import Message, Producer, SendStatus
+from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
+from nodes.client.msg_id import UniqIdGenerator
+from nodes.client.producer import send_result_from_response, validate_batch
+from nodes.client.queue_selector import select_by_hash
+from nodes.common import constants as c
+from nodes.common import errors
+from nodes.common.types import MessageQueue
+from proto import broker_pb2, common_pb2
+
+
+@pytest.fixture
+def make_producer(fakes, wired_instance_factory, no_network):
+    made: list[Producer] = []
+
+    def make(handler, routes=None, start=True, **kw):
+        kw.setdefault("id_generator", UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1))
+        kw.setdefault("selector", None)
+        producer = Producer("127.0.0.1:9876", "pg", **kw)
+        inst = wired_instance_factory({"T": fakes.two_broker_route()} if routes is None else routes, handler)
+        producer._instance = inst
+        made.append(producer)
+        if start:
+            producer.start()
+        return producer, inst
+
+    yield make
+    for producer in made:
+        producer.shutdown()
+
+
+def scripted(fakes, *codes):
+    """A broker answering SendMessage with `codes` in turn (exceptions are raised), then SUCCESS."""
+    script = list(codes)
+
+    def handler(addr, method, request):
+        assert method == "SendMessage"
+        step = script.pop(0) if script else common_pb2.SUCCESS
+        if isinstance(step, BaseException):
+            return step
+        return fakes.send_ok(request, code=step)
+
+    return handler
+
+
+def sent(inst):
+    return [(addr, req) for addr, method, req in inst.calls if method == "SendMessage"]
+
+
+BROKER_OF = {"a0:1": "broker-a", "b0:1": "broker-b"}
+
+
+# --- a plain send -------------------------------------------------------------------------------
+def test_send_ok_result_and_request(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes))
+    msg = Message("T", b"hello", tags="TagA", keys=["k1", "k2"], properties={"p": "v"})
+    result = producer.send(msg)
+    ((addr, req),) = sent(inst)
+    uid = msg.properties[c.PROPERTY_UNIQ_KEY]
+    assert result.status is SendStatus.SEND_OK
+    assert result.msg_id == uid and result.msg_ids == (uid,)
+    assert result.message_queue == MessageQueue("T", BROKER_OF[addr], req.queue_id)
+    assert result.queue_offset == 0 and result.offset_msg_id == f"{0:032X}"
+    assert (req.producer_group, req.topic, req.default_topic_queue_nums, req.born_host) == ("pg", "T", 4, "10.0.0.1:0")
+    (out,) = req.messages
+    assert out.body == b"hello" and out.born_timestamp_ms > 0
+    assert dict(out.properties) == {"p": "v", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": uid}
+
+
+def test_uniq_key_is_kept_when_the_same_message_is_sent_again(make_producer, fakes):
+    producer, _ = make_producer(scripted(fakes))
+    msg = Message("T", b"x")
+    first, again = producer.send(msg), producer.send(msg)
+    other = producer.send(Message("T", b"x"))
+    assert first.msg_id == again.msg_id != other.msg_id
+
+
+@pytest.mark.parametrize(("code", "status"), [
+    (common_pb2.FLUSH_DISK_TIMEOUT, SendStatus.FLUSH_DISK_TIMEOUT),
+    (common_pb2.FLUSH_SLAVE_TIMEOUT, SendStatus.FLUSH_SLAVE_TIMEOUT),
+    (common_pb2.SLAVE_NOT_AVAILABLE, SendStatus.SLAVE_NOT_AVAILABLE),
+])
+def test_stored_but_not_ok_codes_are_returned_not_retried(make_producer, fakes, code, status):
+    producer, inst = make_producer(scripted(fakes, code))
+    assert producer.send(Message("T", b"x")).status is status
+    assert len(sent(inst)) == 1
+
+
+# --- retries ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", [common_pb2.SYSTEM_ERROR, common_pb2.SERVICE_NOT_AVAILABLE,
+                                  common_pb2.TOPIC_NOT_EXIST, common_pb2.NO_PERMISSION])
+def test_retriable_codes_are_retried_on_another_broker(make_producer, fakes, code):
+    producer, inst = make_producer(scripted(fakes, code, code))
+    assert producer.send(Message("T", b"x")).status is SendStatus.SEND_OK
+    brokers = [BROKER_OF[addr] for addr, _ in sent(inst)]
+    assert len(brokers) == 3
+    assert brokers[0] != brokers[1] != brokers[2]
+
+
+def test_retries_give_up_after_one_plus_retry_times_with_the_last_error(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, *[common_pb2.SYSTEM_ERROR] * 2, common_pb2.SERVICE_NOT_AVAILABLE))
+    with pytest.raises(errors.ServiceNotAvailableError):
+        producer.send(Message("T", b"x"))
+    assert len(sent(inst)) == 3
+
+
+def test_retry_times_zero_means_one_attempt(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, common_pb2.SYSTEM_ERROR), retry_times=0)
+    with pytest.raises(errors.SystemError_):
+        producer.send(Message("T", b"x"))
+    assert len(sent(inst)) == 1
+
+
+@pytest.mark.parametrize(("code", "exc"), [(common_pb2.MESSAGE_ILLEGAL, errors.MessageIllegalError),
+                                           (common_pb2.SYSTEM_BUSY, errors.RemoteError)])
+def test_other_codes_raise_at_once(make_producer, fakes, code, exc):
+    producer, inst = make_producer(scripted(fakes, code))
+    with pytest.raises(exc):
+        producer.send(Message("T", b"x"))
+    assert len(sent(inst)) == 1
+
+
+def test_transport_errors_are_retried_and_refresh_the_route(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, errors.TransportError("connection refused")))
+    assert producer.send(Message("T", b"x")).status is SendStatus.SEND_OK
+    assert len(sent(inst)) == 2
+    assert inst.fetches == ["T", "T"]  # the first lookup, then a refresh after the failure
+
+
+def test_a_timed_out_attempt_makes_a_later_failure_indeterminate(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, errors.RequestTimeoutError("deadline exceeded"),
+                                            common_pb2.SERVICE_NOT_AVAILABLE, common_pb2.SERVICE_NOT_AVAILABLE))
+    with pytest.raises(errors.RequestTimeoutError) as info:
+        producer.send(Message("T", b"x"))
+    assert info.value.indeterminate
+    assert isinstance(info.value.__cause__, errors.ServiceNotAvailableError)
+    assert len(sent(inst)) == 3
+
+
+def test_a_possibly_stored_attempt_makes_the_final_error_indeterminate(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, OutcomeUnknownError("connection reset"),
+                                            errors.TransportError("refused"), errors.TransportError("refused")))
+    with pytest.raises(OutcomeUnknownError) as info:
+        producer.send(Message("T", b"x"))
+    assert info.value.indeterminate and isinstance(info.value, errors.RequestTimeoutError)
+    assert len(sent(inst)) == 3
+
+
+def test_a_refusal_after_a_possibly_stored_attempt_is_indeterminate(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, OutcomeUnknownError("reset"), common_pb2.MESSAGE_ILLEGAL))
+    with pytest.raises(OutcomeUnknownError) as info:
+        producer.send(Message("T", b"x"))
+    assert isinstance(info.value.__cause__, errors.MessageIllegalError)
+    assert len(sent(inst)) == 2
+
+
+def test_determinate_failures_stay_determinate(make_producer, fakes):
+    producer, _ = make_producer(scripted(fakes, *[errors.TransportError("refused")] * 3))
+    with pytest.raises(errors.TransportError) as info:
+        producer.send(Message("T", b"x"))
+    assert not info.value.indeterminate
+
+
+def test_no_retry_once_the_send_timeout_has_passed(make_producer, fakes):
+    def slow_failure(addr, method, request):
+        time.sleep(0.25)
+        return fakes.send_ok(request, code=common_pb2.SYSTEM_ERROR)
+
+    producer, inst = make_producer(slow_failure, send_timeout_ms=200)
+    with pytest.raises(errors.SystemError_):
+        producer.send(Message("T", b"x"))
+    assert len(sent(inst)) == 1
+
+
+# --- routes -------------------------------------------------------------------------------------
+def test_unknown_topic_uses_the_tbw102_route(make_producer, fakes):
+    tbw = fakes.make_route(("broker-a", 8, 8, 7, {0: "a0:1"}))
+    producer, inst = make_producer(scripted(fakes), routes={c.AUTO_CREATE_TOPIC_KEY: tbw})
+    result = producer.send(Message("NEW", b"x"))
+    assert result.message_queue.topic == "NEW" and result.message_queue.queue_id < c.PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS
+    assert inst.fetches == ["NEW", c.AUTO_CREATE_TOPIC_KEY]
+
+
+def test_no_route_at_all_raises_and_sends_nothing(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes), routes={})
+    with pytest.raises(errors.RouteNotFoundError):
+        producer.send(Message("NEW", b"x"))
+    assert sent(inst) == []
+
+
+# --- orderly ------------------------------------------------------------------------------------
+def test_send_orderly_picks_the_hash_queue_of_the_publish_list(make_producer, fakes):
+    producer, _ = make_producer(scripted(fakes))
+    publish = [MessageQueue("T", b, i) for b in ("broker-a", "broker-b") for i in range(2)]
+    for key in ("hello", "order-17", 42):
+        result = producer.send_orderly(Message("T", b"x"), key)
+        assert result.message_queue == select_by_hash(publish, key)
+
+
+def test_send_orderly_makes_one_attempt_only(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, common_pb2.SYSTEM_ERROR))
+    with pytest.raises(errors.SystemError_):
+        producer.send_orderly(Message("T", b"x"), "k")
+    assert len(sent(inst)) == 1
+
+
+# --- batch --------------------------------------------------------------------------------------
+def test_send_batch_is_one_request_with_ids_and_offsets_per_message(make_producer, fakes):
+    producer, inst = make_producer(lambda addr, m, req: fakes.send_ok(req, first_offset=10))
+    msgs = [Message("T", f"m{i}".encode()) for i in range(3)]
+    result = producer.send_batch(msgs)
+    ((_, req),) = sent(inst)
+    uids = tuple(m.properties[c.PROPERTY_UNIQ_KEY] for m in msgs)
+    assert [m.body for m in req.messages] == [b"m0", b"m1", b"m2"]
+    assert result.msg_ids == uids and result.msg_id == ",".join(uids)
+    assert result.queue_offsets == (10, 11, 12) and result.queue_offset == 10
+    assert len(set(uids)) == 3
+
+
+@pytest.mark.parametrize(("msgs", "match"), [
+    ([], "empty"),
+    ([Message("T", b"a"), Message("U", b"b")], "one topic"),
+    ([Message("%RETRY%g", b"a")], "retry"),
+    ([Message("T", b"a", properties={"DELAY": "3"})], "delayed"),
+    ([Message("T", b"a"), Message("T", b"")], "empty"),
+    ([Message("T", b"x" * 600), Message("T", b"x" * 600)], "split the batch"),
+    (Message("T", b"a"), "list"),
+])
+def test_send_batch_validation_sends_nothing(make_producer, fakes, msgs, match):
+    producer, inst = make_producer(scripted(fakes), body_bytes_max=1000)
+    with pytest.raises(errors.InvalidMessageError, match=match):
+        producer.send_batch(msgs)
+    assert inst.calls == []
+
+
+# --- validation -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("msg", "match"), [
+    (Message("T", b""), "empty"),
+    (Message("", b"x"), "empty"),
+    (Message("bad topic!", b"x"), "characters"),
+    (Message("x" * 128, b"x"), "longer"),
+    (Message(c.AUTO_CREATE_TOPIC_KEY, b"x"), "reserved"),
+    (Message("T", "text"), "bytes"),  # type: ignore[arg-type]
+    (Message("T", b"x" * 1001), "limit"),
+    ("not a message", "Message"),
+])
+def test_invalid_messages_raise_and_send_nothing(make_producer, fakes, msg, match):
+    producer, inst = make_producer(scripted(fakes), body_bytes_max=1000)
+    for send in (producer.send, producer.send_async, lambda m: producer.send_orderly(m, "k")):
+        with pytest.raises(errors.InvalidMessageError, match=match):
+            send(msg)
+    assert inst.calls == []
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"retry_times": -1}, "retry_times"),
+    ({"send_timeout_ms": 0}, "send_timeout_ms"),
+    ({"async_window": 0}, "async_window"),
+    ({"group": ""}, "empty"),
+    ({"group": "bad group"}, "characters"),
+    ({"namesrv_addr": "nohost"}, "host:port"),
+    ({"namesrv_addr": ""}, "names no address"),
+])
+def test_constructor_rejects_bad_arguments(kwargs, match):
+    args = {"namesrv_addr": "127.0.0.1:9876", **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match):
+        Producer(**args)
+
+
+def test_send_before_start_and_after_shutdown_is_refused(make_producer, fakes):
+    producer, _ = make_producer(scripted(fakes), start=False, id_generator=None)
+    with pytest.raises(ClientStateError, match="start"):
+        producer.send(Message("T", b"x"))
+    producer.start()
+    producer.send(Message("T", b"x"))
+    producer.shutdown()
+    with pytest.raises(ClientStateError):
+        producer.send(Message("T", b"x"))
+
+
+def test_context_manager_starts_and_shuts_down(fakes, wired_instance_factory, no_network):
+    producer = Producer("127.0.0.1:9876")
+    producer._instance = inst = wired_instance_factory({"T": fakes.two_broker_route()}, scripted(fakes))
+    with producer as p:
+        assert p.send(Message("T", b"x")).status is SendStatus.SEND_OK
+    assert not inst.running
+    assert not any(t.name.startswith("mqlab-") and t.is_alive() for t in threading.enumerate())
+
+
+# --- async --------------------------------------------------------------------------------------
+def test_send_async_returns_futures_of_results(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes))
+    futures = [producer.send_async(Message("T", f"m{i}".encode())) for i in range(20)]
+    assert all(f.result(5).status is SendStatus.SEND_OK for f in futures)
+    assert len(sent(inst)) == 20
+
+
+def test_send_async_retries_transport_failures_but_not_broker_refusals(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, errors.TransportError("down"), common_pb2.SUCCESS,
+                                            common_pb2.SYSTEM_ERROR))
+    assert producer.send_async(Message("T", b"x")).result(5).status is SendStatus.SEND_OK
+    with pytest.raises(errors.SystemError_):
+        producer.send_async(Message("T", b"y")).result(5)
+    assert len(sent(inst)) == 3
+
+
+def test_send_async_blocks_the_caller_when_the_window_is_full(make_producer, fakes):
+    gate = threading.Event()
+
+    def gated(addr, method, request):
+        gate.wait(5)  # holds the client loop: the first send stays in flight
+        return fakes.send_ok(request)
+
+    producer, _ = make_producer(gated, async_window=1)
+    first = producer.send_async(Message("T", b"1"))
+    second: list = []
+    caller = threading.Thread(target=lambda: second.append(producer.send_async(Message("T", b"2"))))
+    caller.start()
+    time.sleep(0.2)
+    assert caller.is_alive() and not second  # blocked on the window
+    gate.set()
+    caller.join(5)
+    assert first.result(5).status is SendStatus.SEND_OK
+    assert second[0].result(5).status is SendStatus.SEND_OK
+
+
+# --- response mapping (pure) ----------------------------------------------------------------------
+def test_send_result_refuses_entry_count_mismatch():
+    resp = broker_pb2.SendMessageResponse(code=common_pb2.SUCCESS, queue_id=1, entries=[])
+    with pytest.raises(errors.InvariantViolation):
+        send_result_from_response(resp, "T", "broker-a", ["ID"])
+
+
+def test_send_result_error_code_raises_for_code():
+    resp = broker_pb2.SendMessageResponse(code=common_pb2.NO_PERMISSION, remark="read only")
+    with pytest.raises(errors.NoPermissionError, match="read only"):
+        send_result_from_response(resp, "T", "broker-a", ["ID"])
+
+
+def test_validate_batch_returns_the_topic():
+    assert validate_batch([Message("T", b"a"), Message("T", b"b")]) == "T"
+
+
+def test_selector_seed_is_random_by_default():
+    starts = {Producer("127.0.0.1:9876")._selector._index for _ in range(5)}
+    assert len(starts) > 1
+    random.seed()  # keep other tests unaffected by any seeding here

@@ -1,0 +1,158 @@
+"""PullStream: request ids, out-of-order answers, timeouts, breaks and re-opening, over a fake call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import grpc.aio
+import pytest
+
+from nodes.client.pull_stream import PullStream
+from nodes.common.errors import RequestTimeoutError, TransportError
+from proto import broker_pb2, common_pb2
+
+
+class FakeRpcError(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "connection reset"
+
+
+class FakeCall:
+    """A bidi call: drains the request feed, answers whatever the test puts in `answers`."""
+
+    def __init__(self, feed):
+        self.requests: list[broker_pb2.PullRequest] = []
+        self.answers: asyncio.Queue = asyncio.Queue()
+        self.cancelled = False
+        self.arrived = asyncio.Event()
+        self._pump = asyncio.create_task(self._drain(feed))
+
+    async def _drain(self, feed):
+        async for request in feed:
+            self.requests.append(request)
+            self.arrived.set()
+
+    async def read(self):
+        item = await self.answers.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self):
+        self.cancelled = True
+        self._pump.cancel()
+
+    def answer(self, request, **kw):
+        self.answers.put_nowait(broker_pb2.PullResponse(request_id=request.request_id, code=common_pb2.SUCCESS, **kw))
+
+
+class Opener:
+    def __init__(self):
+        self.calls: list[FakeCall] = []
+
+    def __call__(self):
+        def start(feed):
+            call = FakeCall(feed)
+            self.calls.append(call)
+            return call
+
+        return start
+
+
+async def wait_requests(call, n):
+    while len(call.requests) < n:
+        call.arrived.clear()
+        await call.arrived.wait()
+
+
+def pull_fields(queue_id=0):
+    return {"consumer_group": "g", "topic": "T", "queue_id": queue_id, "queue_offset": 0, "max_msg_nums": 32}
+
+
+def test_answers_are_matched_by_request_id_out_of_order():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        first = asyncio.create_task(stream.pull(pull_fields(0), 1000))
+        second = asyncio.create_task(stream.pull(pull_fields(1), 1000))
+        call = await asyncio.wait_for(_first_call(opener), 1)
+        await wait_requests(call, 2)
+        r0, r1 = call.requests
+        assert (r0.queue_id, r1.queue_id) == (0, 1) and r0.request_id != r1.request_id
+        call.answer(r1, next_begin_offset=11)
+        call.answer(r0, next_begin_offset=10)
+        assert (await first).next_begin_offset == 10
+        assert (await second).next_begin_offset == 11
+        assert stream.pending_count == 0 and len(opener.calls) == 1
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+async def _first_call(opener):
+    while not opener.calls:
+        await asyncio.sleep(0)
+    return opener.calls[0]
+
+
+def test_timeout_raises_and_a_late_answer_is_dropped():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        with pytest.raises(RequestTimeoutError, match="no answer within 20 ms"):
+            await stream.pull(pull_fields(), 20)
+        call = opener.calls[0]
+        call.answer(call.requests[0])  # too late: nobody waits for it
+        follow_up = asyncio.create_task(stream.pull(pull_fields(), 1000))
+        await wait_requests(call, 2)
+        call.answer(call.requests[1], next_begin_offset=5)
+        assert (await follow_up).next_begin_offset == 5
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("ending", [FakeRpcError(), grpc.aio.EOF])
+def test_a_broken_stream_fails_pending_pulls_and_reopens_on_the_next_pull(ending):
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        pending = [asyncio.create_task(stream.pull(pull_fields(i), 1000)) for i in range(3)]
+        call = await _first_call(opener)
+        await wait_requests(call, 3)
+        call.answers.put_nowait(ending)
+        for task in pending:
+            with pytest.raises(TransportError):
+                await task
+        assert call.cancelled and stream.pending_count == 0
+        retry = asyncio.create_task(stream.pull(pull_fields(), 1000))
+        while len(opener.calls) < 2:
+            await asyncio.sleep(0)
+        second = opener.calls[1]
+        await wait_requests(second, 1)
+        second.answer(second.requests[0], next_begin_offset=1)
+        assert (await retry).next_begin_offset == 1
+        assert stream.opened_count == 2
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_close_fails_pending_pulls_and_cancels_the_call():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        pending = asyncio.create_task(stream.pull(pull_fields(), 1000))
+        call = await _first_call(opener)
+        await wait_requests(call, 1)
+        await stream.close()
+        with pytest.raises(TransportError, match="closed"):
+            await pending
+        assert call.cancelled
+        await stream.close()  # idempotent
+
+    asyncio.run(scenario())
