@@ -8,6 +8,7 @@ Does not own queue offset assignment or durability (the store does).
 from __future__ import annotations
 
 import logging
+import socket
 
 from nodes.broker.topics import TopicConfigManager
 from nodes.common import constants as c
@@ -38,10 +39,10 @@ class SendProcessor:
         self._store = store
         self._topics = topics
         self._clock = clock
-        self._store_host = (config.listen_host, config.port)
+        self._store_host = (_ipv4_of(config.listen_host), config.port)
 
     def bind_port(self, port: int) -> None:
-        self._store_host = (self._config.listen_host, port)
+        self._store_host = (_ipv4_of(self._config.listen_host), port)
 
     def process(self, req: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         if not self._config.is_master:
@@ -92,6 +93,14 @@ class SendProcessor:
             code=code, queue_id=req.queue_id,
             entries=[broker_pb2.SendEntry(offset_msg_id=a.offset_msg_id, queue_offset=a.queue_offset,
                                           phys_offset=a.phys_offset) for a in result.appended])
+
+
+def _ipv4_of(host: str) -> str:
+    """The record stores the broker's IPv4 address (offset msg ids are built from it)."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return "127.0.0.1"
 
 
 def _reply(code: int, remark: str) -> broker_pb2.SendMessageResponse:

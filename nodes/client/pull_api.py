@@ -86,7 +86,7 @@ def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_of
     append = out.append
     unpack_from = _HEADER.unpack_from
     decode_properties = record.decode_properties
-    tag_key, uniq_key = c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY
+    tag_key, uniq_key, record_crc_key = c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC
     min_key, max_key = c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET
     min_s, max_s = str(min_offset), str(max_offset)
     magic_ok = c.RECORD_MAGIC
@@ -105,6 +105,7 @@ def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_of
             raise CorruptRecordError(f"pull response: bad record at {pos} (magic {magic:#010x}, size {total_size})")
         topic_end = body_end + 1 + records[body_end]
         props = decode_properties(records[topic_end + 2:rec_end].decode())
+        props.pop(record_crc_key, None)  # the store's own checksum, not a user property
         if tags is not None and props.get(tag_key) not in tags:
             pos = rec_end
             continue

@@ -72,6 +72,9 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+# Beyond RocketMQ: a CRC over the whole record (RocketMQ's covers only the body), so damage to
+# the queue id or queue offset fields is caught before a record is indexed in the wrong place.
+PROPERTY_RECORD_CRC = "__RECORD_CRC32"
 KEY_SEPARATOR = " "
 
 # ---------------------------------------------------------------------------

@@ -171,6 +171,14 @@ def validate_message(msg: Message, body_bytes_max: int = c.MESSAGE_BODY_BYTES_MA
     if len(msg.body) > body_bytes_max:
         raise InvalidMessageError(
             f"message body is {len(msg.body)} bytes, over the {body_bytes_max}-byte limit; split it")
+    for name, value in msg.all_properties().items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessageError(f"property {name!r} must map a str to a str")
+        if name == c.PROPERTY_RECORD_CRC:
+            raise InvalidMessageError(f"property {name!r} is reserved for the store")
+        for text in (name, value):
+            if c.PROPERTY_NAME_SEPARATOR in text or c.PROPERTY_SEPARATOR in text:
+                raise InvalidMessageError(f"property {name!r} contains a reserved \\x01 or \\x02 character")
 
 
 @dataclass(frozen=True, slots=True)

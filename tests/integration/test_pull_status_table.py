@@ -108,3 +108,4 @@ def test_client_maps_codes_to_pull_statuses(cluster, producer):
         found = consumer.pull(mq, 0)
     assert [m.queue_offset for m in found.messages] == [0, 1]
     assert found.messages[0].properties["MAX_OFFSET"] == "2"
+    assert "__RECORD_CRC32" not in found.messages[0].properties  # the store's checksum stays inside

@@ -36,3 +36,9 @@ def test_empty_and_oversize_bodies_are_rejected():
 def test_tags_and_keys_become_properties():
     props = Message("T", b"x", tags="A", keys=["k1", "k2"], properties={"p": "v"}).all_properties()
     assert props == {"p": "v", "TAGS": "A", "KEYS": "k1 k2"}
+
+
+@pytest.mark.parametrize("properties", [{"a\x01": "v"}, {"a": "v\x02"}, {"__RECORD_CRC32": "0"}])
+def test_properties_with_separators_or_reserved_names_are_rejected(properties):
+    with pytest.raises(InvalidMessageError, match="property"):
+        validate_message(Message("T", b"x", properties=properties))

@@ -1,0 +1,198 @@
+"""The commitlog: every message of every queue, appended in arrival order to mapped segments.
+
+Owns: placing records (never across a segment end: a record that does not fit with 8 bytes to
+spare is preceded by the blank marker and goes to the next segment), reading records and raw
+bytes back, raw appends for replicas, and the per-position checks recovery and dispatch use.
+Does not own queue offsets (the message store assigns them), consume queues or recovery policy.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodes.common import constants as c
+from nodes.common.errors import StoreError
+from nodes.store.mapped_file import MappedFile, MappedFileQueue
+from nodes.store.record import (
+    PHYS_OFFSET_FIELD,
+    PHYS_OFFSET_POS,
+    MessageToStore,
+    Record,
+    RecordKind,
+    blank_marker,
+    check_at,
+    decode_record,
+    encode_record,
+    offset_msg_id,
+)
+
+_RECORD_MAGIC_BYTES = struct.pack(">I", c.RECORD_MAGIC)
+_BLANK_MAGIC_BYTES = struct.pack(">I", c.BLANK_MAGIC)
+_MAGIC_POS = 4  # the magic follows the 4-byte total size in records and blanks alike
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    phys_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp_ms: int
+    offset_msg_id: str
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.segment_bytes = segment_bytes
+        self._files = MappedFileQueue(directory, segment_bytes)
+
+    def load(self) -> None:
+        """Map the existing segments (all counted as full until recovery sets the end)."""
+        self._files.load()
+
+    @property
+    def segments(self) -> list[MappedFile]:
+        return self._files.files
+
+    @property
+    def min_phys_offset(self) -> int:
+        return self._files.min_offset
+
+    @property
+    def max_phys_offset(self) -> int:
+        """The end of the written bytes: where the next record (or raw append) goes."""
+        return self._files.max_offset
+
+    def segment_for(self, phys_offset: int) -> MappedFile | None:
+        return self._files.find(phys_offset)
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def append(self, msgs: Sequence[MessageToStore], *, first_queue_offset: int,
+               store_timestamp_ms: int) -> list[AppendResult]:
+        """Append `msgs` back to back in one segment, with queue offsets from `first_queue_offset`.
+
+        Raises:
+            ValueError: a message cannot be encoded, or the batch cannot fit in one segment.
+        """
+        encoded = [encode_record(msg, queue_offset=first_queue_offset + i, phys_offset=0,
+                                 store_timestamp_ms=store_timestamp_ms) for i, msg in enumerate(msgs)]
+        total_bytes = sum(len(record) for record in encoded)
+        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > self.segment_bytes:
+            raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
+        mapped = self._files.writable_file()
+        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
+            # The rest of this segment is already zero, so the marker alone closes it.
+            mapped.append(blank_marker(mapped.remaining_bytes))
+            mapped.mark_full()
+            mapped = self._files.writable_file()
+        blob = bytearray(b"".join(encoded))
+        phys_offset = mapped.wrote_offset
+        results = []
+        position = 0
+        for i, (msg, record) in enumerate(zip(msgs, encoded, strict=True)):
+            record_phys_offset = phys_offset + position
+            PHYS_OFFSET_FIELD.pack_into(blob, position + PHYS_OFFSET_POS, record_phys_offset)
+            host, port = msg.store_host
+            results.append(AppendResult(record_phys_offset, len(record), first_queue_offset + i,
+                                        store_timestamp_ms, offset_msg_id(host, port, record_phys_offset)))
+            position += len(record)
+        mapped.append(blob)
+        return results
+
+    def append_bytes(self, phys_offset: int, data: bytes) -> None:
+        """Append raw commitlog bytes copied from a master (a replica's write path).
+
+        Raises:
+            StoreError: `phys_offset` is not the current end (or, on an empty log, not a
+                segment start), or `data` crosses a segment end.
+        """
+        if not data:
+            return
+        if not self._files.files:
+            if phys_offset % self.segment_bytes:
+                raise StoreError(f"an empty commitlog must start at a segment boundary, not {phys_offset}")
+            mapped = self._files.create(phys_offset)
+        else:
+            if phys_offset != self.max_phys_offset:
+                raise StoreError(f"raw append at {phys_offset} but the commitlog ends at {self.max_phys_offset}")
+            mapped = self._files.writable_file()
+        if len(data) > mapped.remaining_bytes:
+            raise StoreError(f"raw append of {len(data)} bytes at {phys_offset} crosses a segment end")
+        mapped.append(data)
+
+    def truncate_after(self, phys_offset: int) -> int:
+        """Discard every byte from `phys_offset` on; returns the bytes of data discarded."""
+        return self._files.truncate_after(phys_offset)
+
+    def flush(self) -> None:
+        self._files.flush()
+
+    def close(self) -> None:
+        self._files.close()
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def read(self, phys_offset: int, size: int) -> bytes | None:
+        """The `size` bytes at `phys_offset`, or None if they are not all in a written segment."""
+        mapped = self._files.find(phys_offset)
+        if mapped is None or phys_offset + size > mapped.wrote_offset:
+            return None
+        return mapped.read(phys_offset - mapped.start_offset, size)
+
+    def read_bytes(self, phys_offset: int, max_bytes: int) -> bytes:
+        """Raw bytes from `phys_offset`, at most `max_bytes`, never past the end of its segment.
+
+        A blank marker comes back with the zeros after it, so a replica reproduces the
+        segment boundary exactly. Empty when nothing is written at `phys_offset` yet.
+        """
+        mapped = self._files.find(phys_offset)
+        if mapped is None:
+            return b""
+        end = min(mapped.wrote_offset, phys_offset + max_bytes)
+        if end <= phys_offset:
+            return b""
+        return mapped.read(phys_offset - mapped.start_offset, end - phys_offset)
+
+    def check_at(self, phys_offset: int) -> tuple[RecordKind, int]:
+        mapped = self._files.find(phys_offset)
+        if mapped is None:
+            return RecordKind.EMPTY, 0
+        return check_at(mapped.buffer, phys_offset - mapped.start_offset, base_phys_offset=mapped.start_offset)
+
+    def decode_at(self, phys_offset: int, *, check_crc: bool = True) -> Record:
+        """Decode the record at `phys_offset`. Raises CorruptRecordError, or StoreError if unmapped."""
+        mapped = self._files.find(phys_offset)
+        if mapped is None:
+            raise StoreError(f"no commitlog segment holds phys offset {phys_offset}")
+        return decode_record(mapped.buffer, phys_offset - mapped.start_offset, check_crc=check_crc)
+
+    def find_valid(self, phys_offset: int, limit_phys_offset: int) -> int | None:
+        """The first position in [phys_offset, limit) of phys_offset's segment holding a valid
+        record (ending by the limit) or a valid blank marker; None if there is none.
+
+        Only positions where a magic number occurs are examined, so a scan over garbage is a
+        byte search plus a full check per candidate.
+        """
+        mapped = self._files.find(phys_offset)
+        if mapped is None:
+            return None
+        base = mapped.start_offset
+        buf = mapped.buffer
+        end = min(limit_phys_offset, mapped.end_offset) - base
+        start = phys_offset - base
+        next_record = mapped.find(_RECORD_MAGIC_BYTES, start + _MAGIC_POS, end)
+        next_blank = mapped.find(_BLANK_MAGIC_BYTES, start + _MAGIC_POS, end)
+        while next_record >= 0 or next_blank >= 0:
+            if next_blank < 0 or 0 <= next_record < next_blank:
+                candidate = next_record - _MAGIC_POS
+                next_record = mapped.find(_RECORD_MAGIC_BYTES, next_record + 1, end)
+            else:
+                candidate = next_blank - _MAGIC_POS
+                next_blank = mapped.find(_BLANK_MAGIC_BYTES, next_blank + 1, end)
+            kind, size = check_at(buf, candidate, base_phys_offset=base)
+            if (kind is RecordKind.RECORD and candidate + size <= end) or kind is RecordKind.BLANK:
+                return base + candidate
+        return None

@@ -1,0 +1,133 @@
+"""Dispatch ("reput"): derive consume-queue units from the commitlog, in commitlog order.
+
+Owns: the walk over commitlog positions (`scan_step`, shared with recovery), putting each
+record's unit into its consume queue at the record's own QUEUEOFFSET, arrival
+notifications, and the record of damaged ranges it stepped over. Does not write the
+commitlog, and does not decide where a walk starts (the message store and recovery do).
+
+A walk never trusts a position blindly: each record is checked (magic, sizes, its own
+PHYSICALOFFSET field, body CRC) before it is indexed. Bytes that fail are skipped only when a
+valid record (or blank marker) follows them; otherwise the walk waits there, since on a
+replica the bytes may simply not have arrived yet, and in recovery that is the torn tail.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+
+from nodes.common import constants as c
+from nodes.store.commitlog import CommitLog
+from nodes.store.consume_queue import ConsumeQueue
+from nodes.store.record import RECORD_BYTES_MIN, RecordKind, peek_size_and_magic, tag_hash
+
+log = logging.getLogger(__name__)
+
+# (topic, queue_id, max_queue_offset, tag_hash, store_timestamp_ms)
+ArrivalListener = Callable[[str, int, int, int, int], None]
+
+
+class Step(enum.Enum):
+    RECORD = "RECORD"  # a valid record; value = its size
+    ROLL = "ROLL"  # a blank marker; value = the next segment's start
+    DAMAGED = "DAMAGED"  # bytes failing their checks; value = the next valid position
+    WAIT = "WAIT"  # nothing written here yet (or a record's tail is missing); value = 0
+    STUCK = "STUCK"  # bytes failing their checks with nothing valid after them; value = 0
+
+
+def scan_step(commitlog: CommitLog, phys_offset: int, end_phys_offset: int) -> tuple[Step, int]:
+    """What a walk finds at `phys_offset` when the bytes before `end_phys_offset` are readable."""
+    mapped = commitlog.segment_for(phys_offset)
+    if mapped is None:
+        return Step.WAIT, 0
+    limit = min(end_phys_offset, mapped.end_offset)
+    if limit - phys_offset < c.END_FILE_MIN_BLANK_BYTES:
+        return Step.WAIT, 0
+    position = phys_offset - mapped.start_offset
+    size, magic = peek_size_and_magic(mapped.buffer, position)
+    if magic == c.RECORD_MAGIC and size >= RECORD_BYTES_MIN and limit < phys_offset + size <= mapped.end_offset:
+        return Step.WAIT, 0  # a record whose tail is not readable yet
+    kind, size = commitlog.check_at(phys_offset)
+    if kind is RecordKind.RECORD:
+        return Step.RECORD, size
+    if kind is RecordKind.BLANK:
+        return Step.ROLL, mapped.end_offset
+    resume = commitlog.find_valid(phys_offset + 1, limit)
+    if resume is not None:
+        return Step.DAMAGED, resume
+    # Nothing valid in the rest of this segment. If the next segment holds valid records, the
+    # damage ran to this segment's end (e.g. a destroyed blank marker); skip to them.
+    following = commitlog.segment_for(mapped.end_offset)
+    if (following is not None and end_phys_offset > following.start_offset
+            and commitlog.find_valid(following.start_offset, end_phys_offset) is not None):
+        return Step.DAMAGED, mapped.end_offset
+    return (Step.WAIT if kind is RecordKind.EMPTY else Step.STUCK), 0
+
+
+class Dispatcher:
+    """Indexes commitlog records into consume queues from `reput_from_phys_offset` on."""
+
+    def __init__(self, commitlog: CommitLog, consume_queue_for: Callable[[str, int], ConsumeQueue | None],
+                 on_arrival: ArrivalListener | None = None) -> None:
+        """`consume_queue_for(topic, queue_id)` returns (creating if needed) the queue to index
+        into, or None for a record whose queue cannot exist here (it is then skipped)."""
+        self._commitlog = commitlog
+        self._consume_queue_for = consume_queue_for
+        self.on_arrival = on_arrival
+        self.reput_from_phys_offset = 0
+        self.damaged_ranges: list[tuple[int, int]] = []
+        self._damaged_end_by_start: dict[int, int] = {}
+        self.last_store_timestamp_ms = 0  # of the last record dispatched (for the checkpoint)
+        self._waiting_at: tuple[int, int] | None = None  # (position, end) of the last fruitless scan
+
+    def dispatch_until(self, end_phys_offset: int) -> int:
+        """Dispatch every record in [reput_from_phys_offset, end_phys_offset); returns how many
+        records were walked (already-indexed ones included). Stops early at bytes that are
+        not (yet) a valid record."""
+        walked = 0
+        while self.reput_from_phys_offset < end_phys_offset:
+            position = self.reput_from_phys_offset
+            if (position, end_phys_offset) == self._waiting_at:
+                break  # scanned this exact range already and found nothing to resume at
+            damaged_end = self._damaged_end_by_start.get(position)
+            if damaged_end is not None:  # known already (e.g. found by recovery's walk)
+                self.reput_from_phys_offset = damaged_end
+                continue
+            step, value = scan_step(self._commitlog, position, end_phys_offset)
+            if step is Step.RECORD:
+                self.reput_from_phys_offset = position + value
+                self._dispatch_record(position, value)
+                walked += 1
+            elif step is Step.ROLL:
+                self.reput_from_phys_offset = value
+            elif step is Step.DAMAGED:
+                self.note_damaged(position, value)
+                self.reput_from_phys_offset = value
+            else:
+                if step is Step.STUCK:
+                    log.warning("dispatch waits at phys offset %d: the bytes there do not check and no "
+                                "valid record follows before %d", position, end_phys_offset)
+                self._waiting_at = (position, end_phys_offset)
+                break
+        return walked
+
+    def note_damaged(self, start_phys_offset: int, end_phys_offset: int) -> None:
+        """Remember [start, end) as damaged: walks step over it without judging it again."""
+        if start_phys_offset not in self._damaged_end_by_start:
+            self._damaged_end_by_start[start_phys_offset] = end_phys_offset
+            self.damaged_ranges.append((start_phys_offset, end_phys_offset))
+            log.error("commitlog bytes [%d, %d) are damaged; skipping to the next valid record",
+                      start_phys_offset, end_phys_offset)
+
+    def _dispatch_record(self, phys_offset: int, size: int) -> None:
+        # The reput position moved first, so a listener that raises leaves the walk consistent.
+        record = self._commitlog.decode_at(phys_offset, check_crc=False)
+        self.last_store_timestamp_ms = record.store_timestamp_ms
+        queue = self._consume_queue_for(record.topic, record.queue_id)
+        if queue is None:
+            return
+        record_tag_hash = tag_hash(record.tags)
+        if queue.put(record.queue_offset, phys_offset, size, record_tag_hash) and self.on_arrival is not None:
+            self.on_arrival(record.topic, record.queue_id, record.queue_offset + 1, record_tag_hash,
+                            record.store_timestamp_ms)
