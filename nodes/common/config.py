@@ -96,8 +96,6 @@ class StoreConfig:
     # settable in bytes so tests can make it small.
     memory_budget_bytes: int = field(
         default_factory=lambda: _physical_memory_bytes() * c.MEMORY_RATIO_PERCENT // 100)
-    flush_commitlog_ms: int = c.FLUSH_COMMITLOG_MS
-    flush_consume_queue_ms: int = c.FLUSH_CONSUME_QUEUE_MS
 
     def validate(self) -> None:
         if self.commitlog_segment_bytes < 64 * 1024:

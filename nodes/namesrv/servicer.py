@@ -70,9 +70,11 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
             brokers=[namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name,
                                             broker_addrs=b.broker_addrs)
                      for b in sorted(self._table.brokers.values(), key=lambda b: b.broker_name)],
-            live=[namesrv_pb2.BrokerLiveInfo(broker_addr=addr, last_update_timestamp_ms=live.last_update_ms,
-                                             node_id=live.node_id)
-                  for addr, live in sorted(self._table.live.items())],
+            # liveness is judged on the monotonic clock; report it as wall time for humans
+            live=[namesrv_pb2.BrokerLiveInfo(
+                broker_addr=addr, node_id=live.node_id,
+                last_update_timestamp_ms=self._clock.wall_ms() - (self._clock.monotonic_ms() - live.last_update_ms))
+                for addr, live in sorted(self._table.live.items())],
             topics=self._table.topics())
 
 

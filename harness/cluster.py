@@ -1,0 +1,402 @@
+"""A local multi-process cluster: start order, fixed ports, run dirs, cluster.json, teardown.
+
+Owns the set of `NodeProcess`es of one cluster and the run dir they share; does not know
+what a node does inside (it reads state only through Admin and the name server's gRPC API).
+
+    with LocalCluster(time_scale=0.05) as cluster:       # namesrv-0, broker-a-0 (DESIGN §8)
+        producer = Producer(cluster.namesrv_addr)
+        cluster.kill("broker-a-0"); cluster.restart("broker-a-0")   # same address after restart
+        assert not cluster.unexpected_exits
+
+Run dir layout: `<run_dir>/cluster.json` and one dir per node (`config.json`, `node.log`,
+`stderr.log`, `stdout.log`, `store/`). With no `run_dir`, a fresh `./runs/<utc>-<pid>/` is
+made and `./runs/latest` points at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from harness.errors import HarnessError
+from harness.ports import PortAllocator
+from harness.process import LIVE_STATES, NodeProcess, NodeState, UnexpectedExit
+from harness.spec import ClusterSpec, NodeSpec
+from harness.waiting import wait_until
+from nodes.common.config import Timing
+from nodes.common.rpc import make_sync_channel
+from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+CLUSTER_JSON = "cluster.json"
+RUNS_DIR = Path("runs")
+LATEST_LINK = "latest"
+NAMESRV_RPC_TIMEOUT_MS = 2_000
+
+# (node spec, path of its config.json) -> argv; the default runs `python -m nodes <role> ...`.
+CommandFactory = Callable[[NodeSpec, Path], Sequence[str]]
+
+
+def routable_budget_ms(timing: Timing) -> int:
+    """How long a started broker may take to show up at the name server.
+
+    It registers at once; a lost first attempt is retried after one register interval.
+    """
+    return 2 * timing.register_interval_ms + timing.register_timeout_ms
+
+
+class LocalCluster:
+    """Name servers and brokers as real processes on 127.0.0.1.
+
+    Args:
+        spec: the topology and settings; `ClusterSpec.default()` when None.
+        time_scale: overrides the spec's time scale when given.
+        run_dir: where configs, logs and stores go; a fresh `./runs/<utc>-<pid>/` when None.
+        detach: start nodes so they can outlive this process (see `detach()`).
+        start: start the nodes now (default); otherwise call `start()`.
+        command: builds a node's argv instead of `python -m nodes` (test stand-ins).
+    """
+
+    def __init__(self, spec: ClusterSpec | None = None, *, time_scale: float | None = None,
+                 run_dir: str | Path | None = None, detach: bool = False, start: bool = True,
+                 command: CommandFactory | None = None) -> None:
+        spec = spec if spec is not None else ClusterSpec.default()
+        if time_scale is not None:
+            spec = spec.with_time_scale(time_scale)
+        self.spec = spec
+        self.timing = spec.scaled_timing()
+        self.run_dir = make_run_dir(run_dir)
+        self._lock = threading.RLock()
+        self._unexpected: list[UnexpectedExit] = []
+        self._closed = False
+        self._detached = False
+        self._namesrv_channel: grpc.Channel | None = None
+        self._ports = PortAllocator()
+        try:
+            ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
+            configs = spec.render_all(ports=ports, run_dir=self.run_dir)
+            self._nodes: dict[str, NodeProcess] = {}
+            for n in spec.start_order():
+                node_dir = self.run_dir / n.id
+                argv = list(command(n, node_dir / "config.json")) if command is not None else None
+                self._nodes[n.id] = NodeProcess(
+                    n.id, n.role, node_dir, config=configs[n.id], argv=argv, detached=detach,
+                    on_unexpected_exit=self._record_exit)
+            self.write_cluster_json()
+        except BaseException:
+            self._ports.release()
+            raise
+        if start:
+            self.start()
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def start(self, *, wait_routable: bool = True) -> LocalCluster:
+        """Start every node: name servers, then masters, then slaves, a tier at a time.
+
+        With `wait_routable`, each broker tier must show up at the name server before the
+        next starts (slaves find their master there). On any failure, including Ctrl-C,
+        everything started so far is killed before the error propagates.
+        """
+        try:
+            for tier in self.spec.tiers():
+                procs = [self._nodes[n.id] for n in tier]
+                for proc in procs:
+                    proc.spawn()
+                for proc in procs:
+                    proc.wait_ready()
+                self.write_cluster_json()
+                if wait_routable and tier[0].role == "broker":
+                    self.wait_until_routable()
+        except BaseException:
+            self.close(graceful=False)
+            raise
+        return self
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop every node (brokers first), kill stragglers, and check no pid survives.
+
+        Idempotent. Raises HarnessError if a process survives SIGKILL.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        errors: list[str] = []
+        try:
+            if graceful:
+                for tier in reversed(self.spec.tiers()):
+                    self._stop_parallel([self._nodes[n.id] for n in tier])
+        finally:
+            for proc in self._nodes.values():
+                try:
+                    proc.close()
+                except HarnessError as exc:
+                    errors.append(str(exc))
+            self._close_namesrv_channel()
+            self._ports.release()
+            with contextlib.suppress(OSError):
+                self.write_cluster_json()
+        if errors:
+            raise HarnessError("; ".join(errors))
+
+    def detach(self) -> None:
+        """Leave the nodes running and stop supervising them (`mqlab up --detach`).
+
+        Stop them later with `mqlab down --run-dir <run_dir>`.
+        """
+        with self._lock:
+            self._detached = True
+            self._closed = True
+        self.write_cluster_json()
+        for proc in self._nodes.values():
+            proc.release()
+        self._close_namesrv_channel()
+        self._ports.release()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- nodes ----------------------------------------------------------------------
+
+    @property
+    def namesrv_addr(self) -> str:
+        """The first name server's address (what clients are given)."""
+        return self.namesrv_addrs[0]
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [self._nodes[n.id].addr for n in self.spec.namesrv_nodes()]
+
+    def node(self, node_id: str) -> NodeProcess:
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise HarnessError(f"no node {node_id!r} in this cluster; nodes are {', '.join(self._nodes)}") from None
+
+    def nodes(self, role: str | None = None) -> list[NodeProcess]:
+        """Every node in start order, or only those of `role`."""
+        return [p for p in self._nodes.values() if role is None or p.role == role]
+
+    def kill(self, node_id: str) -> int:
+        """SIGKILL a node (the chaos crash). Returns its exit code."""
+        try:
+            return self.node(node_id).kill()
+        finally:
+            self.write_cluster_json()
+
+    def stop(self, node_id: str, grace_ms: int | None = None) -> int:
+        """SIGTERM a node, SIGKILL it after the grace period. Returns its exit code."""
+        try:
+            return self.node(node_id).stop(grace_ms)
+        finally:
+            self.write_cluster_json()
+
+    def restart(self, node_id: str, *, kill: bool = False) -> NodeProcess:
+        """Stop (or kill) a node if it runs, and start it again on the same port."""
+        try:
+            return self.node(node_id).restart(kill=kill)
+        finally:
+            self.write_cluster_json()
+
+    def pause(self, node_id: str) -> None:
+        self.node(node_id).pause()
+
+    def resume(self, node_id: str) -> None:
+        self.node(node_id).resume()
+
+    @property
+    def unexpected_exits(self) -> list[UnexpectedExit]:
+        """Every exit nobody asked for, in order (a copy)."""
+        with self._lock:
+            return list(self._unexpected)
+
+    def assert_no_unexpected_exits(self) -> None:
+        exits = self.unexpected_exits
+        if exits:
+            details = "\n\n".join(f"{e}\n{e.log_tail}" for e in exits)
+            raise AssertionError(f"{len(exits)} node(s) exited unexpectedly:\n{details}")
+
+    # ---- observation ----------------------------------------------------------------
+
+    def wait_until_routable(self, topic: str | None = None, budget_ms: int | None = None) -> None:
+        """Wait until every running broker is registered (since its last start) with the first
+        name server, and, given a topic, until its route lists a queue on every broker group.
+
+        Raises:
+            WaitTimeout: the budget (default: `routable_budget_ms(timing)`) ran out; the message
+                lists what was still missing.
+        """
+        budget = budget_ms if budget_ms is not None else routable_budget_ms(self.timing)
+        what = f"brokers to register with {self.namesrv_addr}" + (f" and route topic {topic}" if topic else "")
+        wait_until(lambda: self._routing_gaps(topic), budget, what, done=lambda gaps: not gaps,
+                   interval_ms=max(20, min(200, self.timing.register_interval_ms // 10)),
+                   ignore=(grpc.RpcError,))
+
+    def describe(self, timeout_ms: int = 2_000) -> list[dict[str, Any]]:
+        """One dict per node: id, role, addr, pid, run_dir, process (harness view), alive,
+        and from Admin.Describe state, status_line, details; `error` if it did not answer."""
+        rows = []
+        for proc in self._nodes.values():
+            row: dict[str, Any] = {
+                "id": proc.node_id, "role": proc.role, "addr": proc.addr,
+                "pid": proc.pid if proc.alive else None, "run_dir": str(proc.run_dir),
+                "process": proc.state.value, "alive": proc.alive,
+                "state": "DOWN", "status_line": "", "details": {}, "error": None,
+            }
+            if proc.state in (NodeState.RUNNING, NodeState.STARTING):
+                try:
+                    info = proc.describe(timeout_ms)
+                    row.update(state=info["state"], status_line=info["status_line"], details=info["details"])
+                except HarnessError as exc:
+                    row.update(state="UNREACHABLE", error=str(exc))
+            elif proc.state is NodeState.PAUSED:
+                row["state"] = "PAUSED"
+            rows.append(row)
+        return rows
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The contents of cluster.json (DESIGN §8)."""
+        return cluster_json(self.namesrv_addr, self._nodes.values())
+
+    def write_cluster_json(self) -> Path:
+        path = self.run_dir / CLUSTER_JSON
+        with self._lock:
+            write_json_atomic(path, self.cluster_info())
+        return path
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _record_exit(self, record: UnexpectedExit) -> None:
+        with self._lock:
+            self._unexpected.append(record)
+        with contextlib.suppress(OSError):
+            self.write_cluster_json()
+
+    def _stop_parallel(self, procs: list[NodeProcess]) -> None:
+        def stop(proc: NodeProcess) -> None:
+            with contextlib.suppress(HarnessError):
+                if proc.state in (NodeState.RUNNING, NodeState.PAUSED, NodeState.STARTING):
+                    proc.stop()
+
+        threads = [threading.Thread(target=stop, args=(p,), name=f"stop-{p.node_id}") for p in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _namesrv_stub(self) -> namesrv_pb2_grpc.NameServerStub:
+        with self._lock:
+            if self._namesrv_channel is None:
+                self._namesrv_channel = make_sync_channel(self.namesrv_addr)
+            return namesrv_pb2_grpc.NameServerStub(self._namesrv_channel)
+
+    def _close_namesrv_channel(self) -> None:
+        with self._lock:
+            channel, self._namesrv_channel = self._namesrv_channel, None
+        if channel is not None:
+            channel.close()
+
+    def _routing_gaps(self, topic: str | None) -> list[str]:
+        """What keeps the cluster from being routable right now ([] when nothing)."""
+        stub = self._namesrv_stub()
+        timeout = NAMESRV_RPC_TIMEOUT_MS / 1000
+        info = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=timeout)
+        registered = {(b.broker_name, bid): addr for b in info.brokers for bid, addr in b.broker_addrs.items()}
+        seen_ms = {live.broker_addr: live.last_update_timestamp_ms for live in info.live}
+        gaps = []
+        running = [n for n in self.spec.broker_nodes() if self._nodes[n.id].state is NodeState.RUNNING]
+        for n in running:
+            proc = self._nodes[n.id]
+            if registered.get((n.broker_name, n.broker_id)) != proc.addr:
+                gaps.append(f"{n.id} not registered")
+            elif 0 < seen_ms.get(proc.addr, 0) < proc.started_wall_ms:
+                gaps.append(f"{n.id} not re-registered since its restart")
+        if topic is not None and not gaps:
+            resp = stub.GetRouteInfo(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=timeout)
+            if resp.code != common_pb2.SUCCESS:
+                gaps.append(f"topic {topic}: {common_pb2.Code.Name(resp.code)}")
+            else:
+                with_queues = {q.broker_name for q in resp.route.queue_datas if q.write_queue_nums > 0}
+                for n in running:
+                    if n.is_master and n.broker_name not in with_queues:
+                        gaps.append(f"topic {topic} has no writable queue on {n.broker_name}")
+        return gaps
+
+
+def cluster_json(namesrv_addr: str, procs: Any) -> dict[str, Any]:
+    """`{"namesrv": addr, "nodes": [{"id","role","addr","pid","run_dir"}...]}`; pid is null
+    for a node that is not running."""
+    return {
+        "namesrv": namesrv_addr,
+        "nodes": [{"id": p.node_id, "role": p.role, "addr": p.addr,
+                   "pid": p.pid if p.state in LIVE_STATES and p.alive else None,
+                   "run_dir": str(p.run_dir)} for p in procs],
+    }
+
+
+def read_cluster_json(run_dir: str | Path) -> dict[str, Any]:
+    """Load and check `<run_dir>/cluster.json`.
+
+    Raises:
+        HarnessError: missing or malformed, with what to do next.
+    """
+    path = Path(run_dir) / CLUSTER_JSON
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HarnessError(f"no {CLUSTER_JSON} in {run_dir}: start a cluster with "
+                           f"`mqlab up --detach` or pass --run-dir") from None
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{path} is unreadable ({exc}); remove it or point --run-dir elsewhere") from exc
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list) or not isinstance(data.get("namesrv"), str) or not all(
+            isinstance(n, dict) and {"id", "role", "addr", "pid", "run_dir"} <= set(n) for n in nodes):
+        raise HarnessError(f"{path} is not a cluster.json (needs namesrv and nodes[id, role, addr, pid, run_dir])")
+    return data
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def make_run_dir(run_dir: str | Path | None, runs: Path = RUNS_DIR) -> Path:
+    """Create the run dir; with None, a fresh `runs/<utc>-<pid>` plus the `runs/latest` link."""
+    if run_dir is not None:
+        path = Path(run_dir).absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for attempt in range(1, 1000):
+        name = f"{stamp}-{os.getpid()}" + (f"-{attempt}" if attempt > 1 else "")
+        path = runs / name
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise HarnessError(f"cannot make a fresh run dir under {runs}; clean it up")
+    link_tmp = runs / f".{LATEST_LINK}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        link_tmp.unlink()
+    link_tmp.symlink_to(name)
+    os.replace(link_tmp, runs / LATEST_LINK)
+    return path.absolute()
+

@@ -1,0 +1,577 @@
+"""One node process: spawn, READY, stop / kill / pause / resume / restart, exit watching.
+
+Owns a single OS process (and its process group) and its run dir's log files; does not
+know the topology (`harness.cluster`) or render configs (`harness.spec`).
+
+Process contract (DESIGN §7, nodes/__main__.py):
+  * started as `python -m nodes <role> --config <run_dir>/config.json` in its own session,
+    so `killpg` reaches anything it spawns and a terminal's Ctrl-C never does;
+  * prints exactly one `READY {json}` line on stdout when serving; logs go to node.log
+    (written by the node), stderr to stderr.log, any stray stdout to stdout.log;
+  * exit codes: 0 clean (SIGTERM), 70 broken invariant, 78 bad config.
+
+Supervision without auto-restart: an exit-watcher thread per process records every exit
+nobody asked for as an `UnexpectedExit` (handed to `on_unexpected_exit`); nothing is hidden.
+
+State machine (every public method asserts the state it needs):
+
+    NEW/STOPPED/EXITED/FAILED --spawn--> STARTING --READY--> RUNNING <--pause/resume--> PAUSED
+    STARTING --no READY / exit--> FAILED
+    RUNNING|PAUSED --stop()/kill()--> STOPPING --> STOPPED
+    RUNNING|PAUSED --exits by itself--> EXITED (recorded)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import enum
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+import psutil
+
+import nodes
+from harness.admin import DESCRIBE_TIMEOUT_MS, describe_response_to_dict
+from harness.errors import HarnessError, NodeStartError
+from harness.pids import LOG_TAIL_LINES, describe_exit_code, session_pids, tail_lines, wait_gone
+from harness.ports import LOCALHOST
+from nodes.common import constants as c
+from nodes.common.config import save_node_config
+from nodes.common.rpc import make_sync_channel
+from proto import admin_pb2, admin_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(nodes.__file__).resolve().parent.parent
+READY_PREFIX = "READY "
+POLL_INTERVAL_S = 0.02  # READY / exit polling while starting
+KILL_REAP_BUDGET_MS = 5_000  # after SIGKILL the kernel needs a moment, never this long
+PAUSE_CONFIRM_BUDGET_MS = 2_000  # wait until the kernel reports the group stopped
+
+
+class NodeState(enum.Enum):
+    NEW = "NEW"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    EXITED = "EXITED"  # died without being asked to: see `unexpected_exits`
+    FAILED = "FAILED"  # never became ready
+
+
+_STOPPABLE = (NodeState.STARTING, NodeState.RUNNING, NodeState.PAUSED)
+LIVE_STATES = (*_STOPPABLE, NodeState.STOPPING)  # the harness believes a process exists
+_STARTABLE = (NodeState.NEW, NodeState.STOPPED, NodeState.EXITED, NodeState.FAILED)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The node's READY line: `READY {"node_id", "role", "addr", "port", "pid"}`."""
+
+    node_id: str
+    port: int
+    pid: int
+    role: str = ""
+    addr: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, line: str) -> Ready:
+        if not line.startswith(READY_PREFIX):
+            raise ValueError(f"not a READY line: {line[:80]!r}")
+        data = json.loads(line[len(READY_PREFIX):])
+        if not isinstance(data, dict) or not {"node_id", "port", "pid"} <= set(data):
+            raise ValueError(f"READY line lacks node_id/port/pid: {line[:200]!r}")
+        known = {"node_id", "port", "pid", "role", "addr"}
+        return cls(node_id=str(data["node_id"]), port=int(data["port"]), pid=int(data["pid"]),
+                   role=str(data.get("role", "")), addr=str(data.get("addr", "")),
+                   extra={k: v for k, v in data.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class UnexpectedExit:
+    """A node that exited while it was supposed to be running."""
+
+    node_id: str
+    pid: int
+    exit_code: int
+    at_wall_ms: int
+    log_tail: str
+
+    @property
+    def exit_description(self) -> str:
+        return describe_exit_code(self.exit_code)
+
+    def __str__(self) -> str:
+        at = time.strftime("%H:%M:%S", time.localtime(self.at_wall_ms / 1000))
+        return f"{self.node_id} (pid {self.pid}) {self.exit_description} at {at}"
+
+
+# Every attached NodeProcess that may still have a live process group. The atexit hook
+# SIGKILLs them, so an interpreter that dies on an exception leaves no node behind.
+_LIVE: set[NodeProcess] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_live_at_exit() -> None:
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        proc._signal_group(signal.SIGKILL)
+
+
+atexit.register(_kill_live_at_exit)
+
+
+class NodeProcess:
+    """A node process with a fixed address across restarts.
+
+    Args:
+        node_id: the node's id (also the name of its run dir under the cluster's).
+        role: `namesrv` or `broker`; the argument to `python -m nodes`.
+        run_dir: the node's run dir (config.json, node.log, stderr.log, store/).
+        config: the node's config dataclass; written to run_dir/config.json at every start.
+        port: the node's port when no `config` gives it.
+        argv: the command to run instead of `python -m nodes ...` (tests use stand-ins).
+        detached: stdout goes to a file instead of a pipe, so the node survives the
+            harness process exiting (`mqlab up --detach`).
+        on_unexpected_exit: called (from the watcher thread) with every `UnexpectedExit`.
+    """
+
+    def __init__(self, node_id: str, role: str, run_dir: str | Path, *, config: Any = None,
+                 port: int | None = None, argv: Sequence[str] | None = None, detached: bool = False,
+                 on_unexpected_exit: Callable[[UnexpectedExit], None] | None = None,
+                 start_budget_ms: int = c.NODE_START_BUDGET_MS,
+                 stop_grace_ms: int = c.NODE_STOP_GRACE_MS) -> None:
+        if port is None:
+            if config is None:
+                raise HarnessError(f"{node_id}: give NodeProcess a config or a port")
+            port = int(config.port)
+        self.node_id = node_id
+        self.role = role
+        self.run_dir = Path(run_dir).absolute()
+        self.config = config
+        self.port = port
+        self.detached = detached
+        self.start_budget_ms = start_budget_ms
+        self.stop_grace_ms = stop_grace_ms
+        self.ready: Ready | None = None
+        self.last_exit_code: int | None = None
+        self.starts = 0
+        self.started_wall_ms = 0  # wall clock at the last spawn (registrations must be newer)
+        self.started_monotonic_ms = 0  # the same instant on CLOCK_MONOTONIC (system-wide on Linux)
+        self._argv = list(argv) if argv is not None else None
+        self._on_unexpected_exit = on_unexpected_exit
+        self._lock = threading.RLock()
+        self._state = NodeState.NEW
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._exited = threading.Event()
+        self._expect_exit = False
+        self._released = False
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stdout_offset = 0
+        self._reader: threading.Thread | None = None
+        self._channel: grpc.Channel | None = None
+
+    # ---- properties -----------------------------------------------------------------
+
+    @property
+    def addr(self) -> str:
+        return f"{LOCALHOST}:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "config.json"
+
+    @property
+    def node_log(self) -> Path:
+        return self.run_dir / "node.log"
+
+    @property
+    def stderr_log(self) -> Path:
+        return self.run_dir / "stderr.log"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.run_dir / "stdout.log"
+
+    @property
+    def state(self) -> NodeState:
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the current (or last) process, None before the first start."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self._exited.is_set()
+
+    def __repr__(self) -> str:
+        return f"NodeProcess({self.node_id} {self.role} {self.addr} pid={self.pid} {self._state.value})"
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> NodeProcess:
+        """Spawn and wait for READY (at most `start_budget_ms`).
+
+        Raises:
+            NodeStartError: the node exited or stayed silent; carries the exit code and log tail.
+        """
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self) -> None:
+        """Start the process without waiting for READY (the cluster spawns a tier at once)."""
+        with self._lock:
+            self._require(_STARTABLE, "start")
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.config is not None:
+                save_node_config(self.config_path, self.role, self.config)
+            self._close_channel()
+            self._expect_exit = False
+            self._released = False
+            self._exited = threading.Event()
+            self._lines = queue.Queue()
+            self.ready = None
+            self.last_exit_code = None
+            self._state = NodeState.STARTING
+            with contextlib.ExitStack() as files:
+                stderr = files.enter_context(self.stderr_log.open("ab"))
+                stdout: IO[bytes] | int = subprocess.PIPE
+                if self.detached:
+                    stdout = files.enter_context(self.stdout_log.open("ab"))
+                    self._stdout_offset = self.stdout_log.stat().st_size
+                self.started_wall_ms = time.time_ns() // 1_000_000
+                self.started_monotonic_ms = time.monotonic_ns() // 1_000_000
+                try:
+                    proc = subprocess.Popen(
+                        self._command(), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                        cwd=self.run_dir, env=self._env(), start_new_session=True, close_fds=True)
+                except OSError as exc:
+                    self._state = NodeState.FAILED
+                    raise NodeStartError(f"{self.node_id}: cannot run {self._command()[0]}: {exc}",
+                                         node_id=self.node_id, exit_code=None, log_tail="") from exc
+            self._proc = proc
+            self.starts += 1
+            with _LIVE_LOCK:
+                _LIVE.add(self)
+            if not self.detached:
+                self._reader = threading.Thread(target=self._read_stdout, args=(proc,),
+                                                name=f"{self.node_id}-stdout", daemon=True)
+                self._reader.start()
+            threading.Thread(target=self._watch, args=(proc, self._exited), name=f"{self.node_id}-watch",
+                             daemon=True).start()
+        log.info("%s: spawned pid %d (%s)", self.node_id, proc.pid, " ".join(self._command()))
+
+    def wait_ready(self) -> Ready:
+        """Block until the READY line, the process's exit, or the start budget's end."""
+        deadline = time.monotonic() + self.start_budget_ms / 1000
+        with self._lock:
+            self._require((NodeState.STARTING,), "wait for READY of")
+            exited = self._exited
+        eof = False
+        while True:
+            line = self._next_line(eof)
+            if line is None and not self.detached:
+                eof = True
+            if line:
+                if line.startswith(READY_PREFIX):
+                    return self._on_ready(line)
+                continue
+            if exited.is_set() or eof:
+                exited.wait(timeout=1.0)  # stdout closed: the exit itself is a moment behind
+                self._fail_start(f"{self.node_id} exited before it was ready: "
+                                 f"{describe_exit_code(self.last_exit_code)}")
+            if time.monotonic() >= deadline:
+                self._fail_start(f"{self.node_id} printed no READY line within {self.start_budget_ms} ms")
+
+    def stop(self, grace_ms: int | None = None) -> int:
+        """SIGTERM, wait up to `grace_ms` (default NODE_STOP_GRACE_MS), then SIGKILL. Returns the exit code."""
+        with self._lock:
+            self._require(_STOPPABLE, "stop")
+            self._expect_exit = True
+            was_paused = self._state is NodeState.PAUSED
+            self._state = NodeState.STOPPING
+            self._signal_leader(signal.SIGTERM)
+            if was_paused:
+                self._signal_group(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        grace = self.stop_grace_ms if grace_ms is None else grace_ms
+        if not self._exited.wait(timeout=grace / 1000):
+            log.warning("%s: no exit %d ms after SIGTERM; sending SIGKILL", self.node_id, grace)
+            self._signal_group(signal.SIGKILL)
+        return self._finish_stop()
+
+    def kill(self) -> int:
+        """SIGKILL the whole process group at once (the chaos crash). Returns the exit code."""
+        with self._lock:
+            self._require(_STOPPABLE, "kill")
+            self._expect_exit = True
+            self._state = NodeState.STOPPING
+            self._signal_group(signal.SIGKILL)
+        return self._finish_stop()
+
+    def pause(self) -> None:
+        """SIGSTOP the process group and wait until the kernel reports it stopped."""
+        with self._lock:
+            self._require((NodeState.RUNNING,), "pause")
+            self._signal_group(signal.SIGSTOP)
+            self._state = NodeState.PAUSED
+        deadline = time.monotonic() + PAUSE_CONFIRM_BUDGET_MS / 1000
+        while time.monotonic() < deadline and self.alive:
+            try:
+                if psutil.Process(self.pid).status() == psutil.STATUS_STOPPED:
+                    return
+            except psutil.NoSuchProcess:
+                return
+            time.sleep(POLL_INTERVAL_S)
+
+    def resume(self) -> None:
+        with self._lock:
+            self._require((NodeState.PAUSED,), "resume")
+            self._signal_group(signal.SIGCONT)
+            self._state = NodeState.RUNNING
+
+    def restart(self, *, kill: bool = False) -> NodeProcess:
+        """Stop (or kill) if alive, then start again with the same config and port."""
+        if self._state in _STOPPABLE:
+            self.kill() if kill else self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Kill whatever is left of this node and check that no process of its group survives.
+
+        Raises:
+            HarnessError: a process of the node's session is still alive after SIGKILL.
+        """
+        if self._state in _STOPPABLE:
+            with contextlib.suppress(HarnessError):
+                self.kill()
+        self._close_channel()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        leftovers = self.live_pids()
+        if leftovers:
+            for pid in leftovers:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            wait_gone(leftovers, KILL_REAP_BUDGET_MS)
+            leftovers = self.live_pids()
+            if leftovers:
+                raise HarnessError(f"{self.node_id}: pids {leftovers} survived SIGKILL; kill them by hand")
+
+    def release(self) -> None:
+        """Stop supervising without stopping the process (for `mqlab up --detach`)."""
+        with self._lock:
+            self._released = True
+        self._close_channel()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+    def live_pids(self) -> list[int]:
+        """Pids (not zombies) still in this node's session: the node and anything it spawned."""
+        if self._proc is None:
+            return []
+        return session_pids(self._proc.pid)
+
+    # ---- control plane --------------------------------------------------------------
+
+    def admin(self) -> admin_pb2_grpc.AdminStub:
+        """A synchronous Admin stub to this node (channel cached until the next stop)."""
+        with self._lock:
+            if self._channel is None:
+                self._channel = make_sync_channel(self.addr)
+            return admin_pb2_grpc.AdminStub(self._channel)
+
+    def describe(self, timeout_ms: int = DESCRIBE_TIMEOUT_MS) -> dict[str, Any]:
+        """Admin.Describe as a dict (details parsed from JSON).
+
+        Raises:
+            HarnessError: the node did not answer within `timeout_ms`.
+        """
+        try:
+            resp = self.admin().Describe(admin_pb2.DescribeRequest(), timeout=timeout_ms / 1000)
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "error"
+            raise HarnessError(f"{self.node_id} at {self.addr} did not answer Admin.Describe ({code})") from exc
+        return describe_response_to_dict(resp)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last `lines` lines of node.log, stderr.log and (if any) stdout.log, labelled."""
+        parts = []
+        for path in (self.node_log, self.stderr_log, self.stdout_log):
+            tail = tail_lines(path, lines)
+            if tail:
+                parts.append(f"--- {path} (last {len(tail)} lines) ---")
+                parts.extend(tail)
+        return "\n".join(parts) if parts else f"(no output in {self.run_dir})"
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _command(self) -> list[str]:
+        if self._argv is not None:
+            return self._argv
+        return [sys.executable, "-m", "nodes", self.role, "--config", str(self.config_path)]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{PROJECT_ROOT}{os.pathsep}{path}" if path else str(PROJECT_ROOT)
+        env["PYTHONUNBUFFERED"] = "1"  # the READY line must not sit in a buffer
+        return env
+
+    def _require(self, states: tuple[NodeState, ...], action: str) -> None:
+        if self._state not in states:
+            raise HarnessError(f"cannot {action} {self.node_id}: it is {self._state.value} "
+                               f"(needs {' or '.join(s.value for s in states)})")
+
+    def _next_line(self, eof: bool) -> str | None:
+        """The next stdout line while starting: '' if none yet, None at end of stdout."""
+        if self.detached:
+            return self._next_file_line()
+        if eof:
+            time.sleep(POLL_INTERVAL_S)
+            return None
+        try:
+            return self._lines.get(timeout=POLL_INTERVAL_S)
+        except queue.Empty:
+            return ""
+
+    def _next_file_line(self) -> str:
+        try:
+            with self.stdout_log.open("rb") as f:
+                f.seek(self._stdout_offset)
+                chunk = f.readline()
+        except OSError:
+            chunk = b""
+        if not chunk.endswith(b"\n"):
+            time.sleep(POLL_INTERVAL_S)
+            return ""
+        self._stdout_offset += len(chunk)
+        return chunk.decode("utf-8", "replace").rstrip("\n")
+
+    def _read_stdout(self, proc: subprocess.Popen[bytes]) -> None:
+        """Forward lines until READY, then drain the rest into stdout.log (so no print blocks)."""
+        assert proc.stdout is not None
+        lines = self._lines
+        ready_seen = False
+        with proc.stdout, self.stdout_log.open("ab", buffering=0) as sink:
+            for raw in proc.stdout:
+                text = raw.decode("utf-8", "replace").rstrip("\n")
+                if not ready_seen:
+                    lines.put(text)
+                    ready_seen = text.startswith(READY_PREFIX)
+                sink.write(raw)
+        lines.put(None)
+
+    def _on_ready(self, line: str) -> Ready:
+        try:
+            ready = Ready.parse(line)
+        except ValueError as exc:
+            self._fail_start(f"{self.node_id} printed a malformed READY line: {exc}")
+        if ready.port != self.port or ready.node_id != self.node_id:
+            self._fail_start(f"{self.node_id} announced {ready.node_id} on port {ready.port}, "
+                             f"expected {self.node_id} on port {self.port}; check its config.json")
+        with self._lock:
+            running = self._state is NodeState.STARTING and not self._exited.is_set()
+            if running:
+                self.ready = ready
+                self._state = NodeState.RUNNING
+        if not running:
+            self._exited.wait(timeout=1.0)
+            self._fail_start(f"{self.node_id} exited right after READY: {describe_exit_code(self.last_exit_code)}")
+        log.info("%s: READY at %s (pid %d)", self.node_id, self.addr, ready.pid)
+        return ready
+
+    def _fail_start(self, message: str) -> None:
+        with self._lock:
+            self._expect_exit = True
+        self._signal_group(signal.SIGKILL)
+        self._exited.wait(timeout=KILL_REAP_BUDGET_MS / 1000)
+        with self._lock:
+            self._state = NodeState.FAILED
+            code = self.last_exit_code
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+        raise NodeStartError(f"{message}; logs in {self.run_dir}", node_id=self.node_id,
+                             exit_code=code, log_tail=self.log_tail())
+
+    def _finish_stop(self) -> int:
+        if not self._exited.wait(timeout=KILL_REAP_BUDGET_MS / 1000):
+            raise HarnessError(f"{self.node_id} (pid {self.pid}) did not exit after SIGKILL; is it in D state?")
+        self._signal_group(signal.SIGKILL, leftovers_only=True)  # anything the node spawned
+        with self._lock:
+            self._state = NodeState.STOPPED
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+        self._close_channel()
+        assert self.last_exit_code is not None
+        log.info("%s: stopped, %s", self.node_id, describe_exit_code(self.last_exit_code))
+        return self.last_exit_code
+
+    def _watch(self, proc: subprocess.Popen[bytes], exited: threading.Event) -> None:
+        """Reap the process; record the exit if nobody asked for it. Sets `exited` last."""
+        try:
+            code = proc.wait()
+            unexpected = False
+            with self._lock:
+                if proc is not self._proc:
+                    return
+                self.last_exit_code = code
+                if self._state in (NodeState.RUNNING, NodeState.PAUSED) and not self._expect_exit:
+                    self._state = NodeState.EXITED
+                    unexpected = not self._released
+            if not unexpected:
+                return
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            self._signal_group(signal.SIGKILL, leftovers_only=True)
+            record = UnexpectedExit(self.node_id, proc.pid, code, time.time_ns() // 1_000_000, self.log_tail())
+            log.error("%s: unexpected exit: %s\n%s", self.node_id, record, record.log_tail)
+            if self._on_unexpected_exit is not None:
+                self._on_unexpected_exit(record)
+        finally:
+            exited.set()
+
+    def _signal_leader(self, sig: signal.Signals) -> None:
+        if self._proc is not None and not self._exited.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, sig)
+
+    def _signal_group(self, sig: signal.Signals, *, leftovers_only: bool = False) -> None:
+        """Signal the node's process group (its pgid is its pid: it leads its own session).
+
+        Before the leader is reaped its pid cannot be reused, so this is race-free; after, only
+        `leftovers_only` calls go out, and only while processes of the session remain.
+        """
+        if self._proc is None:
+            return
+        if leftovers_only:
+            if not self.live_pids():
+                return
+        elif self._exited.is_set():
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def _close_channel(self) -> None:
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()

@@ -1,0 +1,191 @@
+"""The mqlab CLI: help for every command, one-line errors, status/down on stand-ins, client commands on fakes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness import cli
+from harness.cluster import LocalCluster
+from harness.pids import pid_alive
+
+COMMANDS = ["up", "status", "down", "produce", "consume", "demo"]
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    # Wide consoles, so table cells are never wrapped whatever the terminal (or xdist) says.
+    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))
+    monkeypatch.setattr(cli, "err_console", Console(width=250, highlight=False, stderr=True))
+    return CliRunner()
+
+
+def test_top_level_help_lists_every_command(runner):
+    result = runner.invoke(cli.app, ["--help"])
+    assert result.exit_code == 0
+    for command in COMMANDS:
+        assert command in result.output
+
+
+@pytest.mark.parametrize(("command", "options"), [
+    ("up", ["--spec", "--run-dir", "--time-scale", "--detach"]),
+    ("status", ["--run-dir"]),
+    ("down", ["--run-dir"]),
+    ("produce", ["--namesrv", "--run-dir", "--topic", "--count", "--body-bytes", "--tags", "--batch"]),
+    ("consume", ["--namesrv", "--run-dir", "--topic", "--group", "--count", "--from-offset", "--batch", "--timeout"]),
+    ("demo", ["--messages", "--body-bytes", "--time-scale", "--run-dir"]),
+])
+def test_every_command_has_help(runner, command, options):
+    result = runner.invoke(cli.app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    for option in options:
+        assert option in result.output
+
+
+def test_status_without_a_cluster_says_how_to_start_one(runner, tmp_path):
+    result = runner.invoke(cli.app, ["status", "--run-dir", str(tmp_path / "nothing")])
+    assert result.exit_code == 2
+    assert "no cluster.json in" in result.output and "mqlab up --detach" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_down_and_produce_without_a_cluster_exit_2(runner, tmp_path):
+    for args in (["down", "--run-dir", str(tmp_path)], ["produce", "--topic", "T", "--run-dir", str(tmp_path)]):
+        result = runner.invoke(cli.app, args)
+        assert result.exit_code == 2 and "no cluster.json" in result.output
+
+
+def test_namesrv_and_run_dir_together_are_refused(runner, tmp_path):
+    result = runner.invoke(cli.app, ["produce", "--topic", "T", "--namesrv", "127.0.0.1:1", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "either --namesrv or --run-dir" in result.output
+
+
+def test_up_with_a_bad_spec_prints_one_line(runner, tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text("[broker-z-0]\nx = 1\n")
+    result = runner.invoke(cli.app, ["up", "--spec", str(spec), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "table [broker-z-0] names no node" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_unexpected_errors_never_show_a_traceback(runner, tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("oops")
+
+    monkeypatch.setattr(cli, "read_cluster_json", boom)
+    result = runner.invoke(cli.app, ["status", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "internal error: ZeroDivisionError: oops" in result.output and "MQLAB_DEBUG=1" in result.output
+
+
+@pytest.fixture
+def detached_standins(tmp_path, standin_cmd):
+    """A stand-in cluster left running as `mqlab up --detach` leaves one; killed at teardown."""
+    cluster = LocalCluster(run_dir=tmp_path / "run", detach=True,
+                           command=lambda n, cfg: standin_cmd("grpc", config=cfg))
+    pids = [n.pid for n in cluster.nodes()]
+    cluster.detach()
+    yield cluster
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
+    run_dir = str(detached_standins.run_dir)
+    status = runner.invoke(cli.app, ["status", "--run-dir", run_dir])
+    assert status.exit_code == 0, status.output
+    assert "broker-a-0 stand-in RUNNING" in status.output and "namesrv-0" in status.output
+
+    pids = [n["pid"] for n in json.loads((detached_standins.run_dir / "cluster.json").read_text())["nodes"]]
+    down = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
+    assert down.exit_code == 0, down.output
+    assert down.output.count("stopped") == 2
+    assert not any(pid_alive(p) for p in pids)
+
+    after = runner.invoke(cli.app, ["status", "--run-dir", run_dir])
+    assert after.exit_code == 1 and "2 of 2 node(s) down" in after.output
+    again = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
+    assert again.exit_code == 0 and again.output.count("not running") == 2
+
+
+def test_up_refuses_a_run_dir_with_a_live_cluster(runner, detached_standins):
+    result = runner.invoke(cli.app, ["up", "--run-dir", str(detached_standins.run_dir)])
+    assert result.exit_code == 2 and "already running" in result.output and "mqlab down" in result.output
+
+
+def test_status_marks_a_node_that_stopped_answering(runner, detached_standins):
+    broker = detached_standins.node("broker-a-0")
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        result = runner.invoke(cli.app, ["status", "--run-dir", str(detached_standins.run_dir)])
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    assert result.exit_code == 1 and "UNREACHABLE" in result.output
+
+
+def test_produce_and_consume_print_summaries(runner, fake_mq, monkeypatch):
+    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+    produced = runner.invoke(cli.app, ["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", "--count", "40",
+                                       "--body-bytes", "100", "--tags", "a"])
+    assert produced.exit_code == 0, produced.output
+    assert "SEND_OK" in produced.output and "msgs/s" in produced.output and "MB/s" in produced.output
+
+    consumed = runner.invoke(cli.app, ["consume", "--namesrv", "127.0.0.1:1", "--topic", "T", "--count", "30"])
+    assert consumed.exit_code == 0, consumed.output
+    assert "received" in consumed.output and "30" in consumed.output and "queues" in consumed.output
+    rest = runner.invoke(cli.app, ["consume", "--namesrv", "127.0.0.1:1", "--topic", "T", "--timeout", "0.3"])
+    assert rest.exit_code == 0 and "idle 0.3 s" in rest.output
+    committed = sum(fake_mq.broker.committed.values())
+    assert committed == 40
+
+
+def test_produce_exits_1_when_sends_fail(runner, fake_mq, monkeypatch):
+    from nodes.common.errors import RequestTimeoutError
+
+    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+    fake_mq.broker.fail = {b"p": RequestTimeoutError("send: no answer")}
+    result = runner.invoke(cli.app, ["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", "--count", "5"])
+    assert result.exit_code == 1 and "RequestTimeoutError" in result.output
+
+
+def test_consume_of_an_unknown_topic_says_what_to_do(runner, fake_mq, monkeypatch):
+    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+    result = runner.invoke(cli.app, ["consume", "--namesrv", "127.0.0.1:1", "--topic", "Nope"])
+    assert result.exit_code == 2 and "mqlab produce --topic Nope" in result.output
+
+
+@pytest.fixture
+def demo_on_standins(tmp_path, standin_cmd, fake_mq, monkeypatch):
+    """`mqlab demo` on a stand-in cluster with in-memory clients."""
+    def cluster(**kwargs):
+        kwargs["run_dir"] = tmp_path / "run"
+        c = LocalCluster(command=lambda n, cfg: standin_cmd("grpc", config=cfg), **kwargs)
+        c.wait_until_routable = lambda topic=None, budget_ms=None: None  # the stand-in has no routes
+        return c
+
+    monkeypatch.setattr(cli, "LocalCluster", cluster)
+    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+    return fake_mq
+
+
+def test_demo_exits_0_when_every_acknowledged_message_returns(runner, demo_on_standins):
+    result = runner.invoke(cli.app, ["demo", "--messages", "300", "--body-bytes", "64"])
+    assert result.exit_code == 0, result.output
+    for row in ("sent", "acked", "received", "lost", "duplicates", "send msgs/s", "pull msgs/s", "wall time"):
+        assert row in result.output
+    assert "every acknowledged message came back exactly as sent" in result.output
+
+
+def test_demo_exits_1_when_messages_are_lost(runner, demo_on_standins):
+    demo_on_standins.broker.drop_every = 50
+    result = runner.invoke(cli.app, ["demo", "--messages", "300", "--body-bytes", "64"])
+    assert result.exit_code == 1, result.output
+    assert "lost seqs" in result.output
