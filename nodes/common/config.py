@@ -50,11 +50,14 @@ class Timing:
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.
+    # Flush intervals bound only how much a machine crash could lose (we never simulate one);
+    # flushing every few ms would just stall writers on pages under writeback.
     _UNSCALED = frozenset({"send_timeout_ms", "rpc_timeout_ms", "query_offset_timeout_ms",
-                           "register_timeout_ms", "consumer_timeout_when_suspend_ms"})
+                           "register_timeout_ms", "consumer_timeout_when_suspend_ms",
+                           "flush_commitlog_ms", "flush_commitlog_thorough_ms", "flush_consume_queue_ms"})
 
     def scaled(self, factor: float) -> Timing:
-        """Multiply every timer by `factor`, clamped to TIMING_FLOOR_MS; RPC deadlines stay."""
+        """Multiply every timer by `factor`, clamped to TIMING_FLOOR_MS; RPC deadlines and flushes stay."""
         if factor <= 0:
             raise ConfigError(f"time scale must be positive, got {factor}")
         changes = {

@@ -109,7 +109,7 @@ NODE_STOP_GRACE_MS = 10_000
 # ---------------------------------------------------------------------------
 SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
 SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
-SEND_ASYNC_WINDOW_MAX = 4096  # in-flight async sends before send_async blocks
+SEND_ASYNC_WINDOW_MAX = 128  # in-flight async sends before send_async blocks: more only queues at the broker and turns into timeouts
 
 # ---------------------------------------------------------------------------
 # Response codes (RocketMQ ResponseCode); the proto enum mirrors these names.
