@@ -98,7 +98,7 @@ class NodeSpec:
 DEFAULT_NODES: tuple[NodeSpec, ...] = (
     NodeSpec("namesrv-0", "namesrv"),
     NodeSpec("broker-a-0", "broker", broker_name="broker-a", broker_id=0),
-    # NodeSpec("broker-a-1", "broker", broker_name="broker-a", broker_id=1),  # the slave: joins with HA
+    NodeSpec("broker-a-1", "broker", broker_name="broker-a", broker_id=1),
 )
 
 

@@ -16,19 +16,23 @@ from typing import Any
 
 import grpc
 
+from nodes.broker.ha_master import ReplicationMaster, ReplicationState
+from nodes.broker.ha_slave import HaClient
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import LongPollScanService, PullProcessor
 from nodes.broker.send import SendProcessor
 from nodes.broker.servicer import BrokerServicer
+from nodes.broker.slave_sync import ReplicationServicer, SlaveSyncService
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import BrokerConfig
+from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
 from nodes.common.rpc import bind, make_channel, make_server, map_rpc_error, timeout_s
 from nodes.common.service import Lifecycle, LifecycleState, Service
 from nodes.store.message_store import MessageStore, RecoveryReport
-from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc, replication_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +60,15 @@ class NamesrvRegistrar:
         results = await asyncio.gather(*(self._register_one(stub, request) for stub in self._stubs),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
-        for r in results:
-            if isinstance(r, namesrv_pb2.RegisterBrokerResponse) and r.code == common_pb2.SUCCESS:
-                self.registered_ok += 1
-                self.master_addr = r.master_addr or self.master_addr
+        answers = [r for r in results
+                   if isinstance(r, namesrv_pb2.RegisterBrokerResponse) and r.code == common_pb2.SUCCESS]
+        self.registered_ok += len(answers)
+        if answers:
+            # A slave's master is known only while a name server says one is registered.
+            master_addr = next((r.master_addr for r in answers if r.master_addr), "")
+            if master_addr != self.master_addr:
+                log.info("master address: %r -> %r", self.master_addr, master_addr)
+            self.master_addr = master_addr
         if failures and len(failures) == len(results):
             raise failures[0]
 
@@ -116,7 +125,11 @@ class BrokerController:
         self._shutdown_requested = shutdown_requested
         self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
         self.store = MessageStore(Path(config.run_dir) / "store", config.store, is_slave=not config.is_master,
-                                  clock=clock)
+                                  offset_check_in_slave=config.offset_check_in_slave, clock=clock)
+        self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, clock)
+        self.replication = ReplicationState(clock)
+        self.ha_client: HaClient | None = None
+        self.slave_sync: SlaveSyncService | None = None
         self.recovery: RecoveryReport | None = None
         self.addr = ""
         self._server: grpc.aio.Server | None = None
@@ -133,7 +146,8 @@ class BrokerController:
                                          default_queue_nums=self.config.default_topic_queue_nums, now_ms=now_ms)
         self.groups = SubscriptionGroupManager(md, auto_create_enable=self.config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetTable(md)
-        self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock)
+        self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock,
+                                  self.events)
         self.registrar = NamesrvRegistrar(self.config, self.topics)
         self.send = SendProcessor(self.config, self.store, self.topics, self._clock)
         if self.config.is_master and self.config.long_polling_enable:
@@ -142,8 +156,13 @@ class BrokerController:
         server = make_server()
         self._servicer = BrokerServicer(store=self.store, topics=self.topics, offsets=self.offsets, pull=self.pull,
                                         send=self.send, clock=self._clock,
-                                        on_topics_changed=self._register_now)
+                                        on_topics_changed=self._register_now, replication=self.replication)
         broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)
+        master = ReplicationMaster(self.config, self.store, self.replication, self._clock) \
+            if self.config.is_master else None
+        replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationServicer(
+            config=self.config, store=self.store, topics=self.topics, groups=self.groups, offsets=self.offsets,
+            master=master), server)
         health_servicer = add_control_plane(server, self, self._shutdown_requested)
         port = bind(server, self.config.listen_host, self.config.port)
         await server.start()
@@ -166,6 +185,14 @@ class BrokerController:
             OffsetPersistService(self.offsets, timing.consumer_offset_persist_ms, crash_node),
             LongPollScanService(self.pull, poll_ms, crash_node),
         ]
+        if not self.config.is_master:
+            self.slave_sync = SlaveSyncService(
+                config=self.config, store=self.store, topics=self.topics, groups=self.groups,
+                offsets=self.offsets, master_addr=self._master_addr, on_crash=crash_node)
+            self._services.append(self.slave_sync)
+            self.ha_client = HaClient(self.config, self.store, self._master_addr, self._clock,
+                                      on_event=self.events.record)
+            self.ha_client.start()
         for service in self._services:
             service.start()
         await set_serving(health_servicer, True)
@@ -174,6 +201,9 @@ class BrokerController:
 
     def _on_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, *_: Any) -> None:
         self.pull.on_arrival(topic, queue_id, max_queue_offset, tag_hash)
+
+    def _master_addr(self) -> str:
+        return self.registrar.master_addr
 
     async def _register_now(self) -> None:
         """Register the changed topic table at once (RocketMQ's registerBrokerAll on topic creation)."""
@@ -187,10 +217,13 @@ class BrokerController:
         await self.registrar.unregister_all()
         if self._server is not None:
             await self._server.stop(grace=0.5)
+        if self.ha_client is not None:
+            await self.ha_client.stop()
         for service in self._services:
             await service.stop()
         self.offsets.persist()
         self.store.close()
+        self.events.close()
         self.lifecycle.transition(Lifecycle.STOPPED)
 
     def status(self) -> NodeStatus:
@@ -202,8 +235,16 @@ class BrokerController:
             "store": stats, "topics": topics,
             "held_pulls": self.pull.holds.count() if running else 0,
             "recovery": dataclasses.asdict(self.recovery) if self.recovery else None,
+            "broker_role": self.config.role,
+            "slaves": self.replication.describe(),
+            "push2slave_max_offset": self.replication.push2slave_max_offset,
+            "ha_client": self.ha_client.describe() if self.ha_client else None,
+            "master_addr": self.registrar.master_addr if running else "",
+            "slave_syncs": self.slave_sync.syncs if self.slave_sync else 0,
         }
         role = "M" if self.config.is_master else "S"
+        if self.ha_client is not None and running:
+            role += f" ha={self.ha_client.state.value}"
         return NodeStatus(
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} {role} {self.lifecycle.state.name} "

@@ -44,6 +44,15 @@ class ConsumerOffsetTable:
         """The committed offset, or -1 when there is none."""
         return self.offsets.get(_key(topic, group), {}).get(queue_id, -1)
 
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {key: {str(qid): v for qid, v in queues.items()} for key, queues in self.offsets.items()}
+
+    def put_all(self, table: dict[str, dict[str, int]]) -> None:
+        """SlaveSynchronize#syncConsumerOffset: the master's keys overwrite, slave-only keys survive."""
+        for key, queues in table.items():
+            self.offsets[key] = {int(qid): int(v) for qid, v in queues.items()}
+            self._dirty.add(key)
+
     def take_dirty(self) -> dict[str, dict[str, int]]:
         """Snapshot of the entries changed since the last call (taken on the event loop)."""
         dirty, self._dirty = self._dirty, set()

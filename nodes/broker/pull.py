@@ -18,6 +18,7 @@ from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
+from nodes.common.events import EventLog
 from nodes.common.service import Service
 from nodes.store.message_store import GetStatus, MessageStore
 from nodes.store.record import MessageToStore, tag_hash
@@ -95,7 +96,8 @@ class HoldTable:
 
 class PullProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
-                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock) -> None:
+                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock,
+                 events: EventLog | None = None) -> None:
         self._config = config
         self._store = store
         self._topics = topics
@@ -104,7 +106,10 @@ class PullProcessor:
         self._clock = clock
         self.holds = HoldTable()
         self.is_slave = not config.is_master
-        self.slave_read_enable = False  # broker setting; slave reads arrive with replication
+        self.slave_read_enable = config.slave_read_enable
+        self._events = events or EventLog(None, config.node_id)
+        # the last suggestion answered per (group, topic, queue): routing events record changes
+        self._last_suggestion: dict[tuple[str, str, int], int] = {}
 
     def process(self, req: broker_pb2.PullRequest, *, allow_suspend: bool,
                 respond: Callable[[broker_pb2.PullResponse], None], stream_id: int) -> PullOutcome:
@@ -126,6 +131,9 @@ class PullProcessor:
                                           req.max_msg_nums, tag_hashes)
         suggest = self._suggest_broker_id(result.suggest_pulling_from_slave, group)
         code = self._response_code(result.status, req.queue_offset)
+        if code == common_pb2.PULL_OFFSET_MOVED and self.is_slave and not self._config.offset_check_in_slave:
+            suggest = group.broker_id  # the slave answers RETRY_IMMEDIATELY and points at the master
+        self._record_routing(req, suggest, result.backlog_bytes, result.status)
         response = broker_pb2.PullResponse(
             request_id=req.request_id, code=code, remark=result.status.name,
             next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
@@ -135,10 +143,12 @@ class PullProcessor:
             response.records = b"".join(result.records)
             response.record_count = len(result.records)
         elif code == common_pb2.PULL_OFFSET_MOVED:
-            if self.is_slave:
+            if self.is_slave and not self._config.offset_check_in_slave:
                 # A slave never moves a consumer's offset (offsetCheckInSlave=false): retry.
                 response.code = common_pb2.PULL_RETRY_IMMEDIATELY
                 response.suggest_which_broker_id = group.broker_id
+            elif self.is_slave:
+                pass  # offset_check_in_slave: the slave moves it like a master, with no event
             else:
                 self._record_offset_moved(req, result.next_begin_offset)
 
@@ -176,6 +186,19 @@ class PullProcessor:
             return self._reply(req, common_pb2.INVALID_ARGUMENT,
                                f"max_msg_nums must be in 1..{c.PULL_BATCH_COUNT_MAX}, got {req.max_msg_nums}")
         return None
+
+    def _record_routing(self, req: broker_pb2.PullRequest, suggest: int, backlog_bytes: int,
+                        status: GetStatus) -> None:
+        """A routing event whenever this broker's suggestion for a queue changes."""
+        key = (req.consumer_group, req.topic, req.queue_id)
+        if self._last_suggestion.get(key, c.MASTER_ID if not self.is_slave else -1) == suggest:
+            return
+        self._last_suggestion[key] = suggest
+        self._events.record({
+            "event": "pull-suggestion", "group": req.consumer_group, "topic": req.topic, "queue_id": req.queue_id,
+            "queue_offset": req.queue_offset, "answering_broker_id": self._config.broker_id,
+            "suggest_which_broker_id": suggest, "backlog_bytes": backlog_bytes,
+            "memory_budget_bytes": self._config.store.memory_budget_bytes, "store_status": status.name})
 
     @staticmethod
     def _reply(req: broker_pb2.PullRequest, code: int, remark: str) -> broker_pb2.PullResponse:

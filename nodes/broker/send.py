@@ -40,6 +40,9 @@ class SendProcessor:
         self._topics = topics
         self._clock = clock
         self._store_host = (_ipv4_of(config.listen_host), config.port)
+        self.config = config
+        self.sync_master = config.is_sync_master
+        self.last_put_end_offset = 0  # the commitlog end after the last successful put
 
     def bind_port(self, port: int) -> None:
         self._store_host = (_ipv4_of(self._config.listen_host), port)
@@ -89,6 +92,8 @@ class SendProcessor:
         code = _CODE_BY_PUT_STATUS[result.status]
         if code != common_pb2.SUCCESS:
             return _reply(code, result.remark or result.status.name)
+        last = result.appended[-1]
+        self.last_put_end_offset = last.phys_offset + last.size
         return broker_pb2.SendMessageResponse(
             code=code, queue_id=req.queue_id,
             entries=[broker_pb2.SendEntry(offset_msg_id=a.offset_msg_id, queue_offset=a.queue_offset,

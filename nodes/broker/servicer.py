@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc.aio
 
+from nodes.broker.ha_master import ReplicationState
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.pull import PullProcessor
 from nodes.broker.send import SendProcessor
@@ -47,7 +48,7 @@ def _guarded(what: str, fail: Callable[[str], Any], fn: Callable[[], Any]) -> An
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     def __init__(self, *, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetTable,
                  pull: PullProcessor, send: SendProcessor, clock: Clock,
-                 on_topics_changed: Callable[[], Awaitable[None]],
+                 on_topics_changed: Callable[[], Awaitable[None]], replication: ReplicationState,
                  queue_count_max: int = 1024) -> None:
         self._store = store
         self._topics = topics
@@ -56,6 +57,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._send = send
         self._clock = clock
         self._on_topics_changed = on_topics_changed
+        self._replication = replication
         self._queue_count_max = queue_count_max
         self._stream_ids = itertools.count(1)
         self.open_pull_streams = 0
@@ -65,11 +67,26 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         version = self._topics.data_version
         response = _guarded("send", lambda r: broker_pb2.SendMessageResponse(code=common_pb2.SYSTEM_ERROR, remark=r),
                             lambda: self._send.process(request))
+        if response.code != common_pb2.SUCCESS:
+            return response
+        end_offset = self._send.last_put_end_offset
+        self._replication.log_grew()
         if self._topics.data_version != version:
             # RocketMQ registers an auto-created topic with the name servers before it answers,
             # so a client that saw SEND_OK can already find the route.
             await self._on_topics_changed()
+        if self._send.sync_master:
+            response.code = await self._wait_for_slave(end_offset)
         return response
+
+    async def _wait_for_slave(self, end_offset: int) -> int:
+        """SYNC_MASTER: any slave's ack within slave_timeout; the message is stored either way."""
+        config = self._send.config
+        if not self._replication.is_slave_ok(end_offset, config.slave_fall_behind_bytes_max):
+            return common_pb2.SLAVE_NOT_AVAILABLE
+        if await self._replication.wait_acked(end_offset, config.timing.slave_timeout_ms):
+            return common_pb2.SUCCESS
+        return common_pb2.FLUSH_SLAVE_TIMEOUT
 
     async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
                    context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:

@@ -92,6 +92,20 @@ class TopicConfigManager:
     def all(self) -> list[TopicConfig]:
         return list(self.topics.values())
 
+    def replace_all(self, configs: list[TopicConfig], data_version: tuple[int, int]) -> bool:
+        """A slave takes the master's whole table when its data version differs."""
+        if data_version == self.data_version:
+            return False
+        incoming = {cfg.topic: cfg for cfg in configs}
+        for topic in set(self.topics) - set(incoming):
+            self._metadata.delete(TOPICS_TABLE, topic)
+        for cfg in incoming.values():
+            if self.topics.get(cfg.topic) != cfg:
+                self._metadata.put(TOPICS_TABLE, cfg.topic, dataclasses.asdict(cfg))
+        self.topics = incoming
+        self.data_version = data_version
+        return True
+
 
 class SubscriptionGroupManager:
     def __init__(self, metadata: MetadataTable, *, auto_create_enable: bool) -> None:
@@ -112,3 +126,13 @@ class SubscriptionGroupManager:
     def put(self, config: SubscriptionGroupConfig) -> None:
         self.groups[config.group_name] = config
         self._metadata.put(GROUPS_TABLE, config.group_name, dataclasses.asdict(config))
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(cfg) for name, cfg in self.groups.items()}
+
+    def replace_all(self, groups: dict[str, dict[str, Any]]) -> None:
+        """A slave takes the master's groups (SlaveSynchronize#syncSubscriptionGroupConfig)."""
+        for name, value in groups.items():
+            config = SubscriptionGroupConfig(**value)
+            if self.groups.get(name) != config:
+                self.put(config)

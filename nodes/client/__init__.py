@@ -3,6 +3,15 @@
 Synchronous public API; a background asyncio loop inside (`instance.ClientInstance`).
 """
 
+from nodes.client.allocate import (
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateByMachineRoom,
+    AllocateConsistentHash,
+    AllocateMachineRoomNearby,
+)
+from nodes.client.process_queue import ProcessQueue
 from nodes.client.producer import Producer
 from nodes.client.pull_consumer import PullConsumer
 from nodes.common.types import (
@@ -20,6 +29,12 @@ from nodes.common.types import (
 )
 
 __all__ = [
+    "AllocateAveragely",
+    "AllocateAveragelyByCircle",
+    "AllocateByConfig",
+    "AllocateByMachineRoom",
+    "AllocateConsistentHash",
+    "AllocateMachineRoomNearby",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -27,6 +42,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "ProcessQueue",
     "Producer",
     "PullConsumer",
     "PullResult",

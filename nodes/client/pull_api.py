@@ -13,7 +13,8 @@ tested without a broker.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nodes.common import constants as c
 from nodes.common.errors import CorruptRecordError, for_code
@@ -151,10 +152,13 @@ class PullApi:
     Loop-confined (runs on the `ClientInstance` loop).
     """
 
-    def __init__(self, instance: ClientInstance, group: str) -> None:
+    def __init__(self, instance: ClientInstance, group: str,
+                 on_routing_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._instance = instance
         self.group = group
         self._pull_from_which_node: dict[MessageQueue, int] = {}
+        # Every routing decision (asked-for broker, answering broker, suggestion) for the checker.
+        self.on_routing_event = on_routing_event
 
     def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
         return self._pull_from_which_node.get(mq, c.MASTER_ID)
@@ -176,8 +180,8 @@ class PullApi:
         routes = self._instance.routes
         if routes.route(mq.topic) is None:
             await routes.ensure_route(mq.topic)
-        found = await routes.subscribe_address(
-            mq.topic, mq.broker_name, self.recalculate_pull_from_which_node(mq), False)
+        requested_id = self.recalculate_pull_from_which_node(mq)
+        found = await routes.subscribe_address(mq.topic, mq.broker_name, requested_id, False)
         # FLAG_COMMIT_OFFSET is set iff the value is > 0, and cleared when pulling from a slave.
         commit = commit_offset_value is not None and commit_offset_value > 0 and not found.slave
         fields = {
@@ -197,6 +201,15 @@ class PullApi:
         }
         resp = await self._instance.pull_stream(found.addr).pull(fields, timeout_ms)
         result = process_pull_response(resp, mq, parse_subscription(expression))
+        result.requested_broker_id = requested_id
+        result.broker_id = found.broker_id
         self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
+        if self.on_routing_event is not None:
+            self.on_routing_event({
+                "event": "pull-route", "group": self.group, "topic": mq.topic, "broker_name": mq.broker_name,
+                "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
+                "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
+                "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,
+                "next_begin_offset": result.next_begin_offset})
         return result
 

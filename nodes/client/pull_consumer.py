@@ -8,7 +8,7 @@ loop, flow control or offset caching: the caller decides what to pull and when t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
@@ -68,10 +68,13 @@ class PullConsumer:
         timing: durations (route polling, long-poll hold); defaults to RocketMQ's.
         dial_overrides: address -> address to dial instead (harness link proxies).
         pull_timeout_ms: deadline of a pull that does not long-poll (consumerPullTimeoutMillis).
+        on_routing_event: called (on the client's loop thread) with a dict for every pull's routing
+            decision: the broker id asked for, the one that answered, the suggestion.
     """
 
     def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
-                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS) -> None:
+                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS,
+                 on_routing_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         validate_group(group, "consumer")
         if not isinstance(pull_timeout_ms, int) or pull_timeout_ms <= 0:
             raise InvalidArgumentError(f"pull_timeout_ms must be a positive integer, got {pull_timeout_ms!r}")
@@ -80,7 +83,7 @@ class PullConsumer:
         self._instance = ClientInstance(namesrv_addr, name=f"pull-consumer-{group}", timing=timing,
                                         dial_overrides=dial_overrides)
         self.timing = self._instance.timing
-        self._api = PullApi(self._instance, group)
+        self._api = PullApi(self._instance, group, on_routing_event)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:

@@ -77,6 +77,7 @@ class FoundBroker:
 
     addr: str
     slave: bool
+    broker_id: int = c.MASTER_ID  # the id whose address was chosen
 
 
 def route_from_pb(pb: namesrv_pb2.TopicRouteData) -> RouteSnapshot:
@@ -154,17 +155,19 @@ def pick_subscribe_address(addrs: Mapping[int, str] | None, broker_id: int,
     if not addrs:
         return None
     slave = broker_id != c.MASTER_ID
+    chosen_id = broker_id
     addr = addrs.get(broker_id)
     if addr is None and slave:
-        addr = addrs.get(broker_id + 1)
+        chosen_id = broker_id + 1
+        addr = addrs.get(chosen_id)
     if addr is None and not only_this_broker:
         # Java takes the HashMap's first entry: for small ids, the lowest id present.
-        first_id = min(addrs)
-        addr = addrs[first_id]
-        slave = first_id != c.MASTER_ID
+        chosen_id = min(addrs)
+        addr = addrs[chosen_id]
+        slave = chosen_id != c.MASTER_ID
     if addr is None:
         return None
-    return FoundBroker(addr, slave)
+    return FoundBroker(addr, slave, chosen_id)
 
 
 FetchRoute = Callable[[str], Awaitable[RouteSnapshot | None]]

@@ -47,6 +47,13 @@ class Timing:
     rpc_timeout_ms: int = c.RPC_TIMEOUT_MS
     query_offset_timeout_ms: int = c.QUERY_OFFSET_TIMEOUT_MS
     register_timeout_ms: int = c.REGISTER_TIMEOUT_MS
+    slave_timeout_ms: int = c.SLAVE_TIMEOUT_MS
+    ha_heartbeat_ms: int = c.HA_HEARTBEAT_MS
+    ha_housekeeping_ms: int = c.HA_HOUSEKEEPING_MS
+    ha_reconnect_min_ms: int = c.HA_RECONNECT_MIN_MS
+    ha_reconnect_max_ms: int = c.HA_RECONNECT_MAX_MS
+    slave_sync_interval_ms: int = c.SLAVE_SYNC_INTERVAL_MS
+    slave_sync_first_ms: int = c.SLAVE_SYNC_FIRST_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.
@@ -138,6 +145,12 @@ class BrokerConfig:
     default_topic_queue_nums: int = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
     long_polling_enable: bool = True
     broker_perm: int = c.PERM_DEFAULT
+    broker_role: str = "ASYNC_MASTER"  # for masters: ASYNC_MASTER or SYNC_MASTER; slaves ignore it
+    slave_read_enable: bool = False
+    offset_check_in_slave: bool = False
+    ha_master_addr: str = ""  # a slave's master; empty: learnt from the name server
+    ha_transfer_batch_bytes: int = c.HA_TRANSFER_BATCH_BYTES
+    slave_fall_behind_bytes_max: int = c.SLAVE_FALL_BEHIND_BYTES_MAX
     timing: Timing = field(default_factory=Timing)
     store: StoreConfig = field(default_factory=StoreConfig)
     # peer address -> address to dial instead (harness link proxies); empty in production
@@ -146,6 +159,14 @@ class BrokerConfig:
     @property
     def is_master(self) -> bool:
         return self.broker_id == c.MASTER_ID
+
+    @property
+    def role(self) -> str:
+        return self.broker_role if self.is_master else "SLAVE"
+
+    @property
+    def is_sync_master(self) -> bool:
+        return self.is_master and self.broker_role == "SYNC_MASTER"
 
     def validate(self) -> None:
         self.timing.validate()
@@ -156,6 +177,10 @@ class BrokerConfig:
             raise ConfigError("namesrv_addrs is empty: a broker must know at least one name server")
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ConfigError("default_topic_queue_nums must be in 1..1024")
+        if self.broker_role not in c.BROKER_ROLES:
+            raise ConfigError(f"broker_role must be one of {c.BROKER_ROLES}, got {self.broker_role!r}")
+        if self.ha_transfer_batch_bytes < 1024:
+            raise ConfigError("ha_transfer_batch_bytes must be at least 1024")
 
 
 _NESTED: dict[str, type] = {"timing": Timing, "store": StoreConfig}

@@ -126,9 +126,17 @@ EXIT_CONFIG = 78  # EX_CONFIG: the config file is unusable
 # ---------------------------------------------------------------------------
 # Replication (reference §11); used from the HA issue on
 # ---------------------------------------------------------------------------
-HA_TRANSFER_BATCH_BYTES = 32 * 1024
-SLAVE_ACK_TIMEOUT_MS = 3_000
-SLAVE_FALL_BEHIND_BYTES_MAX = 256 * 1024 * 1024
+HA_TRANSFER_BATCH_BYTES = 32 * 1024  # haTransferBatchSize: one chunk of commitlog bytes
+SLAVE_TIMEOUT_MS = 3_000  # slaveTimeout: how long SYNC_MASTER waits for a slave ack
+SLAVE_FALL_BEHIND_BYTES_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax: beyond it, SLAVE_NOT_AVAILABLE
+HA_HEARTBEAT_MS = 5_000  # haSendHeartbeatInterval: reports and empty chunks when idle
+HA_HOUSEKEEPING_MS = 20_000  # haHousekeepingInterval: a silent replication stream is closed
+HA_RECONNECT_MIN_MS = 500  # first retry after a lost master (bounded, jittered, doubling)
+HA_RECONNECT_MAX_MS = 5_000  # RocketMQ's HAClient waits 5 s after a failed connect
+SLAVE_SYNC_INTERVAL_MS = 10_000  # SlaveSynchronize#syncAll period
+SLAVE_SYNC_FIRST_MS = 3_000  # ... and its first run after start
+HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes before the slave's end
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # --- relationships -----------------------------------------------------------
 assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats
@@ -137,3 +145,5 @@ assert BROKER_SUSPEND_MAX_MS < CONSUMER_TIMEOUT_WHEN_SUSPEND_MS  # a held pull a
 assert COMMITLOG_SEGMENT_BYTES > MESSAGE_BODY_BYTES_MAX * 2
 assert TOPIC_NAME_BYTES_MAX < 128
 assert TRANSFER_COUNT_MAX_ON_DISK <= TRANSFER_COUNT_MAX_IN_MEMORY
+assert HA_HEARTBEAT_MS * 3 <= HA_HOUSEKEEPING_MS  # an idle but live stream is never closed
+assert HA_RECONNECT_MIN_MS <= HA_RECONNECT_MAX_MS

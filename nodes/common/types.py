@@ -123,6 +123,9 @@ class PullResult:
     suggest_which_broker_id: int = 0
     # the broker's store status name (e.g. OFFSET_OVERFLOW_ONE): what RocketMQ puts in the remark
     store_status: str = ""
+    # which broker id the client asked for (the last suggestion) and which one answered
+    requested_broker_id: int = 0
+    broker_id: int = 0
 
 
 class ConsumeConcurrentlyStatus(enum.Enum):

@@ -94,6 +94,8 @@ class GetResult:
     records: list[bytes] = field(default_factory=list)  # whole raw commitlog records
     suggest_pulling_from_slave: bool = False
     records_bytes: int = 0
+    # commitlog bytes behind the last unit examined: the backlog the slave suggestion judges
+    backlog_bytes: int = 0
 
 
 def _is_path_safe(topic: str) -> bool:
@@ -408,9 +410,9 @@ class MessageStore:
             records_bytes += size
             status = GetStatus.FOUND
             next_segment_start = -1
-        suggest = last_phys_offset is not None and max_phys_offset - last_phys_offset > memory_budget_bytes
+        backlog_bytes = max_phys_offset - last_phys_offset if last_phys_offset is not None else 0
         return GetResult(status, queue_offset + scanned_bytes // _UNIT, min_offset, max_offset, records,
-                         suggest, records_bytes)
+                         backlog_bytes > memory_budget_bytes, records_bytes, backlog_bytes)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         queue = self._consume_queues.get((topic, queue_id))

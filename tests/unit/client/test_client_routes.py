@@ -76,11 +76,11 @@ ADDRS = {0: "m:1", 1: "s1:1", 3: "s3:1"}
 
 @pytest.mark.parametrize(("addrs", "broker_id", "only_this", "expected"), [
     (ADDRS, 0, False, FoundBroker("m:1", False)),  # the master, as asked
-    (ADDRS, 1, False, FoundBroker("s1:1", True)),  # the suggested slave
-    (ADDRS, 2, True, FoundBroker("s3:1", True)),  # id 2 is missing: try id + 1
+    (ADDRS, 1, False, FoundBroker("s1:1", True, 1)),  # the suggested slave
+    (ADDRS, 2, True, FoundBroker("s3:1", True, 3)),  # id 2 is missing: try id + 1
     (ADDRS, 5, False, FoundBroker("m:1", False)),  # nothing near: first (lowest) entry
     (ADDRS, 5, True, None),  # ... unless only this broker will do
-    ({1: "s1:1", 2: "s2:1"}, 0, False, FoundBroker("s1:1", True)),  # master gone: fall back to a slave
+    ({1: "s1:1", 2: "s2:1"}, 0, False, FoundBroker("s1:1", True, 1)),  # master gone: fall back to a slave
     ({1: "s1:1"}, 0, True, None),  # master gone, only the master asked: nothing (no +1 for the master)
     ({}, 0, False, None),
     (None, 0, False, None),
@@ -181,7 +181,7 @@ def test_cache_subscribe_address_falls_back_to_slave_and_refreshes_once(fakes):
     fetch = Fetcher({"T": fakes.make_route(("broker-a", 4, 4, RW, {1: "a1:1"}))})
     cache = RouteCache(fetch)
     asyncio.run(cache.ensure_route("T"))
-    assert asyncio.run(cache.subscribe_address("T", "broker-a", 0)) == FoundBroker("a1:1", True)
+    assert asyncio.run(cache.subscribe_address("T", "broker-a", 0)) == FoundBroker("a1:1", True, 1)
     with pytest.raises(BrokerNotFoundError):
         asyncio.run(cache.subscribe_address("T", "broker-zz", 0))
     assert fetch.asked == ["T", "T"]  # one refresh for the unknown broker
@@ -197,7 +197,7 @@ def test_cache_latest_route_wins_and_offline_addresses_are_cleaned(fakes):
     fetch = Fetcher({"T": fakes.make_route(("broker-a", 4, 4, RW, {0: "a0:1", 1: "a1:1"}))})
     cache = RouteCache(fetch)
     asyncio.run(cache.ensure_route("T"))
-    assert cache.find_broker_address_in_subscribe("broker-a", 1, True) == FoundBroker("a1:1", True)
+    assert cache.find_broker_address_in_subscribe("broker-a", 1, True) == FoundBroker("a1:1", True, 1)
     fetch.table["T"] = fakes.make_route(("broker-a", 4, 4, RW, {0: "a0:1"}))
     asyncio.run(cache.refresh_all())
     assert cache.find_broker_address_in_subscribe("broker-a", 1, True) is None

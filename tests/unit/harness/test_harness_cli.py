@@ -107,13 +107,13 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     pids = [n["pid"] for n in json.loads((detached_standins.run_dir / "cluster.json").read_text())["nodes"]]
     down = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
     assert down.exit_code == 0, down.output
-    assert down.output.count("stopped") == 2
+    assert down.output.count("stopped") == 3
     assert not any(pid_alive(p) for p in pids)
 
     after = runner.invoke(cli.app, ["status", "--run-dir", run_dir])
-    assert after.exit_code == 1 and "2 of 2 node(s) down" in after.output
+    assert after.exit_code == 1 and "3 of 3 node(s) down" in after.output
     again = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
-    assert again.exit_code == 0 and again.output.count("not running") == 2
+    assert again.exit_code == 0 and again.output.count("not running") == 3
 
 
 def test_up_refuses_a_run_dir_with_a_live_cluster(runner, detached_standins):

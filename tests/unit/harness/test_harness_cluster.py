@@ -12,7 +12,7 @@ from harness.cluster import LocalCluster, make_run_dir, read_cluster_json
 from harness.errors import HarnessError, NodeStartError
 from harness.pids import pid_alive
 from harness.process import NodeState
-from harness.spec import ClusterSpec, NodeSpec
+from harness.spec import ClusterSpec
 from harness.waiting import WaitTimeout, wait_until
 
 
@@ -44,7 +44,7 @@ def test_cluster_json_matches_the_contract(standin_cluster):
     data = _json(cluster)
     assert set(data) == {"namesrv", "nodes"}
     assert data["namesrv"] == cluster.namesrv_addr == cluster.node("namesrv-0").addr
-    assert [n["id"] for n in data["nodes"]] == ["namesrv-0", "broker-a-0"]
+    assert [n["id"] for n in data["nodes"]] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     for entry, proc in zip(data["nodes"], cluster.nodes(), strict=True):
         assert set(entry) == {"id", "role", "addr", "pid", "run_dir"}
         assert entry == {"id": proc.node_id, "role": proc.role, "addr": proc.addr, "pid": proc.pid,
@@ -98,7 +98,7 @@ def test_unexpected_exits_are_exposed_and_written(standin_cluster):
 
 
 def test_start_order_is_namesrv_masters_slaves(standin_cluster):
-    spec = ClusterSpec.default().with_nodes(NodeSpec("broker-a-1", "broker", broker_name="broker-a", broker_id=1))
+    spec = ClusterSpec.default()
     cluster = standin_cluster(spec=spec).start()
     assert [n.node_id for n in cluster.nodes()] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     spawned = [n.started_wall_ms for n in cluster.nodes()]

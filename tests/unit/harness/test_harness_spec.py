@@ -47,13 +47,14 @@ message_body_bytes_max = 1048576   # a segment must hold two maximum-size messag
 """
 
 
-def test_default_topology_is_namesrv_then_master():
+def test_default_topology_is_namesrv_master_and_slave():
     spec = ClusterSpec.default()
-    assert [n.id for n in spec.nodes] == ["namesrv-0", "broker-a-0"]
+    assert [n.id for n in spec.nodes] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     assert spec.nodes == DEFAULT_NODES
     assert spec.time_scale == 1.0
-    master = spec.node("broker-a-0")
+    master, slave = spec.node("broker-a-0"), spec.node("broker-a-1")
     assert (master.broker_name, master.broker_id, master.is_master) == ("broker-a", 0, True)
+    assert (slave.broker_name, slave.broker_id, slave.is_master) == ("broker-a", 1, False)
 
 
 def test_default_render_wires_ports_addresses_and_run_dirs(tmp_path):
@@ -87,7 +88,7 @@ def test_full_toml_applies_time_scale_timing_defaults_and_node_overrides(tmp_pat
 def test_toml_without_nodes_overrides_the_default_topology(tmp_path):
     spec = ClusterSpec.from_toml_text(
         "[broker-a-0.store]\ncommitlog_segment_bytes = 4194304\nmessage_body_bytes_max = 1048576\n")
-    assert [n.id for n in spec.nodes] == ["namesrv-0", "broker-a-0"]
+    assert [n.id for n in spec.nodes] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     broker = spec.render("broker-a-0", ports=PORTS, run_dir=tmp_path)
     assert broker.store.commitlog_segment_bytes == 4194304
 
@@ -108,10 +109,10 @@ def test_rendered_configs_round_trip_through_the_node_loader(tmp_path):
         assert loaded == config
 
 
-def test_adding_the_slave_is_one_node_spec(tmp_path):
-    spec = ClusterSpec.default().with_nodes(NodeSpec("broker-a-1", "broker", broker_name="broker-a", broker_id=1))
-    assert [n.id for n in spec.start_order()] == ["namesrv-0", "broker-a-0", "broker-a-1"]
-    assert spec.render("broker-a-1", ports=PORTS, run_dir=tmp_path).broker_id == 1
+def test_adding_a_second_slave_is_one_node_spec(tmp_path):
+    spec = ClusterSpec.default().with_nodes(NodeSpec("broker-a-2", "broker", broker_name="broker-a", broker_id=2))
+    assert [n.id for n in spec.start_order()] == ["namesrv-0", "broker-a-0", "broker-a-1", "broker-a-2"]
+    assert spec.render("broker-a-2", ports={**PORTS, "broker-a-2": 20103}, run_dir=tmp_path).broker_id == 2
 
 
 def test_with_node_options_deep_merges(tmp_path):
