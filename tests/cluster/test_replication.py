@@ -1,0 +1,106 @@
+"""Master -> slave replication with real processes: identical logs, SYNC_MASTER, divergence guard."""
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support.cluster_rpc import digest, max_phys_offset, verify_store, wait_for, wait_slave_caught_up
+
+from harness import LocalCluster
+from harness.spec import ClusterSpec
+from nodes.client import Producer, PullConsumer
+from nodes.common.types import Message, SendStatus
+
+pytestmark = pytest.mark.cluster
+
+SMALL_STORE = {"commitlog_segment_bytes": 1024 * 1024, "message_body_bytes_max": 256 * 1024}
+
+
+def _spec(time_scale, **master_options):
+    spec = ClusterSpec.default(time_scale=time_scale)
+    spec = spec.with_node_options("broker-a-0", store=SMALL_STORE, **master_options)
+    return spec.with_node_options("broker-a-1", store=SMALL_STORE)
+
+
+def test_slave_log_is_byte_identical_after_concurrent_sends(tmp_path, time_scale):
+    with LocalCluster(_spec(time_scale), run_dir=tmp_path / "run") as cluster:
+        errors = []
+
+        def produce(worker: int) -> None:
+            try:
+                with Producer(cluster.namesrv_addr) as producer:
+                    for batch in range(125):
+                        msgs = [Message("Replicated", f"w{worker}-b{batch}-m{i}".encode() * 3) for i in range(100)]
+                        assert producer.send_batch(msgs).status is SendStatus.SEND_OK
+            except Exception as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        end = wait_slave_caught_up(cluster)
+        assert end > 4 * 1024 * 1024  # several segments were rolled on both sides
+        master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
+        assert digest(slave.addr, end) == digest(master.addr, end)
+        report = verify_store(slave.addr)
+        assert (report.units_checked, report.invalid_units) == (50_000, 0), list(report.examples)
+        print(f"\nreplicated {end / 1e6:.1f} MB; slave consume queues: {report.units_checked} units, all valid")
+
+
+def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
+    with LocalCluster(_spec(time_scale, broker_role="SYNC_MASTER"), run_dir=tmp_path / "run") as cluster:
+        with Producer(cluster.namesrv_addr) as producer:
+            acked = [producer.send(Message("Sync", b"with-slave")) for _ in range(20)]
+            assert {r.status for r in acked} == {SendStatus.SEND_OK}
+
+            cluster.pause("broker-a-1")
+            paused = producer.send(Message("Sync", b"slave-paused"))
+            assert paused.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+            cluster.resume("broker-a-1")
+            wait_for(lambda: producer.send(Message("Sync", b"after-resume")).status is SendStatus.SEND_OK, 20,
+                     "SEND_OK once the slave is back")
+
+            cluster.kill("broker-a-1")
+            gone = wait_for(lambda: (r := producer.send(Message("Sync", b"slave-killed"))).status
+                            is SendStatus.SLAVE_NOT_AVAILABLE and r, 20, "SLAVE_NOT_AVAILABLE with no slave")
+            acked += [paused, gone]
+        cluster.restart("broker-a-1")
+        wait_slave_caught_up(cluster)
+        with PullConsumer(cluster.namesrv_addr, "check") as consumer:
+            for result in acked:  # stored in every case, and present on the master
+                pulled = consumer.pull(result.message_queue, result.queue_offset, 1)
+                assert pulled.messages and pulled.messages[0].msg_id == result.msg_id
+
+
+def test_divergence_guard_refuses_a_slave_that_is_ahead_or_different(tmp_path, time_scale):
+    with LocalCluster(_spec(time_scale), run_dir=tmp_path / "run") as cluster:
+        with Producer(cluster.namesrv_addr) as producer:
+            for i in range(200):
+                producer.send(Message("Diverge", f"old-{i}".encode() * 10))
+        slave_end = wait_slave_caught_up(cluster)
+        slave = cluster.node("broker-a-1")
+        # The master loses its whole log (a replaced disk); the slave still holds the old one.
+        cluster.stop("broker-a-0")
+        shutil.rmtree(Path(cluster.node("broker-a-0").run_dir) / "store")
+        cluster.restart("broker-a-0")
+        cluster.wait_until_routable()
+
+        def refusal():
+            ha = slave.describe()["details"]["ha_client"]
+            return ha["refusal"] if ha["state"] == "REFUSED" else None
+
+        assert wait_for(refusal, 20, "the slave to be refused as ahead") == "SLAVE_AHEAD"
+        with Producer(cluster.namesrv_addr) as producer:  # the master grows past the slave's end
+            while max_phys_offset(cluster.node("broker-a-0")) <= slave_end + 8192:
+                producer.send(Message("Diverge", b"new-" * 50))
+        assert wait_for(lambda: refusal() == "SLAVE_DIVERGED" and "SLAVE_DIVERGED", 20,
+                        "the slave to be refused as diverged") == "SLAVE_DIVERGED"
+        time.sleep(0.5)
+        assert max_phys_offset(slave) == slave_end  # it applied nothing
+        report = verify_store(slave.addr)
+        assert report.invalid_units == 0 and report.units_checked == 200
