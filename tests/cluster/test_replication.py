@@ -7,15 +7,24 @@ from pathlib import Path
 
 import pytest
 from support.cluster_rpc import digest, max_phys_offset, verify_store, wait_for, wait_slave_caught_up
+from support.rpc import broker_stub, code_name
 
 from harness import LocalCluster
 from harness.spec import ClusterSpec
 from nodes.client import Producer, PullConsumer
 from nodes.common.types import Message, SendStatus
+from proto import broker_pb2
 
 pytestmark = pytest.mark.cluster
 
 SMALL_STORE = {"commitlog_segment_bytes": 1024 * 1024, "message_body_bytes_max": 256 * 1024}
+
+
+def _raw_send(addr, topic):
+    channel, stub = broker_stub(addr)
+    with channel:
+        return stub.SendMessage(broker_pb2.SendMessageRequest(
+            topic=topic, queue_id=0, messages=[broker_pb2.OutgoingMessage(body=b"to-a-slave")]), timeout=10)
 
 
 def _spec(time_scale, **master_options):
@@ -50,6 +59,8 @@ def test_slave_log_is_byte_identical_after_concurrent_sends(tmp_path, time_scale
         report = verify_store(slave.addr)
         assert (report.units_checked, report.invalid_units) == (50_000, 0), list(report.examples)
         print(f"\nreplicated {end / 1e6:.1f} MB; slave consume queues: {report.units_checked} units, all valid")
+        rejected = _raw_send(slave.addr, "Replicated")
+        assert code_name(rejected.code) == "SERVICE_NOT_AVAILABLE" and "slave" in rejected.remark
 
 
 def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
