@@ -131,12 +131,13 @@ class LinkProxy:
                     break
                 mode = self.forward if forward else self.backward
                 if mode is LinkMode.OPEN:
-                    writer.write(data)
-                    await writer.drain()
+                    # count before writing: the receiver may act on the bytes before drain() returns
                     if forward:
                         self.stats.forward_bytes += len(data)
                     else:
                         self.stats.backward_bytes += len(data)
+                    writer.write(data)
+                    await writer.drain()
                 else:
                     self.stats.dropped_bytes += len(data)  # blackholed: read and forget
         except (ConnectionError, OSError, asyncio.CancelledError):
