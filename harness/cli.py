@@ -14,9 +14,13 @@ import enum
 import functools
 import os
 import signal
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -51,6 +55,7 @@ from harness.spec import ClusterSpec
 from nodes.common import constants as c
 from nodes.common.config import load_node_config
 from nodes.common.errors import ConfigError, MqError, RouteNotFoundError
+from nodes.common.types import ConsumeConcurrentlyStatus, ConsumeFromWhere, MessageQueue
 
 EXIT_PROBLEM = 1
 EXIT_CANNOT_RUN = 2
@@ -58,6 +63,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_RUN_DIR = RUNS_DIR / LATEST_LINK
 STATUS_DESCRIBE_TIMEOUT_MS = 1_500
 DEMO_TOPIC = "DemoTopic"
+CONSUME_POLL_S = 0.05  # how often `mqlab consume` looks at its counters
+CONSUME_SETTLE_S = 2.0  # at the end, counted listener calls get this long to finish
 
 app = typer.Typer(
     name="mqlab", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -195,8 +202,10 @@ def down(run_dir: RunDirOpt = None) -> None:
     path = run_dir or DEFAULT_RUN_DIR
     data = read_cluster_json(path)
     results: dict[str, str] = {}
-    # Brokers first, name servers last: a stopping broker still talks to its name server.
-    results |= _stop_nodes([n for n in data["nodes"] if n["role"] != "namesrv"])
+    # Consumers first (they persist offsets to the brokers), then brokers, name servers last:
+    # a stopping broker still talks to its name server.
+    results |= _stop_nodes([n for n in data["nodes"] if n["role"] == "consumer"])
+    results |= _stop_nodes([n for n in data["nodes"] if n["role"] not in ("namesrv", "consumer")])
     results |= _stop_nodes([n for n in data["nodes"] if n["role"] == "namesrv"])
     table = Table(title=f"cluster in {path}")
     for col in ("id", "role", "pid", "result"):
@@ -303,6 +312,20 @@ def produce(
         raise typer.Exit(EXIT_PROBLEM)
 
 
+@dataclass
+class _PushTally:
+    """What `mqlab consume`'s listener saw (guarded by `lock`)."""
+
+    received: int = 0
+    bytes: int = 0
+    retries: int = 0  # deliveries with reconsume_times > 0
+    active: int = 0  # listener calls counting right now (held calls past --count are not active)
+    ids: Counter[str] = field(default_factory=Counter)
+    queues: Counter[MessageQueue] = field(default_factory=Counter)
+    last_delivery: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 @app.command()
 @cli_command
 def consume(
@@ -310,37 +333,111 @@ def consume(
     namesrv: NamesrvOpt = None,
     run_dir: RunDirOpt = None,
     group: Annotated[str, typer.Option("--group", help="Consumer group (offsets are committed for it).")] = "mqlab_cli_consumer",
-    count: Annotated[int | None, typer.Option("--count", min=1, help="Stop after N messages.")] = None,
-    from_offset: Annotated[FromOffset, typer.Option("--from-offset", help="Start at each queue's first message or the group's committed offset.")] = FromOffset.committed,
+    count: Annotated[int | None, typer.Option("--count", min=1, help="Stop after N messages (later deliveries stay uncommitted).")] = None,
+    from_offset: Annotated[FromOffset, typer.Option("--from-offset", help="Where queues without a committed offset start: 'first' message (CONSUME_FROM_FIRST_OFFSET) or 'committed' (CONSUME_FROM_LAST_OFFSET, RocketMQ's default).")] = FromOffset.committed,
     batch: Annotated[int, typer.Option("--batch", min=1, max=c.PULL_BATCH_COUNT_MAX, help="Messages per pull.")] = 32,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Stop after S seconds without a message.")] = 5.0,
+    threads: Annotated[int, typer.Option("--threads", min=1, max=1000, help="Consume threads.")] = c.CONSUME_THREAD_MIN,
 ) -> None:
-    """Pull TOPIC's messages from every queue (long polling), committing offsets as it goes."""
+    """Consume TOPIC with a push consumer (clustering, in this process); offsets are committed as it goes."""
     addr, options = _resolve_cluster(namesrv, run_dir)
-    consumer_cls = _client_class("PullConsumer")
-    with _started(consumer_cls(addr, group, **tools.client_kwargs(consumer_cls, **options))) as consumer:
-        try:
-            queues = sorted(consumer.fetch_queues(topic))
-        except RouteNotFoundError:
-            queues = []
-        if not queues:
-            raise CliError(f"topic {topic} has no queues; send to it first (`mqlab produce --topic {topic}`)")
-        offsets = tools.start_offsets(consumer, queues, from_offset.value)
-        with _progress() as bar:
-            task = bar.add_task("receiving", total=count)
-            stats = tools.consume(consumer, queues, offsets, count=count, batch=batch, idle_timeout_s=timeout,
-                                  on_progress=lambda n: bar.advance(task, n))
+    consumer_cls = _client_class("PushConsumer")
+    where = (ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_offset is FromOffset.first
+             else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+    tally = _PushTally()
+    done, release = threading.Event(), threading.Event()
+
+    def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        with tally.lock:
+            tally.active += 1
+            room = len(msgs) if count is None else count - tally.received
+            for msg in msgs[:max(room, 0)]:
+                tally.received += 1
+                tally.bytes += len(msg.body)
+                tally.retries += msg.reconsume_times > 0
+                tally.ids[msg.msg_id] += 1
+                tally.queues[ctx.message_queue] += 1
+            tally.last_delivery = time.monotonic()
+            if count is not None and tally.received >= count:
+                done.set()
+            tally.active -= 1
+        if room >= len(msgs):
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        # Past --count: hold the call until the consumer has shut down (it does not wait for
+        # running calls), so its result is dropped and the messages stay uncommitted.
+        release.wait()
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    consumer = consumer_cls(addr, group, consume_from_where=where, **tools.client_kwargs(
+        consumer_cls, pull_batch_size=batch, consume_thread_min=threads, await_termination_ms=0, **options))
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    try:
+        with _started(consumer):
+            try:
+                queues = consumer.fetch_subscribe_message_queues(topic)
+            except RouteNotFoundError:
+                queues = []
+            if not queues:
+                raise CliError(f"topic {topic} has no queues; send to it first (`mqlab produce --topic {topic}`)")
+            stopped_by, elapsed_s, offsets = _watch_push(consumer, tally, done, count, timeout)
+    finally:
+        release.set()
+    _print_push_summary(topic, tally, stopped_by, elapsed_s, offsets)
+
+
+def _watch_push(consumer: Any, tally: _PushTally, done: threading.Event, count: int | None,
+                idle_timeout_s: float) -> tuple[str, float, dict[MessageQueue, int]]:
+    """Show progress until the count is reached or the consumer idles; returns why it stopped,
+    the elapsed seconds and the committed offsets it holds."""
+    start = time.monotonic()
+    with tally.lock:
+        tally.last_delivery = start
+    with _progress() as bar:
+        task = bar.add_task("receiving", total=count)
+        while True:
+            stop = done.wait(CONSUME_POLL_S)
+            with tally.lock:
+                received, idle_s = tally.received, time.monotonic() - tally.last_delivery
+            bar.update(task, completed=received)
+            if stop:
+                stopped_by = "count"
+                break
+            if idle_s >= idle_timeout_s:
+                stopped_by = f"idle {idle_timeout_s:g} s"
+                break
+    elapsed_s = time.monotonic() - start
+    settle_until = time.monotonic() + CONSUME_SETTLE_S
+    while time.monotonic() < settle_until:  # counted calls finish, so their offsets are committed
+        with tally.lock:
+            if not tally.active:
+                break
+        time.sleep(CONSUME_POLL_S)
+    offsets: dict[MessageQueue, int] = {}
+    try:
+        for q in consumer.describe().get("queues", []):
+            offsets[MessageQueue(q["topic"], q["broker_name"], q["queue_id"])] = q["offset"]
+    except MqError:
+        pass  # the summary shows '-' for the committed offsets
+    return stopped_by, elapsed_s, offsets
+
+
+def _print_push_summary(topic: str, tally: _PushTally, stopped_by: str, elapsed_s: float,
+                        offsets: dict[MessageQueue, int]) -> None:
+    duplicates = sum(n - 1 for n in tally.ids.values())
+    rate = tally.received / elapsed_s if elapsed_s > 0 else 0.0
+    mb_rate = tally.bytes / elapsed_s / 1e6 if elapsed_s > 0 else 0.0
     console.print(_summary_table("consume", [
-        ("received", stats.received), ("msgs/s", f"{stats.msgs_per_s:,.0f}"), ("MB/s", f"{stats.mb_per_s:.2f}"),
-        ("seconds", f"{stats.elapsed_s:.2f}"), ("stopped by", stats.stopped_by)]))
+        ("received", tally.received), ("unique", len(tally.ids)), ("duplicates", duplicates),
+        ("retries", tally.retries), ("msgs/s", f"{rate:,.0f}"), ("MB/s", f"{mb_rate:.2f}"),
+        ("seconds", f"{elapsed_s:.2f}"), ("stopped by", stopped_by)]))
     table = Table(title="queues")
-    for col in ("broker", "queue", "from", "committed", "received", "errors"):
-        table.add_column(col, justify="right" if col not in ("broker",) else "left")
-    for mq, q in sorted(stats.queues.items()):
-        table.add_row(mq.broker_name, str(mq.queue_id), str(q.start_offset), str(q.offset), str(q.received),
-                      str(q.errors))
+    for col in ("topic", "broker", "queue", "received", "committed"):
+        table.add_column(col, justify="left" if col in ("topic", "broker") else "right")
+    for mq in sorted(set(tally.queues) | {mq for mq in offsets if mq.topic == topic}):
+        table.add_row(mq.topic, mq.broker_name, str(mq.queue_id), str(tally.queues.get(mq, 0)),
+                      str(offsets.get(mq, "-")))
     console.print(table)
-    _print_errors(stats.errors)
 
 
 @app.command()
@@ -466,6 +563,20 @@ def _mark(n: int) -> str:
 def _print_errors(errors: Any) -> None:
     for text, n in errors.most_common(5):
         err_console.print(f"[yellow]{n} x[/] {escape(text)}")
+
+
+def _add_plugin_apps() -> None:
+    """Sub-apps of the layers above the harness (`mqlab chaos`, from chaos.cli) come in through the
+    `mqlab.cli` entry-point group, so this module never imports them (DESIGN §2)."""
+    for ep in entry_points(group="mqlab.cli"):
+        try:
+            app.add_typer(ep.load(), name=ep.name)
+        except Exception:  # a broken plugin must not take the cluster commands down with it
+            if os.environ.get("MQLAB_DEBUG"):
+                raise
+
+
+_add_plugin_apps()
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> NoReturn:

@@ -56,7 +56,7 @@ def routable_budget_ms(timing: Timing) -> int:
 
 
 class LocalCluster:
-    """Name servers and brokers as real processes on 127.0.0.1.
+    """Name servers, brokers and consumers as real processes on 127.0.0.1.
 
     Args:
         spec: the topology and settings; `ClusterSpec.default()` when None.
@@ -76,6 +76,7 @@ class LocalCluster:
         self.spec = spec
         self.timing = spec.scaled_timing()
         self.run_dir = make_run_dir(run_dir)
+        self._detach = detach
         self._lock = threading.RLock()
         self._unexpected: list[UnexpectedExit] = []
         self._closed = False
@@ -84,6 +85,7 @@ class LocalCluster:
         self._ports = PortAllocator()
         try:
             ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
+            self._port_of = ports
             configs = spec.render_all(ports=ports, run_dir=self.run_dir)
             self._nodes: dict[str, NodeProcess] = {}
             for n in spec.start_order():
@@ -149,6 +151,27 @@ class LocalCluster:
                 self.write_cluster_json()
         if errors:
             raise HarnessError("; ".join(errors))
+
+    def add_node(self, node: NodeSpec, *, start: bool = True) -> NodeProcess:
+        """Add a node to the running cluster (e.g. one more consumer): a port, a config, a process.
+
+        With `start`, it is spawned and awaited until READY. Raises SpecError for a bad node.
+        """
+        with self._lock:
+            if self._closed:
+                raise HarnessError(f"cannot add {node.id}: the cluster is closed")
+            spec = self.spec.with_nodes(node)
+            port = self._ports.allocate(1)[0]
+            ports = {**self._port_of, node.id: port}
+            config = spec.render(node.id, ports=ports, run_dir=self.run_dir)
+            proc = NodeProcess(node.id, node.role, self.run_dir / node.id, config=config, detached=self._detach,
+                               on_unexpected_exit=self._record_exit)
+            self.spec, self._port_of = spec, ports
+            self._nodes[node.id] = proc
+        if start:
+            proc.start()
+        self.write_cluster_json()
+        return proc
 
     def detach(self) -> None:
         """Leave the nodes running and stop supervising them (`mqlab up --detach`).

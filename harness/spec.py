@@ -28,6 +28,14 @@ A spec is built in code (`ClusterSpec.default()`, `NodeSpec(...)`) or loaded fro
     [broker-a-0.store]
     commitlog_segment_bytes = 4194304
 
+    [[nodes]]                         # consumers start after every broker
+    id = "consumer-0"
+    role = "consumer"
+    [consumer-0]
+    group = "g1"
+    subscriptions = { T = "*" }       # topic -> tag expression
+    workload = "ack"
+
 Every problem raises `SpecError` naming the table or key to fix; specs validate on
 construction, including rendering every node's config once with placeholder ports.
 """
@@ -46,11 +54,12 @@ from typing import Any
 from harness.errors import SpecError
 from harness.ports import LOCALHOST
 from nodes.common import constants as c
-from nodes.common.config import BrokerConfig, NamesrvConfig, StoreConfig, Timing
+from nodes.common.config import BrokerConfig, ConsumerConfig, NamesrvConfig, StoreConfig, Timing
 from nodes.common.errors import ConfigError
 
-ROLES = ("namesrv", "broker")
-ROLE_CONFIG: dict[str, type] = {"namesrv": NamesrvConfig, "broker": BrokerConfig}
+ROLES = ("namesrv", "broker", "consumer")
+ROLE_CONFIG: dict[str, type] = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "consumer": ConsumerConfig}
+NodeConfig = NamesrvConfig | BrokerConfig | ConsumerConfig
 NODE_ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 BROKER_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TIME_SCALE_MAX = 100.0
@@ -89,9 +98,11 @@ class NodeSpec:
 
     @property
     def start_tier(self) -> int:
-        """Start order: name servers (0), then masters (1), then slaves (2)."""
+        """Start order: name servers (0), then masters (1), then slaves (2), then consumers (3)."""
         if self.role == "namesrv":
             return 0
+        if self.role == "consumer":
+            return 3
         return 1 if self.is_master else 2
 
 
@@ -196,6 +207,18 @@ class ClusterSpec:
     def with_nodes(self, *extra: NodeSpec) -> ClusterSpec:
         return dataclasses.replace(self, nodes=(*self.nodes, *extra))
 
+    def with_consumers(self, count: int, **options: Any) -> ClusterSpec:
+        """A copy with `count` more consumer nodes (`consumer-<n>`, numbered on from the last),
+        each with `options` (ConsumerConfig fields, e.g. group=, subscriptions=)."""
+        taken = {n.id for n in self.nodes}
+        extra, index = [], 0
+        while len(extra) < count:
+            node_id = f"consumer-{index}"
+            index += 1
+            if node_id not in taken:
+                extra.append(NodeSpec(node_id, "consumer", options=dict(options)))
+        return self.with_nodes(*extra)
+
     # ---- queries --------------------------------------------------------------------
 
     def node(self, node_id: str) -> NodeSpec:
@@ -220,6 +243,9 @@ class ClusterSpec:
     def broker_nodes(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.role == "broker"]
 
+    def consumer_nodes(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.role == "consumer"]
+
     def effective_options(self, node: NodeSpec) -> dict[str, Any]:
         return _deep_merge(self.defaults.get(node.role, {}), node.options)
 
@@ -233,7 +259,7 @@ class ClusterSpec:
 
     # ---- rendering ------------------------------------------------------------------
 
-    def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path) -> NamesrvConfig | BrokerConfig:
+    def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path) -> NodeConfig:
         """The complete config of one node, ready for `save_node_config`.
 
         Args:
@@ -259,10 +285,15 @@ class ClusterSpec:
                 "broker_id": node.broker_id,
                 "namesrv_addrs": tuple(f"{LOCALHOST}:{ports[n.id]}" for n in self.namesrv_nodes()),
             }
+        elif node.role == "consumer":
+            common["namesrv_addrs"] = tuple(f"{LOCALHOST}:{ports[n.id]}" for n in self.namesrv_nodes())
         cls = ROLE_CONFIG[node.role]
         options = self.effective_options(node)
         for name, value in options.items():
-            common[name] = _nested_config(name, value) if name in _NESTED else value
+            if name in _NESTED:
+                common[name] = _nested_config(name, value)
+            else:
+                common[name] = tuple(value) if isinstance(value, list) else value
         try:
             config = cls(**common)
             config.validate()
@@ -270,7 +301,7 @@ class ClusterSpec:
             raise SpecError(f"node {node.id}: {exc}; fix the [{node.id}] or [defaults.{node.role}] table") from exc
         return config
 
-    def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path) -> dict[str, NamesrvConfig | BrokerConfig]:
+    def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path) -> dict[str, NodeConfig]:
         return {n.id: self.render(n.id, ports=ports, run_dir=run_dir) for n in self.start_order()}
 
     # ---- validation -----------------------------------------------------------------
@@ -308,8 +339,8 @@ class ClusterSpec:
             seen.add(n.id)
             if n.role not in ROLES:
                 raise SpecError(f"node {n.id}: unknown role {n.role!r}; use one of {', '.join(ROLES)}")
-            if n.role == "namesrv" and (n.broker_name is not None or n.broker_id is not None):
-                raise SpecError(f"node {n.id}: a namesrv takes no broker_name/broker_id; remove them")
+            if n.role in ("namesrv", "consumer") and (n.broker_name is not None or n.broker_id is not None):
+                raise SpecError(f"node {n.id}: a {n.role} takes no broker_name/broker_id; remove them")
             if n.role == "broker":
                 if not isinstance(n.broker_name, str) or not BROKER_NAME_RE.match(n.broker_name):
                     raise SpecError(f"node {n.id}: a broker needs broker_name matching {BROKER_NAME_RE.pattern}")
@@ -382,6 +413,8 @@ def _check_type(cls: type, name: str, value: Any, where: str) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, float):
         ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list | tuple)
     else:
         ok = isinstance(value, type(default))
     if not ok:

@@ -23,7 +23,7 @@ from nodes.common.constants import EXIT_CONFIG, EXIT_OK
 from nodes.common.errors import ConfigError, DataDirError
 from nodes.common.node import crash_node
 
-ROLES = ("namesrv", "broker")
+ROLES = ("namesrv", "broker", "consumer")
 
 
 class _NodeIdFilter(logging.Filter):
@@ -52,6 +52,10 @@ def _make_app(role: str, config: Any, shutdown_requested: asyncio.Event) -> Any:
         from nodes.namesrv.servicer import NamesrvApp
 
         return NamesrvApp(config, shutdown_requested)
+    if role == "consumer":
+        from nodes.consumer.app import ConsumerApp
+
+        return ConsumerApp(config, shutdown_requested)
     from nodes.broker.controller import BrokerController
 
     return BrokerController(config, shutdown_requested)

@@ -16,11 +16,15 @@ from typing import Any
 
 import grpc
 
+from nodes.broker.consumer_servicer import ConsumerManagerServicer
+from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import LongPollScanService, PullProcessor
+from nodes.broker.schedule import ScheduleMessageService
 from nodes.broker.send import SendProcessor
+from nodes.broker.send_back import SendBackProcessor
 from nodes.broker.servicer import BrokerServicer
 from nodes.broker.slave_sync import ReplicationServicer, SlaveSyncService
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
@@ -31,8 +35,16 @@ from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
 from nodes.common.rpc import bind, make_channel, make_server, map_rpc_error, timeout_s
 from nodes.common.service import Lifecycle, LifecycleState, Service
+from nodes.store.delay import parse_delay_levels
 from nodes.store.message_store import MessageStore, RecoveryReport
-from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc, replication_pb2_grpc
+from proto import (
+    broker_pb2_grpc,
+    common_pb2,
+    consumer_pb2_grpc,
+    namesrv_pb2,
+    namesrv_pb2_grpc,
+    replication_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +137,9 @@ class BrokerController:
         self._shutdown_requested = shutdown_requested
         self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
         self.store = MessageStore(Path(config.run_dir) / "store", config.store, is_slave=not config.is_master,
-                                  offset_check_in_slave=config.offset_check_in_slave, clock=clock)
+                                  offset_check_in_slave=config.offset_check_in_slave, clock=clock,
+                                  delay_levels_ms=parse_delay_levels(config.message_delay_level,
+                                                                     config.timing.delay_level_unit_ms))
         self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, clock)
         self.replication = ReplicationState(clock)
         self.ha_client: HaClient | None = None
@@ -135,6 +149,10 @@ class BrokerController:
         self._server: grpc.aio.Server | None = None
         self._services: list[Service] = []
         self._servicer: BrokerServicer | None = None
+        self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
+                                          events=self.events)
+        self.schedule: ScheduleMessageService | None = None
+        self._consumer_servicer: ConsumerManagerServicer | None = None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
@@ -147,9 +165,9 @@ class BrokerController:
         self.groups = SubscriptionGroupManager(md, auto_create_enable=self.config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetTable(md)
         self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock,
-                                  self.events)
+                                  self.events, consumers=self.consumers)
         self.registrar = NamesrvRegistrar(self.config, self.topics)
-        self.send = SendProcessor(self.config, self.store, self.topics, self._clock)
+        self.send = SendProcessor(self.config, self.store, self.topics, self._clock, groups=self.groups)
         if self.config.is_master and self.config.long_polling_enable:
             self.store.on_arrival = self._on_arrival
 
@@ -158,6 +176,12 @@ class BrokerController:
                                         send=self.send, clock=self._clock,
                                         on_topics_changed=self._register_now, replication=self.replication)
         broker_pb2_grpc.add_BrokerServicer_to_server(self._servicer, server)
+        self._consumer_servicer = ConsumerManagerServicer(
+            config=self.config, registry=self.consumers, groups=self.groups, topics=self.topics,
+            send_back=SendBackProcessor(self.config, self.store, self.topics, self.groups, self._clock,
+                                        on_put=self.replication.log_grew),
+            clock=self._clock, on_topics_changed=self._register_now)
+        consumer_pb2_grpc.add_ConsumerManagerServicer_to_server(self._consumer_servicer, server)
         master = ReplicationMaster(self.config, self.store, self.replication, self._clock) \
             if self.config.is_master else None
         replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationServicer(
@@ -184,7 +208,15 @@ class BrokerController:
             FlushService(self.store, timing.flush_commitlog_ms),
             OffsetPersistService(self.offsets, timing.consumer_offset_persist_ms, crash_node),
             LongPollScanService(self.pull, poll_ms, crash_node),
+            ClientHousekeepingService(self.consumers, self._clock.monotonic_ms, timing.client_housekeeping_ms,
+                                      self._consumer_servicer.close_streams_of_expired, crash_node),
         ]
+        if self.config.is_master:  # ScheduleMessageService runs only where puts are allowed
+            self.schedule = ScheduleMessageService(
+                self.store, self._clock, poll_ms=timing.schedule_poll_ms,
+                first_delay_ms=timing.schedule_first_delay_ms, error_backoff_ms=timing.schedule_error_backoff_ms,
+                persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node)
+            self._services.append(self.schedule)
         if not self.config.is_master:
             self.slave_sync = SlaveSyncService(
                 config=self.config, store=self.store, topics=self.topics, groups=self.groups,
@@ -241,6 +273,9 @@ class BrokerController:
             "ha_client": self.ha_client.describe() if self.ha_client else None,
             "master_addr": self.registrar.master_addr if running else "",
             "slave_syncs": self.slave_sync.syncs if self.slave_sync else 0,
+            "consumer_groups": self.consumers.describe(),
+            "notification_streams": self._consumer_servicer.open_streams() if self._consumer_servicer else 0,
+            "schedule": self.schedule.describe() if self.schedule else None,
         }
         role = "M" if self.config.is_master else "S"
         if self.ha_client is not None and running:

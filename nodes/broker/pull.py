@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodes.broker.consumers import ConsumerRegistry
 from nodes.broker.offsets import ConsumerOffsetTable
-from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
+from nodes.broker.topics import SubscriptionGroupConfig, SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
@@ -97,8 +98,9 @@ class HoldTable:
 class PullProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, consumers: ConsumerRegistry | None = None) -> None:
         self._config = config
+        self._consumers = consumers  # registered subscriptions, for pulls that post none
         self._store = store
         self._topics = topics
         self._groups = groups
@@ -121,11 +123,10 @@ class PullProcessor:
         if req.has_subscription:
             tag_hashes = parse_subscription(req.subscription_expression)
         else:
-            # Registered subscriptions come from consumer heartbeats (push consumers); a pull
-            # without a posted subscription has nothing to filter by.
-            return PullOutcome(self._reply(req, common_pb2.SUBSCRIPTION_NOT_EXIST,
-                                           f"group {req.consumer_group} has no subscription registered for "
-                                           f"{req.topic}; post one with the pull (has_subscription)"))
+            registered = self._registered_subscription(req, group)
+            if isinstance(registered, broker_pb2.PullResponse):
+                return PullOutcome(registered)
+            tag_hashes = registered
 
         result = self._store.get_messages(req.topic, req.queue_id, req.queue_offset,
                                           req.max_msg_nums, tag_hashes)
@@ -186,6 +187,28 @@ class PullProcessor:
             return self._reply(req, common_pb2.INVALID_ARGUMENT,
                                f"max_msg_nums must be in 1..{c.PULL_BATCH_COUNT_MAX}, got {req.max_msg_nums}")
         return None
+
+    def _registered_subscription(self, req: broker_pb2.PullRequest, group: SubscriptionGroupConfig
+                                 ) -> frozenset[int] | broker_pb2.PullResponse | None:
+        """The tag hashes of the group's registered subscription (from heartbeats), or the
+        rejection (reference §1.2 subscription checks)."""
+        info = self._consumers.find(req.consumer_group) if self._consumers is not None else None
+        if info is None:
+            return self._reply(req, common_pb2.SUBSCRIPTION_NOT_EXIST,
+                               f"group {req.consumer_group} has no consumer registered here; heartbeat first or "
+                               "post a subscription with the pull (has_subscription)")
+        if info.message_model == c.MESSAGE_MODEL_BROADCASTING and not group.consume_broadcast_enable:
+            return self._reply(req, common_pb2.NO_PERMISSION,
+                               f"group {req.consumer_group} may not consume in broadcasting mode")
+        subscription = info.subscriptions.get(req.topic)
+        if subscription is None:
+            return self._reply(req, common_pb2.SUBSCRIPTION_NOT_EXIST,
+                               f"group {req.consumer_group} has no subscription registered for {req.topic}")
+        if subscription.sub_version < req.sub_version:
+            return self._reply(req, common_pb2.SUBSCRIPTION_NOT_LATEST,
+                               f"the registered subscription of {req.consumer_group} to {req.topic} is version "
+                               f"{subscription.sub_version}, older than the pull's {req.sub_version}")
+        return parse_subscription(subscription.expression)
 
     def _record_routing(self, req: broker_pb2.PullRequest, suggest: int, backlog_bytes: int,
                         status: GetStatus) -> None:

@@ -8,9 +8,17 @@ Does not own queue offset assignment or durability (the store does).
 from __future__ import annotations
 
 import logging
+import random
 import socket
+from collections.abc import Mapping
 
-from nodes.broker.topics import TopicConfigManager
+from nodes.broker.send_back import (
+    RETRY_HEADER_PROPERTIES,
+    create_topic_in_send_back,
+    retry_send_header,
+    route_retry_send,
+)
+from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
@@ -33,9 +41,11 @@ _CODE_BY_PUT_STATUS = {
 
 
 class SendProcessor:
-    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock
-                 ) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock,
+                 groups: SubscriptionGroupManager | None = None, rng: random.Random | None = None) -> None:
         self._config = config
+        self._groups = groups  # for sends to %RETRY% topics (handleRetryAndDLQ)
+        self._rng = rng or random.Random()
         self._store = store
         self._topics = topics
         self._clock = clock
@@ -72,6 +82,9 @@ class SendProcessor:
         topic = self._topics.get(req.topic)
         if topic is None:
             topic = self._topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
+            if topic is None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+                # msgCheck creates a retry topic even when auto-creation is off
+                topic = create_topic_in_send_back(self._topics, req.topic, 1, c.PERM_DEFAULT, self._clock.wall_ms())
             if topic is None:
                 return _reply(common_pb2.TOPIC_NOT_EXIST,
                               f"topic {req.topic!r} does not exist on {self._config.broker_name} and "
@@ -82,11 +95,25 @@ class SendProcessor:
             return _reply(common_pb2.SYSTEM_ERROR,
                           f"queue id {req.queue_id} is outside [0, {topic.write_queue_nums}) of {req.topic}")
 
+        store_topic, store_queue_id, reconsume_times = req.topic, req.queue_id, req.reconsume_times
+        dropped: tuple[str, ...] = ()  # properties not stored
+        if self._groups is not None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+            reconsume_times, max_times = retry_send_header(req.reconsume_times, req.messages[0].properties)
+            route = route_retry_send(groups=self._groups, topics=self._topics, topic=req.topic,
+                                     queue_id=req.queue_id, reconsume_times=reconsume_times,
+                                     max_reconsume_times=max_times, now_ms=self._clock.wall_ms(), rng=self._rng)
+            if route.code != common_pb2.SUCCESS:
+                return _reply(route.code, route.remark)
+            store_topic, store_queue_id = route.topic, route.queue_id
+            # a dead letter is stored at once, whatever delay level it asked for
+            dropped = RETRY_HEADER_PROPERTIES + ((c.PROPERTY_DELAY,) if route.dead_letter else ())
+
         born_host = parse_host_port(req.born_host) if req.born_host else ("127.0.0.1", 0)
-        records = [MessageToStore(topic=req.topic, queue_id=req.queue_id, body=msg.body, flag=msg.flag,
-                                  properties=dict(msg.properties), born_timestamp_ms=msg.born_timestamp_ms,
+        records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=msg.body, flag=msg.flag,
+                                  properties=_without(msg.properties, dropped),
+                                  born_timestamp_ms=msg.born_timestamp_ms,
                                   born_host=born_host, store_host=self._store_host,
-                                  reconsume_times=req.reconsume_times, sys_flag=req.sys_flag)
+                                  reconsume_times=reconsume_times, sys_flag=req.sys_flag)
                    for msg in req.messages]
         result = self._store.put_messages(records)
         code = _CODE_BY_PUT_STATUS[result.status]
@@ -106,6 +133,12 @@ def _ipv4_of(host: str) -> str:
         return socket.gethostbyname(host)
     except OSError:
         return "127.0.0.1"
+
+
+def _without(properties: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    if not names:
+        return dict(properties)
+    return {k: v for k, v in properties.items() if k not in names}
 
 
 def _reply(code: int, remark: str) -> broker_pb2.SendMessageResponse:

@@ -11,9 +11,11 @@ from nodes.client.allocate import (
     AllocateConsistentHash,
     AllocateMachineRoomNearby,
 )
+from nodes.client.consume_concurrently import ConsumeConcurrentlyContext
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.producer import Producer
 from nodes.client.pull_consumer import PullConsumer
+from nodes.client.push_consumer import PushConsumer
 from nodes.common.types import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -35,6 +37,7 @@ __all__ = [
     "AllocateByMachineRoom",
     "AllocateConsistentHash",
     "AllocateMachineRoomNearby",
+    "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -47,6 +50,7 @@ __all__ = [
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
     "SendResult",
     "SendStatus",
 ]

@@ -32,7 +32,7 @@ from nodes.common import rpc, wire
 from nodes.common.config import Timing
 from nodes.common.errors import RequestTimeoutError, TransportError, for_code
 from nodes.common.service import Lifecycle, LifecycleState
-from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, consumer_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ class ClientInstance:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._broker_stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._namesrv_stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
+        self._consumer_stubs: dict[str, consumer_pb2_grpc.ConsumerManagerStub] = {}
         self._pull_streams: dict[str, PullStream] = {}
 
     # --- lifecycle -------------------------------------------------------------------
@@ -175,6 +176,7 @@ class ClientInstance:
         self._channels.clear()
         self._broker_stubs.clear()
         self._namesrv_stubs.clear()
+        self._consumer_stubs.clear()
         loop = asyncio.get_running_loop()
         await loop.shutdown_asyncgens()
         await loop.shutdown_default_executor()
@@ -246,6 +248,13 @@ class ClientInstance:
         if stub is None:
             stub = namesrv_pb2_grpc.NameServerStub(self.channel(addr))
             self._namesrv_stubs[addr] = stub
+        return stub
+
+    def consumer_stub(self, addr: str) -> consumer_pb2_grpc.ConsumerManagerStub:
+        stub = self._consumer_stubs.get(addr)
+        if stub is None:
+            stub = consumer_pb2_grpc.ConsumerManagerStub(self.channel(addr))
+            self._consumer_stubs[addr] = stub
         return stub
 
     def pull_stream(self, addr: str) -> PullStream:

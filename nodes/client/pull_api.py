@@ -168,7 +168,8 @@ class PullApi:
 
     async def pull_kernel(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                           suspend: bool, suspend_timeout_ms: int, timeout_ms: int,
-                          commit_offset_value: int | None = None, post_subscription: bool = True) -> PullResult:
+                          commit_offset_value: int | None = None, post_subscription: bool = True,
+                          sub_version: int = 0) -> PullResult:
         """pullKernelImpl + processPullResult for one queue.
 
         Raises:
@@ -198,6 +199,7 @@ class PullApi:
             # postSubscriptionWhenPull (the broker then uses the group's registered one).
             "has_subscription": post_subscription,
             "subscription_expression": expression if post_subscription else "",
+            "sub_version": sub_version,  # the broker answers SUBSCRIPTION_NOT_LATEST if its copy is older
         }
         resp = await self._instance.pull_stream(found.addr).pull(fields, timeout_ms)
         result = process_pull_response(resp, mq, parse_subscription(expression))

@@ -54,6 +54,23 @@ class Timing:
     ha_reconnect_max_ms: int = c.HA_RECONNECT_MAX_MS
     slave_sync_interval_ms: int = c.SLAVE_SYNC_INTERVAL_MS
     slave_sync_first_ms: int = c.SLAVE_SYNC_FIRST_MS
+    consumer_channel_expiry_ms: int = c.CONSUMER_CHANNEL_EXPIRY_MS
+    client_housekeeping_ms: int = c.CLIENT_HOUSEKEEPING_MS
+    # Every delay level is a multiple of this (level "1m" = 60 units), so it scales with the rest.
+    delay_level_unit_ms: int = c.DELAY_LEVEL_UNIT_MS
+    schedule_first_delay_ms: int = c.SCHEDULE_FIRST_DELAY_MS
+    schedule_poll_ms: int = c.SCHEDULE_POLL_MS
+    schedule_error_backoff_ms: int = c.SCHEDULE_ERROR_BACKOFF_MS
+    delay_offset_persist_ms: int = c.DELAY_OFFSET_PERSIST_MS
+    # push consumer (reference §2-§6)
+    rebalance_interval_ms: int = c.REBALANCE_INTERVAL_MS
+    pull_delay_when_exception_ms: int = c.PULL_DELAY_WHEN_EXCEPTION_MS
+    pull_delay_when_flow_control_ms: int = c.PULL_DELAY_WHEN_FLOW_CONTROL_MS
+    pull_offset_fix_delay_ms: int = c.PULL_OFFSET_FIX_DELAY_MS
+    pull_max_idle_ms: int = c.PULL_MAX_IDLE_MS
+    consume_resubmit_delay_ms: int = c.CONSUME_RESUBMIT_DELAY_MS
+    consume_timeout_ms: int = c.CONSUME_TIMEOUT_MS
+    consumer_offset_persist_first_ms: int = c.CONSUMER_OFFSET_PERSIST_FIRST_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.
@@ -155,6 +172,8 @@ class BrokerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     # peer address -> address to dial instead (harness link proxies); empty in production
     dial_overrides: dict[str, str] = field(default_factory=dict)
+    message_delay_level: str = c.MESSAGE_DELAY_LEVEL  # messageDelayLevel: units s, m, h, d
+    notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
 
     @property
     def is_master(self) -> bool:
@@ -232,3 +251,75 @@ def load_node_config(path: Path) -> tuple[str, Any]:
     config = _from_dict(ROLE_CONFIGS[role], raw)
     config.validate()
     return role, config
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """A consumer process (`python -m nodes consumer`): one PushConsumer running a workload listener.
+
+    `subscriptions` maps topic -> tag expression ("*" for all). The workload decides what the
+    listener answers: `ack` always succeeds; `fail` answers RECONSUME_LATER and `raise` raises,
+    each with probability `fail_probability`; `fail_keys` answers RECONSUME_LATER for messages
+    whose KEYS are in `fail_keys` until each has failed `fail_times` times. `sleep_ms` (unscaled:
+    it is work, not a timer) is spent on every message first.
+    """
+
+    node_id: str = "consumer-0"
+    listen_host: str = "127.0.0.1"
+    port: int = 0
+    run_dir: str = "."
+    namesrv_addrs: tuple[str, ...] = ()
+    group: str = "mqlab_consumer"
+    subscriptions: dict[str, str] = field(default_factory=dict)
+    message_model: str = c.MESSAGE_MODEL_CLUSTERING
+    allocate_strategy: str = "AVG"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    consume_thread_min: int = c.CONSUME_THREAD_MIN
+    consume_message_batch_max_size: int = c.CONSUME_MESSAGE_BATCH_MAX_SIZE
+    pull_batch_size: int = c.PULL_BATCH_SIZE
+    max_reconsume_times: int = -1  # -1: RocketMQ's 16
+    instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT
+    await_termination_ms: int = c.CONSUMER_AWAIT_TERMINATION_MS
+    workload: str = "ack"
+    fail_probability: float = 0.0
+    fail_keys: tuple[str, ...] = ()
+    fail_times: int = 1
+    sleep_ms: int = 0
+    seed: int = 0
+    timing: Timing = field(default_factory=Timing)
+    # peer address -> address to dial instead (harness link proxies); empty in production
+    dial_overrides: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        self.timing.validate()
+        if not self.namesrv_addrs:
+            raise ConfigError("namesrv_addrs is empty: a consumer must know at least one name server")
+        if not self.group:
+            raise ConfigError("group is empty: name the consumer group")
+        if not self.subscriptions or not all(isinstance(t, str) and t and isinstance(e, str)
+                                             for t, e in self.subscriptions.items()):
+            raise ConfigError("subscriptions must map at least one topic to a tag expression, e.g. {\"T\": \"*\"}")
+        if self.message_model not in (c.MESSAGE_MODEL_CLUSTERING, c.MESSAGE_MODEL_BROADCASTING):
+            raise ConfigError(f"message_model must be {c.MESSAGE_MODEL_CLUSTERING} or "
+                              f"{c.MESSAGE_MODEL_BROADCASTING}, got {self.message_model!r}")
+        if self.allocate_strategy not in c.ALLOCATE_STRATEGY_NAMES:
+            raise ConfigError(f"allocate_strategy must be one of {c.ALLOCATE_STRATEGY_NAMES}, "
+                              f"got {self.allocate_strategy!r}")
+        if self.consume_from_where not in c.CONSUME_FROM_WHERE_NAMES:
+            raise ConfigError(f"consume_from_where must be one of {c.CONSUME_FROM_WHERE_NAMES}, "
+                              f"got {self.consume_from_where!r}")
+        if self.workload not in c.CONSUMER_WORKLOADS:
+            raise ConfigError(f"workload must be one of {c.CONSUMER_WORKLOADS}, got {self.workload!r}")
+        if not 1 <= self.consume_thread_min <= 1000:
+            raise ConfigError("consume_thread_min must be in 1..1000")
+        if not 1 <= self.consume_message_batch_max_size <= 1024:
+            raise ConfigError("consume_message_batch_max_size must be in 1..1024")
+        if not 1 <= self.pull_batch_size <= c.PULL_BATCH_COUNT_MAX:
+            raise ConfigError(f"pull_batch_size must be in 1..{c.PULL_BATCH_COUNT_MAX}")
+        if not 0.0 <= self.fail_probability <= 1.0:
+            raise ConfigError("fail_probability must be in [0, 1]")
+        if self.fail_times < 0 or self.sleep_ms < 0 or self.await_termination_ms < 0:
+            raise ConfigError("fail_times, sleep_ms and await_termination_ms must be >= 0")
+
+
+ROLE_CONFIGS["consumer"] = ConsumerConfig

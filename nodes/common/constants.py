@@ -138,6 +138,61 @@ SLAVE_SYNC_FIRST_MS = 3_000  # ... and its first run after start
 HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes before the slave's end
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
+# ---------------------------------------------------------------------------
+# Consumer tracking, retry, DLQ and delayed delivery (reference §9, §13)
+# ---------------------------------------------------------------------------
+CONSUMER_CHANNEL_EXPIRY_MS = 120_000  # CHANNEL_EXPIRED_TIMEOUT: a consumer silent this long is dropped
+CLIENT_HOUSEKEEPING_MS = 10_000  # ClientHousekeepingService#scanNotActiveChannel period
+CONSUME_TYPE_PASSIVELY = "CONSUME_PASSIVELY"  # push consumer
+CONSUME_TYPE_ACTIVELY = "CONSUME_ACTIVELY"  # pull consumer
+MESSAGE_MODEL_CLUSTERING = "CLUSTERING"
+MESSAGE_MODEL_BROADCASTING = "BROADCASTING"
+DLQ_NUMS_PER_GROUP = 1  # a group's %DLQ% topic has one queue
+RETRY_DELAY_LEVEL_BASE = 3  # a send-back without a level retries at level 3 + reconsume times
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here, queue = level - 1
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # a delayed message for it is discarded on delivery
+MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
+DELAY_LEVEL_UNIT_MS = 1_000  # one "s" of MESSAGE_DELAY_LEVEL; scaled with the other timers
+SCHEDULE_FIRST_DELAY_MS = 1_000  # FIRST_DELAY_TIME: the per-level timers start this long after start-up
+SCHEDULE_POLL_MS = 100  # DELAY_FOR_A_WHILE: a level is looked at again after this
+SCHEDULE_ERROR_BACKOFF_MS = 10_000  # DELAY_FOR_A_PERIOD: a level that failed waits this long
+DELAY_OFFSET_PERSIST_MS = 10_000  # flushDelayOffsetInterval
+SCHEDULE_DELIVER_BATCH_MAX = 1_024  # due messages one level delivers per pass, so one pass never hogs the loop
+# Message property names used by retries and delays (MessageConst)
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+SYS_FLAG_TRANSACTION_MASK = 0x0C  # MessageSysFlag: transaction type bits
+SYS_FLAG_TRANSACTION_COMMIT = 0x08  # a committed transactional message is delayed like a plain one
+
+# ---------------------------------------------------------------------------
+# Push consumer (reference §2-§6, §10, §13)
+# ---------------------------------------------------------------------------
+REBALANCE_INTERVAL_MS = 20_000  # RebalanceService waitInterval: periodic rebalance (notifications come sooner)
+PULL_DELAY_WHEN_EXCEPTION_MS = 1_000  # pullTimeDelayMillsWhenException (effective value since 4.6.0)
+PULL_DELAY_WHEN_FLOW_CONTROL_MS = 50  # PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL
+PULL_OFFSET_FIX_DELAY_MS = 10_000  # OFFSET_ILLEGAL: the corrected offset is stored and the queue dropped after this
+PULL_MAX_IDLE_MS = 120_000  # PULL_MAX_IDLE_TIME: a queue not pulled this long is re-created by rebalance
+CONSUME_RESUBMIT_DELAY_MS = 5_000  # a message whose send-back failed is consumed again locally after this
+CONSUME_TIMEOUT_MS = 15 * 60_000  # consumeTimeout: a message consuming longer is sent back (level 3)
+CONSUMER_OFFSET_PERSIST_FIRST_MS = 10_000  # persistAllConsumerOffset first runs this long after start
+PULL_BATCH_SIZE = 32  # pullBatchSize
+CONSUME_THREAD_MIN = 20  # consumeThreadMin (= the pool size: consumeThreadMax has no effect)
+CONSUME_MESSAGE_BATCH_MAX_SIZE = 1  # consumeMessageBatchMaxSize: messages per listener call
+MAX_RECONSUME_TIMES_DEFAULT = 16  # maxReconsumeTimes -1 means 16 in concurrent mode
+CONSUMER_SEND_BACK_TIMEOUT_MS = 5_000  # CONSUMER_SEND_MSG_BACK RPC deadline (a transport budget: unscaled)
+CONSUMER_LIST_TIMEOUT_MS = 3_000  # GET_CONSUMER_LIST_BY_GROUP RPC deadline (unscaled)
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # the send-back fallback's producer group
+CLIENT_INSTANCE_NAME_DEFAULT = "DEFAULT"  # replaced by pid#nanos in CLUSTERING (changeInstanceNameToPID)
+ALLOCATE_STRATEGY_NAMES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")  # what a consumer process config may name
+CONSUME_FROM_WHERE_NAMES = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
+CONSUMER_WORKLOADS = ("ack", "fail", "fail_keys", "raise")  # the consumer process's listener behaviours
+CONSUMER_AWAIT_TERMINATION_MS = 3_000  # a consumer process lets running listeners finish this long on SIGTERM
+
 # --- relationships -----------------------------------------------------------
 assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats
 assert BROKER_EXPIRY_SCAN_MS < BROKER_EXPIRY_MS
@@ -147,3 +202,8 @@ assert TOPIC_NAME_BYTES_MAX < 128
 assert TRANSFER_COUNT_MAX_ON_DISK <= TRANSFER_COUNT_MAX_IN_MEMORY
 assert HA_HEARTBEAT_MS * 3 <= HA_HOUSEKEEPING_MS  # an idle but live stream is never closed
 assert HA_RECONNECT_MIN_MS <= HA_RECONNECT_MAX_MS
+assert CLIENT_HEARTBEAT_MS * 3 <= CONSUMER_CHANNEL_EXPIRY_MS  # a consumer survives two lost heartbeats
+assert CLIENT_HOUSEKEEPING_MS < CONSUMER_CHANNEL_EXPIRY_MS
+assert SCHEDULE_POLL_MS <= DELAY_LEVEL_UNIT_MS  # the shortest level (1s) is looked at in time
+assert PULL_DELAY_WHEN_FLOW_CONTROL_MS < PULL_DELAY_WHEN_EXCEPTION_MS  # flow control retries sooner than errors
+assert BROKER_SUSPEND_MAX_MS < PULL_MAX_IDLE_MS  # a long-polled queue is never taken for an idle one

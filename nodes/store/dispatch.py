@@ -1,7 +1,8 @@
 """Dispatch ("reput"): derive consume-queue units from the commitlog, in commitlog order.
 
 Owns: the walk over commitlog positions (`scan_step`, shared with recovery), putting each
-record's unit into its consume queue at the record's own QUEUEOFFSET, arrival
+record's unit into its consume queue at the record's own QUEUEOFFSET (its tag code is the
+tag hash, or for a waiting delayed message its deliver timestamp), arrival
 notifications, and the record of damaged ranges it stepped over. Does not write the
 commitlog, and does not decide where a walk starts (the message store and recovery do).
 
@@ -20,12 +21,15 @@ from collections.abc import Callable
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
-from nodes.store.record import RECORD_BYTES_MIN, RecordKind, peek_size_and_magic, tag_hash
+from nodes.store.record import RECORD_BYTES_MIN, Record, RecordKind, peek_size_and_magic, tag_hash
 
 log = logging.getLogger(__name__)
 
 # (topic, queue_id, max_queue_offset, tag_hash, store_timestamp_ms)
 ArrivalListener = Callable[[str, int, int, int, int], None]
+# A record's consume-queue tag code when it is not its tag hash (a delayed message: its deliver
+# timestamp), else None.
+TagCodeOverride = Callable[[Record], int | None]
 
 
 class Step(enum.Enum):
@@ -69,10 +73,11 @@ class Dispatcher:
     """Indexes commitlog records into consume queues from `reput_from_phys_offset` on."""
 
     def __init__(self, commitlog: CommitLog, consume_queue_for: Callable[[str, int], ConsumeQueue | None],
-                 on_arrival: ArrivalListener | None = None) -> None:
+                 on_arrival: ArrivalListener | None = None, tag_code: TagCodeOverride | None = None) -> None:
         """`consume_queue_for(topic, queue_id)` returns (creating if needed) the queue to index
         into, or None for a record whose queue cannot exist here (it is then skipped)."""
         self._commitlog = commitlog
+        self._tag_code = tag_code
         self._consume_queue_for = consume_queue_for
         self.on_arrival = on_arrival
         self.reput_from_phys_offset = 0
@@ -127,7 +132,8 @@ class Dispatcher:
         queue = self._consume_queue_for(record.topic, record.queue_id)
         if queue is None:
             return
-        record_tag_hash = tag_hash(record.tags)
+        override = self._tag_code(record) if self._tag_code is not None else None
+        record_tag_hash = tag_hash(record.tags) if override is None else override
         if queue.put(record.queue_offset, phys_offset, size, record_tag_hash) and self.on_arrival is not None:
             self.on_arrival(record.topic, record.queue_id, record.queue_offset + 1, record_tag_hash,
                             record.store_timestamp_ms)

@@ -1,7 +1,8 @@
 """MessageStore: the facade the broker uses (RocketMQ's DefaultMessageStore).
 
-Owns: the store's directory layout, open (recovery) and close, put (validate, assign queue
-offsets, append, dispatch at once so a pull right after PUT_OK finds the message), get (the
+Owns: the store's directory layout, open (recovery) and close, put (delay conversion into
+SCHEDULE_TOPIC_XXXX (delay.py), validate, assign queue offsets, append, dispatch at once so a
+pull right after PUT_OK finds the message), get (the
 getMessage status table and scan loop of reference §1.1), offset queries, flush and
 checkpoint, the abort file, and raw commitlog access for replication. Does not own
 networking, topic configs or consumer offsets (the broker does, persisting them through
@@ -38,6 +39,7 @@ from nodes.common.errors import DataDirError, StoreError
 from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from nodes.store.commitlog import AppendResult, CommitLog
 from nodes.store.consume_queue import CQ_UNIT, ConsumeQueue, is_hole
+from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS, schedule_tag_code, to_schedule_topic, wants_delay
 from nodes.store.dispatch import Dispatcher
 from nodes.store.metadata import MetadataStore
 from nodes.store.record import (
@@ -105,8 +107,11 @@ def _is_path_safe(topic: str) -> bool:
 
 class MessageStore:
     def __init__(self, root: Path, config: StoreConfig, *, is_slave: bool = False,
-                 offset_check_in_slave: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
+                 offset_check_in_slave: bool = False, clock: Clock = SYSTEM_CLOCK,
+                 delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS) -> None:
         self.root = Path(root)
+        # The delay of each level (level i+1 = index i): delayed puts and their tag codes.
+        self.delay_levels_ms = tuple(delay_levels_ms)
         self.config = config
         self.is_slave = is_slave
         self.offset_check_in_slave = offset_check_in_slave
@@ -118,7 +123,8 @@ class MessageStore:
         self._commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_bytes)
         self._consume_queue_root = self.root / "consumequeue"
         self._consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._dispatcher = Dispatcher(self._commitlog, self._consume_queue_for)
+        self._dispatcher = Dispatcher(self._commitlog, self._consume_queue_for,
+                                      tag_code=lambda record: schedule_tag_code(record, self.delay_levels_ms))
         self._arrivals: list[tuple[str, int, int, int]] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -243,6 +249,11 @@ class MessageStore:
         if not self._running or self.is_slave:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="the store is a slave" if self.is_slave else "the store is not open")
+        if any(wants_delay(msg) for msg in msgs):
+            if len(msgs) > 1:  # CommitLog#asyncPutMessages refuses delayed batches
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot carry delayed messages")
+            # Delay conversion at store time: the message waits in SCHEDULE_TOPIC_XXXX.
+            msgs = [to_schedule_topic(msgs[0], len(self.delay_levels_ms))]
         rejected = self._validate(msgs)
         if rejected is not None:
             return rejected
@@ -446,6 +457,12 @@ class MessageStore:
         if data is None or check_at(data, 0, base_phys_offset=phys_offset) != (RecordKind.RECORD, size):
             return None
         return decode_record(data, check_crc=False)
+
+    def queue_unit(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int] | None:
+        """(phys_offset, size, tag code) of one consume-queue unit, or None if it is not there;
+        a hole unit is returned as is (`consume_queue.is_hole` tells it)."""
+        queue = self._consume_queues.get((topic, queue_id))
+        return queue.unit_at(queue_offset) if queue is not None else None
 
     def queue_first_phys_offset(self, topic: str, queue_id: int) -> int | None:
         queue = self._consume_queues.get((topic, queue_id))

@@ -192,10 +192,74 @@ class FakePullConsumer:
         return PullResult(PullStatus.FOUND, offset + len(found), 0, len(queue), found)
 
 
+class FakePushConsumer:
+    """Delivers every queue of the subscribed topics from the group's committed offset, one message
+    per listener call on a background thread; a success commits the next offset."""
+
+    broker: FakeBroker
+    idle_s = 0.005
+
+    def __init__(self, namesrv_addr: str, group: str, *args: object, **_: object) -> None:
+        self.group = group
+        self.topics: list[str] = []
+        self.listener = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.topics.append(topic)
+
+    def register_listener(self, listener: object) -> None:
+        self.listener = listener
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._deliver, daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(0.5)  # a listener held past --count is released after shutdown
+
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        from nodes.common.errors import RouteNotFoundError
+
+        queues = [mq for mq in self.broker.queues if mq.topic == topic]
+        if not queues:
+            raise RouteNotFoundError(f"no route of {topic}")
+        return queues
+
+    def describe(self) -> dict:
+        return {"queues": [{"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
+                            "offset": offset} for (group, mq), offset in self.broker.committed.items()
+                           if group == self.group]}
+
+    def _deliver(self) -> None:
+        from nodes.common.types import ConsumeConcurrentlyStatus
+
+        while not self._stop.is_set():
+            delivered = False
+            for mq in [mq for mq in list(self.broker.queues) if mq.topic in self.topics]:
+                offset = self.broker.committed.get((self.group, mq), 0)
+                queue = self.broker.queues[mq]
+                if offset >= len(queue):
+                    continue
+                ctx = SimpleNamespace(message_queue=mq, ack_index=2**31 - 1)
+                status = self.listener([queue[offset]], ctx)
+                if self._stop.is_set():
+                    return  # a result after shutdown is dropped
+                if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+                    self.broker.committed[(self.group, mq)] = offset + 1
+                delivered = True
+            if not delivered:
+                self._stop.wait(self.idle_s)
+
+
 @pytest.fixture
 def fake_mq() -> SimpleNamespace:
     """A fresh FakeBroker plus Producer / PullConsumer classes bound to it."""
     broker = FakeBroker()
     producer = type("Producer", (FakeProducer,), {"broker": broker})
     consumer = type("PullConsumer", (FakePullConsumer,), {"broker": broker})
-    return SimpleNamespace(broker=broker, Producer=producer, PullConsumer=consumer)
+    push_consumer = type("PushConsumer", (FakePushConsumer,), {"broker": broker})
+    return SimpleNamespace(broker=broker, Producer=producer, PullConsumer=consumer, PushConsumer=push_consumer)

@@ -161,7 +161,7 @@ def _toml_error(text: str) -> str:
     ("[timing]\nno_such_ms = 5", "[timing]: unknown field 'no_such_ms'"),
     ("[timing]\nbroker_expiry_ms = -5", "[timing] broker_expiry_ms must be a positive integer"),
     ("[timing]\nregister_interval_ms = 999999999", "register_interval_ms must be below broker_expiry_ms"),
-    ("[defaults.consumer]\nx = 1", "[defaults.consumer]: unknown role"),
+    ("[defaults.producer]\nx = 1", "[defaults.producer]: unknown role"),
     ("[[nodes]]\nid = 'namesrv-0'\nrole = 'namesrv'\nport = 1", "has unknown keys ['port']"),
     ("[[nodes]]\nid = 'x'", "needs an id and a role"),
     ("[[nodes]]\nid = 'n'\nrole = 'gateway'", "unknown role 'gateway'; use one of namesrv, broker"),

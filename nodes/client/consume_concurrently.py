@@ -1,0 +1,292 @@
+"""Concurrent consumption: a thread pool runs the listener, the loop acts on what it answered.
+
+Owns RocketMQ's `ConsumeMessageConcurrentlyService` (reference §4): splitting pulled messages
+into listener calls of `consume_message_batch_max_size`, the retry-topic rename and the
+CONSUME_START_TIME stamp, the ack index, sending failed messages back (CLUSTERING; dropped in
+BROADCASTING), re-consuming locally after a failed send-back, the committed offset (the
+lowest unfinished offset, via `ProcessQueue.remove_messages`), and cleaning messages that
+have been consuming too long. Does not pull, route or know how a send-back travels
+(`SendBack` is handed in by the facade).
+
+Threads: the listener runs on the pool (`consume_thread_min` threads; an unbounded queue in
+front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
+offset store included, stays on the client's event loop: a finished listener call is posted
+back to the loop, so the queue caches need no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.client.offset_store import OffsetStore
+from nodes.client.process_queue import (
+    CLEAN_EXPIRED_DELAY_LEVEL,
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    ProcessQueue,
+)
+from nodes.common import constants as c
+from nodes.common.clock import Clock
+from nodes.common.service import CrashHandler, Service
+from nodes.common.types import ConsumeConcurrentlyStatus, MessageExt, MessageModel, MessageQueue
+
+log = logging.getLogger(__name__)
+
+ACK_INDEX_ALL = 2**31 - 1  # Integer.MAX_VALUE: "every message of the call succeeded"
+
+# send_back(msg, delay_level, broker_name) -> whether the message is safely on its way back
+SendBack = Callable[[MessageExt, int, str], Awaitable[bool]]
+Listener = Callable[[list[MessageExt], "ConsumeConcurrentlyContext"], Any]
+
+
+@dataclass(slots=True)
+class ConsumeConcurrentlyContext:
+    """What a listener may read and set (RocketMQ ConsumeConcurrentlyContext).
+
+    Attributes:
+        message_queue: the queue the messages were pulled from (`%RETRY%<group>` for retries).
+        ack_index: with CONSUME_SUCCESS, messages after this index count as failed.
+        delay_level_when_next_consume: the send-back delay level; 0 lets the broker pick 3 + times.
+    """
+
+    message_queue: MessageQueue
+    ack_index: int = ACK_INDEX_ALL
+    delay_level_when_next_consume: int = 0
+
+
+def resolve_ack_index(status: ConsumeConcurrentlyStatus, ack_index: int, size: int) -> int:
+    """processConsumeResult: the index of the last acknowledged message (-1: none)."""
+    if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+        return min(max(ack_index, -1), size - 1)
+    return -1
+
+
+@dataclass(slots=True)
+class ConsumeRequest:
+    msgs: list[MessageExt]
+    pq: ProcessQueue
+    mq: MessageQueue
+
+
+@dataclass
+class ConsumeStats:
+    calls: int = 0
+    ok: int = 0  # messages acknowledged
+    failed: int = 0  # messages the listener failed (sent back or, broadcasting, dropped)
+    exceptions: int = 0
+    sent_back: int = 0
+    send_back_failed: int = 0
+    discarded: int = 0  # results of calls whose queue was dropped meanwhile
+    expired_cleaned: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+
+def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
+    """resetRetryAndNamespace: a retry delivers under its original topic."""
+    retry = c.RETRY_GROUP_TOPIC_PREFIX + group
+    for msg in msgs:
+        original = msg.properties.get(c.PROPERTY_RETRY_TOPIC)
+        if original and msg.topic == retry:
+            msg.topic = original
+
+
+class ConsumeMessageConcurrentlyService:
+    """The listener pool and the result processing of a concurrent push consumer.
+
+    Caller: the pull service (`submit_consume_request`, loop thread); the pool threads
+    (`_consume`); the loop (`_process_consume_result`, `clean_expired_messages`).
+    Affects: the ProcessQueue caches, the offset store's memory table.
+    """
+
+    def __init__(self, *, group: str, listener: Listener, message_model: MessageModel, offset_store: OffsetStore,
+                 send_back: SendBack, clock: Clock, thread_count: int, batch_max_size: int,
+                 resubmit_delay_ms: int, consume_timeout_ms: int) -> None:
+        self.group = group
+        self.listener = listener
+        self.message_model = message_model
+        self.offset_store = offset_store
+        self.send_back = send_back
+        self.clock = clock
+        self.batch_max_size = batch_max_size
+        self.resubmit_delay_ms = resubmit_delay_ms
+        self.consume_timeout_ms = consume_timeout_ms
+        self.stats = ConsumeStats()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=thread_count, thread_name_prefix=f"ConsumeMessageThread_{group}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._futures: set[concurrent.futures.Future[None]] = set()
+        self._futures_lock = threading.Lock()
+        self._result_tasks: set[asyncio.Task[None]] = set()
+        self._later: set[asyncio.TimerHandle] = set()
+        self._shutdown = False
+
+    def start(self) -> None:
+        """Bind to the running loop (call on the client's loop)."""
+        self._loop = asyncio.get_running_loop()
+
+    # --- submitting (loop) ---------------------------------------------------------------
+    def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One listener call per `batch_max_size` consecutive messages."""
+        if self._shutdown:
+            return
+        batch = self.batch_max_size
+        for start in range(0, len(msgs), batch):
+            request = ConsumeRequest(list(msgs[start:start + batch]), pq, mq)
+            fut = self._executor.submit(self._consume, request)
+            with self._futures_lock:
+                self._futures.add(fut)
+            fut.add_done_callback(self._forget_future)
+
+    def _forget_future(self, fut: concurrent.futures.Future[None]) -> None:
+        with self._futures_lock:
+            self._futures.discard(fut)
+
+    def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
+        assert self._loop is not None
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._later.discard(handle)
+            self.submit_consume_request(msgs, pq, mq)
+
+        handle = self._loop.call_later(self.resubmit_delay_ms / 1000, fire)
+        self._later.add(handle)
+
+    # --- the listener call (pool thread) ---------------------------------------------------
+    def _consume(self, request: ConsumeRequest) -> None:
+        """ConsumeRequest#run up to the listener's answer; the rest is posted to the loop."""
+        if request.pq.dropped:
+            return
+        reset_retry_topic(request.msgs, self.group)
+        start = str(self.clock.wall_ms())
+        for msg in request.msgs:
+            msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
+        ctx = ConsumeConcurrentlyContext(request.mq)
+        status: ConsumeConcurrentlyStatus | None
+        try:
+            status = self.listener(list(request.msgs), ctx)
+        except Exception:
+            log.warning("listener of %s raised on %d messages of %s; reconsuming later", self.group,
+                        len(request.msgs), request.mq, exc_info=True)
+            self.stats.exceptions += 1
+            status = None
+        if not isinstance(status, ConsumeConcurrentlyStatus):
+            if status is not None:
+                log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
+                            self.group, status)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._on_listener_done, request, status, ctx)
+        except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
+            log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
+
+    def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
+                          ctx: ConsumeConcurrentlyContext) -> None:
+        task = asyncio.create_task(self._process_consume_result(request, status, ctx),
+                                   name=f"consume-result-{request.mq.queue_id}")
+        self._result_tasks.add(task)
+        task.add_done_callback(self._result_done)
+
+    def _result_done(self, task: asyncio.Task[None]) -> None:
+        self._result_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("processing a consume result failed", exc_info=task.exception())
+
+    # --- acting on the answer (loop) ---------------------------------------------------------
+    async def _process_consume_result(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
+                                      ctx: ConsumeConcurrentlyContext) -> None:
+        """processConsumeResult: send back the failed part, commit the lowest unfinished offset."""
+        self.stats.calls += 1
+        self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+        pq, mq, msgs = request.pq, request.mq, request.msgs
+        if pq.dropped:
+            self.stats.discarded += len(msgs)
+            return  # the queue changed hands: no send-back, no offset
+        ack_index = resolve_ack_index(status, ctx.ack_index, len(msgs))
+        self.stats.ok += ack_index + 1
+        failed = msgs[ack_index + 1:]
+        self.stats.failed += len(failed)
+        back_failed: list[MessageExt] = []
+        if failed and self.message_model is MessageModel.BROADCASTING:
+            for msg in failed:
+                log.warning("BROADCASTING: consume of %s failed; dropped (no retry in broadcasting)", msg.msg_id)
+        elif failed:
+            for msg in failed:
+                if await self.send_back(msg, ctx.delay_level_when_next_consume, mq.broker_name):
+                    self.stats.sent_back += 1
+                else:
+                    self.stats.send_back_failed += 1
+                    msg.reconsume_times += 1
+                    back_failed.append(msg)
+        done = [m for m in msgs if all(m is not f for f in back_failed)]
+        if back_failed:
+            self.submit_consume_request_later(back_failed, pq, mq)
+        offset = pq.remove_messages(done, now_ms=self.clock.monotonic_ms())
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update_offset(mq, offset, increase_only=True)
+
+    async def clean_expired_messages(self, process_queues: Mapping[MessageQueue, ProcessQueue]) -> None:
+        """cleanExpireMsg: send back heads that have been consuming too long, then forget them."""
+        for mq, pq in list(process_queues.items()):
+            if pq.dropped:
+                continue
+            for msg in pq.expired_messages(self.clock.wall_ms(), consume_timeout_ms=self.consume_timeout_ms):
+                log.warning("%s: message %s of %s has been consuming for over %d ms; sending it back",
+                            self.group, msg.msg_id, mq, self.consume_timeout_ms)
+                if not await self.send_back(msg, CLEAN_EXPIRED_DELAY_LEVEL, mq.broker_name):
+                    break
+                self.stats.expired_cleaned += 1
+                pq.remove_if_head(msg, now_ms=self.clock.monotonic_ms())
+
+    # --- shutdown (loop) ---------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        with self._futures_lock:
+            return len(self._futures)
+
+    async def shutdown(self, await_termination_ms: int) -> None:
+        """Stop taking work; let running listener calls finish for up to `await_termination_ms`.
+
+        Queued calls that have not started are cancelled (their messages stay uncommitted).
+        Results that arrive in time are processed as usual.
+        """
+        self._shutdown = True
+        for handle in list(self._later):
+            handle.cancel()
+        self._later.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._futures_lock:
+            pending = [asyncio.wrap_future(f) for f in self._futures if not f.done()]
+        if pending and await_termination_ms > 0:
+            _, still = await asyncio.wait(pending, timeout=await_termination_ms / 1000)
+            if still:
+                log.warning("%s: %d listener calls still running after %d ms; their results are dropped",
+                            self.group, len(still), await_termination_ms)
+        await asyncio.sleep(0)  # let results posted by finished calls start their processing
+        if self._result_tasks:
+            await asyncio.gather(*list(self._result_tasks), return_exceptions=True)
+
+
+class CleanExpiredService(Service):
+    """Runs `clean_expired_messages` every `consume_timeout_ms` (the first run after one period)."""
+
+    name = "clean-expired-messages"
+
+    def __init__(self, consume: ConsumeMessageConcurrentlyService,
+                 process_queues: Callable[[], Mapping[MessageQueue, ProcessQueue]], interval_ms: int, *,
+                 on_crash: CrashHandler | None = None) -> None:
+        super().__init__(interval_ms, on_crash=on_crash)
+        self._consume = consume
+        self._process_queues = process_queues
+
+    async def tick(self) -> None:
+        await self._consume.clean_expired_messages(self._process_queues())

@@ -1,0 +1,434 @@
+"""PushConsumer: subscribe, register a listener, start; messages arrive on a thread pool.
+
+The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners (DESIGN §5, §8).
+Owns argument checks, the wiring of the parts, the lifecycle (start / shutdown order) and
+the broker calls rebalance needs but does not own: the consumer list of a group (one random
+broker of the topic) and the queue-offset queries behind consume-from-where.
+
+    heartbeat.HeartbeatService      heartbeats, notification streams, unregister
+    rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
+    pull_service.PullService        one long-polling pull loop per owned queue
+    consume_concurrently.*          the listener pool, ack index, offsets, expired messages
+    send_back.MessageSender         failed messages back to the broker (or the internal producer)
+    offset_store.*                  remote (CLUSTERING) or local file (BROADCASTING) offsets
+
+Everything but the listener runs on the `ClientInstance` loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nodes.client.allocate import AllocateAveragely, AllocateStrategy
+from nodes.client.consume_concurrently import CleanExpiredService, ConsumeMessageConcurrentlyService, Listener
+from nodes.client.errors import ClientStateError, InvalidArgumentError
+from nodes.client.flow_control import FlowThresholds
+from nodes.client.heartbeat import HeartbeatService, make_client_id
+from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.offset_store import (
+    ConsumerOffsetPersistService,
+    LocalFileOffsetStore,
+    OffsetStore,
+    RemoteBrokerOffsetStore,
+    query_queue_offset,
+)
+from nodes.client.process_queue import ProcessQueue
+from nodes.client.pull_api import PullApi, code_name
+from nodes.client.pull_service import PullRequest, PullService
+from nodes.client.rebalance import RebalanceImpl, RebalanceService, StartKind
+from nodes.client.routes import subscribe_queues
+from nodes.client.send_back import MessageSender
+from nodes.common import constants as c
+from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.config import Timing
+from nodes.common.errors import InvalidMessageError, MqError, for_code
+from nodes.common.service import CrashHandler, Lifecycle, LifecycleState, Service
+from nodes.common.types import (
+    ConsumeFromWhere,
+    MessageModel,
+    MessageQueue,
+    validate_topic,
+)
+from proto import broker_pb2, common_pb2, consumer_pb2
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OFFSET_STORE_DIR = Path.home() / ".mqlab_offsets"  # rocketmq.client.localOffsetStoreDir
+CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000  # consumeTimestamp defaults to half an hour before construction
+EventSink = Callable[[dict[str, Any]], None]
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+class PushConsumer:
+    """A RocketMQ-style push consumer with a concurrent listener (DESIGN §8).
+
+    Args:
+        namesrv_addr: "host:port" of the name server (several separated by ';').
+        group: the consumer group.
+        message_model: CLUSTERING (queues shared by the group) or BROADCASTING (every consumer
+            gets every message; offsets in a local file; failed messages are dropped).
+        allocate: the queue allocation strategy (CLUSTERING).
+        consume_from_where: where a queue with no committed offset starts (reference §6).
+
+    Keyword options (RocketMQ's names in brackets): `timing`; `dial_overrides`;
+    `consume_thread_min` [consumeThreadMin]; `consume_message_batch_max_size`;
+    `pull_batch_size`; `max_reconsume_times` (-1 = 16); `consume_timestamp_ms` (for
+    CONSUME_FROM_TIMESTAMP; default half an hour ago); `instance_name`; `offset_store_dir`
+    (BROADCASTING files); `flow_thresholds`; `post_subscription_when_pull`;
+    `await_termination_ms` (how long shutdown lets running listener calls finish; RocketMQ's
+    default 0); `on_event` (rebalance, offset-commit, pull-route and send-back events, called on
+    the client's loop thread); `on_crash` (an unexpected error in a background service).
+    """
+
+    def __init__(self, namesrv_addr: str, group: str, message_model: MessageModel = MessageModel.CLUSTERING,
+                 allocate: AllocateStrategy = AllocateAveragely(),
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, *,
+                 timing: Timing | None = None, dial_overrides: Mapping[str, str] | None = None,
+                 consume_thread_min: int = c.CONSUME_THREAD_MIN,
+                 consume_message_batch_max_size: int = c.CONSUME_MESSAGE_BATCH_MAX_SIZE,
+                 pull_batch_size: int = c.PULL_BATCH_SIZE, max_reconsume_times: int = -1,
+                 consume_timestamp_ms: int | None = None, instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT,
+                 offset_store_dir: str | Path | None = None, flow_thresholds: FlowThresholds | None = None,
+                 post_subscription_when_pull: bool = False, await_termination_ms: int = 0,
+                 on_event: EventSink | None = None, on_crash: CrashHandler | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        validate_group(group, "consumer")
+        if not isinstance(message_model, MessageModel):
+            raise InvalidArgumentError(f"message_model must be a MessageModel, got {message_model!r}")
+        if not isinstance(consume_from_where, ConsumeFromWhere):
+            raise InvalidArgumentError(f"consume_from_where must be a ConsumeFromWhere, got {consume_from_where!r}")
+        if not callable(getattr(allocate, "allocate", None)):
+            raise InvalidArgumentError(f"allocate must be an allocation strategy (nodes.client.allocate), got {allocate!r}")
+        self.consume_thread_min = _check_int("consume_thread_min", consume_thread_min, 1, 1000)
+        self.consume_message_batch_max_size = _check_int(
+            "consume_message_batch_max_size", consume_message_batch_max_size, 1, 1024)
+        self.pull_batch_size = _check_int("pull_batch_size", pull_batch_size, 1, c.PULL_BATCH_COUNT_MAX)
+        self.max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, -1, 2**31 - 1)
+        self.await_termination_ms = _check_int("await_termination_ms", await_termination_ms, 0, 2**31 - 1)
+        if not isinstance(instance_name, str) or not instance_name:
+            raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        self.group = group
+        self.message_model = message_model
+        self.allocate = allocate
+        self.consume_from_where = consume_from_where
+        self.instance_name = instance_name
+        self.offset_store_dir = Path(offset_store_dir) if offset_store_dir is not None else DEFAULT_OFFSET_STORE_DIR
+        self.flow_thresholds = flow_thresholds or FlowThresholds()
+        self.post_subscription_when_pull = post_subscription_when_pull
+        self._clock = clock
+        self.consume_timestamp_ms = (clock.wall_ms() - CONSUME_TIMESTAMP_BACK_MS
+                                     if consume_timestamp_ms is None else consume_timestamp_ms)
+        self._on_event = on_event
+        self._on_crash = on_crash
+        self._instance = ClientInstance(namesrv_addr, name=f"push-consumer-{group}", timing=timing,
+                                        dial_overrides=dial_overrides)
+        self.timing = self._instance.timing
+        self.lifecycle = LifecycleState(f"push consumer {group}", clock)
+        self._subscriptions: dict[str, str] = {}
+        self._listener: Listener | None = None
+        self._thresholds = self.flow_thresholds
+        self._rng = random.Random()
+        self._last_routing: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        self._sender: MessageSender | None = None
+        self.client_id = ""
+        self._services: list[Service] = []
+
+    # --- configuration ------------------------------------------------------------------
+    @property
+    def effective_max_reconsume_times(self) -> int:
+        return c.MAX_RECONSUME_TIMES_DEFAULT if self.max_reconsume_times == -1 else self.max_reconsume_times
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB")."""
+        if not isinstance(topic, str):
+            raise InvalidArgumentError(f"topic must be a string, got {type(topic).__name__}")
+        try:
+            validate_topic(topic)
+        except InvalidMessageError as err:
+            raise InvalidArgumentError(str(err)) from None
+        if expression is None:
+            expression = "*"
+        if not isinstance(expression, str):
+            raise InvalidArgumentError(f"expression must be a tag expression like 'a || b' or '*', got {expression!r}")
+        self._subscriptions[topic] = expression
+        if self._instance.running and self.lifecycle.state == Lifecycle.RUNNING:
+            self._instance.run(self._asubscribe(topic, expression), self._rpc_budget_s(), f"subscribe {topic}")
+
+    async def _asubscribe(self, topic: str, expression: str) -> None:
+        self._rebalance.subscribe(topic, expression)
+        try:
+            await self._instance.routes.update_topic(topic)
+        except MqError as err:
+            log.warning("route of %s: %s", topic, err)
+        await self._heartbeat.send_heartbeat_to_all_brokers()
+        self._rebalance_service.wakeup()
+
+    def register_listener(self, listener: Listener) -> None:
+        """`listener(msgs, ctx) -> ConsumeConcurrentlyStatus`, called on the consume threads.
+
+        An exception or any other return value counts as RECONSUME_LATER.
+        """
+        if not callable(listener):
+            raise InvalidArgumentError(f"listener must be callable as listener(msgs, ctx), got {listener!r}")
+        if self.lifecycle.state != Lifecycle.INIT:
+            raise ClientStateError("register the listener before start()")
+        self._listener = listener
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.lifecycle.state != Lifecycle.INIT:
+            raise ClientStateError(f"push consumer {self.group} was already started ({self.lifecycle.state.name})")
+        if self._listener is None:
+            raise ClientStateError("no listener: call register_listener(fn) before start()")
+        if not self._subscriptions:
+            raise ClientStateError("no subscription: call subscribe(topic) before start()")
+        self.lifecycle.transition(Lifecycle.STARTING)
+        self.client_id = make_client_id(self.instance_name, self.message_model)
+        try:
+            self._instance.start()
+            self._instance.run(self._astart(), self._rpc_budget_s() * 2 + 10, f"start push consumer {self.group}")
+        except BaseException:
+            self.lifecycle.transition(Lifecycle.FAILED)
+            self._instance.close()
+            raise
+        self.lifecycle.transition(Lifecycle.RUNNING)
+        log.info("push consumer %s started as %s (%s, %s)", self.group, self.client_id, self.message_model.value,
+                 self.allocate.name)
+
+    def _rpc_budget_s(self) -> float:
+        return self.timing.rpc_timeout_ms / 1000 + SYNC_WAIT_SLACK_S
+
+    async def _astart(self) -> None:
+        timing = self.timing
+        instance = self._instance
+        if self.message_model is MessageModel.CLUSTERING:
+            self._offset_store: OffsetStore = RemoteBrokerOffsetStore(
+                instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event)
+        else:
+            self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
+                                                      on_event=self._on_event)
+        self._offset_store.load()
+        self._rebalance = RebalanceImpl(
+            group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
+            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=_Deps(self),
+            clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event)
+        self._rebalance.copy_subscription(self._subscriptions)
+        self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
+                                     on_event=self._on_event)
+        assert self._listener is not None
+        self._consume = ConsumeMessageConcurrentlyService(
+            group=self.group, listener=self._listener, message_model=self.message_model,
+            offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
+            thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
+            resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
+        self._consume.start()
+        self._pull = PullService(
+            api=PullApi(instance, self.group, self._routing_event), subscriptions=self._rebalance.subscriptions,
+            offset_store=self._offset_store, submit=self._consume.submit_consume_request,
+            remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
+            message_model=self.message_model, timing=timing, clock=self._clock,
+            pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull)
+        self._heartbeat = HeartbeatService(
+            instance, self.client_id, consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
+            on_notification=self._on_notification, interval_ms=timing.client_heartbeat_ms,
+            timeout_ms=timing.rpc_timeout_ms, on_crash=self._on_crash)
+        self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
+        for topic in self._rebalance.subscriptions:
+            try:
+                await instance.routes.update_topic(topic)
+            except MqError as err:
+                log.warning("route of %s: %s", topic, err)
+        await self._heartbeat.send_heartbeat_to_all_brokers()
+        self._services = [
+            self._heartbeat,
+            ConsumerOffsetPersistService(self._offset_store, lambda: list(self._rebalance.process_queue_table),
+                                         timing.consumer_offset_persist_ms, timing.consumer_offset_persist_first_ms,
+                                         on_crash=self._on_crash),
+            CleanExpiredService(self._consume, lambda: self._rebalance.process_queue_table, timing.consume_timeout_ms,
+                                on_crash=self._on_crash),
+            self._rebalance_service,  # first round at once: rebalanceImmediately
+        ]
+        for service in self._services:
+            service.start()
+
+    def shutdown(self) -> None:
+        """Stop pulling, let running listener calls finish (`await_termination_ms`), persist offsets,
+        unregister from the brokers, close everything. Idempotent."""
+        state = self.lifecycle.state
+        if state in (Lifecycle.STOPPING, Lifecycle.STOPPED):
+            return
+        if state in (Lifecycle.INIT, Lifecycle.FAILED):
+            self.lifecycle.transition(Lifecycle.STOPPED)
+            return
+        self.lifecycle.transition(Lifecycle.STOPPING)
+        budget_s = self.await_termination_ms / 1000 + 3 * self._rpc_budget_s() + 5
+        try:
+            self._instance.run(self._ashutdown(), budget_s, f"shutdown push consumer {self.group}")
+        except (MqError, TimeoutError) as err:
+            log.warning("push consumer %s did not shut down cleanly: %s", self.group, err)
+        finally:
+            self._instance.close()
+            if self._sender is not None:
+                self._sender.close()
+            self.lifecycle.transition(Lifecycle.STOPPED)
+
+    async def _ashutdown(self) -> None:
+        for service in self._services:
+            if service is not self._heartbeat:
+                await service.stop()
+        await self._pull.stop()
+        await self._consume.shutdown(self.await_termination_ms)
+        owned = list(self._rebalance.process_queue_table)
+        await self._offset_store.persist_all(owned)  # persistConsumerOffset
+        self._rebalance.drop_all()
+        await self._heartbeat.stop()
+        await self._heartbeat.unregister(self.group)
+        await self._heartbeat.close_notifications()
+
+    def __enter__(self) -> PushConsumer:
+        if self.lifecycle.state == Lifecycle.INIT:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # --- observation ------------------------------------------------------------------------
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues, fresh from the name server (needs a started consumer).
+
+        Raises:
+            RouteNotFoundError: the topic has no route.
+        """
+        if not self._instance.running:
+            raise ClientStateError("fetch_subscribe_message_queues needs a started consumer; call start() first")
+        budget_s = self._rpc_budget_s() * len(self._instance.namesrv_addrs)
+        return self._instance.run(self._instance.routes.subscribe_info(topic, refresh=True), budget_s,
+                                  f"fetch_subscribe_message_queues({topic})")
+
+    def owned_queues(self) -> list[MessageQueue]:
+        """The queues this consumer holds now (all topics, the retry topic included), sorted."""
+        if not self._instance.running:
+            return []
+        return self._instance.run(self._aowned(), self._rpc_budget_s(), "owned_queues")
+
+    async def _aowned(self) -> list[MessageQueue]:
+        return sorted(mq for mq, pq in self._rebalance.process_queue_table.items() if not pq.dropped)
+
+    def describe(self) -> dict[str, Any]:
+        """A snapshot for status lines: owned queues, caches, offsets, counters."""
+        if not self._instance.running or self.lifecycle.state != Lifecycle.RUNNING:
+            return {"client_id": self.client_id, "state": self.lifecycle.state.name}
+        return self._instance.run(self._adescribe(), self._rpc_budget_s(), "describe")
+
+    async def _adescribe(self) -> dict[str, Any]:
+        table = self._rebalance.process_queue_table
+        offsets = self._offset_store.offsets()
+        return {
+            "client_id": self.client_id, "state": self.lifecycle.state.name, "group": self.group,
+            "model": self.message_model.value, "allocate": self.allocate.name,
+            "queues": [{"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
+                        "cached": pq.msg_count, "offset": offsets.get(mq, -1)} for mq, pq in sorted(table.items())],
+            "rebalance": {"rounds": self._rebalance.stats.rounds, "changes": self._rebalance.stats.changes},
+            "pull": vars(self._pull.stats).copy(),
+            "consume": {k: v for k, v in vars(self._consume.stats).items()},
+            "heartbeat": {"ok": self._heartbeat.heartbeats_ok, "failed": self._heartbeat.heartbeats_failed,
+                          "notifications": self._heartbeat.notifications,
+                          "streams": self._heartbeat.open_streams},
+        }
+
+    # --- wiring callbacks (loop) ---------------------------------------------------------------
+    def _consumer_data(self) -> list[consumer_pb2.ConsumerData]:
+        subs = [consumer_pb2.SubscriptionData(topic=s.topic, expression=s.expression, sub_version=s.sub_version)
+                for s in self._rebalance.subscriptions.values()]
+        return [consumer_pb2.ConsumerData(
+            group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY, message_model=self.message_model.value,
+            consume_from_where=self.consume_from_where.value, subscriptions=subs)]
+
+    def _on_notification(self, group: str) -> None:
+        if group == self.group:
+            self._rebalance_service.wakeup()
+
+    def _routing_event(self, event: dict[str, Any]) -> None:
+        """Pull routing, recorded only when a queue's routing changes (every pull would flood)."""
+        if self._on_event is None:
+            return
+        key = (event["topic"], event["broker_name"], event["queue_id"])
+        sig = (event["requested_broker_id"], event["broker_id"], event["addr"], event["suggest_which_broker_id"],
+               event["commit_flag"])
+        if self._last_routing.get(key) != sig:
+            self._last_routing[key] = sig
+            self._on_event(event)
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
+
+class _Deps:
+    """The I/O `RebalanceImpl` needs, served by the push consumer (loop)."""
+
+    def __init__(self, consumer: PushConsumer) -> None:
+        self._c = consumer
+
+    async def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
+        routes = self._c._instance.routes
+        route = routes.route(topic)
+        if route is None:
+            try:
+                await routes.update_topic(topic)
+            except MqError as err:
+                log.debug("route of %s: %s", topic, err)
+                return None
+            route = routes.route(topic)
+        return subscribe_queues(topic, route) if route is not None else None
+
+    async def consumer_ids(self, topic: str) -> list[str] | None:
+        """findConsumerIdList: GetConsumerList from one random broker of the topic (master if it has one)."""
+        consumer = self._c
+        route = consumer._instance.routes.route(topic)
+        brokers = [bd for bd in route.broker_datas if bd.addrs] if route is not None else []
+        if not brokers:
+            return None
+        bd = consumer._rng.choice(brokers)
+        addr = bd.addrs.get(c.MASTER_ID) or consumer._rng.choice(sorted(bd.addrs.values()))
+        request = consumer_pb2.GetConsumerListRequest(consumer_group=consumer.group)
+        try:
+            resp = await consumer._instance.unary(consumer._instance.consumer_stub(addr).GetConsumerList, request,
+                                                  c.CONSUMER_LIST_TIMEOUT_MS, f"consumer list of {consumer.group} at {addr}")
+            if resp.code != common_pb2.SUCCESS:
+                raise for_code(code_name(resp.code), resp.remark)
+        except MqError as err:
+            log.warning("consumer list of %s from %s failed: %s", consumer.group, addr, err)
+            return None
+        return list(resp.client_ids)
+
+    async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
+        consumer = self._c
+        if kind is StartKind.MAX_OFFSET:
+            return await query_queue_offset(consumer._instance, mq, broker_pb2.MAX,
+                                            timeout_ms=consumer.timing.rpc_timeout_ms)
+        return await query_queue_offset(consumer._instance, mq, broker_pb2.BY_TIMESTAMP,
+                                        timestamp_ms=consumer.consume_timestamp_ms,
+                                        timeout_ms=consumer.timing.rpc_timeout_ms)
+
+    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        self._c._pull.execute_pull_request_immediately(PullRequest(mq, pq, next_offset))
+
+    async def message_queue_changed(self, topic: str, mq_all: Sequence[MessageQueue],
+                                    mq_divided: Sequence[MessageQueue]) -> None:
+        """RebalancePushImpl#messageQueueChanged: new sub version, thresholds, heartbeat now."""
+        consumer = self._c
+        subscription = consumer._rebalance.subscriptions.get(topic)
+        if subscription is not None:
+            subscription.sub_version = consumer._clock.wall_ms()
+        consumer._thresholds = consumer.flow_thresholds.for_queue_count(len(consumer._rebalance.process_queue_table))
+        await consumer._heartbeat.send_heartbeat_to_all_brokers()

@@ -1,0 +1,347 @@
+"""Rebalance: which queues this push consumer owns, and what happens when that changes.
+
+Owns RocketMQ's `RebalanceImpl` / `RebalancePushImpl` / `RebalanceService` for concurrent
+consumers (reference §6): the subscription table (CLUSTERING adds `%RETRY%<group>`), the
+allocation per topic (sorted queues, sorted client ids from one broker of the topic, the
+configured strategy), the process queue table (`update_process_queue_table`: drop what is no
+longer ours, persist and forget its offset; re-create pull-expired queues; add new ones at
+their consume-from-where offset) and the truncation of unsubscribed topics. Does not pull
+(`pull_service`), consume, or talk to brokers itself: everything with I/O comes in through
+`RebalanceDeps`, so unit tests drive it with fakes.
+
+The decisions are pure functions (`decide_start_offset`, `allocation_diff`) tested on their own.
+Loop-confined; one `RebalanceService` task runs `do_rebalance`, so rebalances never overlap.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from nodes.client.allocate import AllocateStrategy
+from nodes.client.offset_store import OFFSET_NOT_FOUND, OffsetStore, ReadOffsetType
+from nodes.client.process_queue import ProcessQueue
+from nodes.common import constants as c
+from nodes.common.clock import Clock
+from nodes.common.errors import MqError
+from nodes.common.service import CrashHandler, Service
+from nodes.common.types import ConsumeFromWhere, MessageModel, MessageQueue
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBE_ALL = "*"
+
+
+def retry_topic(group: str) -> str:
+    """`%RETRY%<group>`: where a CLUSTERING group's sent-back messages come back from."""
+    return c.RETRY_GROUP_TOPIC_PREFIX + group
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    """One topic of the consumer's subscription (RocketMQ SubscriptionData, tag mode only)."""
+
+    topic: str
+    expression: str = SUBSCRIBE_ALL
+    sub_version: int = 0
+
+
+# --- pure decisions -----------------------------------------------------------------------------
+
+class StartKind(enum.Enum):
+    OFFSET = "OFFSET"  # start at `offset`
+    MAX_OFFSET = "MAX_OFFSET"  # ask the master for the queue's max offset
+    TIMESTAMP = "TIMESTAMP"  # ask the master for the first offset at the consume timestamp
+    SKIP = "SKIP"  # do not take the queue this time (the offset could not be read)
+
+
+@dataclass(frozen=True, slots=True)
+class StartOffset:
+    kind: StartKind
+    offset: int = -1
+
+
+def decide_start_offset(consume_from_where: ConsumeFromWhere, last_offset: int, *, is_retry_topic: bool) -> StartOffset:
+    """computePullFromWhereWithException (reference §6), without its broker reads.
+
+    `last_offset` is the offset store's READ_FROM_STORE answer: >= 0 a committed offset,
+    -1 none stored, < -1 the store could not be read.
+    """
+    if last_offset >= 0:
+        return StartOffset(StartKind.OFFSET, last_offset)
+    if last_offset != OFFSET_NOT_FOUND:
+        return StartOffset(StartKind.SKIP)
+    if consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+        return StartOffset(StartKind.OFFSET, 0)  # literal 0, not the min offset (reference gaps 4)
+    if consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        # A retry topic skips its backlog; a plain topic searches by the consume timestamp.
+        return StartOffset(StartKind.MAX_OFFSET if is_retry_topic else StartKind.TIMESTAMP)
+    return StartOffset(StartKind.OFFSET, 0) if is_retry_topic else StartOffset(StartKind.MAX_OFFSET)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationDiff:
+    """What `update_process_queue_table` does: drop, re-create (pull-expired) and add queues."""
+
+    drop: tuple[MessageQueue, ...]  # owned, no longer assigned
+    recreate: tuple[MessageQueue, ...]  # assigned and owned, but not pulled for too long
+    add: tuple[MessageQueue, ...]  # assigned, not owned (re-created ones come back here too)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.drop or self.recreate or self.add)
+
+
+def allocation_diff(owned: Iterable[MessageQueue], assigned: Iterable[MessageQueue],
+                    pull_expired: Iterable[MessageQueue] = ()) -> AllocationDiff:
+    """The diff of one topic's owned queues against its new assignment, sorted."""
+    owned_set, assigned_set, expired = set(owned), set(assigned), set(pull_expired)
+    drop = sorted(owned_set - assigned_set)
+    recreate = sorted((owned_set & assigned_set) & expired)
+    add = sorted((assigned_set - owned_set) | set(recreate))
+    return AllocationDiff(tuple(drop), tuple(recreate), tuple(add))
+
+
+def allocate_queues(strategy: AllocateStrategy, group: str, client_id: str, mq_set: Iterable[MessageQueue],
+                    cid_all: Iterable[str]) -> list[MessageQueue]:
+    """rebalanceByTopic (CLUSTERING) steps 4-6: sort both lists, then ask the strategy."""
+    return list(strategy.allocate(group, client_id, sorted(mq_set), sorted(cid_all)))
+
+
+# --- the process queue table ----------------------------------------------------------------------
+
+class RebalanceDeps(Protocol):
+    """Everything rebalance needs from the rest of the consumer (I/O and other services)."""
+
+    async def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
+        """The topic's readable queues from the route; None if the topic has no route."""
+
+    async def consumer_ids(self, topic: str) -> list[str] | None:
+        """GetConsumerList of the group from one broker of the topic; None on failure."""
+
+    async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
+        """The master's max offset (MAX_OFFSET) or search-by-timestamp offset (TIMESTAMP)."""
+
+    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        """Start pulling a newly owned queue."""
+
+    async def message_queue_changed(self, topic: str, mq_all: Sequence[MessageQueue],
+                                    mq_divided: Sequence[MessageQueue]) -> None:
+        """After an allocation change: new sub version, thresholds, a heartbeat."""
+
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RebalanceStats:
+    rounds: int = 0
+    changes: int = 0
+    last_cids: dict[str, list[str]] = field(default_factory=dict)
+
+
+class RebalanceImpl:
+    """The owned queues of one push consumer and the rules that change them.
+
+    Caller: `RebalanceService` (do_rebalance), the pull service (`remove_process_queue` after
+    OFFSET_ILLEGAL), the facade (subscriptions, shutdown). Affects: `process_queue_table`, the
+    offset store's memory table, pull loops (through `deps.dispatch_pull` and `pq.dropped`).
+    """
+
+    def __init__(self, *, group: str, client_id: str, message_model: MessageModel, allocate: AllocateStrategy,
+                 consume_from_where: ConsumeFromWhere, offset_store: OffsetStore, deps: RebalanceDeps,
+                 clock: Clock, pull_max_idle_ms: int, on_event: EventSink | None = None) -> None:
+        self.group = group
+        self.client_id = client_id
+        self.message_model = message_model
+        self.allocate = allocate
+        self.consume_from_where = consume_from_where
+        self.offset_store = offset_store
+        self.deps = deps
+        self.clock = clock
+        self.pull_max_idle_ms = pull_max_idle_ms
+        self._on_event = on_event
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        self.stats = RebalanceStats()
+        self._pending_pulls: list[tuple[MessageQueue, ProcessQueue, int]] = []
+
+    # --- subscriptions -------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str) -> None:
+        self.subscriptions[topic] = SubscriptionData(topic, expression or SUBSCRIBE_ALL, self.clock.wall_ms())
+
+    def copy_subscription(self, user_subscriptions: Mapping[str, str]) -> None:
+        """The user's topics, plus `%RETRY%<group>` with `*` in CLUSTERING (copySubscription)."""
+        for topic, expression in user_subscriptions.items():
+            self.subscribe(topic, expression)
+        if self.message_model is MessageModel.CLUSTERING:
+            self.subscribe(retry_topic(self.group), SUBSCRIBE_ALL)
+
+    # --- rebalance -----------------------------------------------------------------------
+    async def do_rebalance(self) -> None:
+        """One round over every subscribed topic, then drop queues of unsubscribed topics."""
+        self.stats.rounds += 1
+        for topic in list(self.subscriptions):
+            try:
+                await self.rebalance_by_topic(topic)
+            except MqError as err:
+                if topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+                    log.debug("rebalance of %s: %s", topic, err)
+                else:
+                    log.warning("rebalance of %s failed: %s", topic, err)
+        self.truncate_message_queue_not_my_topic()
+
+    async def rebalance_by_topic(self, topic: str) -> None:
+        mq_set = await self.deps.subscribe_queues(topic)
+        if not mq_set:
+            if not topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+                log.info("rebalance: topic %s has no route (yet) for group %s", topic, self.group)
+            return
+        if self.message_model is MessageModel.BROADCASTING:
+            await self._apply(topic, mq_set, sorted(mq_set), cid_all=None)
+            return
+        cid_all = await self.deps.consumer_ids(topic)
+        if not cid_all:
+            log.warning("rebalance of %s: no consumer ids of group %s", topic, self.group)
+            return
+        divided = allocate_queues(self.allocate, self.group, self.client_id, mq_set, cid_all)
+        await self._apply(topic, mq_set, divided, cid_all=sorted(cid_all))
+
+    async def _apply(self, topic: str, mq_all: Sequence[MessageQueue], divided: Sequence[MessageQueue],
+                     cid_all: list[str] | None) -> None:
+        before = sorted(mq for mq in self.process_queue_table if mq.topic == topic)
+        cids_changed = cid_all is not None and self.stats.last_cids.get(topic) != cid_all
+        if cid_all is not None:
+            self.stats.last_cids[topic] = cid_all
+        changed = await self.update_process_queue_table(topic, set(divided))
+        after = sorted(mq for mq in self.process_queue_table if mq.topic == topic)
+        if changed or cids_changed:
+            self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": topic,
+                        "model": self.message_model.value, "allocate": self.allocate.name, "cids": cid_all,
+                        "before": _mq_list(before),
+                        "after": _mq_list(after), "allocated": _mq_list(sorted(divided)), "changed": changed})
+        if changed:
+            self.stats.changes += 1
+            log.info("rebalance %s of %s: %d -> %d queues %s", self.group, topic, len(before), len(after),
+                     [f"{mq.broker_name}:{mq.queue_id}" for mq in after])
+            await self.deps.message_queue_changed(topic, list(mq_all), list(divided))
+        self.dispatch_pending_pulls()
+
+    def dispatch_pending_pulls(self) -> None:
+        """Start the pull loops of queues added by the last table update.
+
+        RocketMQ dispatches them before messageQueueChanged; we wait until its heartbeat has
+        carried the new sub version, so the first pulls are not refused as SUBSCRIPTION_NOT_LATEST.
+        """
+        pending, self._pending_pulls = self._pending_pulls, []
+        for mq, pq, next_offset in pending:
+            if not pq.dropped and self.process_queue_table.get(mq) is pq:
+                self.deps.dispatch_pull(mq, pq, next_offset)
+
+    async def update_process_queue_table(self, topic: str, mq_set: set[MessageQueue]) -> bool:
+        """updateProcessQueueTableInRebalance for a concurrent push consumer; True if anything changed."""
+        now_ms = self.clock.monotonic_ms()
+        owned = {mq: pq for mq, pq in self.process_queue_table.items() if mq.topic == topic}
+        expired = [mq for mq, pq in owned.items() if pq.is_pull_expired(now_ms, pull_max_idle_ms=self.pull_max_idle_ms)]
+        diff = allocation_diff(owned, mq_set, expired)
+        changed = False
+        for mq in (*diff.drop, *diff.recreate):
+            pq = owned[mq]
+            pq.dropped = True
+            if mq in diff.recreate:
+                log.warning("[BUG] %s: %s was not pulled for %d ms; re-creating it", self.group, mq,
+                            self.pull_max_idle_ms)
+            if await self.remove_unnecessary_message_queue(mq, pq) and self.process_queue_table.get(mq) is pq:
+                del self.process_queue_table[mq]
+                changed = True
+        for mq in diff.add:
+            if mq in self.process_queue_table:  # a drop above could not be completed
+                continue
+            self.offset_store.remove_offset(mq)  # removeDirtyOffset
+            pq = ProcessQueue(now_ms=self.clock.monotonic_ms())
+            pq.locked = True  # as 4.9.8 does for every new queue (#5466)
+            try:
+                next_offset = await self.compute_pull_from_where(mq)
+            except MqError as err:
+                log.warning("rebalance: no start offset for %s (%s); retrying at the next rebalance", mq, err)
+                continue
+            if next_offset < 0:
+                log.warning("rebalance: start offset of %s unknown; skipped until the next rebalance", mq)
+                continue
+            if mq in self.process_queue_table:
+                continue
+            self.process_queue_table[mq] = pq
+            changed = True
+            log.info("%s: now owns %s from offset %d", self.group, mq, next_offset)
+            self._pending_pulls.append((mq, pq, next_offset))  # dispatched by dispatch_pending_pulls
+        return changed
+
+    async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """RebalancePushImpl for concurrent queues: persist the offset, then forget it."""
+        try:
+            await self.offset_store.persist(mq)
+        except MqError as err:
+            log.warning("persisting the offset of dropped %s failed: %s", mq, err)
+        self.offset_store.remove_offset(mq)
+        return True
+
+    async def remove_process_queue(self, mq: MessageQueue) -> None:
+        """Drop one queue now (the OFFSET_ILLEGAL fix-up); it comes back at the next rebalance."""
+        pq = self.process_queue_table.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+            await self.remove_unnecessary_message_queue(mq, pq)
+            self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
+                        "removed": _mq_list([mq]), "reason": "offset-illegal"})
+
+    def truncate_message_queue_not_my_topic(self) -> None:
+        """Drop queues of topics no longer subscribed (no offset persist, as RocketMQ)."""
+        for mq in [mq for mq in self.process_queue_table if mq.topic not in self.subscriptions]:
+            pq = self.process_queue_table.pop(mq)
+            pq.dropped = True
+            log.info("%s: dropped %s of an unsubscribed topic", self.group, mq)
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """The first offset to pull from a newly owned queue; -1 to skip it this time.
+
+        Raises:
+            MqError: the master could not answer a max-offset or timestamp query.
+        """
+        last_offset = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        decision = decide_start_offset(self.consume_from_where, last_offset,
+                                       is_retry_topic=mq.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX))
+        if decision.kind is StartKind.OFFSET:
+            return decision.offset
+        if decision.kind is StartKind.SKIP:
+            return -1
+        return await self.deps.queue_offset(mq, decision.kind)
+
+    def drop_all(self) -> None:
+        """Shutdown: every queue is dropped (results still in flight are discarded)."""
+        for pq in self.process_queue_table.values():
+            pq.dropped = True
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
+
+
+def _mq_list(mqs: Iterable[MessageQueue]) -> list[list[Any]]:
+    return [[mq.broker_name, mq.queue_id] for mq in mqs]
+
+
+class RebalanceService(Service):
+    """Runs `do_rebalance` every `rebalance_interval_ms`, and at once on `wakeup()` (notifications)."""
+
+    name: ClassVar[str] = "rebalance"
+    expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
+
+    def __init__(self, impl: RebalanceImpl, interval_ms: int, *, on_crash: CrashHandler | None = None) -> None:
+        super().__init__(interval_ms, on_crash=on_crash, initial_delay_ms=0)
+        self.impl = impl
+
+    async def tick(self) -> None:
+        await self.impl.do_rebalance()

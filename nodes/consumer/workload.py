@@ -1,0 +1,78 @@
+"""The consumer process's listener: what it answers for each delivery, per `ConsumerConfig`.
+
+Owns the workload rules (ack; fail or raise with a probability; fail chosen keys N times;
+sleep per message) and the ack-index answer for a partly failed batch: the messages before
+the first failure are acknowledged (`ctx.ack_index`), the rest are sent back. Every answer is
+journalled before it is returned. Does not consume or commit anything itself.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from nodes.client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, MessageExt
+from nodes.common.config import ConsumerConfig
+from nodes.consumer.journal import DeliveryJournal
+
+SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS.value
+LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER.value
+EXCEPTION = "EXCEPTION"
+
+
+class WorkloadError(Exception):
+    """Raised by the `raise` workload: the push consumer turns it into RECONSUME_LATER."""
+
+
+class WorkloadListener:
+    """`listener(msgs, ctx)` for `PushConsumer.register_listener`; thread-safe."""
+
+    def __init__(self, config: ConsumerConfig, journal: DeliveryJournal, *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.journal = journal
+        self._sleep = sleep
+        self._rng = random.Random(config.seed)
+        self._fail_keys = frozenset(config.fail_keys)
+        self._failures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.results: Counter[str] = Counter()
+
+    def _decide(self, msg: MessageExt) -> str:
+        """The result for one message (caller holds the lock)."""
+        workload = self.config.workload
+        if workload in ("fail", "raise"):
+            if self._rng.random() < self.config.fail_probability:
+                return LATER if workload == "fail" else EXCEPTION
+            return SUCCESS
+        if workload == "fail_keys":
+            keys = [k for k in (msg.keys or "").split() if k in self._fail_keys]
+            if any(self._failures[k] < self.config.fail_times for k in keys):
+                self._failures.update(keys)
+                return LATER
+        return SUCCESS
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        if self.config.sleep_ms > 0:
+            self._sleep(self.config.sleep_ms * len(msgs) / 1000)
+        with self._lock:
+            decided = [self._decide(m) for m in msgs]
+        if EXCEPTION in decided:
+            results = [EXCEPTION] * len(msgs)  # the whole call fails
+        else:
+            first_fail = next((i for i, r in enumerate(decided) if r != SUCCESS), len(msgs))
+            results = [SUCCESS if i < first_fail else LATER for i in range(len(msgs))]
+        self.journal.record(msgs, ctx.message_queue, results)  # before the answer is acted on
+        with self._lock:
+            self.results.update(results)
+        if results[0] == EXCEPTION:
+            raise WorkloadError(f"workload 'raise' failed {len(msgs)} messages of {ctx.message_queue}")
+        acked = results.count(SUCCESS)
+        if acked == 0:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if acked < len(msgs):
+            ctx.ack_index = acked - 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
