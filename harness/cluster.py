@@ -16,18 +16,20 @@ made and `./runs/latest` points at it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from harness.errors import HarnessError
+from harness.links import DIALED_ROLES, ClusterLinks
 from harness.ports import PortAllocator
 from harness.process import LIVE_STATES, NodeProcess, NodeState, UnexpectedExit
 from harness.spec import ClusterSpec, NodeSpec
@@ -69,8 +71,10 @@ class LocalCluster:
 
     def __init__(self, spec: ClusterSpec | None = None, *, time_scale: float | None = None,
                  run_dir: str | Path | None = None, detach: bool = False, start: bool = True,
-                 command: CommandFactory | None = None) -> None:
+                 command: CommandFactory | None = None, links: bool = False) -> None:
         spec = spec if spec is not None else ClusterSpec.default()
+        if links and detach:
+            raise HarnessError("link proxies live in the harness process: a detached cluster cannot have them")
         if time_scale is not None:
             spec = spec.with_time_scale(time_scale)
         self.spec = spec
@@ -87,6 +91,10 @@ class LocalCluster:
             ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
             self._port_of = ports
             configs = spec.render_all(ports=ports, run_dir=self.run_dir)
+            # With links, node-to-node traffic goes through harness-owned proxies (partitions).
+            self.links = ClusterLinks() if links else None
+            if self.links is not None:
+                configs = {node_id: self._wire_links(node_id, config) for node_id, config in configs.items()}
             self._nodes: dict[str, NodeProcess] = {}
             for n in spec.start_order():
                 node_dir = self.run_dir / n.id
@@ -97,9 +105,47 @@ class LocalCluster:
             self.write_cluster_json()
         except BaseException:
             self._ports.release()
+            if getattr(self, "links", None) is not None:
+                self.links.close()
             raise
         if start:
             self.start()
+
+    def _dialed_addrs(self) -> dict[str, str]:
+        return {n.id: f"127.0.0.1:{self._port_of[n.id]}" for n in self.spec.nodes if n.role in DIALED_ROLES}
+
+    def _wire_links(self, node_id: str, config: Any) -> Any:
+        if self.links is None or self.spec.node(node_id).role == "namesrv" or not hasattr(config, "dial_overrides"):
+            return config
+        overrides = self.links.overrides_for(node_id, self._dialed_addrs())
+        return dataclasses.replace(config, dial_overrides={**config.dial_overrides, **overrides})
+
+    # ---- partitions (need links=True) -------------------------------------------------
+
+    def _require_links(self) -> ClusterLinks:
+        if self.links is None:
+            raise HarnessError("this cluster has no link proxies: start it with LocalCluster(..., links=True)")
+        return self.links
+
+    def client_dial_overrides(self, client_name: str) -> dict[str, str]:
+        """Dial overrides for a client running in the harness, so partitions reach it too."""
+        return self._require_links().overrides_for(client_name, self._dialed_addrs())
+
+    def partition(self, *components: Iterable[str], mode: str = "DROP") -> list[str]:
+        """Cut every link between the given groups of node ids; returns the links cut."""
+        return self._require_links().partition(components, mode)
+
+    def isolate(self, node_id: str, mode: str = "DROP") -> list[str]:
+        return self._require_links().isolate(node_id, mode)
+
+    def cut(self, src: str, dst: str, mode: str = "DROP", backward: str | None = None) -> None:
+        self._require_links().cut(src, dst, mode, backward)
+
+    def heal(self) -> None:
+        self._require_links().heal()
+
+    def link_stats(self) -> dict[str, dict[str, Any]]:
+        return self._require_links().proxy.stats()
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -137,6 +183,8 @@ class LocalCluster:
         errors: list[str] = []
         try:
             if graceful:
+                if self.links is not None:
+                    self.links.heal()  # a stopping broker still unregisters from its name server
                 for tier in reversed(self.spec.tiers()):
                     self._stop_parallel([self._nodes[n.id] for n in tier])
         finally:
@@ -147,6 +195,8 @@ class LocalCluster:
                     errors.append(str(exc))
             self._close_namesrv_channel()
             self._ports.release()
+            if self.links is not None:
+                self.links.close()
             with contextlib.suppress(OSError):
                 self.write_cluster_json()
         if errors:
@@ -163,7 +213,8 @@ class LocalCluster:
             spec = self.spec.with_nodes(node)
             port = self._ports.allocate(1)[0]
             ports = {**self._port_of, node.id: port}
-            config = spec.render(node.id, ports=ports, run_dir=self.run_dir)
+            self.spec, self._port_of = spec, ports
+            config = self._wire_links(node.id, spec.render(node.id, ports=ports, run_dir=self.run_dir))
             proc = NodeProcess(node.id, node.role, self.run_dir / node.id, config=config, detached=self._detach,
                                on_unexpected_exit=self._record_exit)
             self.spec, self._port_of = spec, ports
