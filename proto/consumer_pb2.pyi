@@ -120,3 +120,41 @@ class ConsumerSendMsgBackResponse(_message.Message):
     code: _common_pb2.Code
     remark: str
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class LockBatchRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id", "queues")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class LockBatchResponse(_message.Message):
+    __slots__ = ("code", "remark", "locked")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    locked: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., locked: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class UnlockBatchRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id", "queues")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class UnlockBatchResponse(_message.Message):
+    __slots__ = ("code", "remark")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...

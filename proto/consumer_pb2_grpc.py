@@ -59,6 +59,16 @@ class ConsumerManagerStub:
                 request_serializer=proto_dot_consumer__pb2.ConsumerSendMsgBackRequest.SerializeToString,
                 response_deserializer=proto_dot_consumer__pb2.ConsumerSendMsgBackResponse.FromString,
                 _registered_method=True)
+        self.LockBatchMQ = channel.unary_unary(
+                '/mqlab.v1.ConsumerManager/LockBatchMQ',
+                request_serializer=proto_dot_consumer__pb2.LockBatchRequest.SerializeToString,
+                response_deserializer=proto_dot_consumer__pb2.LockBatchResponse.FromString,
+                _registered_method=True)
+        self.UnlockBatchMQ = channel.unary_unary(
+                '/mqlab.v1.ConsumerManager/UnlockBatchMQ',
+                request_serializer=proto_dot_consumer__pb2.UnlockBatchRequest.SerializeToString,
+                response_deserializer=proto_dot_consumer__pb2.UnlockBatchResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumerManagerServicer:
@@ -97,6 +107,19 @@ class ConsumerManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LockBatchMQ(self, request, context):
+        """Orderly consumption: broker queue locks (RebalanceLockManager), masters only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnlockBatchMQ(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +147,16 @@ def add_ConsumerManagerServicer_to_server(servicer, server):
                     servicer.ConsumerSendMsgBack,
                     request_deserializer=proto_dot_consumer__pb2.ConsumerSendMsgBackRequest.FromString,
                     response_serializer=proto_dot_consumer__pb2.ConsumerSendMsgBackResponse.SerializeToString,
+            ),
+            'LockBatchMQ': grpc.unary_unary_rpc_method_handler(
+                    servicer.LockBatchMQ,
+                    request_deserializer=proto_dot_consumer__pb2.LockBatchRequest.FromString,
+                    response_serializer=proto_dot_consumer__pb2.LockBatchResponse.SerializeToString,
+            ),
+            'UnlockBatchMQ': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnlockBatchMQ,
+                    request_deserializer=proto_dot_consumer__pb2.UnlockBatchRequest.FromString,
+                    response_serializer=proto_dot_consumer__pb2.UnlockBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +294,60 @@ class ConsumerManager:
             '/mqlab.v1.ConsumerManager/ConsumerSendMsgBack',
             proto_dot_consumer__pb2.ConsumerSendMsgBackRequest.SerializeToString,
             proto_dot_consumer__pb2.ConsumerSendMsgBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LockBatchMQ(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.ConsumerManager/LockBatchMQ',
+            proto_dot_consumer__pb2.LockBatchRequest.SerializeToString,
+            proto_dot_consumer__pb2.LockBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnlockBatchMQ(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.ConsumerManager/UnlockBatchMQ',
+            proto_dot_consumer__pb2.UnlockBatchRequest.SerializeToString,
+            proto_dot_consumer__pb2.UnlockBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
