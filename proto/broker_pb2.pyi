@@ -132,6 +132,18 @@ class PullResponse(_message.Message):
     record_count: int
     def __init__(self, request_id: _Optional[int] = ..., code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., suggest_which_broker_id: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...
 
+class PullRequestBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[PullRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[PullRequest, _Mapping]]] = ...) -> None: ...
+
+class PullResponseBatch(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[PullResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[PullResponse, _Mapping]]] = ...) -> None: ...
+
 class QueryConsumerOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

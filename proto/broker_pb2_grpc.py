@@ -44,6 +44,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.PullRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.PullResponse.FromString,
                 _registered_method=True)
+        self.PullBatch = channel.stream_stream(
+                '/mqlab.v1.Broker/PullBatch',
+                request_serializer=proto_dot_broker__pb2.PullRequestBatch.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.PullResponseBatch.FromString,
+                _registered_method=True)
         self.QueryConsumerOffset = channel.unary_unary(
                 '/mqlab.v1.Broker/QueryConsumerOffset',
                 request_serializer=proto_dot_broker__pb2.QueryConsumerOffsetRequest.SerializeToString,
@@ -78,6 +83,14 @@ class BrokerServicer:
     def Pull(self, request_iterator, context):
         """Pipelined pulls: each response names its request; responses may come out of order
         (a long-polled request answers when messages arrive or its hold time ends).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullBatch(self, request_iterator, context):
+        """Pull with the same semantics, but each stream message carries every request (or answer)
+        that is ready, so gRPC's per-message cost is paid once per batch, not once per pull.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +132,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Pull,
                     request_deserializer=proto_dot_broker__pb2.PullRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.PullResponse.SerializeToString,
+            ),
+            'PullBatch': grpc.stream_stream_rpc_method_handler(
+                    servicer.PullBatch,
+                    request_deserializer=proto_dot_broker__pb2.PullRequestBatch.FromString,
+                    response_serializer=proto_dot_broker__pb2.PullResponseBatch.SerializeToString,
             ),
             'QueryConsumerOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryConsumerOffset,
@@ -195,6 +213,33 @@ class Broker:
             '/mqlab.v1.Broker/Pull',
             proto_dot_broker__pb2.PullRequest.SerializeToString,
             proto_dot_broker__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullBatch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqlab.v1.Broker/PullBatch',
+            proto_dot_broker__pb2.PullRequestBatch.SerializeToString,
+            proto_dot_broker__pb2.PullResponseBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,7 @@ import grpc
 import grpc.aio
 
 from nodes.broker.consumers import ConsumerRegistration, ConsumerRegistry, Subscription
+from nodes.broker.queue_locks import QueueLockManager, lock_batch_response, unlock_batch_response
 from nodes.broker.send_back import SendBackProcessor, ensure_retry_topic
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common.clock import Clock
@@ -61,8 +62,9 @@ def registration_from_pb(data: consumer_pb2.ConsumerData) -> ConsumerRegistratio
 class ConsumerManagerServicer(consumer_pb2_grpc.ConsumerManagerServicer):
     def __init__(self, *, config: BrokerConfig, registry: ConsumerRegistry, groups: SubscriptionGroupManager,
                  topics: TopicConfigManager, send_back: SendBackProcessor, clock: Clock,
-                 on_topics_changed: Callable[[], Awaitable[None]]) -> None:
+                 on_topics_changed: Callable[[], Awaitable[None]], locks: QueueLockManager | None = None) -> None:
         self._config = config
+        self._locks = locks  # None on a slave: locks live on the master only
         self._registry = registry
         self._groups = groups
         self._topics = topics
@@ -183,3 +185,13 @@ class ConsumerManagerServicer(consumer_pb2_grpc.ConsumerManagerServicer):
         if self._topics.data_version != version:
             await self._on_topics_changed()
         return response
+
+    # --- queue locks (orderly consumers) ------------------------------------------------------
+
+    async def LockBatchMQ(self, request: consumer_pb2.LockBatchRequest, context: grpc.aio.ServicerContext
+                          ) -> consumer_pb2.LockBatchResponse:
+        return lock_batch_response(self._locks, request, self._clock.monotonic_ms(), node_id=self._config.node_id)
+
+    async def UnlockBatchMQ(self, request: consumer_pb2.UnlockBatchRequest, context: grpc.aio.ServicerContext
+                            ) -> consumer_pb2.UnlockBatchResponse:
+        return unlock_batch_response(self._locks, request, self._clock.monotonic_ms(), node_id=self._config.node_id)

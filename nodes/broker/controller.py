@@ -22,6 +22,7 @@ from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import LongPollScanService, PullProcessor
+from nodes.broker.queue_locks import LockExpiryScanService, QueueLockManager
 from nodes.broker.schedule import ScheduleMessageService
 from nodes.broker.send import SendProcessor
 from nodes.broker.send_back import SendBackProcessor
@@ -153,6 +154,9 @@ class BrokerController:
                                           events=self.events)
         self.schedule: ScheduleMessageService | None = None
         self._consumer_servicer: ConsumerManagerServicer | None = None
+        # orderly consumers' queue locks: masters only, in memory only (a restart frees them all)
+        self.queue_locks = QueueLockManager(lease_ms=config.timing.broker_lock_lease_ms, events=self.events) \
+            if config.is_master else None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
@@ -180,7 +184,7 @@ class BrokerController:
             config=self.config, registry=self.consumers, groups=self.groups, topics=self.topics,
             send_back=SendBackProcessor(self.config, self.store, self.topics, self.groups, self._clock,
                                         on_put=self.replication.log_grew),
-            clock=self._clock, on_topics_changed=self._register_now)
+            clock=self._clock, on_topics_changed=self._register_now, locks=self.queue_locks)
         consumer_pb2_grpc.add_ConsumerManagerServicer_to_server(self._consumer_servicer, server)
         master = ReplicationMaster(self.config, self.store, self.replication, self._clock) \
             if self.config.is_master else None
@@ -217,6 +221,9 @@ class BrokerController:
                 first_delay_ms=timing.schedule_first_delay_ms, error_backoff_ms=timing.schedule_error_backoff_ms,
                 persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node)
             self._services.append(self.schedule)
+        if self.queue_locks is not None:
+            self._services.append(LockExpiryScanService(self.queue_locks, self._clock.monotonic_ms,
+                                                        timing.broker_lock_expiry_scan_ms, on_crash=crash_node))
         if not self.config.is_master:
             self.slave_sync = SlaveSyncService(
                 config=self.config, store=self.store, topics=self.topics, groups=self.groups,
@@ -246,6 +253,8 @@ class BrokerController:
 
     async def stop(self) -> None:
         self.lifecycle.transition(Lifecycle.STOPPING)
+        # Stop the periodic registration first, or one could land after the unregister.
+        await self._registration.stop()
         await self.registrar.unregister_all()
         if self._server is not None:
             await self._server.stop(grace=0.5)
@@ -276,6 +285,7 @@ class BrokerController:
             "consumer_groups": self.consumers.describe(),
             "notification_streams": self._consumer_servicer.open_streams() if self._consumer_servicer else 0,
             "schedule": self.schedule.describe() if self.schedule else None,
+            "queue_locks": self.queue_locks.describe(self._clock.monotonic_ms()) if self.queue_locks else None,
         }
         role = "M" if self.config.is_master else "S"
         if self.ha_client is not None and running:

@@ -62,9 +62,21 @@ class HeldPull:
 
 @dataclass
 class PullOutcome:
-    """Either a response now, or None when the request was parked for long polling."""
+    """Either a response now, or None when the request was parked for long polling.
+
+    A FOUND response's records travel beside it in `records` (the response itself carries
+    only `record_count`), so a batched stream copies them into its message exactly once;
+    `complete()` puts them into the response.
+    """
 
     response: broker_pb2.PullResponse | None
+    records: bytes = b""
+
+    def complete(self) -> broker_pb2.PullResponse | None:
+        if self.records and self.response is not None:
+            self.response.records = self.records
+            self.records = b""
+        return self.response
 
 
 @dataclass
@@ -140,9 +152,10 @@ class PullProcessor:
             next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
             max_offset=result.max_offset, suggest_which_broker_id=suggest)
 
+        records = b""
         if code == common_pb2.SUCCESS:
-            response.records = b"".join(result.records)
-            response.record_count = len(result.records)
+            records = result.record_data
+            response.record_count = len(result.record_sizes)
         elif code == common_pb2.PULL_OFFSET_MOVED:
             if self.is_slave and not self._config.offset_check_in_slave:
                 # A slave never moves a consumer's offset (offsetCheckInSlave=false): retry.
@@ -163,7 +176,7 @@ class PullProcessor:
             self.holds.add(HeldPull(req, tag_hashes, self._clock.monotonic_ms(), max(0, hold_ms), respond,
                                     stream_id))
             return PullOutcome(None)
-        return PullOutcome(response)
+        return PullOutcome(response, records)
 
     def _precheck(self, req: broker_pb2.PullRequest) -> broker_pb2.PullResponse | None:
         if not self._config.broker_perm & c.PERM_READ:
@@ -277,8 +290,9 @@ class PullProcessor:
 
     def _wake(self, held: HeldPull) -> None:
         outcome = self.process(held.request, allow_suspend=False, respond=held.respond, stream_id=held.stream_id)
-        assert outcome.response is not None  # a re-execution is never parked again
-        held.respond(outcome.response)
+        response = outcome.complete()
+        assert response is not None  # a re-execution is never parked again
+        held.respond(response)
 
     def scan_holds(self) -> None:
         """PullRequestHoldService#checkHoldRequest: visit every key with its current max."""

@@ -32,6 +32,10 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2
 log = logging.getLogger(__name__)
 
 _STREAM_END = object()
+# A batched pull stream message takes ready answers until it holds this many record bytes:
+# small answers share a message, large ones go one by one (grpc moves multi-MiB messages
+# markedly slower per byte than ~1 MiB ones; rpc.MESSAGE_BYTES_MAX is the hard limit).
+BATCH_RECORD_BYTES_MAX = 1024 * 1024
 
 
 def _guarded(what: str, fail: Callable[[str], Any], fn: Callable[[], Any]) -> Any:
@@ -88,52 +92,63 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
             return common_pb2.SUCCESS
         return common_pb2.FLUSH_SLAVE_TIMEOUT
 
+    def _open_pull_session(self) -> _PullSession:
+        return _PullSession(self._pull, next(self._stream_ids))
+
     async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
                    context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
-        stream_id = next(self._stream_ids)
-        out: asyncio.Queue[Any] = asyncio.Queue()
-        open_ = True
-
-        def respond(response: broker_pb2.PullResponse) -> None:
-            if open_:
-                out.put_nowait(response)
-
-        def handle(req: broker_pb2.PullRequest) -> None:
-            outcome = _guarded(
-                "pull",
-                lambda r: _PullFailure(broker_pb2.PullResponse(request_id=req.request_id,
-                                                               code=common_pb2.SYSTEM_ERROR, remark=r)),
-                lambda: self._pull.process(req, allow_suspend=True, respond=respond, stream_id=stream_id))
-            if outcome.response is not None:
-                out.put_nowait(outcome.response)
+        session = self._open_pull_session()
 
         async def read_requests() -> None:
             try:
                 async for req in request_iterator:
-                    handle(req)
+                    session.handle(req)
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
             finally:
-                out.put_nowait(_STREAM_END)
+                session.out.put_nowait(_STREAM_END)
 
         self.open_pull_streams += 1
-        reader = asyncio.create_task(read_requests(), name=f"pull-stream-{stream_id}")
+        reader = asyncio.create_task(read_requests(), name=f"pull-stream-{session.stream_id}")
         try:
-            reading = True
-            while reading or not out.empty() or self._pull.holds.count_stream(stream_id):
-                # After the client half-closes, held pulls still get their answers.
-                item = await out.get()
-                if item is _STREAM_END:
-                    reading = False
-                    continue
-                yield item
+            while True:
+                answer = await session.next_answer()
+                if answer is None:
+                    break
+                response, records = answer
+                if records:
+                    response.records = records
+                yield response
         finally:
-            open_ = False
             self.open_pull_streams -= 1
-            reader.cancel()
-            dropped = self._pull.holds.drop_stream(stream_id)
-            if dropped:
-                log.info("pull stream %d closed with %d held pulls; dropped them", stream_id, dropped)
+            session.close(reader)
+
+    async def PullBatch(self, request_iterator: AsyncIterator[broker_pb2.PullRequestBatch],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponseBatch]:
+        """Pull's semantics; every answer ready when the stream can write goes out in one message."""
+        session = self._open_pull_session()
+
+        async def read_requests() -> None:
+            try:
+                async for batch in request_iterator:
+                    for req in batch.requests:
+                        session.handle(req)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                pass
+            finally:
+                session.out.put_nowait(_STREAM_END)
+
+        self.open_pull_streams += 1
+        reader = asyncio.create_task(read_requests(), name=f"pull-batch-stream-{session.stream_id}")
+        try:
+            while True:
+                first = await session.next_answer()
+                if first is None:
+                    break
+                yield session.batch_of_ready_answers(first)
+        finally:
+            self.open_pull_streams -= 1
+            session.close(reader)
 
     async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,
                                   context: grpc.aio.ServicerContext) -> broker_pb2.QueryConsumerOffsetResponse:
@@ -205,3 +220,82 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
 class _PullFailure:
     def __init__(self, response: broker_pb2.PullResponse) -> None:
         self.response = response
+        self.records = b""
+
+
+# An answer waiting to be written: the response and, beside it, its records (PullOutcome).
+_Answer = tuple[broker_pb2.PullResponse, bytes]
+
+
+class _PullSession:
+    """One open pull stream: requests are handled as they arrive, answers queue up in `out`.
+
+    A long-polled request answers later through `respond`, from the processor's wake-up. After
+    the client half-closes, held pulls still get their answers; when the stream ends, what is
+    still held for it is dropped. Loop-confined.
+    """
+
+    def __init__(self, processor: PullProcessor, stream_id: int) -> None:
+        self._processor = processor
+        self.stream_id = stream_id
+        self.out: asyncio.Queue[Any] = asyncio.Queue()
+        self._open = True
+        self._reading = True
+
+    def respond(self, response: broker_pb2.PullResponse) -> None:
+        if self._open:
+            self.out.put_nowait((response, b""))
+
+    def handle(self, req: broker_pb2.PullRequest) -> None:
+        outcome = _guarded(
+            "pull",
+            lambda r: _PullFailure(broker_pb2.PullResponse(request_id=req.request_id,
+                                                           code=common_pb2.SYSTEM_ERROR, remark=r)),
+            lambda: self._processor.process(req, allow_suspend=True, respond=self.respond,
+                                            stream_id=self.stream_id))
+        if outcome.response is not None:
+            self.out.put_nowait((outcome.response, outcome.records))
+
+    def _more_to_come(self) -> bool:
+        return self._reading or not self.out.empty() or bool(self._processor.holds.count_stream(self.stream_id))
+
+    async def next_answer(self) -> _Answer | None:
+        """The next answer to write, or None once the client is done and nothing is held."""
+        while self._more_to_come():
+            item = await self.out.get()
+            if item is _STREAM_END:
+                self._reading = False
+                continue
+            return item
+        return None
+
+    def batch_of_ready_answers(self, first: _Answer) -> broker_pb2.PullResponseBatch:
+        """`first` and every answer already queued behind it, up to BATCH_RECORD_BYTES_MAX of
+        records, built in place (each record blob is copied once, into this message)."""
+        batch = broker_pb2.PullResponseBatch()
+        add = batch.responses.add
+        out = self.out
+        answer: Any = first
+        size = 0
+        while True:
+            response, records = answer
+            entry = add()
+            entry.CopyFrom(response)
+            if records:
+                entry.records = records
+            size += len(records) + len(response.records)
+            if size >= BATCH_RECORD_BYTES_MAX or out.empty():
+                return batch
+            answer = out.get_nowait()
+            while answer is _STREAM_END:
+                self._reading = False
+                if out.empty():
+                    return batch
+                answer = out.get_nowait()
+
+    def close(self, reader: asyncio.Task[None]) -> None:
+        self._open = False
+        reader.cancel()
+        dropped = self._processor.holds.drop_stream(self.stream_id)
+        if dropped:
+            log.info("pull stream %d closed with %d held pulls; dropped them", self.stream_id, dropped)

@@ -12,6 +12,7 @@ from nodes.client.allocate import (
     AllocateMachineRoomNearby,
 )
 from nodes.client.consume_concurrently import ConsumeConcurrentlyContext
+from nodes.client.consume_orderly import ConsumeOrderlyContext
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.producer import Producer
 from nodes.client.pull_consumer import PullConsumer
@@ -40,6 +41,7 @@ __all__ = [
     "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
     "ConsumeOrderlyStatus",
     "Message",
     "MessageExt",

@@ -260,7 +260,7 @@ class ClientInstance:
     def pull_stream(self, addr: str) -> PullStream:
         stream = self._pull_streams.get(addr)
         if stream is None:
-            stream = PullStream(addr, lambda: self.broker_stub(addr).Pull)
+            stream = PullStream(addr, lambda: self.broker_stub(addr).PullBatch, batched=True)
             self._pull_streams[addr] = stream
         return stream
 

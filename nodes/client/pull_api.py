@@ -13,8 +13,8 @@ tested without a broker.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 from nodes.common import constants as c
 from nodes.common.errors import CorruptRecordError, for_code
@@ -129,18 +129,76 @@ def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_of
     return out
 
 
+class MessageBatch(Sequence[MessageExt]):
+    """A pull's messages, decoded in one pass on first use rather than when the answer arrives.
+
+    So decoding runs in the thread that looks at the messages, never on the client's loop,
+    and a caller that only counts them (`len`) never pays for it. Compares equal to a list
+    of the same messages. Only for answers without a tag filter, whose record count is
+    exact; decoding errors (CorruptRecordError) come out at first use.
+    """
+
+    __slots__ = ("_count", "_decode", "_messages")
+
+    def __init__(self, count: int, decode: Callable[[], list[MessageExt]]) -> None:
+        self._count = count
+        self._decode: Callable[[], list[MessageExt]] | None = decode
+        self._messages: list[MessageExt] | None = None
+
+    def _decoded(self) -> list[MessageExt]:
+        messages = self._messages
+        if messages is None:
+            assert self._decode is not None
+            messages = self._messages = self._decode()
+            self._decode = None  # drops the record bytes
+        return messages
+
+    def __len__(self) -> int:
+        return self._count if self._messages is None else len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> MessageExt: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageExt]: ...
+
+    def __getitem__(self, index: int | slice) -> MessageExt | list[MessageExt]:
+        return self._decoded()[index]
+
+    def __iter__(self) -> Iterator[MessageExt]:
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageBatch):
+            other = other._decoded()
+        return isinstance(other, list) and self._decoded() == other
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, like the list it stands for
+
+    def __repr__(self) -> str:
+        state = "decoded" if self._messages is not None else "not decoded yet"
+        return f"MessageBatch({len(self)} messages, {state})"
+
+
 def process_pull_response(resp: broker_pb2.PullResponse, mq: MessageQueue,
-                          tags: frozenset[str] | None) -> PullResult:
+                          tags: frozenset[str] | None, *, lazy: bool = False) -> PullResult:
     """processPullResponse + processPullResult: status, decoded and filtered messages.
+
+    With `lazy` (and no tag filter), `messages` is a MessageBatch decoded on first use.
 
     Raises:
         RemoteError: the code is not one of the four pull outcomes (reference §2.2).
     """
     status = pull_status_for_code(resp.code, resp.remark)
-    messages: list[MessageExt] = []
+    messages: list[MessageExt] | MessageBatch = []
     if status is PullStatus.FOUND and resp.records:
-        messages = decode_messages(resp.records, broker_name=mq.broker_name, min_offset=resp.min_offset,
-                                   max_offset=resp.max_offset, tags=tags)
+        records, broker_name, min_offset, max_offset = resp.records, mq.broker_name, resp.min_offset, resp.max_offset
+        if lazy and tags is None and resp.record_count > 0:
+            messages = MessageBatch(resp.record_count, lambda: decode_messages(
+                records, broker_name=broker_name, min_offset=min_offset, max_offset=max_offset, tags=None))
+        else:
+            messages = decode_messages(records, broker_name=broker_name, min_offset=min_offset,
+                                       max_offset=max_offset, tags=tags)
     return PullResult(status=status, next_begin_offset=resp.next_begin_offset, min_offset=resp.min_offset,
                       max_offset=resp.max_offset, messages=messages,
                       suggest_which_broker_id=resp.suggest_which_broker_id, store_status=resp.remark)
@@ -159,8 +217,13 @@ class PullApi:
         self._pull_from_which_node: dict[MessageQueue, int] = {}
         # Every routing decision (asked-for broker, answering broker, suggestion) for the checker.
         self.on_routing_event = on_routing_event
+        # Beyond RocketMQ: pull every queue from this broker id, ignoring the suggestions (the
+        # benchmark reads a slave this way); None follows them as RocketMQ does.
+        self.pinned_broker_id: int | None = None
 
     def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
+        if self.pinned_broker_id is not None:
+            return self.pinned_broker_id
         return self._pull_from_which_node.get(mq, c.MASTER_ID)
 
     def update_pull_from_which_node(self, mq: MessageQueue, broker_id: int) -> None:
@@ -169,8 +232,8 @@ class PullApi:
     async def pull_kernel(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                           suspend: bool, suspend_timeout_ms: int, timeout_ms: int,
                           commit_offset_value: int | None = None, post_subscription: bool = True,
-                          sub_version: int = 0) -> PullResult:
-        """pullKernelImpl + processPullResult for one queue.
+                          sub_version: int = 0, lazy: bool = False) -> PullResult:
+        """pullKernelImpl + processPullResult for one queue (`lazy`: see process_pull_response).
 
         Raises:
             RouteNotFoundError: the topic has no route.
@@ -202,7 +265,7 @@ class PullApi:
             "sub_version": sub_version,  # the broker answers SUBSCRIPTION_NOT_LATEST if its copy is older
         }
         resp = await self._instance.pull_stream(found.addr).pull(fields, timeout_ms)
-        result = process_pull_response(resp, mq, parse_subscription(expression))
+        result = process_pull_response(resp, mq, parse_subscription(expression), lazy=lazy)
         result.requested_broker_id = requested_id
         result.broker_id = found.broker_id
         self.update_pull_from_which_node(mq, result.suggest_which_broker_id)

@@ -8,6 +8,7 @@ loop, flow control or offset caching: the caller decides what to pull and when t
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,20 +71,31 @@ class PullConsumer:
         pull_timeout_ms: deadline of a pull that does not long-poll (consumerPullTimeoutMillis).
         on_routing_event: called (on the client's loop thread) with a dict for every pull's routing
             decision: the broker id asked for, the one that answered, the suggestion.
+        pull_from_broker_id: beyond RocketMQ: pull from this broker id (e.g. 1, a slave) whatever
+            the brokers suggest; None (the default) follows the suggestions as RocketMQ does.
+
+    Pulled messages come as a sequence decoded on first use (`pull_api.MessageBatch`), so
+    decoding runs in the thread that reads them and `len(result.messages)` costs nothing.
     """
 
     def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
                  dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS,
-                 on_routing_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_routing_event: Callable[[dict[str, Any]], None] | None = None,
+                 pull_from_broker_id: int | None = None) -> None:
         validate_group(group, "consumer")
         if not isinstance(pull_timeout_ms, int) or pull_timeout_ms <= 0:
             raise InvalidArgumentError(f"pull_timeout_ms must be a positive integer, got {pull_timeout_ms!r}")
+        if pull_from_broker_id is not None and (not isinstance(pull_from_broker_id, int)
+                                                or isinstance(pull_from_broker_id, bool) or pull_from_broker_id < 0):
+            raise InvalidArgumentError(f"pull_from_broker_id must be a broker id >= 0 or None, "
+                                       f"got {pull_from_broker_id!r}")
         self.group = group
         self.pull_timeout_ms = pull_timeout_ms
         self._instance = ClientInstance(namesrv_addr, name=f"pull-consumer-{group}", timing=timing,
                                         dial_overrides=dial_overrides)
         self.timing = self._instance.timing
         self._api = PullApi(self._instance, group, on_routing_event)
+        self._api.pinned_broker_id = pull_from_broker_id
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -127,8 +139,21 @@ class PullConsumer:
         """
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
         coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
-                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms)
+                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
         return self._run(coro, self.pull_timeout_ms, f"pull {mq}@{offset}")
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32,
+                   sub_expression: str = "*") -> concurrent.futures.Future[PullResult]:
+        """Start `pull(mq, offset, max_nums, sub_expression)` and return its future at once.
+
+        RocketMQ's pull with a PullCallback, as a future: any number may be in flight, and
+        all of them share the broker's one pipelined stream. The future fails with what
+        `pull` would raise; bad arguments raise InvalidArgumentError here.
+        """
+        expression = check_pull_args(mq, offset, max_nums, sub_expression)
+        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
+                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
+        return self._instance.submit(coro, f"pull_async {mq}@{offset}")
 
     def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,
                                 sub_expression: str = "*", timeout_ms: int | None = None) -> PullResult:
@@ -143,7 +168,7 @@ class PullConsumer:
             raise InvalidArgumentError(f"timeout_ms must be a positive integer of ms, got {timeout_ms!r}")
         rpc_ms = max(self.timing.consumer_timeout_when_suspend_ms, suspend_ms + self.timing.rpc_timeout_ms)
         coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=True,
-                                     suspend_timeout_ms=suspend_ms, timeout_ms=rpc_ms)
+                                     suspend_timeout_ms=suspend_ms, timeout_ms=rpc_ms, lazy=True)
         return self._run(coro, rpc_ms, f"pull_block_if_not_found {mq}@{offset}")
 
     # --- consumer offsets ----------------------------------------------------------------

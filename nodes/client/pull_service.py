@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 FLOW_CONTROL_LOG_EVERY = 1_000  # RocketMQ logs one flow-control line per this many throttled pulls
 
 SubmitConsume = Callable[[Sequence[MessageExt], ProcessQueue, MessageQueue], None]
+# orderly: (pq, mq, dispatch) where dispatch is put_messages' answer (no consume request queued yet)
+SubmitOrderly = Callable[[ProcessQueue, MessageQueue, bool], None]
 
 
 @dataclass(slots=True)
@@ -43,6 +45,7 @@ class PullRequest:
     mq: MessageQueue
     pq: ProcessQueue
     next_offset: int
+    previously_locked: bool = False  # orderly: the start offset was re-read after the queue was locked
 
 
 @dataclass
@@ -54,6 +57,7 @@ class PullStats:
     offset_illegal: int = 0
     errors: int = 0
     flow_controlled: int = 0
+    not_locked: int = 0  # orderly pulls put off because the queue is not locked
 
 
 class PullService:
@@ -66,13 +70,21 @@ class PullService:
         submit: hands found messages to the consume service.
         remove_process_queue: rebalance's removal, used by the OFFSET_ILLEGAL fix-up.
         thresholds: the current flow-control thresholds (rewritten after rebalances).
+        orderly_submit: set for an orderly consumer: hands the dispatch flag to the orderly
+            service instead of `submit`, and turns on the lock check (step 8).
+        compute_pull_from_where: orderly: re-reads a queue's start offset on its first pull
+            after it was locked.
     """
 
     def __init__(self, *, api: PullApi, subscriptions: Mapping[str, SubscriptionData], offset_store: OffsetStore,
                  submit: SubmitConsume, remove_process_queue: Callable[[MessageQueue], Awaitable[None]],
                  thresholds: Callable[[], FlowThresholds], message_model: MessageModel, timing: Timing,
-                 clock: Clock, pull_batch_size: int, post_subscription: bool) -> None:
+                 clock: Clock, pull_batch_size: int, post_subscription: bool,
+                 orderly_submit: SubmitOrderly | None = None,
+                 compute_pull_from_where: Callable[[MessageQueue], Awaitable[int]] | None = None) -> None:
         self._api = api
+        self._orderly_submit = orderly_submit
+        self._compute_pull_from_where = compute_pull_from_where
         self._subscriptions = subscriptions
         self._offset_store = offset_store
         self._submit = submit
@@ -128,7 +140,8 @@ class PullService:
             return None
         now_ms = self._clock.monotonic_ms()
         pq.last_pull_timestamp_ms = now_ms  # before flow control, so a throttled queue never looks idle
-        decision = decide_pull(pq, now_ms=now_ms, orderly=False, thresholds=self._thresholds(),
+        orderly = self._orderly_submit is not None
+        decision = decide_pull(pq, now_ms=now_ms, orderly=orderly, thresholds=self._thresholds(),
                                delay_ms=self._timing.pull_delay_when_flow_control_ms)
         if not decision.pull_now:
             self.stats.flow_controlled += 1
@@ -136,12 +149,19 @@ class PullService:
                 log.warning("flow control on %s: %s (%d times so far)", mq, decision.detail,
                             self.stats.flow_controlled)
             return decision.delay_ms
+        if orderly:
+            delay_ms = await self._check_lock(request)
+            if delay_ms is not None:
+                return None if pq.dropped else delay_ms
         subscription = self._subscriptions.get(mq.topic)
         if subscription is None:
             log.warning("no subscription for %s; pulling it again later", mq)
             return self._timing.pull_delay_when_exception_ms
         commit_offset = None
-        if self._message_model is MessageModel.CLUSTERING:
+        if self._message_model is MessageModel.CLUSTERING and (not orderly or not pq.is_lock_expired(
+                now_ms, lock_max_live_ms=self._timing.client_lock_lease_ms)):
+            # beyond RocketMQ: an orderly queue whose client lock ran out piggybacks no offset (a
+            # resumed consumer must not rewind the new owner's offset)
             commit_offset = self._offset_store.read_memory(mq)
         self.stats.pulls += 1
         try:
@@ -172,8 +192,11 @@ class PullService:
                 log.warning("[BUG] %s: pulled from %d, got next %d and first %d", mq, previous,
                             result.next_begin_offset, msgs[0].queue_offset)
             self.stats.messages += len(msgs)
-            pq.put_messages(msgs)
-            self._submit(msgs, pq, mq)
+            dispatch = pq.put_messages(msgs)
+            if self._orderly_submit is not None:
+                self._orderly_submit(pq, mq, dispatch)
+            else:
+                self._submit(msgs, pq, mq)
             return 0
         if status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
             self.stats.no_new += 1
@@ -188,6 +211,30 @@ class PullService:
         request.next_offset = result.next_begin_offset
         pq.dropped = True
         self._spawn(self._fix_offset_later(request), f"offset-fix-{mq.topic}-{mq.broker_name}-{mq.queue_id}")
+        return None
+
+    async def _check_lock(self, request: PullRequest) -> int | None:
+        """Step 8 (orderly): pull only a locked queue; on the first pull after locking, start from
+        the offset the store holds now. Returns the delay before trying again, or None to pull."""
+        pq, mq = request.pq, request.mq
+        if not pq.locked:
+            self.stats.not_locked += 1
+            return self._timing.pull_delay_when_exception_ms
+        if request.previously_locked:
+            return None
+        assert self._compute_pull_from_where is not None
+        try:
+            offset = await self._compute_pull_from_where(mq)
+        except MqError as err:
+            log.warning("pull %s: re-reading the start offset after locking failed: %s", mq, err)
+            return self._timing.pull_delay_when_exception_ms
+        if offset < 0:
+            log.warning("pull %s: no start offset after locking (%d); trying again later", mq, offset)
+            return self._timing.pull_delay_when_exception_ms
+        if offset != request.next_offset:
+            log.info("pull %s: locked; starting at %d instead of %d", mq, offset, request.next_offset)
+        request.previously_locked = True
+        request.next_offset = offset
         return None
 
     async def _fix_offset_later(self, request: PullRequest) -> None:

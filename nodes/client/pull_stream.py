@@ -8,6 +8,10 @@ records and routing are `pull_api`'s business.
 If the stream breaks, every pending pull fails with TransportError and the stream is
 re-opened lazily by the next `pull`. Loop-confined.
 
+Batched (`Broker.PullBatch`, what clients use): every request queued while the call was busy
+writing goes out in one stream message, and the broker answers likewise, so gRPC's
+per-message cost (most of a small pull's cost in Python) is paid once per batch.
+
 Hot path per pull: one PullRequest message, one queue put, one dict insert and pop, one
 future. No per-message work happens here.
 """
@@ -35,11 +39,14 @@ _END = None  # queue sentinel: the request side is done
 class _RequestFeed:
     """The request iterator handed to grpc: yields what `push` queued, ends on `finish`.
 
-    A plain async iterator (not an async generator), so nothing needs asyncgen finalization.
+    Batched, it yields one PullRequestBatch of everything queued by then. A plain async
+    iterator (not an async generator), so nothing needs asyncgen finalization.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, batched: bool = False) -> None:
         self._queue: asyncio.Queue[broker_pb2.PullRequest | None] = asyncio.Queue()
+        self._batched = batched
+        self._ended = False
 
     def push(self, request: broker_pb2.PullRequest) -> None:
         self._queue.put_nowait(request)
@@ -50,11 +57,23 @@ class _RequestFeed:
     def __aiter__(self) -> _RequestFeed:
         return self
 
-    async def __anext__(self) -> broker_pb2.PullRequest:
+    async def __anext__(self) -> broker_pb2.PullRequest | broker_pb2.PullRequestBatch:
+        if self._ended:
+            raise StopAsyncIteration
         request = await self._queue.get()
         if request is _END:
             raise StopAsyncIteration
-        return request
+        if not self._batched:
+            return request
+        requests = [request]
+        queue = self._queue
+        while not queue.empty():
+            more = queue.get_nowait()
+            if more is _END:
+                self._ended = True  # send what came before the end, then stop
+                break
+            requests.append(more)
+        return broker_pb2.PullRequestBatch(requests=requests)
 
 
 class _Session:
@@ -71,10 +90,12 @@ class _Session:
 class PullStream:
     """Pipelined pulls to one broker address over one bidirectional call."""
 
-    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]]) -> None:
-        """`open_call()` returns the stub's `Pull` method (a stream-stream multicallable)."""
+    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]], *, batched: bool = False) -> None:
+        """`open_call()` returns the stub's `Pull` method (a stream-stream multicallable), or
+        with `batched` its `PullBatch` method."""
         self.addr = addr
         self._open_call = open_call
+        self._batched = batched
         self._ids = itertools.count(1)
         self._session: _Session | None = None
         self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
@@ -87,7 +108,7 @@ class PullStream:
         session = self._session
         if session is not None and not session.closed:
             return session
-        feed = _RequestFeed()
+        feed = _RequestFeed(self._batched)
         call = self._open_call()(feed)
         session = _Session(call, feed)
         session.reader = asyncio.create_task(self._reader_routine(session), name=f"pull-stream-reader-{self.addr}")
@@ -130,14 +151,16 @@ class PullStream:
         try:
             pending = session.pending
             call = session.call
+            batched = self._batched
             while True:
-                resp = await call.read()
-                if resp is grpc.aio.EOF:
+                message = await call.read()
+                if message is grpc.aio.EOF:
                     error = TransportError(f"pull stream to {self.addr} ended by the broker")
                     break
-                fut = pending.pop(resp.request_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
+                for resp in (message.responses if batched else (message,)):
+                    fut = pending.pop(resp.request_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(resp)
         except grpc.RpcError as exc:
             error = rpc.map_rpc_error(exc, f"pull stream to {self.addr}")  # type: ignore[assignment]
             if not isinstance(error, TransportError):

@@ -9,6 +9,8 @@ broker of the topic) and the queue-offset queries behind consume-from-where.
     rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
     pull_service.PullService        one long-polling pull loop per owned queue
     consume_concurrently.*          the listener pool, ack index, offsets, expired messages
+    consume_orderly.*               orderly listeners: one call at a time per locked queue
+    lock_service.QueueLocker        orderly queue locks on the masters (lock, renew, unlock)
     send_back.MessageSender         failed messages back to the broker (or the internal producer)
     offset_store.*                  remote (CLUSTERING) or local file (BROADCASTING) offsets
 
@@ -17,6 +19,7 @@ Everything but the listener runs on the `ClientInstance` loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -25,10 +28,16 @@ from typing import Any
 
 from nodes.client.allocate import AllocateAveragely, AllocateStrategy
 from nodes.client.consume_concurrently import CleanExpiredService, ConsumeMessageConcurrentlyService, Listener
+from nodes.client.consume_orderly import (
+    ConsumeMessageOrderlyService,
+    OrderlyListener,
+    orderly_send_back_message,
+)
 from nodes.client.errors import ClientStateError, InvalidArgumentError
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.heartbeat import HeartbeatService, make_client_id
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.lock_service import LockRenewalService, QueueLocker
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
     LocalFileOffsetStore,
@@ -49,6 +58,7 @@ from nodes.common.errors import InvalidMessageError, MqError, for_code
 from nodes.common.service import CrashHandler, Lifecycle, LifecycleState, Service
 from nodes.common.types import (
     ConsumeFromWhere,
+    MessageExt,
     MessageModel,
     MessageQueue,
     validate_topic,
@@ -69,7 +79,7 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 
 
 class PushConsumer:
-    """A RocketMQ-style push consumer with a concurrent listener (DESIGN §8).
+    """A RocketMQ-style push consumer with a concurrent or an orderly listener (DESIGN §8).
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
@@ -85,8 +95,10 @@ class PushConsumer:
     CONSUME_FROM_TIMESTAMP; default half an hour ago); `instance_name`; `offset_store_dir`
     (BROADCASTING files); `flow_thresholds`; `post_subscription_when_pull`;
     `await_termination_ms` (how long shutdown lets running listener calls finish; RocketMQ's
-    default 0); `on_event` (rebalance, offset-commit, pull-route and send-back events, called on
-    the client's loop thread); `on_crash` (an unexpected error in a background service).
+    default 0); `suspend_current_queue_time_ms` [suspendCurrentQueueTimeMillis] (orderly: how long
+    a suspended queue waits; default `timing.suspend_current_queue_ms`); `on_event` (rebalance,
+    offset-commit, pull-route, send-back and, orderly, lock events, called on the client's loop
+    thread); `on_crash` (an unexpected error in a background service).
     """
 
     def __init__(self, namesrv_addr: str, group: str, message_model: MessageModel = MessageModel.CLUSTERING,
@@ -100,7 +112,7 @@ class PushConsumer:
                  offset_store_dir: str | Path | None = None, flow_thresholds: FlowThresholds | None = None,
                  post_subscription_when_pull: bool = False, await_termination_ms: int = 0,
                  on_event: EventSink | None = None, on_crash: CrashHandler | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, suspend_current_queue_time_ms: int | None = None) -> None:
         validate_group(group, "consumer")
         if not isinstance(message_model, MessageModel):
             raise InvalidArgumentError(f"message_model must be a MessageModel, got {message_model!r}")
@@ -114,6 +126,8 @@ class PushConsumer:
         self.pull_batch_size = _check_int("pull_batch_size", pull_batch_size, 1, c.PULL_BATCH_COUNT_MAX)
         self.max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, -1, 2**31 - 1)
         self.await_termination_ms = _check_int("await_termination_ms", await_termination_ms, 0, 2**31 - 1)
+        self.suspend_current_queue_time_ms = None if suspend_current_queue_time_ms is None else _check_int(
+            "suspend_current_queue_time_ms", suspend_current_queue_time_ms, 0, 2**31 - 1)
         if not isinstance(instance_name, str) or not instance_name:
             raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
         self.group = group
@@ -134,7 +148,9 @@ class PushConsumer:
         self.timing = self._instance.timing
         self.lifecycle = LifecycleState(f"push consumer {group}", clock)
         self._subscriptions: dict[str, str] = {}
-        self._listener: Listener | None = None
+        self._listener: Listener | OrderlyListener | None = None
+        self._orderly = False
+        self._locker: QueueLocker | None = None
         self._thresholds = self.flow_thresholds
         self._rng = random.Random()
         self._last_routing: dict[tuple[str, str, int], tuple[Any, ...]] = {}
@@ -145,7 +161,14 @@ class PushConsumer:
     # --- configuration ------------------------------------------------------------------
     @property
     def effective_max_reconsume_times(self) -> int:
-        return c.MAX_RECONSUME_TIMES_DEFAULT if self.max_reconsume_times == -1 else self.max_reconsume_times
+        """-1 means 16 for a concurrent listener, unbounded (Integer.MAX_VALUE) for an orderly one."""
+        if self.max_reconsume_times != -1:
+            return self.max_reconsume_times
+        return c.ORDERLY_MAX_RECONSUME_TIMES_DEFAULT if self._orderly else c.MAX_RECONSUME_TIMES_DEFAULT
+
+    @property
+    def orderly(self) -> bool:
+        return self._orderly
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB")."""
@@ -182,13 +205,35 @@ class PushConsumer:
         if self.lifecycle.state != Lifecycle.INIT:
             raise ClientStateError("register the listener before start()")
         self._listener = listener
+        self._orderly = False
+
+    def register_orderly_listener(self, listener: OrderlyListener) -> None:
+        """`listener(msgs, ctx) -> ConsumeOrderlyStatus`: one call at a time per queue, in queue order.
+
+        In CLUSTERING each queue is locked on its master first. An exception or any other
+        return value counts as SUSPEND_CURRENT_QUEUE_A_MOMENT (the same messages come back first).
+        """
+        if not callable(listener):
+            raise InvalidArgumentError(f"listener must be callable as listener(msgs, ctx), got {listener!r}")
+        if self.lifecycle.state != Lifecycle.INIT:
+            raise ClientStateError("register the listener before start()")
+        self._listener = listener
+        self._orderly = True
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         if self.lifecycle.state != Lifecycle.INIT:
             raise ClientStateError(f"push consumer {self.group} was already started ({self.lifecycle.state.name})")
         if self._listener is None:
-            raise ClientStateError("no listener: call register_listener(fn) before start()")
+            raise ClientStateError("no listener: call register_listener(fn) or register_orderly_listener(fn) "
+                                   "before start()")
+        if self._orderly:
+            t = self.timing
+            if not t.lock_renew_interval_ms < t.client_lock_lease_ms < t.broker_lock_lease_ms:
+                raise InvalidArgumentError(
+                    "orderly consumption needs timing.lock_renew_interval_ms < client_lock_lease_ms < "
+                    f"broker_lock_lease_ms, got {t.lock_renew_interval_ms} / {t.client_lock_lease_ms} / "
+                    f"{t.broker_lock_lease_ms}")
         if not self._subscriptions:
             raise ClientStateError("no subscription: call subscribe(topic) before start()")
         self.lifecycle.transition(Lifecycle.STARTING)
@@ -217,26 +262,47 @@ class PushConsumer:
             self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
                                                       on_event=self._on_event)
         self._offset_store.load()
+        orderly = self._orderly
+        if orderly and self.message_model is MessageModel.CLUSTERING:
+            self._locker = QueueLocker(instance, self.group, self.client_id, client_lease_ms=timing.client_lock_lease_ms,
+                                       clock=self._clock, process_queues=lambda: self._rebalance.process_queue_table,
+                                       on_event=self._on_event)
         self._rebalance = RebalanceImpl(
             group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
             consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=_Deps(self),
-            clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event)
+            clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event,
+            orderly=_OrderlyLocks(self) if self._locker is not None else None,
+            consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
         self._rebalance.copy_subscription(self._subscriptions)
         self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
                                      on_event=self._on_event)
         assert self._listener is not None
-        self._consume = ConsumeMessageConcurrentlyService(
-            group=self.group, listener=self._listener, message_model=self.message_model,
-            offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
-            thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
-            resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
+        self._consume: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
+        if orderly:
+            locker = self._locker
+            self._consume = ConsumeMessageOrderlyService(
+                group=self.group, listener=self._listener, message_model=self.message_model,
+                offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._orderly_send_back,
+                clock=self._clock, timing=timing, thread_count=self.consume_thread_min,
+                batch_max_size=self.consume_message_batch_max_size, max_reconsume_times=self.max_reconsume_times,
+                suspend_ms=self.suspend_current_queue_time_ms,
+                on_lock_expired=locker.note_expired if locker is not None else None)
+        else:
+            self._consume = ConsumeMessageConcurrentlyService(
+                group=self.group, listener=self._listener, message_model=self.message_model,
+                offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
+                thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
+                resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
         self._consume.start()
         self._pull = PullService(
             api=PullApi(instance, self.group, self._routing_event), subscriptions=self._rebalance.subscriptions,
-            offset_store=self._offset_store, submit=self._consume.submit_consume_request,
+            offset_store=self._offset_store, submit=self._submit_concurrently,
             remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
             message_model=self.message_model, timing=timing, clock=self._clock,
-            pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull)
+            pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull,
+            orderly_submit=self._consume.submit_consume_request if isinstance(
+                self._consume, ConsumeMessageOrderlyService) else None,
+            compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None)
         self._heartbeat = HeartbeatService(
             instance, self.client_id, consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
             on_notification=self._on_notification, interval_ms=timing.client_heartbeat_ms,
@@ -250,13 +316,17 @@ class PushConsumer:
         await self._heartbeat.send_heartbeat_to_all_brokers()
         self._services = [
             self._heartbeat,
-            ConsumerOffsetPersistService(self._offset_store, lambda: list(self._rebalance.process_queue_table),
+            ConsumerOffsetPersistService(self._offset_store, self._offsets_to_persist,
                                          timing.consumer_offset_persist_ms, timing.consumer_offset_persist_first_ms,
                                          on_crash=self._on_crash),
-            CleanExpiredService(self._consume, lambda: self._rebalance.process_queue_table, timing.consume_timeout_ms,
-                                on_crash=self._on_crash),
-            self._rebalance_service,  # first round at once: rebalanceImmediately
         ]
+        if isinstance(self._consume, ConsumeMessageConcurrentlyService):  # cleanExpiredMsg skips orderly queues
+            self._services.append(CleanExpiredService(self._consume, lambda: self._rebalance.process_queue_table,
+                                                      timing.consume_timeout_ms, on_crash=self._on_crash))
+        if self._locker is not None:  # lockMQPeriodically
+            self._services.append(LockRenewalService(self._locker, timing.lock_renew_interval_ms,
+                                                     timing.lock_renew_first_ms, on_crash=self._on_crash))
+        self._services.append(self._rebalance_service)  # first round at once: rebalanceImmediately
         for service in self._services:
             service.start()
 
@@ -287,6 +357,10 @@ class PushConsumer:
                 await service.stop()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
+        if self._locker is not None:
+            # orderly: unlock before persisting offsets, as RocketMQ does (reference gap 11)
+            await self._locker.unlock_all()
+            await self._locker.close()
         owned = list(self._rebalance.process_queue_table)
         await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
@@ -337,7 +411,9 @@ class PushConsumer:
             "client_id": self.client_id, "state": self.lifecycle.state.name, "group": self.group,
             "model": self.message_model.value, "allocate": self.allocate.name,
             "queues": [{"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
-                        "cached": pq.msg_count, "offset": offsets.get(mq, -1)} for mq, pq in sorted(table.items())],
+                        "cached": pq.msg_count, "offset": offsets.get(mq, -1), "locked": pq.locked,
+                        "dropped": pq.dropped} for mq, pq in sorted(table.items())],
+            "orderly": self._orderly,
             "rebalance": {"rounds": self._rebalance.stats.rounds, "changes": self._rebalance.stats.changes},
             "pull": vars(self._pull.stats).copy(),
             "consume": {k: v for k, v in vars(self._consume.stats).items()},
@@ -372,6 +448,75 @@ class PushConsumer:
     def _emit(self, event: dict[str, Any]) -> None:
         if self._on_event is not None:
             self._on_event(event)
+
+    def _offsets_to_persist(self) -> list[MessageQueue]:
+        """persistAllConsumerOffset's queues: every owned one; beyond RocketMQ, an orderly consumer
+        leaves out queues whose client lock ran out (a resumed consumer must not rewind the offset
+        another consumer is moving meanwhile)."""
+        table = self._rebalance.process_queue_table
+        if self._locker is None:
+            return list(table)
+        now_ms = self._clock.monotonic_ms()
+        lease_ms = self.timing.client_lock_lease_ms
+        return [mq for mq, pq in table.items() if pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=lease_ms)]
+
+    def _submit_concurrently(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        consume = self._consume
+        assert isinstance(consume, ConsumeMessageConcurrentlyService)
+        consume.submit_consume_request(msgs, pq, mq)
+
+    # --- orderly (loop) ------------------------------------------------------------------------------
+    async def _lock_one(self, mq: MessageQueue) -> bool:
+        """lockOneMQ: lock one queue on its master (BROADCASTING never needs to)."""
+        if self._locker is None:
+            return True
+        return await self._locker.lock(mq, reason="consume") is not None
+
+    async def _orderly_send_back(self, msg: MessageExt) -> bool:
+        """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
+        limit, and the broker dead-letters it (reference §5). False if the send failed."""
+        consume = self._consume
+        assert self._sender is not None and isinstance(consume, ConsumeMessageOrderlyService)
+        copy = orderly_send_back_message(msg, self.group, consume.max_reconsume_times)
+        try:
+            producer = await self._sender._inner_producer()  # the consumer's one internal producer
+            await asyncio.to_thread(producer.send, copy)
+        except MqError as err:
+            log.warning("dead-lettering %s of %s failed: %s", msg.msg_id, self.group, err)
+            self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
+                        "orderly": True, "reconsume_times": msg.reconsume_times, "ok": False, "error": str(err)})
+            return False
+        self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
+                    "orderly": True, "reconsume_times": msg.reconsume_times, "ok": True})
+        return True
+
+
+class _OrderlyLocks:
+    """The queue locks rebalance needs (`rebalance.OrderlyLocks`), served by the push consumer (loop)."""
+
+    def __init__(self, consumer: PushConsumer) -> None:
+        self._c = consumer
+
+    async def lock(self, mq: MessageQueue, *, reason: str) -> int | None:
+        assert self._c._locker is not None
+        return await self._c._locker.lock(mq, reason=reason)
+
+    async def wait_consume_idle(self, pq: ProcessQueue, timeout_ms: int) -> bool:
+        consume = self._c._consume
+        assert isinstance(consume, ConsumeMessageOrderlyService)
+        return await consume.wait_consume_idle(pq, timeout_ms)
+
+    async def unlock(self, mq: MessageQueue, *, oneway: bool, reason: str) -> None:
+        assert self._c._locker is not None
+        await self._c._locker.unlock(mq, oneway=oneway, reason=reason)
+
+    def unlock_later(self, mq: MessageQueue, delay_ms: int) -> None:
+        assert self._c._locker is not None
+        self._c._locker.unlock_later(mq, delay_ms)
+
+    def holds_lock(self, pq: ProcessQueue) -> bool:
+        now_ms = self._c._clock.monotonic_ms()
+        return pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=self._c.timing.client_lock_lease_ms)
 
 class _Deps:
     """The I/O `RebalanceImpl` needs, served by the push consumer (loop)."""

@@ -1,7 +1,8 @@
 """Rebalance: which queues this push consumer owns, and what happens when that changes.
 
 Owns RocketMQ's `RebalanceImpl` / `RebalancePushImpl` / `RebalanceService` for concurrent
-consumers (reference §6): the subscription table (CLUSTERING adds `%RETRY%<group>`), the
+and orderly consumers (reference §6; orderly: lock a queue before taking it, unlock it after
+its listener call when giving it up, through `OrderlyLocks`): the subscription table (CLUSTERING adds `%RETRY%<group>`), the
 allocation per topic (sorted queues, sorted client ids from one broker of the topic, the
 configured strategy), the process queue table (`update_process_queue_table`: drop what is no
 longer ours, persist and forget its offset; re-create pull-expired queues; add new ones at
@@ -133,6 +134,25 @@ class RebalanceDeps(Protocol):
         """After an allocation change: new sub version, thresholds, a heartbeat."""
 
 
+class OrderlyLocks(Protocol):
+    """What rebalance needs for an orderly CLUSTERING consumer (queue locks, reference §5, §6)."""
+
+    async def lock(self, mq: MessageQueue, *, reason: str) -> int | None:
+        """Lock `mq` on its master; the request's send time (monotonic ms) if granted, else None."""
+
+    async def wait_consume_idle(self, pq: ProcessQueue, timeout_ms: int) -> bool:
+        """pq.consumeLock.tryLock(timeout): whether no listener call of `pq` is running."""
+
+    async def unlock(self, mq: MessageQueue, *, oneway: bool, reason: str) -> None:
+        """Unlock `mq` on its master now."""
+
+    def unlock_later(self, mq: MessageQueue, delay_ms: int) -> None:
+        """Unlock `mq` (oneway) after `delay_ms`."""
+
+    def holds_lock(self, pq: ProcessQueue) -> bool:
+        """Whether `pq`'s client lock is still valid (locked and not expired)."""
+
+
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -153,7 +173,9 @@ class RebalanceImpl:
 
     def __init__(self, *, group: str, client_id: str, message_model: MessageModel, allocate: AllocateStrategy,
                  consume_from_where: ConsumeFromWhere, offset_store: OffsetStore, deps: RebalanceDeps,
-                 clock: Clock, pull_max_idle_ms: int, on_event: EventSink | None = None) -> None:
+                 clock: Clock, pull_max_idle_ms: int, on_event: EventSink | None = None,
+                 orderly: OrderlyLocks | None = None, consume_lock_try_ms: int = c.CONSUME_LOCK_TRY_MS,
+                 unlock_delay_ms: int = c.UNLOCK_DELAY_MS) -> None:
         self.group = group
         self.client_id = client_id
         self.message_model = message_model
@@ -168,6 +190,11 @@ class RebalanceImpl:
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.stats = RebalanceStats()
         self._pending_pulls: list[tuple[MessageQueue, ProcessQueue, int]] = []
+        # Orderly queues are locked only in CLUSTERING: 4.9.8 also locks broadcasting ones
+        # (gap 12), the 4.9.x head (#8773) and we do not.
+        self.orderly = orderly if message_model is MessageModel.CLUSTERING else None
+        self.consume_lock_try_ms = consume_lock_try_ms
+        self.unlock_delay_ms = unlock_delay_ms
 
     # --- subscriptions -------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str) -> None:
@@ -242,7 +269,7 @@ class RebalanceImpl:
                 self.deps.dispatch_pull(mq, pq, next_offset)
 
     async def update_process_queue_table(self, topic: str, mq_set: set[MessageQueue]) -> bool:
-        """updateProcessQueueTableInRebalance for a concurrent push consumer; True if anything changed."""
+        """updateProcessQueueTableInRebalance (orderly queues are locked first); True if anything changed."""
         now_ms = self.clock.monotonic_ms()
         owned = {mq: pq for mq, pq in self.process_queue_table.items() if mq.topic == topic}
         expired = [mq for mq, pq in owned.items() if pq.is_pull_expired(now_ms, pull_max_idle_ms=self.pull_max_idle_ms)]
@@ -260,9 +287,18 @@ class RebalanceImpl:
         for mq in diff.add:
             if mq in self.process_queue_table:  # a drop above could not be completed
                 continue
+            lock_sent_ms = None
+            if self.orderly is not None:
+                lock_sent_ms = await self.orderly.lock(mq, reason="rebalance")
+                if lock_sent_ms is None:
+                    log.info("rebalance: %s is locked by another consumer of %s; retrying at the next rebalance",
+                             mq, self.group)
+                    continue
             self.offset_store.remove_offset(mq)  # removeDirtyOffset
             pq = ProcessQueue(now_ms=self.clock.monotonic_ms())
             pq.locked = True  # as 4.9.8 does for every new queue (#5466)
+            if lock_sent_ms is not None:
+                pq.last_lock_timestamp_ms = lock_sent_ms  # the lease counts from the lock request
             try:
                 next_offset = await self.compute_pull_from_where(mq)
             except MqError as err:
@@ -280,12 +316,31 @@ class RebalanceImpl:
         return changed
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
-        """RebalancePushImpl for concurrent queues: persist the offset, then forget it."""
-        try:
-            await self.offset_store.persist(mq)
-        except MqError as err:
-            log.warning("persisting the offset of dropped %s failed: %s", mq, err)
+        """RebalancePushImpl: persist the offset, then forget it; an orderly queue is then unlocked.
+
+        Orderly (CLUSTERING): wait up to `consume_lock_try_ms` for a running listener call; if it
+        does not end, keep the (dropped) queue and try again at the next rebalance (returns
+        False). Otherwise unlock it: after `unlock_delay_ms` if messages are still cached, else now.
+        """
+        if self.orderly is None or self.orderly.holds_lock(pq):
+            # beyond RocketMQ: an orderly queue whose lock ran out is not persisted (its offset may be
+            # stale: another consumer may own the queue by now)
+            try:
+                await self.offset_store.persist(mq)
+            except MqError as err:
+                log.warning("persisting the offset of dropped %s failed: %s", mq, err)
         self.offset_store.remove_offset(mq)
+        if self.orderly is None:
+            return True
+        if not await self.orderly.wait_consume_idle(pq, self.consume_lock_try_ms):
+            pq.try_unlock_times += 1
+            log.warning("%s: %s is still consuming; giving it up is retried at the next rebalance (%d tries)",
+                        self.group, mq, pq.try_unlock_times)
+            return False
+        if pq.has_temp_message():
+            self.orderly.unlock_later(mq, self.unlock_delay_ms)
+        else:
+            await self.orderly.unlock(mq, oneway=True, reason="drop")
         return True
 
     async def remove_process_queue(self, mq: MessageQueue) -> None:

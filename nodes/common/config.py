@@ -71,6 +71,21 @@ class Timing:
     consume_resubmit_delay_ms: int = c.CONSUME_RESUBMIT_DELAY_MS
     consume_timeout_ms: int = c.CONSUME_TIMEOUT_MS
     consumer_offset_persist_first_ms: int = c.CONSUMER_OFFSET_PERSIST_FIRST_MS
+    # orderly consumption and queue locks (reference §5, §8)
+    broker_lock_lease_ms: int = c.BROKER_LOCK_LEASE_MS
+    client_lock_lease_ms: int = c.CLIENT_LOCK_LEASE_MS
+    lock_renew_interval_ms: int = c.LOCK_RENEW_INTERVAL_MS
+    lock_renew_first_ms: int = c.LOCK_RENEW_FIRST_MS
+    unlock_delay_ms: int = c.UNLOCK_DELAY_MS
+    consume_lock_try_ms: int = c.CONSUME_LOCK_TRY_MS
+    orderly_consume_max_continuous_ms: int = c.ORDERLY_CONSUME_MAX_CONTINUOUS_MS
+    suspend_current_queue_ms: int = c.SUSPEND_CURRENT_QUEUE_MS
+    suspend_current_queue_min_ms: int = c.SUSPEND_CURRENT_QUEUE_MIN_MS
+    suspend_current_queue_max_ms: int = c.SUSPEND_CURRENT_QUEUE_MAX_MS
+    orderly_relock_first_ms: int = c.ORDERLY_RELOCK_FIRST_MS
+    orderly_resubmit_ms: int = c.ORDERLY_RESUBMIT_MS
+    orderly_lock_failed_retry_ms: int = c.ORDERLY_LOCK_FAILED_RETRY_MS
+    broker_lock_expiry_scan_ms: int = c.BROKER_LOCK_EXPIRY_SCAN_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.
@@ -123,8 +138,17 @@ class StoreConfig:
     # settable in bytes so tests can make it small.
     memory_budget_bytes: int = field(
         default_factory=lambda: _physical_memory_bytes() * c.MEMORY_RATIO_PERCENT // 100)
+    # What one pull may carry (maxTransfer{Bytes,Count}OnMessageIn{Memory,Disk}); RocketMQ's
+    # defaults cap a pull at 32 messages, so large pull batches need these raised.
+    transfer_bytes_max_in_memory: int = c.TRANSFER_BYTES_MAX_IN_MEMORY
+    transfer_count_max_in_memory: int = c.TRANSFER_COUNT_MAX_IN_MEMORY
+    transfer_bytes_max_on_disk: int = c.TRANSFER_BYTES_MAX_ON_DISK
+    transfer_count_max_on_disk: int = c.TRANSFER_COUNT_MAX_ON_DISK
 
     def validate(self) -> None:
+        if min(self.transfer_bytes_max_in_memory, self.transfer_count_max_in_memory,
+               self.transfer_bytes_max_on_disk, self.transfer_count_max_on_disk) <= 0:
+            raise ConfigError("store.transfer_*_max_* must be positive")
         if self.commitlog_segment_bytes < 64 * 1024:
             raise ConfigError("store.commitlog_segment_bytes must be at least 64 KiB")
         if self.message_body_bytes_max * 2 + 1024 > self.commitlog_segment_bytes:
@@ -289,6 +313,9 @@ class ConsumerConfig:
     timing: Timing = field(default_factory=Timing)
     # peer address -> address to dial instead (harness link proxies); empty in production
     dial_overrides: dict[str, str] = field(default_factory=dict)
+    # an orderly listener (ConsumeOrderlyStatus): `fail` / `fail_keys` answer SUSPEND_CURRENT_QUEUE_A_MOMENT,
+    # `raise` raises (also a suspend); queues are locked on the master (reference §5, §8)
+    orderly: bool = False
 
     def validate(self) -> None:
         self.timing.validate()

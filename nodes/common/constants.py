@@ -207,3 +207,26 @@ assert CLIENT_HOUSEKEEPING_MS < CONSUMER_CHANNEL_EXPIRY_MS
 assert SCHEDULE_POLL_MS <= DELAY_LEVEL_UNIT_MS  # the shortest level (1s) is looked at in time
 assert PULL_DELAY_WHEN_FLOW_CONTROL_MS < PULL_DELAY_WHEN_EXCEPTION_MS  # flow control retries sooner than errors
 assert BROKER_SUSPEND_MAX_MS < PULL_MAX_IDLE_MS  # a long-polled queue is never taken for an idle one
+
+# ---------------------------------------------------------------------------
+# Orderly consumption and queue locks (reference §5, §8; gaps 8-12)
+# ---------------------------------------------------------------------------
+BROKER_LOCK_LEASE_MS = 60_000  # RebalanceLockManager REBALANCE_LOCK_MAX_LIVE_TIME: a broker lock lives this long unrenewed
+CLIENT_LOCK_LEASE_MS = 30_000  # ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME: the client stops consuming after this
+LOCK_RENEW_INTERVAL_MS = 20_000  # REBALANCE_LOCK_INTERVAL: lockAll renews every owned queue this often
+LOCK_RENEW_FIRST_MS = 1_000  # lockMQPeriodically's first run after start
+UNLOCK_DELAY_MS = 20_000  # UNLOCK_DELAY_TIME_MILLS: a dropped queue with cached messages is unlocked this late
+CONSUME_LOCK_TRY_MS = 1_000  # removeUnnecessaryMessageQueue waits this long for a running listener call
+ORDERLY_CONSUME_MAX_CONTINUOUS_MS = 60_000  # MAX_TIME_CONSUME_CONTINUOUSLY: one consume request yields after this
+SUSPEND_CURRENT_QUEUE_MS = 1_000  # suspendCurrentQueueTimeMillis: a suspended queue waits this long by default
+SUSPEND_CURRENT_QUEUE_MIN_MS = 10  # submitConsumeRequestLater clamps every delay to [min, max]
+SUSPEND_CURRENT_QUEUE_MAX_MS = 30_000
+ORDERLY_RELOCK_FIRST_MS = 100  # a consume request that finds its queue unlocked tries to lock it after this
+ORDERLY_RESUBMIT_MS = 10  # re-lock / resubmit delay inside a consume request (lock lost, time cap, lock regained)
+ORDERLY_LOCK_FAILED_RETRY_MS = 3_000  # a consume request whose lock attempt failed comes back after this
+BROKER_LOCK_EXPIRY_SCAN_MS = 5_000  # beyond RocketMQ: a scan that records (and forgets) expired broker locks
+LOCK_BATCH_TIMEOUT_MS = 1_000  # LOCK_BATCH_MQ / UNLOCK_BATCH_MQ RPC deadline (a transport budget: unscaled)
+ORDERLY_MAX_RECONSUME_TIMES_DEFAULT = 2**31 - 1  # maxReconsumeTimes -1 means Integer.MAX_VALUE for orderly
+
+assert LOCK_RENEW_INTERVAL_MS < CLIENT_LOCK_LEASE_MS < BROKER_LOCK_LEASE_MS  # renew before the client gives up, before the broker does
+assert SUSPEND_CURRENT_QUEUE_MIN_MS <= SUSPEND_CURRENT_QUEUE_MS <= SUSPEND_CURRENT_QUEUE_MAX_MS

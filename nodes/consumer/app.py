@@ -34,7 +34,7 @@ from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_ser
 from nodes.common.rpc import bind, make_server
 from nodes.common.service import Lifecycle, LifecycleState
 from nodes.consumer.journal import JOURNAL_FILE_NAME, DeliveryJournal
-from nodes.consumer.workload import WorkloadListener
+from nodes.consumer.workload import OrderlyWorkloadListener, WorkloadListener
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,13 @@ class ConsumerApp:
         run_dir = Path(config.run_dir)
         self.events = EventLog(run_dir / EVENTS_FILE_NAME, config.node_id, clock)
         self.journal = DeliveryJournal(run_dir / JOURNAL_FILE_NAME, config.node_id, config.group, clock)
-        self.listener = WorkloadListener(config, self.journal)
         self.consumer = build_push_consumer(config, on_event=self.events.record, on_crash=crash_node, clock=clock)
-        self.consumer.register_listener(self.listener)
+        if config.orderly:
+            self.listener: WorkloadListener = OrderlyWorkloadListener(config, self.journal, clock=clock)
+            self.consumer.register_orderly_listener(self.listener)
+        else:
+            self.listener = WorkloadListener(config, self.journal)
+            self.consumer.register_listener(self.listener)
         self.addr = ""
         self._server: grpc.aio.Server | None = None
 
@@ -103,7 +107,7 @@ class ConsumerApp:
         self.events.record({"event": "consumer-start", "group": self.config.group,
                             "client_id": self.consumer.client_id, "subscriptions": self.config.subscriptions,
                             "model": self.config.message_model, "allocate": self.config.allocate_strategy,
-                            "workload": self.config.workload})
+                            "workload": self.config.workload, "orderly": self.config.orderly})
         await set_serving(health, True)
         self.lifecycle.transition(Lifecycle.RUNNING)
         return self.addr

@@ -8,7 +8,9 @@ survives a process kill). Does not decide results (`workload`).
 A line: node, group, client_id, msg_id, keys, topic (the original topic, also for retries),
 queue (the queue it was pulled from: topic, broker_name, queue_id), queue_offset,
 commitlog_offset, reconsume_times, origin_msg_id, body_sha256, body_bytes, store and born
-timestamps, wall_ms, mono_ms, result (CONSUME_SUCCESS, RECONSUME_LATER or EXCEPTION).
+timestamps, wall_ms, mono_ms, result (CONSUME_SUCCESS, RECONSUME_LATER or EXCEPTION; orderly:
+SUCCESS, SUSPEND_CURRENT_QUEUE_A_MOMENT or EXCEPTION), orderly, and for orderly deliveries the
+listener call's interval, consume_start_mono_ms / consume_end_mono_ms (a batch shares one).
 """
 
 from __future__ import annotations
@@ -45,9 +47,17 @@ class DeliveryJournal:
         self._file: Any = path.open("a", encoding="utf-8")
         self.lines = 0
 
-    def record(self, msgs: Sequence[MessageExt], mq: MessageQueue, results: Sequence[str]) -> None:
-        """One line per message (results[i] is msgs[i]'s), then one flush for the call."""
+    def record(self, msgs: Sequence[MessageExt], mq: MessageQueue, results: Sequence[str], *,
+               consume_start_mono_ms: int | None = None, consume_end_mono_ms: int | None = None) -> None:
+        """One line per message (results[i] is msgs[i]'s), then one flush for the call.
+
+        An orderly listener passes its call's interval; its lines say `orderly: true`.
+        """
         wall_ms, mono_ms = self._clock.wall_ms(), self._clock.monotonic_ms()
+        orderly: dict[str, Any] = {"orderly": consume_start_mono_ms is not None}
+        if consume_start_mono_ms is not None:
+            orderly["consume_start_mono_ms"] = consume_start_mono_ms
+            orderly["consume_end_mono_ms"] = mono_ms if consume_end_mono_ms is None else consume_end_mono_ms
         lines = []
         for msg, result in zip(msgs, results, strict=True):
             lines.append(json.dumps({
@@ -59,7 +69,7 @@ class DeliveryJournal:
                 "origin_msg_id": msg.properties.get(c.PROPERTY_ORIGIN_MESSAGE_ID),
                 "body_sha256": body_digest(bytes(msg.body)), "body_bytes": len(msg.body),
                 "store_timestamp_ms": msg.store_timestamp_ms, "born_timestamp_ms": msg.born_timestamp_ms,
-                "wall_ms": wall_ms, "mono_ms": mono_ms, "result": result,
+                "wall_ms": wall_ms, "mono_ms": mono_ms, "result": result, **orderly,
             }, separators=(",", ":")))
         with self._lock:
             if self._file is None:

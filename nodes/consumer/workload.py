@@ -2,8 +2,11 @@
 
 Owns the workload rules (ack; fail or raise with a probability; fail chosen keys N times;
 sleep per message) and the ack-index answer for a partly failed batch: the messages before
-the first failure are acknowledged (`ctx.ack_index`), the rest are sent back. Every answer is
-journalled before it is returned. Does not consume or commit anything itself.
+the first failure are acknowledged (`ctx.ack_index`), the rest are sent back. The orderly
+listener answers the same rules with SUCCESS, or SUSPEND_CURRENT_QUEUE_A_MOMENT for the whole
+call (an orderly listener cannot acknowledge part of a batch), and journals the call's
+interval. Every answer is journalled before it is returned. Does not consume or commit
+anything itself.
 """
 
 from __future__ import annotations
@@ -14,13 +17,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from nodes.client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, MessageExt
+from nodes.client import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    MessageExt,
+)
+from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import ConsumerConfig
 from nodes.consumer.journal import DeliveryJournal
 
 SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS.value
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER.value
 EXCEPTION = "EXCEPTION"
+ORDERLY_SUCCESS = ConsumeOrderlyStatus.SUCCESS.value
+ORDERLY_SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT.value
 
 
 class WorkloadError(Exception):
@@ -76,3 +88,36 @@ class WorkloadListener:
         if acked < len(msgs):
             ctx.ack_index = acked - 1
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
+class OrderlyWorkloadListener(WorkloadListener):
+    """`listener(msgs, ctx)` for `PushConsumer.register_orderly_listener`; thread-safe.
+
+    `fail` / `fail_keys` answer SUSPEND_CURRENT_QUEUE_A_MOMENT for the whole call when any
+    message fails; `raise` raises (the push consumer suspends the queue too).
+    """
+
+    def __init__(self, config: ConsumerConfig, journal: DeliveryJournal, *,
+                 sleep: Callable[[float], None] = time.sleep, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(config, journal, sleep=sleep)
+        self._clock = clock
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:  # type: ignore[override]
+        start_ms = ctx.consume_start_mono_ms or self._clock.monotonic_ms()
+        if self.config.sleep_ms > 0:
+            self._sleep(self.config.sleep_ms * len(msgs) / 1000)
+        with self._lock:
+            decided = [self._decide(m) for m in msgs]
+        if EXCEPTION in decided:
+            results = [EXCEPTION] * len(msgs)
+        elif any(r != SUCCESS for r in decided):
+            results = [ORDERLY_SUSPEND] * len(msgs)
+        else:
+            results = [ORDERLY_SUCCESS] * len(msgs)
+        self.journal.record(msgs, ctx.message_queue, results, consume_start_mono_ms=start_ms,
+                            consume_end_mono_ms=self._clock.monotonic_ms())
+        with self._lock:
+            self.results.update(results)
+        if results[0] == EXCEPTION:
+            raise WorkloadError(f"workload 'raise' failed {len(msgs)} messages of {ctx.message_queue}")
+        return ConsumeOrderlyStatus(results[0])

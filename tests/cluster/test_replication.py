@@ -1,5 +1,6 @@
 """Master -> slave replication with real processes: identical logs, SYNC_MASTER, divergence guard."""
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -64,7 +65,9 @@ def test_slave_log_is_byte_identical_after_concurrent_sends(tmp_path, time_scale
 
 
 def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
-    with LocalCluster(_spec(time_scale, broker_role="SYNC_MASTER"), run_dir=tmp_path / "run") as cluster:
+    # slave_timeout scaled to 150 ms is shorter than an ack takes on a loaded 2-core machine
+    spec = dataclasses.replace(_spec(time_scale, broker_role="SYNC_MASTER"), timing={"slave_timeout_ms": 1_500})
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         with Producer(cluster.namesrv_addr) as producer:
             acked = [producer.send(Message("Sync", b"with-slave")) for _ in range(20)]
             assert {r.status for r in acked} == {SendStatus.SEND_OK}

@@ -97,6 +97,9 @@ def test_reject_resets_live_and_new_connections(proxy, echo_server):
         sock.sendall(b"x")
         if sock.recv(4096) == b"":
             raise ConnectionResetError
+    deadline = time.monotonic() + 5  # the proxy counts on its own thread
+    while proxy.stats()["a->b"]["rejected"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert proxy.stats()["a->b"]["rejected"] >= 1
 
 

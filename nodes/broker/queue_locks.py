@@ -1,0 +1,220 @@
+"""Queue locks for orderly consumers (RocketMQ RebalanceLockManager, reference §8).
+
+Owns the master's lock table `group -> queue -> (holder client id, lease end)`: lock and
+unlock in batches, the lease (`broker_lock_lease_ms`, 60 s unscaled) renewed by any lock call
+from the holder, takeover of an expired lease by whoever asks first, unlock only by the
+holder, and one `lock` event per grant, renewal, denial, expiry and release (with the lease
+end on the node's CLOCK_MONOTONIC, so the chaos checker can line it up with the clients').
+
+In memory only: a restarted master starts with no locks and the first client to ask wins
+(reference gap 9). There is no link to consumer liveness: a dead client's lock lives until its
+lease ends. Slaves hold no locks and refuse lock calls (`lock_batch_response` with no manager).
+
+Pure apart from the event log: every time is a `now_ms` argument (monotonic). Loop-confined
+(the broker's gRPC handlers run on one event loop), so no mutex is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from nodes.common import wire
+from nodes.common.events import EventLog
+from nodes.common.service import CrashHandler, Service
+from nodes.common.types import MessageQueue
+from proto import common_pb2, consumer_pb2
+
+log = logging.getLogger(__name__)
+
+GRANTED = "granted"
+RENEWED = "renewed"
+DENIED = "denied"
+EXPIRED = "expired"
+RELEASED = "released"
+
+
+@dataclass(slots=True)
+class LockEntry:
+    """One queue's lock: its holder and when it was last granted or renewed."""
+
+    client_id: str
+    last_update_ms: int
+
+    def lease_end_ms(self, lease_ms: int) -> int:
+        return self.last_update_ms + lease_ms
+
+    def expired(self, now_ms: int, lease_ms: int) -> bool:
+        """LockEntry#isExpired: strictly more than the lease since the last grant or renewal."""
+        return now_ms - self.last_update_ms > lease_ms
+
+
+class QueueLockManager:
+    """The lock table of one master.
+
+    Caller: the ConsumerManager servicer (LockBatchMQ / UnlockBatchMQ) and `LockExpiryScanService`.
+    Affects: only this table and the event log.
+    """
+
+    def __init__(self, *, lease_ms: int, events: EventLog | None = None) -> None:
+        if lease_ms <= 0:
+            raise ValueError(f"lease_ms must be positive, got {lease_ms}")
+        self.lease_ms = lease_ms
+        self._events = events
+        self._table: dict[str, dict[MessageQueue, LockEntry]] = {}
+
+    # --- lock / unlock -----------------------------------------------------------------------
+    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str, now_ms: int) -> list[MessageQueue]:
+        """tryLockBatch: the queues `client_id` holds after the call, in request order.
+
+        Per queue: no entry -> granted; held by the caller -> renewed (even when its lease had
+        run out, as long as nobody took it); held by another client whose lease ended -> taken
+        over (the old lease is recorded as expired first); held by another live lease -> denied.
+        """
+        locked: list[MessageQueue] = []
+        group_table = self._table.setdefault(group, {})
+        for mq in dict.fromkeys(mqs):
+            entry = group_table.get(mq)
+            if entry is None:
+                group_table[mq] = LockEntry(client_id, now_ms)
+                self._record(GRANTED, group, mq, client_id, now_ms + self.lease_ms)
+                locked.append(mq)
+            elif entry.client_id == client_id:
+                if entry.expired(now_ms, self.lease_ms):
+                    # lapsed but untaken: a fresh grant to the same client (RocketMQ takes it over too)
+                    self._record(EXPIRED, group, mq, client_id, entry.lease_end_ms(self.lease_ms))
+                    entry.last_update_ms = now_ms
+                    self._record(GRANTED, group, mq, client_id, now_ms + self.lease_ms)
+                else:
+                    entry.last_update_ms = now_ms
+                    self._record(RENEWED, group, mq, client_id, now_ms + self.lease_ms)
+                locked.append(mq)
+            elif entry.expired(now_ms, self.lease_ms):
+                previous, previous_end = entry.client_id, entry.lease_end_ms(self.lease_ms)
+                self._record(EXPIRED, group, mq, previous, previous_end)
+                group_table[mq] = LockEntry(client_id, now_ms)
+                self._record(GRANTED, group, mq, client_id, now_ms + self.lease_ms, previous_client_id=previous,
+                             previous_lease_end_mono_ms=previous_end)
+                log.info("lock of %s for %s taken over by %s from %s (lease ended %d ms ago)", mq, group, client_id,
+                         previous, now_ms - previous_end)
+                locked.append(mq)
+            else:
+                self._record(DENIED, group, mq, client_id, None, holder=entry.client_id,
+                             holder_lease_end_mono_ms=entry.lease_end_ms(self.lease_ms))
+        if not group_table:
+            del self._table[group]
+        return locked
+
+    def unlock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str, now_ms: int) -> list[MessageQueue]:
+        """unlockBatch: release the queues `client_id` holds; others' locks are left alone (logged)."""
+        released: list[MessageQueue] = []
+        group_table = self._table.get(group, {})
+        for mq in dict.fromkeys(mqs):
+            entry = group_table.get(mq)
+            if entry is None:
+                continue
+            if entry.client_id != client_id:
+                log.warning("unlock of %s for %s by %s refused: %s holds it", mq, group, client_id, entry.client_id)
+                continue
+            del group_table[mq]
+            self._record(RELEASED, group, mq, client_id, now_ms,
+                         held_until_mono_ms=entry.lease_end_ms(self.lease_ms))
+            released.append(mq)
+        if group in self._table and not group_table:
+            del self._table[group]
+        return released
+
+    # --- expiry ------------------------------------------------------------------------------
+    def scan_expired(self, now_ms: int) -> int:
+        """Record and forget every lease that has ended; returns how many.
+
+        Beyond RocketMQ (which leaves expired entries in place until someone asks): forgetting
+        an expired entry changes no answer, since an expired lock is free to anyone.
+        """
+        count = 0
+        for group, group_table in list(self._table.items()):
+            for mq, entry in list(group_table.items()):
+                if entry.expired(now_ms, self.lease_ms):
+                    del group_table[mq]
+                    self._record(EXPIRED, group, mq, entry.client_id, entry.lease_end_ms(self.lease_ms))
+                    count += 1
+            if not group_table:
+                del self._table[group]
+        return count
+
+    # --- observation ---------------------------------------------------------------------------
+    def holder(self, group: str, mq: MessageQueue, now_ms: int) -> str | None:
+        """The client holding a live lease on `mq` for `group`, or None."""
+        entry = self._table.get(group, {}).get(mq)
+        if entry is None or entry.expired(now_ms, self.lease_ms):
+            return None
+        return entry.client_id
+
+    def describe(self, now_ms: int) -> dict[str, list[dict[str, Any]]]:
+        return {group: [{"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
+                         "client_id": e.client_id, "lease_left_ms": e.lease_end_ms(self.lease_ms) - now_ms}
+                        for mq, e in sorted(table.items())]
+                for group, table in sorted(self._table.items())}
+
+    def _record(self, action: str, group: str, mq: MessageQueue, client_id: str, lease_end_ms: int | None,
+                **extra: Any) -> None:
+        if self._events is not None:
+            self._events.record({"event": "lock", "side": "broker", "action": action, "group": group,
+                                 "client_id": client_id, "topic": mq.topic, "broker_name": mq.broker_name,
+                                 "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
+
+
+# --- the RPCs ------------------------------------------------------------------------------------
+
+def _check(request: consumer_pb2.LockBatchRequest | consumer_pb2.UnlockBatchRequest) -> str | None:
+    if not request.consumer_group:
+        return "consumer_group is required"
+    if not request.client_id:
+        return "client_id is required"
+    return None
+
+
+def lock_batch_response(locks: QueueLockManager | None, request: consumer_pb2.LockBatchRequest, now_ms: int, *,
+                        node_id: str) -> consumer_pb2.LockBatchResponse:
+    """LockBatchMQ: SUCCESS with the queues the caller now holds; a slave refuses."""
+    if locks is None:
+        return consumer_pb2.LockBatchResponse(
+            code=common_pb2.SERVICE_NOT_AVAILABLE, remark=f"{node_id} is a slave; queue locks live on the master")
+    problem = _check(request)
+    if problem is not None:
+        return consumer_pb2.LockBatchResponse(code=common_pb2.INVALID_ARGUMENT, remark=problem)
+    locked = locks.try_lock_batch(request.consumer_group, [wire.mq_from_pb(q) for q in request.queues],
+                                  request.client_id, now_ms)
+    return consumer_pb2.LockBatchResponse(code=common_pb2.SUCCESS, locked=[wire.mq_to_pb(mq) for mq in locked])
+
+
+def unlock_batch_response(locks: QueueLockManager | None, request: consumer_pb2.UnlockBatchRequest, now_ms: int, *,
+                          node_id: str) -> consumer_pb2.UnlockBatchResponse:
+    """UnlockBatchMQ: always SUCCESS on a master (locks of other clients are kept); a slave refuses."""
+    if locks is None:
+        return consumer_pb2.UnlockBatchResponse(
+            code=common_pb2.SERVICE_NOT_AVAILABLE, remark=f"{node_id} is a slave; queue locks live on the master")
+    problem = _check(request)
+    if problem is not None:
+        return consumer_pb2.UnlockBatchResponse(code=common_pb2.INVALID_ARGUMENT, remark=problem)
+    locks.unlock_batch(request.consumer_group, [wire.mq_from_pb(q) for q in request.queues], request.client_id,
+                       now_ms)
+    return consumer_pb2.UnlockBatchResponse(code=common_pb2.SUCCESS)
+
+
+class LockExpiryScanService(Service):
+    """Runs `scan_expired` every `broker_lock_expiry_scan_ms`, so expiries are recorded even when
+    nobody asks for the queue again."""
+
+    name: ClassVar[str] = "queue-lock-expiry-scan"
+
+    def __init__(self, locks: QueueLockManager, monotonic_ms: Callable[[], int], interval_ms: int, *,
+                 on_crash: CrashHandler | None = None) -> None:
+        super().__init__(interval_ms, on_crash=on_crash)
+        self._locks = locks
+        self._monotonic_ms = monotonic_ms
+
+    async def tick(self) -> None:
+        self._locks.scan_expired(self._monotonic_ms())

@@ -1,0 +1,268 @@
+"""The client side of queue locks: lock, renew and unlock an orderly consumer's queues on their masters.
+
+Owns RocketMQ's `RebalanceImpl#lock / lockAll / unlock / unlockAll` and the delayed unlock of
+`RebalancePushImpl#unlockDelay` (reference §5, §6, §8): LockBatchMQ / UnlockBatchMQ to the
+master of each queue's broker only (never a slave: with the master gone, lock calls fail and
+the client lock ages out), the `locked` flag and lock timestamp of each ProcessQueue, and one
+`lock` event per queue for every request and outcome as the client sees it (requested,
+granted, renewed, denied, lost, expired, released, failed) with the lease end it believes.
+
+The believed lease runs `client_lock_lease_ms` from when the lock request was *sent*, not
+from when the answer arrived (RocketMQ stamps the answer): a slow answer can then never make
+the client believe it holds a lock the broker has already let go (chaos-anchors §3.2).
+
+Does not decide which queues to lock (rebalance) or when to consume (the orderly service).
+Loop-confined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from nodes.client.errors import BrokerNotFoundError
+from nodes.client.process_queue import ProcessQueue
+from nodes.client.pull_api import code_name
+from nodes.common import constants as c
+from nodes.common import wire
+from nodes.common.clock import Clock
+from nodes.common.errors import MqError, for_code
+from nodes.common.service import CrashHandler, Service
+from nodes.common.types import MessageQueue
+from proto import common_pb2, consumer_pb2
+
+if TYPE_CHECKING:
+    from nodes.client.instance import ClientInstance
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[dict[str, Any]], None]
+
+REQUESTED = "requested"
+GRANTED = "granted"
+RENEWED = "renewed"
+DENIED = "denied"
+LOST = "lost"
+EXPIRED = "expired"
+RELEASED = "released"
+FAILED = "failed"
+
+
+class QueueLocker:
+    """Locks of one orderly push consumer (CLUSTERING).
+
+    Args:
+        instance: connections and routes (the master address of a broker name).
+        group, client_id: who asks.
+        client_lease_ms: how long a granted lock is trusted (ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME).
+        process_queues: the rebalance's process queue table (read; `locked` flags are written).
+        on_event: receives the `lock` events (loop thread).
+    """
+
+    def __init__(self, instance: ClientInstance, group: str, client_id: str, *, client_lease_ms: int, clock: Clock,
+                 process_queues: Callable[[], Mapping[MessageQueue, ProcessQueue]],
+                 on_event: EventSink | None = None, timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS) -> None:
+        self._instance = instance
+        self.group = group
+        self.client_id = client_id
+        self.client_lease_ms = client_lease_ms
+        self._clock = clock
+        self._process_queues = process_queues
+        self._on_event = on_event
+        self.timeout_ms = timeout_ms
+        self._expiry_reported: dict[MessageQueue, int] = {}  # mq -> lock timestamp whose expiry was reported
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._later: set[asyncio.TimerHandle] = set()
+        self.stats = {"lock_calls": 0, "lock_failures": 0, "unlock_calls": 0}
+
+    # --- addresses -----------------------------------------------------------------------------
+    def master_addr(self, broker_name: str) -> str | None:
+        """findBrokerAddressInSubscribe(brokerName, MASTER_ID, onlyThisBroker=true)."""
+        found = self._instance.routes.find_broker_address_in_subscribe(broker_name, c.MASTER_ID, True)
+        return found.addr if found is not None else None
+
+    # --- lock ----------------------------------------------------------------------------------
+    async def lock(self, mq: MessageQueue, *, reason: str) -> int | None:
+        """RebalanceImpl#lock: lock one queue; returns the request's send time if it is now ours, else None.
+
+        A queue that is in the table gets `locked` and its lock timestamp; a failure changes
+        nothing (RocketMQ's lock(mq) never clears the flag).
+        """
+        locked, sent_ms = await self._lock_batch(mq.broker_name, [mq], reason=reason)
+        if locked is None or mq not in locked:
+            return None
+        pq = self._process_queues().get(mq)
+        if pq is not None:
+            pq.locked = True
+            pq.last_lock_timestamp_ms = sent_ms
+        return sent_ms
+
+    async def lock_all(self) -> None:
+        """lockAll: renew every owned queue, per broker; queues the broker left out are no longer ours.
+
+        On a failed call (the master is down) nothing changes, so the client lock ages out.
+        """
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in sorted(self._process_queues()):
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        await asyncio.gather(*(self._lock_all_of(name, mqs) for name, mqs in by_broker.items()))
+
+    async def _lock_all_of(self, broker_name: str, mqs: list[MessageQueue]) -> None:
+        table = self._process_queues()
+        held_before = {mq for mq in mqs if (pq := table.get(mq)) is not None and pq.locked
+                       and not pq.is_lock_expired(self._clock.monotonic_ms(), lock_max_live_ms=self.client_lease_ms)}
+        locked, sent_ms = await self._lock_batch(broker_name, mqs, reason="renew", held_before=held_before)
+        if locked is None:
+            return
+        table = self._process_queues()
+        for mq in mqs:
+            pq = table.get(mq)
+            if pq is None:
+                continue
+            if mq in locked:
+                pq.locked = True
+                pq.last_lock_timestamp_ms = sent_ms
+            else:
+                if mq in held_before:  # (an already expired one was reported as denied)
+                    self._emit(LOST, mq, None, reason="renew")
+                    log.warning("%s: lock of %s lost (the broker did not renew it)", self.group, mq)
+                pq.locked = False
+
+    async def _lock_batch(self, broker_name: str, mqs: list[MessageQueue], *, reason: str,
+                          held_before: Iterable[MessageQueue] = ()) -> tuple[set[MessageQueue] | None, int]:
+        """One LockBatchMQ; returns (the queues locked, or None if the call failed; the send time)."""
+        sent_ms = self._clock.monotonic_ms()
+        for mq in mqs:
+            self._emit(REQUESTED, mq, None, reason=reason)
+        addr = self.master_addr(broker_name)
+        self.stats["lock_calls"] += 1
+        try:
+            if addr is None:
+                raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
+            request = consumer_pb2.LockBatchRequest(consumer_group=self.group, client_id=self.client_id,
+                                                    queues=[wire.mq_to_pb(mq) for mq in mqs])
+            resp = await self._instance.unary(self._instance.consumer_stub(addr).LockBatchMQ, request,
+                                              self.timeout_ms, f"lock {len(mqs)} queues of {broker_name} at {addr}")
+            if resp.code != common_pb2.SUCCESS:
+                raise for_code(code_name(resp.code), resp.remark)
+        except MqError as err:
+            self.stats["lock_failures"] += 1
+            log.warning("%s: locking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
+            for mq in mqs:
+                self._emit(FAILED, mq, None, reason=reason, error=str(err))
+            return None, sent_ms
+        locked = {wire.mq_from_pb(q) for q in resp.locked}
+        rtt_ms = self._clock.monotonic_ms() - sent_ms
+        held = set(held_before)
+        for mq in mqs:
+            if mq in locked:
+                self._emit(RENEWED if mq in held else GRANTED, mq, sent_ms + self.client_lease_ms, reason=reason,
+                           sent_mono_ms=sent_ms, rtt_ms=rtt_ms)
+            elif mq not in held:
+                self._emit(DENIED, mq, None, reason=reason, sent_mono_ms=sent_ms, rtt_ms=rtt_ms)
+        return locked, sent_ms
+
+    def note_expired(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """The consume service found `pq`'s client lock expired: record it once per lock."""
+        if self._expiry_reported.get(mq) == pq.last_lock_timestamp_ms:
+            return
+        self._expiry_reported[mq] = pq.last_lock_timestamp_ms
+        log.warning("%s: client lock of %s expired %d ms ago", self.group, mq,
+                    self._clock.monotonic_ms() - pq.last_lock_timestamp_ms - self.client_lease_ms)
+        self._emit(EXPIRED, mq, pq.last_lock_timestamp_ms + self.client_lease_ms)
+
+    # --- unlock --------------------------------------------------------------------------------
+    async def unlock(self, mq: MessageQueue, *, oneway: bool, reason: str) -> None:
+        """RebalanceImpl#unlock (one queue): `oneway` sends it without waiting for the answer."""
+        if oneway:
+            self._spawn(self._unlock_batch(mq.broker_name, [mq], reason=reason), f"unlock-{mq.queue_id}")
+        else:
+            await self._unlock_batch(mq.broker_name, [mq], reason=reason)
+
+    def unlock_later(self, mq: MessageQueue, delay_ms: int) -> None:
+        """unlockDelay with cached messages: unlock `mq` (oneway) after `delay_ms`.
+
+        Beyond RocketMQ: skipped if the queue is ours again by then, so a late unlock never
+        releases a lock this client took back meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._later.discard(handle)
+            pq = self._process_queues().get(mq)
+            if pq is not None and not pq.dropped:
+                log.info("%s: delayed unlock of %s skipped: the queue is ours again", self.group, mq)
+                return
+            self._spawn(self._unlock_batch(mq.broker_name, [mq], reason="drop-delayed"), f"unlock-{mq.queue_id}")
+
+        handle = loop.call_later(delay_ms / 1000, fire)
+        self._later.add(handle)
+
+    async def unlock_all(self) -> None:
+        """unlockAll(oneway=false) at shutdown: every owned queue, per broker; flags cleared."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in sorted(self._process_queues()):
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        await asyncio.gather(*(self._unlock_batch(name, mqs, reason="shutdown") for name, mqs in by_broker.items()))
+        for pq in self._process_queues().values():
+            pq.locked = False
+
+    async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue], *, reason: str) -> bool:
+        addr = self.master_addr(broker_name)
+        self.stats["unlock_calls"] += 1
+        try:
+            if addr is None:
+                raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
+            request = consumer_pb2.UnlockBatchRequest(consumer_group=self.group, client_id=self.client_id,
+                                                      queues=[wire.mq_to_pb(mq) for mq in mqs])
+            resp = await self._instance.unary(self._instance.consumer_stub(addr).UnlockBatchMQ, request,
+                                              self.timeout_ms, f"unlock {len(mqs)} queues of {broker_name} at {addr}")
+            if resp.code != common_pb2.SUCCESS:
+                raise for_code(code_name(resp.code), resp.remark)
+        except MqError as err:
+            log.warning("%s: unlocking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
+            for mq in mqs:
+                self._emit(FAILED, mq, None, reason=reason, error=str(err), unlock=True)
+            return False
+        now_ms = self._clock.monotonic_ms()
+        for mq in mqs:
+            self._emit(RELEASED, mq, now_ms, reason=reason)
+        return True
+
+    # --- housekeeping --------------------------------------------------------------------------
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Drop delayed unlocks (as RocketMQ's scheduler does at shutdown) and wait for oneway ones."""
+        for handle in list(self._later):
+            handle.cancel()
+        self._later.clear()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _emit(self, action: str, mq: MessageQueue, lease_end_ms: int | None, **extra: Any) -> None:
+        if self._on_event is not None:
+            self._on_event({"event": "lock", "side": "client", "action": action, "group": self.group,
+                            "client_id": self.client_id, "topic": mq.topic, "broker_name": mq.broker_name,
+                            "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
+
+
+class LockRenewalService(Service):
+    """lockMQPeriodically: `lock_all` every `lock_renew_interval_ms`, the first after `lock_renew_first_ms`."""
+
+    name: ClassVar[str] = "lock-renewal"
+    expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
+
+    def __init__(self, locker: QueueLocker, interval_ms: int, first_ms: int, *,
+                 on_crash: CrashHandler | None = None) -> None:
+        super().__init__(interval_ms, on_crash=on_crash, initial_delay_ms=first_ms)
+        self._locker = locker
+
+    async def tick(self) -> None:
+        await self._locker.lock_all()
