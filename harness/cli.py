@@ -41,6 +41,7 @@ from rich.text import Text
 
 from harness import tools
 from harness.admin import describe_addr
+from harness.bench.cli import app as bench_app
 from harness.cluster import (
     CLUSTER_JSON,
     LATEST_LINK,
@@ -576,6 +577,7 @@ def _add_plugin_apps() -> None:
                 raise
 
 
+app.add_typer(bench_app, name="bench")  # `mqlab bench pull` (harness.bench)
 _add_plugin_apps()
 
 

@@ -1,0 +1,138 @@
+"""`mqlab bench pull`: the pull benchmark's command line (registered by `harness.cli`).
+
+Owns option parsing and what the run prints; the run itself is `harness.bench.runner`. It
+borrows `mqlab`'s console, error handling and exit codes (0 ran, 1 ran with failed cases or a
+node that died, 2 could not run, 130 interrupted) at call time, so this module never imports
+`harness.cli` while that module is loading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Benchmarks against a fresh local cluster.")
+
+PLOT_NAME = "bench-pull.png"
+JSON_NAME = "bench-pull.json"
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise typer.BadParameter(f"{option} takes positive integers separated by commas, e.g. 32,1024")
+    return values
+
+
+@app.command("pull")
+def pull(
+    messages: Annotated[int | None, typer.Option("--messages", min=1, help="Messages to preload (default 100000; --quick 20000).")] = None,
+    body_bytes: Annotated[int, typer.Option("--body-bytes", min=1, help="Body size of every message.")] = 1024,
+    queues: Annotated[int, typer.Option("--queues", min=1, max=1024, help="Queues of the benchmark topic.")] = 8,
+    batches: Annotated[str, typer.Option("--batches", help="Pull batch sizes, comma-separated.")] = "32,1024",
+    consumers: Annotated[str | None, typer.Option("--consumers", help="Consumer process counts, comma-separated (default 1,4; --quick 1).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced matrix: 1 KiB bodies, batch 32 and 1024, master and slave, one consumer; under two minutes.")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON to FILE.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help=f"PNG bar plot (default: <run dir>/{PLOT_NAME}).")] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Multiply every cluster timer by F.")] = 1.0,
+    seconds: Annotated[float | None, typer.Option("--seconds", min=0.2, help="Length of one measuring window (default 2; --quick 1).")] = None,
+    windows: Annotated[int | None, typer.Option("--windows", min=1, max=20, help="Windows per case and limit; the best counts (default 3; --quick 3).")] = None,
+    window: Annotated[int, typer.Option("--window", min=1, max=256, help="Pulls in flight per consumer process.")] = 8,
+    push: Annotated[bool, typer.Option("--push/--no-push", help="Measure the push consumer.")] = True,
+    send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
+    tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run every process (nodes, clients, limits) with glibc's mmap threshold raised, so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Cluster run dir (default: a fresh ./runs/<utc>-<pid>/).")] = None,
+) -> None:
+    """Pull throughput (master, slave; batch sizes; consumer processes), push and send, as fractions
+    of same-run limits: a bare gRPC stream with no storage and a raw mmap scan of the commitlog."""
+    from harness import cli as mqlab
+
+    options = dict(messages=messages, body_bytes=body_bytes, queues=queues, batches=batches, consumers=consumers,
+                   quick=quick, json_path=json_path, plot=plot, time_scale=time_scale, seconds=seconds, windows=windows,
+                   window=window, push=push, send=send, tune_malloc=tune_malloc, run_dir=run_dir)
+    mqlab.cli_command(_pull)(mqlab, **options)
+
+
+def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, batches: str, consumers: str | None,
+          quick: bool, json_path: Path | None, plot: Path | None, time_scale: float, seconds: float | None,
+          windows: int | None, window: int, push: bool, send: bool, tune_malloc: bool, run_dir: Path | None) -> None:
+    from harness.bench import report as bench_report
+    from harness.bench.results import report_json
+    from harness.bench.runner import BenchConfig, run_bench
+
+    try:
+        bench_report.require_matplotlib()  # fail before a long run, not after it
+    except ImportError as exc:
+        raise mqlab.CliError(str(exc)) from None
+    base = BenchConfig.quick() if quick else BenchConfig()
+    overrides: dict[str, Any] = {"body_bytes": body_bytes, "queues": queues, "batches": _int_list(batches, "--batches"),
+                                 "window": window, "push": push, "send": send, "tune_malloc": tune_malloc,
+                                 "time_scale": time_scale, "run_dir": run_dir}
+    if messages is not None:
+        overrides["messages"] = messages
+    if consumers is not None:
+        overrides["consumers"] = _int_list(consumers, "--consumers")
+    if seconds is not None:
+        overrides["seconds"] = seconds
+    if windows is not None:
+        overrides["windows"] = windows
+    config = dataclasses.replace(base, **overrides)
+    console = mqlab.console
+    hooks = _Hooks(mqlab)
+    try:
+        report = run_bench(config, hooks.as_hooks())
+    finally:
+        hooks.close_bar()
+    console.print(bench_report.results_table(report))
+    console.print(bench_report.limits_table(report))
+    console.print(bench_report.targets_table(report))
+    data = report_json(report)
+    bench_dir = Path(report.run["run_dir"])
+    (bench_dir / JSON_NAME).write_text(json.dumps(data, indent=2))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(data, indent=2))
+    plot_path = bench_report.write_plot(report, plot if plot is not None else bench_dir / PLOT_NAME)
+    console.print(f"json: {json_path or bench_dir / JSON_NAME}   plot: {plot_path}   run dir: {bench_dir}")
+    for problem in report.problems:
+        mqlab.err_console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True)
+    if report.problems:
+        raise typer.Exit(mqlab.EXIT_PROBLEM)
+
+
+class _Hooks:
+    """Stage lines, and a progress bar while preloading."""
+
+    def __init__(self, mqlab: Any) -> None:
+        self._mqlab = mqlab
+        self._bar: Any = None
+        self._task: Any = None
+
+    def as_hooks(self) -> Any:
+        from harness.bench.runner import Hooks
+
+        return Hooks(stage=self.stage, preloaded=self.preloaded)
+
+    def stage(self, text: str) -> None:
+        self.close_bar()
+        self._mqlab.console.print(f"[dim]·[/] {text}")
+
+    def preloaded(self, done: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = self._mqlab._progress()
+            self._bar.start()
+            self._task = self._bar.add_task("preloading", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -1,0 +1,154 @@
+"""Same-run reference limits: a bare gRPC server with no storage, and a raw scan of the commitlog.
+
+Owns the limits server (`python -m harness.bench.limits --record-bytes R`, one process, prints
+`READY <port>`, serves until stdin closes) and `scan_commitlog`. The server speaks the broker's
+own service with canned answers, so the limit clients (`harness.bench.worker`) send and receive
+exactly the message types and sizes the real path does:
+
+    Pull          every PullRequest answered at once with `max_msg_nums` records of
+                  `record_bytes` each (prebuilt bytes): one stream message per pull
+    SendMessage   answered SUCCESS with one SendEntry per message, like a broker that stores
+                  nothing
+
+`scan_commitlog` walks the broker's segment files through read-only mappings by the records'
+framing (total size, magic) and copies each record out, as a reader that decodes nothing would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import mmap
+import os
+import struct
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc.aio
+
+from harness.bench.results import Measured
+from nodes.common import constants as c
+from nodes.common import rpc
+from proto import broker_pb2, broker_pb2_grpc, common_pb2
+
+SIZE_AND_MAGIC = struct.Struct(">iI")  # the first two fields of every commitlog record and blank marker
+SCAN_SECONDS_MIN = 0.5  # the scan repeats passes until it has run this long
+SEGMENT_NAME_DIGITS = 20
+
+
+class LimitServicer(broker_pb2_grpc.BrokerServicer):
+    """The broker's service minus the broker: canned answers of the real sizes."""
+
+    def __init__(self, record_bytes: int) -> None:
+        self._record = os.urandom(record_bytes)
+        self._blobs: dict[int, bytes] = {}
+        self._send_answers: dict[int, broker_pb2.SendMessageResponse] = {}
+
+    def _blob(self, count: int) -> bytes:
+        blob = self._blobs.get(count)
+        if blob is None:
+            blob = self._blobs[count] = self._record * count
+        return blob
+
+    async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
+        async for req in request_iterator:
+            count = max(1, req.max_msg_nums)
+            yield broker_pb2.PullResponse(
+                request_id=req.request_id, code=common_pb2.SUCCESS, remark="FOUND",
+                next_begin_offset=req.queue_offset + count, min_offset=0, max_offset=req.queue_offset + count,
+                records=self._blob(count), record_count=count)
+
+    async def SendMessage(self, request: broker_pb2.SendMessageRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.SendMessageResponse:
+        count = len(request.messages)
+        answer = self._send_answers.get(count)
+        if answer is None:
+            answer = self._send_answers[count] = broker_pb2.SendMessageResponse(
+                code=common_pb2.SUCCESS, queue_id=request.queue_id,
+                entries=[broker_pb2.SendEntry(offset_msg_id=f"{i:032X}", queue_offset=i, phys_offset=i * 1024)
+                         for i in range(count)])
+        return answer
+
+
+async def serve(record_bytes: int) -> None:
+    server = rpc.make_server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(LimitServicer(record_bytes), server)
+    port = rpc.bind(server, "127.0.0.1", 0)
+    await server.start()
+    print(f"READY {port}", flush=True)
+    loop = asyncio.get_running_loop()
+    # Serve until the parent closes our stdin (or dies): nothing outlives the benchmark.
+    await loop.run_in_executor(None, sys.stdin.read)
+    await server.stop(0.5)
+
+
+# ---- the commitlog scan ------------------------------------------------------------------
+
+def segment_files(commitlog_dir: Path) -> list[Path]:
+    """The commitlog's segment files, in offset order."""
+    return sorted(p for p in Path(commitlog_dir).iterdir()
+                  if p.is_file() and len(p.name) == SEGMENT_NAME_DIGITS and p.name.isdigit())
+
+
+def _scan_segment(mm: mmap.mmap) -> tuple[int, int]:
+    """(records, record bytes) of one mapped segment, walking the framing to the first gap."""
+    records = size_total = 0
+    pos, end = 0, len(mm)
+    unpack_from = SIZE_AND_MAGIC.unpack_from
+    while pos + SIZE_AND_MAGIC.size <= end:
+        size, magic = unpack_from(mm, pos)
+        if magic != c.RECORD_MAGIC or size <= 0 or pos + size > end:
+            break  # a blank marker, zeros (not written yet) or damage: the walk ends here
+        mm[pos:pos + size]  # the copy a reader makes
+        records += 1
+        size_total += size
+        pos += size
+    return records, size_total
+
+
+def scan_commitlog(commitlog_dir: Path, *, seconds_min: float = SCAN_SECONDS_MIN,
+                   body_bytes: int | None = None) -> tuple[Measured, int]:
+    """Scan every segment (again and again for at least `seconds_min`).
+
+    Returns (the measurement, the mean record size in bytes). Payload bytes count `body_bytes`
+    per record when given (so MB/s compares with the clients'), else the record bytes.
+    """
+    files = segment_files(commitlog_dir)
+    if not files:
+        raise FileNotFoundError(f"no commitlog segments in {commitlog_dir}")
+    maps = []
+    try:
+        for path in files:
+            with path.open("rb") as f:
+                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        records = record_bytes = passes = 0
+        start = time.monotonic()
+        while True:
+            for mm in maps:
+                n, size = _scan_segment(mm)
+                records += n
+                record_bytes += size
+            passes += 1
+            elapsed = time.monotonic() - start
+            if elapsed >= seconds_min or not records:
+                break
+    finally:
+        for mm in maps:
+            mm.close()
+    mean_record_bytes = record_bytes // records if records else 0
+    payload = records * body_bytes if body_bytes is not None else record_bytes
+    return Measured(records, payload, elapsed), mean_record_bytes
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.limits", description=__doc__.splitlines()[0])
+    parser.add_argument("--record-bytes", type=int, required=True, help="size of every streamed record")
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.record_bytes))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""`mqlab bench pull`: help, option checks and a missing matplotlib, without starting a cluster."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness import cli
+from harness.bench import report as bench_report
+from harness.bench.runner import BenchConfig
+
+OPTIONS = ["--messages", "--body-bytes", "--queues", "--batches", "--consumers", "--quick", "--json", "--plot",
+           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc"]
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))
+    monkeypatch.setattr(cli, "err_console", Console(width=250, highlight=False, stderr=True))
+    return CliRunner()
+
+
+def test_bench_pull_help_lists_the_options(runner):
+    result = runner.invoke(cli.app, ["bench", "pull", "--help"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    for option in OPTIONS:
+        assert option in result.output
+    top = runner.invoke(cli.app, ["--help"])
+    assert top.exit_code == 0 and "bench" in top.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--consumers", "9", "--queues", "8"], "consumer counts must be in 1..8"),
+    (["--batches", "32,2048"], "batch 2048 is outside 1..1024"),
+    (["--messages", "3", "--queues", "8"], "--messages 3 is fewer than --queues 8"),
+])
+def test_bad_matrices_exit_2_before_starting_anything(runner, args, message):
+    result = runner.invoke(cli.app, ["bench", "pull", *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_bad_batch_list_is_a_usage_error(runner):
+    result = runner.invoke(cli.app, ["bench", "pull", "--batches", "32,x"])
+    assert result.exit_code == 2 and "positive integers" in result.output
+
+
+def test_missing_matplotlib_says_what_to_install(runner, monkeypatch):
+    def missing():
+        raise ImportError(bench_report.MATPLOTLIB_MISSING)
+
+    monkeypatch.setattr(bench_report, "require_matplotlib", missing)
+    result = runner.invoke(cli.app, ["bench", "pull", "--quick"])
+    assert result.exit_code == 2
+    assert "needs matplotlib" in result.output and "[dev]" in result.output
+
+
+def test_quick_is_the_issue_matrix():
+    quick = BenchConfig.quick()
+    assert (quick.body_bytes, quick.batches, quick.sources, quick.consumers) == (1024, (32, 1024),
+                                                                                ("master", "slave"), (1,))
+    assert quick.measuring_seconds <= 3.0

@@ -1,0 +1,172 @@
+"""The benchmark's limits and workers at tiny sizes: the bare gRPC server, the commitlog scan,
+the worker protocol, and the pull loop's pipelining."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import sys
+import time
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from harness.bench import limits
+from harness.bench.runner import BenchError, Child, _worker_argv
+from harness.bench.worker import PullLoop, Windows
+from nodes.common.types import MessageQueue, PullStatus
+from nodes.store.record import MessageToStore, blank_marker, encode_record
+from proto import broker_pb2, broker_pb2_grpc, common_pb2
+
+
+@pytest.fixture
+def limits_server(tmp_path):
+    server = Child([sys.executable, "-m", "harness.bench.limits", "--record-bytes", "100"], "limits", tmp_path)
+    try:
+        yield f"127.0.0.1:{server.expect('READY', 30)}"
+    finally:
+        server.close()
+    assert server.proc.returncode is not None  # gone once its stdin closed
+
+
+def test_limits_server_streams_canned_records_and_answers_sends(limits_server):
+    with grpc.insecure_channel(limits_server) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        requests = [broker_pb2.PullRequest(request_id=i, queue_offset=10, max_msg_nums=n) for i, n in ((1, 3), (2, 1))]
+        answers = list(stub.Pull(iter(requests), timeout=10))
+        assert [(a.request_id, a.record_count, len(a.records), a.next_begin_offset) for a in answers] == [
+            (1, 3, 300, 13), (2, 1, 100, 11)]
+        assert all(a.code == common_pb2.SUCCESS for a in answers)
+        sent = stub.SendMessage(broker_pb2.SendMessageRequest(
+            topic="T", messages=[broker_pb2.OutgoingMessage(body=b"x")] * 2), timeout=10)
+        assert sent.code == common_pb2.SUCCESS and len(sent.entries) == 2
+
+
+@pytest.mark.parametrize("job", [
+    {"role": "grpc-stream", "batch": 4, "window": 2},
+    {"role": "grpc-unary", "mode": "batch", "batch": 3, "window": 1},
+    {"role": "grpc-unary", "mode": "async", "batch": 1, "window": 4},
+])
+def test_limit_workers_follow_the_protocol(limits_server, tmp_path, job):
+    worker = Child(_worker_argv({**job, "addr": limits_server, "seconds": 0.2, "windows": 2, "body_bytes": 64}),
+                   "worker", tmp_path)
+    try:
+        worker.expect("READY", 30)
+        worker.go()
+        result = json.loads(worker.expect("RESULT", 30))
+    finally:
+        worker.close()
+    assert result["window_seconds"] == 0.2 and len(result["windows"]) == 2 and result["errors"] == 0
+    assert all(count > 0 and count % job["batch"] == 0 for count in result["windows"])
+
+
+def test_a_failing_worker_reports_its_error(tmp_path):
+    worker = Child(_worker_argv({"role": "no-such-role"}), "worker", tmp_path)
+    try:
+        with pytest.raises(BenchError, match="KeyError"):
+            worker.expect("READY", 30)
+    finally:
+        worker.close()
+
+
+def test_a_worker_exits_when_the_benchmark_goes_away(limits_server, tmp_path):
+    worker = Child(_worker_argv({"role": "grpc-stream", "addr": limits_server, "batch": 1, "window": 1,
+                                 "seconds": 60, "windows": 1, "body_bytes": 8}), "worker", tmp_path)
+    worker.expect("READY", 30)
+    worker.proc.stdin.close()  # no GO: the benchmark died or gave up
+    assert worker.proc.wait(10) == 3
+    worker.close()
+
+
+def test_scan_walks_every_segment_to_its_end(tmp_path):
+    segment = bytearray(64 * 1024)
+    pos = 0
+    for i in range(3):
+        record = encode_record(MessageToStore("T", 0, b"b" * (10 + i)), queue_offset=i, phys_offset=pos,
+                               store_timestamp_ms=1)
+        segment[pos:pos + len(record)] = record
+        pos += len(record)
+    sizes = pos
+    segment[pos:pos + 8] = blank_marker(len(segment) - pos)
+    (tmp_path / f"{0:020d}").write_bytes(bytes(segment))
+    (tmp_path / f"{len(segment):020d}").write_bytes(bytes(segment[:sizes]) + bytes(1024))  # a second segment
+    (tmp_path / "checkpoint").write_bytes(b"not a segment")
+    measured, mean_record_bytes = limits.scan_commitlog(tmp_path, seconds_min=0.0, body_bytes=7)
+    assert measured.messages == 6 and measured.payload_bytes == 42
+    assert mean_record_bytes == sizes // 3
+
+
+def test_scan_of_an_empty_directory_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no commitlog segments"):
+        limits.scan_commitlog(tmp_path)
+
+
+# ---- the pull loop ------------------------------------------------------------------------------
+
+MQ0, MQ1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+
+
+class FakeBroker:
+    """pull_async against in-memory queues; `short` answers give at most that many messages."""
+
+    def __init__(self, short: int | None = None) -> None:
+        self.pulls: list[tuple[int, int, int]] = []
+        self.short = short
+
+    def pull_async(self, mq, offset, count):
+        self.pulls.append((mq.queue_id, offset, count))
+        got = count if self.short is None else min(count, self.short)
+        fut: cf.Future = cf.Future()
+        fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[None] * got, next_begin_offset=offset + got))
+        return fut
+
+
+def test_pull_loop_one_pass_reads_every_queue_once_with_offsets_ahead_of_answers():
+    broker = FakeBroker()
+    loop = PullLoop(broker.pull_async, {MQ0: 10, MQ1: 5, MessageQueue("T", "b", 2): 0}, batch=4, window=3,
+                    one_pass=True)
+    loop.run(Windows(time.monotonic(), 60.0, 1))
+    assert loop.messages == 15
+    assert sorted(broker.pulls) == [(0, 0, 4), (0, 4, 4), (0, 8, 2), (1, 0, 4), (1, 4, 1)]
+
+
+def test_pull_loop_pulls_the_gap_a_short_answer_leaves():
+    broker = FakeBroker(short=3)
+    loop = PullLoop(broker.pull_async, {MQ0: 8}, batch=4, window=1, one_pass=True)
+    loop.run(Windows(time.monotonic(), 60.0, 1))
+    assert loop.messages == 8
+    assert broker.pulls == [(0, 0, 4), (0, 3, 1), (0, 4, 4), (0, 7, 1)]
+
+
+def test_pull_loop_wraps_around_until_the_windows_close():
+    broker = FakeBroker()
+    windows = Windows(time.monotonic(), 0.05, 2)
+    loop = PullLoop(broker.pull_async, {MQ0: 4}, batch=4, window=2)
+    loop.run(windows)
+    assert loop.messages > 8 and sum(windows.messages) <= loop.messages
+    assert {offset for _, offset, _ in broker.pulls} == {0}
+
+
+def test_pull_loop_counts_failures_and_pulls_again():
+    calls = []
+
+    def flaky(mq, offset, count):
+        calls.append(offset)
+        fut: cf.Future = cf.Future()
+        if len(calls) == 1:
+            fut.set_exception(RuntimeError("broker away"))
+        else:
+            fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[None] * count,
+                                           next_begin_offset=offset + count))
+        return fut
+
+    loop = PullLoop(flaky, {MQ0: 4}, batch=4, window=1, one_pass=True)
+    loop.run(Windows(time.monotonic(), 60.0, 1))
+    assert (loop.messages, loop.errors, calls) == (4, 1, [0, 0])
+    assert "broker away" in loop.error_samples[0]
+
+
+def test_pull_loop_needs_a_queue_with_messages():
+    with pytest.raises(RuntimeError, match="nothing to pull"):
+        PullLoop(FakeBroker().pull_async, {MQ0: 0}, batch=4, window=1)

@@ -1,0 +1,49 @@
+"""`mqlab bench pull` end to end on a tiny matrix: real nodes, workers, limits; nothing survives it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+
+from harness.bench.report import write_plot
+from harness.bench.results import report_json
+from harness.bench.runner import BenchConfig, Hooks, run_bench
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+
+def _bench_children() -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if "harness.bench" in cmdline or "nodes" in cmdline.split():
+            found.append(child)
+    return found
+
+
+def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
+    config = BenchConfig(messages=400, body_bytes=100, queues=2, batches=(8,), consumers=(1, 2), seconds=0.3,
+                         windows=1, send_batch=10, send_window=4, time_scale=0.05, run_dir=tmp_path / "run")
+    stages: list[str] = []
+    report = run_bench(config, Hooks(stage=stages.append))
+    assert not report.problems, report.problems
+    labels = [case.label for case in report.results]
+    assert labels == ["pull master b8 x1 (first-read)", "pull slave b8 x1 (first-read)",
+                      "pull master b8 x1", "pull master b8 x2", "pull slave b8 x1", "pull slave b8 x2",
+                      "push master", "send sync b1", "send batch b10", "send async b1"]
+    assert all(case.measured.messages > 0 for case in report.results)
+    first_reads = [c for c in report.results if c.mode == "first-read"]
+    assert [c.measured.messages for c in first_reads] == [400, 400]  # one pass, every message once
+    assert set(report.limits.grpc_stream) == {8, 32} and set(report.limits.grpc_unary) == {"sync", "batch", "async"}
+    assert report.limits.mmap_scan is not None and report.limits.record_bytes > 100
+    data = json.loads(json.dumps(report_json(report)))
+    assert data["results"][2]["client"] == "pull" and data["results"][2]["fraction_of_grpc_limit"] > 0
+    assert write_plot(report, tmp_path / "plot.png").stat().st_size > 1000
+    assert any("first read" in stage for stage in stages)
+    assert not _bench_children()
