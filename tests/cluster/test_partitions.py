@@ -1,7 +1,9 @@
 """Partitions through link proxies with real processes: cutting links cuts live streams too."""
 
+import dataclasses
+
 import pytest
-from support.cluster_rpc import wait_for, wait_slave_caught_up
+from support.cluster_rpc import wait_for, wait_slave_caught_up, wait_slave_connected
 
 from harness import LocalCluster
 from harness.spec import ClusterSpec
@@ -13,7 +15,10 @@ pytestmark = pytest.mark.cluster
 
 def test_cutting_master_and_slave_stops_sync_acks_and_heal_restores_them(tmp_path, time_scale):
     spec = ClusterSpec.default(time_scale=time_scale).with_node_options("broker-a-0", broker_role="SYNC_MASTER")
+    # slave_timeout scaled to 150 ms is shorter than an ack takes on a loaded 2-core machine
+    spec = dataclasses.replace(spec, timing={"slave_timeout_ms": 1_500})
     with LocalCluster(spec, run_dir=tmp_path / "run", links=True) as cluster:
+        wait_slave_connected(cluster)
         overrides = cluster.client_dial_overrides("producer-0")
         with Producer(cluster.namesrv_addr, dial_overrides=overrides) as producer:
             assert producer.send(Message("Cut", b"before")).status is SendStatus.SEND_OK

@@ -7,7 +7,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cluster_rpc import digest, max_phys_offset, verify_store, wait_for, wait_slave_caught_up
+from support.cluster_rpc import (
+    digest,
+    max_phys_offset,
+    verify_store,
+    wait_for,
+    wait_slave_caught_up,
+    wait_slave_connected,
+)
 from support.rpc import broker_stub, code_name
 
 from harness import LocalCluster
@@ -68,6 +75,7 @@ def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
     # slave_timeout scaled to 150 ms is shorter than an ack takes on a loaded 2-core machine
     spec = dataclasses.replace(_spec(time_scale, broker_role="SYNC_MASTER"), timing={"slave_timeout_ms": 1_500})
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        wait_slave_connected(cluster)
         with Producer(cluster.namesrv_addr) as producer:
             acked = [producer.send(Message("Sync", b"with-slave")) for _ in range(20)]
             assert {r.status for r in acked} == {SendStatus.SEND_OK}

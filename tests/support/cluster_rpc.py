@@ -61,3 +61,9 @@ def wait_slave_caught_up(cluster: Any, budget_s: float = 30.0) -> int:
         return target if max_phys_offset(slave) == target else None
 
     return wait_for(caught_up, budget_s, "the slave to hold everything the master has")
+
+
+def wait_slave_connected(cluster: Any, budget_s: float = 30.0) -> None:
+    """A SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave's stream is up."""
+    master = cluster.node("broker-a-0")
+    wait_for(lambda: master.describe()["details"]["slaves"], budget_s, "the slave to connect to its master")
