@@ -271,7 +271,11 @@ def test_three_orderly_consumers_keep_every_key_in_order_across_a_graceful_stop(
     assert not overlaps(got), overlaps(got)[:3]
     gone = [c for c in got if c.node == "consumer-1" and c.start > stop_done]
     assert not gone, "the stopped consumer consumed after it exited"
-    moved = {c.queue_id for c in got if c.node == "consumer-1"}
+    # the queues consumer-1 held when it stopped: it was the last to consume them before the stop
+    last_owner = {}
+    for c in sorted((c for c in got if c.start < stopped_at), key=lambda c: c.start):
+        last_owner[c.queue_id] = c.node
+    moved = {qid for qid, node in last_owner.items() if node == "consumer-1"}
     took = {qid: min(c.start for c in got if c.queue_id == qid and c.node != "consumer-1" and c.start > stopped_at)
             for qid in moved}
     print(f"graceful stop: consumer-1's queues {sorted(moved)} taken over after "
