@@ -21,3 +21,12 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   "$VENV/bin/python" -m pip install --quiet -e "$REPO[dev]" >&2
   echo "$want" > "$STAMP"
 fi
+# The checker runs on Spark, which needs a Java 17+ runtime on PATH.
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mqlab: installing Java 17 for the checker (apt-get)..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } >&2
+  else
+    echo "mqlab: no java on PATH; the checker needs it: apt-get install -y openjdk-17-jre-headless" >&2
+  fi
+fi

@@ -1,0 +1,37 @@
+"""The checks, in report order: name -> (definition, function(history, config) -> CheckResult)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaos.checker.checks.locks import LOCK, TAKEOVER, check_lock_exclusivity, check_takeover
+from chaos.checker.checks.offsets import RESYNC, check_offset_resync
+from chaos.checker.checks.order import ORDER, check_order
+from chaos.checker.checks.queue import (
+    DUPLICATES,
+    LOST,
+    UNEXPECTED,
+    check_duplicates,
+    check_lost,
+    check_unexpected,
+)
+from chaos.checker.checks.routing import ROUTING, check_read_routing
+from chaos.checker.config import CheckerConfig
+from chaos.checker.loader import History
+from chaos.checker.verdict import CheckResult
+
+CheckFn = Callable[[History, CheckerConfig], CheckResult]
+
+CHECKS: dict[str, tuple[str, CheckFn]] = {
+    "lost": (LOST, check_lost),
+    "unexpected": (UNEXPECTED, check_unexpected),
+    "duplicates": (DUPLICATES, check_duplicates),
+    "order": (ORDER, check_order),
+    "lock-exclusivity": (LOCK, check_lock_exclusivity),
+    "takeover": (TAKEOVER, check_takeover),
+    "offset-resync": (RESYNC, check_offset_resync),
+    "read-routing": (ROUTING, check_read_routing),
+}
+
+__all__ = ["CHECKS", "CheckFn", "check_duplicates", "check_lock_exclusivity", "check_lost", "check_offset_resync",
+           "check_order", "check_read_routing", "check_takeover", "check_unexpected"]

@@ -1,0 +1,421 @@
+"""Orderly-consumption locks: mutual exclusion, lease discipline, stale owners, takeover time.
+
+chaos-anchors §3.2. Intervals and leases are compared on CLOCK_MONOTONIC (`mono_ms`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from chaos.checker.checks._common import collect_parts, examples_of, queue_name, rel_s, s
+from chaos.checker.config import CheckerConfig
+from chaos.checker.faults import SILENT_OPS, FaultWindow
+from chaos.checker.loader import GQ, History
+from chaos.checker.schemas import LOCK_GONE_ACTIONS, LOCK_HELD_ACTIONS
+from chaos.checker.verdict import CheckResult, combine_parts, unknown
+
+LOCK = (
+    "Per orderly group and queue: (1) mutual exclusion - no two clients have overlapping consume intervals "
+    "[consume_start, consume_end]; an overlap is expected-by-design (reported, not failed) when the older "
+    "holder was paused or partitioned for longer than L_b - L_c inside that batch (RocketMQ does not fence "
+    "in-flight batches), otherwise a bug; (2) lease discipline - the broker never grants a queue to B while "
+    "A's lease is unexpired and A has not released it (unless the broker restarted, which empties its lock "
+    "table), a client never starts a batch unless its last lock event is granted/renewed with a believed "
+    "deadline not yet passed, and a client's believed deadline never exceeds the broker's lease; (3) no "
+    "offset commit for a queue from a client other than the one most recently granted its lock.")
+
+TAKEOVER = (
+    "For every change of a queue's orderly consumer (A -> B): the cause is the earliest of A's faults "
+    "(kill, stop, pause, partition), unexpected exit, lost/expired/released lock, or rebalance between A's "
+    "last batch and B's first. The time from the cause (for a kill: from A's last lock grant or renewal t_L) "
+    "to B's first delivery, less any wait for that message to be sent, must stay within the bound for the "
+    "cause (kill: L_b + max(R_b, R_l) + W_p from t_L; stop or release: R_b + W_p; pause/partition: "
+    "max(L_b, X_c + K_c) + R_b + W_p; lost lock: R_b + R_l + W_p; rebalance: U_d + R_b + W_p) plus slack. "
+    "After a kill, B must not start before t_L + L_b (the lease). A holder fault after which nobody consumes "
+    "the queue again although acknowledged messages wait on it, for longer than the bound, is a stuck queue.")
+
+
+def _batches(h: History) -> DataFrame:
+    d = h.deliv.filter(F.col("orderly") & F.col("consume_start_mono_ms").isNotNull() & F.col("group").isNotNull()
+                       & F.col("queue_id").isNotNull())
+    return d.groupBy(*GQ, "client_id", "node", F.col("consume_start_mono_ms").alias("start")).agg(
+        F.max("t_end").alias("end"), F.min("queue_offset").alias("first_offset"),
+        F.max("queue_offset").alias("last_offset"), F.count(F.lit(1)).alias("msgs"))
+
+
+def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
+    slack = cfg.clock_slack_ms
+    if not h.has("deliveries") and not h.has("events"):
+        return unknown("lock-exclusivity", LOCK, "no deliveries and no events in the run")
+    batches = h.persist(_batches(h))
+    parts: dict[str, DataFrame] = {
+        "sides": h.locks.groupBy("side").agg(F.count(F.lit(1)).alias("n")),
+        "batches": batches.agg(F.count(F.lit(1)).alias("n")),
+        "overlaps": _overlap_candidates(batches, slack),
+        "double": _double_grant_candidates(h, slack),
+        "late": _consume_without_lock(h, batches, slack).select(
+            *GQ, "client_id", "t", rel_s(h, "t").alias("t_s"), "last_action",
+            rel_s(h, "last_lease_end").alias("lease_end_s")),
+        "deadline": _client_deadline_past_broker(h, slack).select(
+            *GQ, "client_id", "t", rel_s(h, "t").alias("t_s"), rel_s(h, "lease_end_mono_ms").alias("client_deadline_s"),
+            rel_s(h, "b_lease").alias("broker_lease_s")),
+    }
+    has_commits = bool(h.stats["event_kinds"].get("offset-commit"))
+    if has_commits:
+        for side in ("broker", "client"):
+            parts[f"stale_{side}"] = _stale_commits(h, slack, side).select(
+                *GQ, F.col("c_client").alias("client_id"), "holder", "offset", "t",
+                rel_s(h, "holder_t").alias("holder_granted_s"), rel_s(h, "t").alias("t_s"))
+    got, counted = collect_parts(parts)
+    lock_sides = {r["side"]: r["n"] for r in got["sides"]}
+    n_batches = got["batches"][0]["n"]
+    if not n_batches and not lock_sides:
+        return unknown("lock-exclusivity", LOCK, "no orderly consumption and no lock events in the run")
+    result: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    counts: dict[str, Any] = {"orderly_batches": n_batches, "lock_events": lock_sides}
+    examples: list[dict[str, Any]] = []
+    n = cfg.max_examples
+
+    # (1) mutual exclusion
+    if not n_batches:
+        result["mutual-exclusion"] = None
+        skipped["mutual-exclusion"] = "no orderly deliveries with consume intervals"
+    else:
+        overlaps = _classify_overlaps(h, cfg, got["overlaps"])
+        bugs = [o for o in overlaps if o["class"] == "bug"]
+        expected = [o for o in overlaps if o["class"] == "expected-by-design"]
+        counts["overlaps"] = {"bug": len(bugs), "expected-by-design": len(expected)}
+        failing = bugs + (expected if cfg.fail_expected_overlaps else [])
+        result["mutual-exclusion"] = not failing
+        examples += [{"anomaly": f"overlap ({o['class']})", **o} for o in (bugs + expected)[:n]]
+
+    # (2) lease discipline
+    if not lock_sides.get("broker"):
+        result["lease-broker"] = None
+        skipped["lease-broker"] = "no broker-side lock events"
+    else:
+        double = _classify_double_grants(h, got["double"])
+        real = [v for v in double if not v.get("excused_by")]
+        counts["double_grants"] = len(real)
+        counts["double_grants_after_broker_restart"] = len(double) - len(real)
+        result["lease-broker"] = not real
+        examples += [{"anomaly": "grant while another lease is live", **v} for v in real[:n]]
+    if lock_sides.get("client") and n_batches:
+        counts["batches_without_valid_lock"] = counted["late"]
+        counts["client_deadline_after_broker_lease"] = counted["deadline"]
+        result["lease-client"] = counted["late"] == 0 and counted["deadline"] == 0
+        examples += examples_of(got["late"], n, anomaly="consume without a valid lock")
+        examples += examples_of(got["deadline"], n, anomaly="client deadline beyond broker lease")
+    else:
+        result["lease-client"] = None
+        skipped["lease-client"] = "needs client lock events and orderly consume intervals"
+
+    # (3) no stale-owner commits
+    if not has_commits or not lock_sides:
+        result["stale-commit"] = None
+        skipped["stale-commit"] = "needs offset commits and lock events"
+    else:
+        side = "broker" if lock_sides.get("broker") else "client"
+        counts["stale_owner_commits"] = counted[f"stale_{side}"]
+        result["stale-commit"] = counted[f"stale_{side}"] == 0
+        examples += examples_of(got[f"stale_{side}"], n, anomaly="commit by a former owner")
+    for e in examples:
+        e.pop("t", None)
+    failed = [k for k, v in result.items() if v is False]
+    return CheckResult("lock-exclusivity", combine_parts(result), LOCK, counts=counts, examples=examples[:n],
+                       parts=result, skipped=skipped, reason=", ".join(failed) or None)
+
+
+def _overlap_candidates(batches: DataFrame, slack: int) -> DataFrame:
+    """Batches that start before another client's earlier batch ended (running max, and the previous batch)."""
+    w = Window.partitionBy(*GQ).orderBy("start", "client_id")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    b = batches.withColumns({
+        "o_end": F.max("end").over(before), "o_client": F.max_by("client_id", "end").over(before),
+        "o_node": F.max_by("node", "end").over(before), "o_start": F.max_by("start", "end").over(before),
+        "p_end": F.lag("end").over(w), "p_client": F.lag("client_id").over(w), "p_node": F.lag("node").over(w),
+        "p_start": F.lag("start").over(w)})
+    by_max = (F.col("o_end") > F.col("start") + slack) & (F.col("o_client") != F.col("client_id"))
+    by_lag = (F.col("p_end") > F.col("start") + slack) & (F.col("p_client") != F.col("client_id"))
+
+    def pick(name: str) -> Any:
+        return F.when(by_max, F.col(f"o_{name}")).otherwise(F.col(f"p_{name}")).alias(f"older_{name}")
+
+    return b.filter(by_max | by_lag).select(*GQ, "client_id", "node", "start", "end", pick("client"), pick("node"),
+                                            pick("start"), pick("end"))
+
+
+def _classify_overlaps(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Expected-by-design when the older holder was paused or partitioned past L_b - L_c inside its batch."""
+    margin = cfg.bounds.L_b - cfg.bounds.L_c
+    out = []
+    for r in sorted(cands, key=lambda r: r["start"]):
+        paused = [w for w in h.node_faults(r["older_node"], SILENT_OPS)
+                  if min(w.end_ms, r["older_end"]) - max(w.start_ms, r["older_start"]) >= margin - cfg.clock_slack_ms]
+        out.append({"queue": queue_name(r), "group": r["group"], "older_client": r["older_client"],
+                    "older_batch_s": [s(h, r["older_start"]), s(h, r["older_end"])], "client": r["client_id"],
+                    "batch_s": [s(h, r["start"]), s(h, r["end"])],
+                    "overlap_ms": min(r["older_end"], r["end"]) - r["start"],
+                    "class": "expected-by-design" if paused else "bug",
+                    "older_paused": paused[0].label if paused else None})
+    return out
+
+
+def _double_grant_candidates(h: History, slack: int) -> DataFrame:
+    bl = h.locks.filter((F.col("side") == "broker") & F.col("action").isin(*LOCK_HELD_ACTIONS, "released", "expired"))
+    w = Window.partitionBy("node", *GQ).orderBy("t")
+    bl = bl.withColumns({"p_action": F.lag("action").over(w), "p_client": F.lag("client_id").over(w),
+                         "p_lease": F.lag("lease_end_mono_ms").over(w), "p_t": F.lag("t").over(w)})
+    return bl.filter((F.col("action") == "granted") & F.col("p_action").isin(*LOCK_HELD_ACTIONS)
+                     & (F.col("p_client") != F.col("client_id")) & (F.col("p_lease") > F.col("t") + slack)).select(
+        "node", *GQ, "client_id", "t", "p_client", "p_lease", "p_t")
+
+
+def _classify_double_grants(h: History, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A restart of the broker in between empties its lock table: RocketMQ's behaviour, excused."""
+    out = []
+    for r in sorted(cands, key=lambda r: r["t"]):
+        restarts = [w for w in h.broker_fault_windows if w.hits(r["node"]) and w.op in ("kill", "stop")
+                    and w.start_ms <= r["t"] and w.end_ms >= r["p_t"]]
+        out.append({"broker": r["node"], "queue": queue_name(r), "group": r["group"], "holder": r["p_client"],
+                    "holder_lease_end_s": s(h, r["p_lease"]), "granted_to": r["client_id"], "t_s": s(h, r["t"]),
+                    "excused_by": restarts[0].label if restarts else None})
+    return out
+
+
+def _consume_without_lock(h: History, batches: DataFrame, slack: int) -> DataFrame:
+    cl = h.locks.filter((F.col("side") == "client") & (F.col("action") != "requested"))
+    with_locks = cl.select("group", "client_id").distinct()
+    ev = cl.select(*GQ, "client_id", "t", "action", "lease_end_mono_ms", F.lit(0).alias("kind"))
+    bt = batches.join(with_locks, ["group", "client_id"], "left_semi").select(
+        *GQ, "client_id", F.col("start").alias("t"), F.lit(1).alias("kind"))
+    u = ev.unionByName(bt, allowMissingColumns=True)
+    w = Window.partitionBy(*GQ, "client_id").orderBy("t", "kind").rowsBetween(Window.unboundedPreceding,
+                                                                            Window.currentRow)
+    held = F.col("action").isin(*LOCK_HELD_ACTIONS)
+    u = u.withColumns({"last_action": F.last("action", ignorenulls=True).over(w),
+                       "last_lease_end": F.last(F.when(held, F.col("lease_end_mono_ms")), ignorenulls=True).over(w)})
+    return u.filter((F.col("kind") == 1) & (
+        F.col("last_action").isNull() | F.col("last_action").isin(*LOCK_GONE_ACTIONS)
+        | (F.col("last_lease_end").isNotNull() & (F.col("last_lease_end") < F.col("t") - slack))))
+
+
+def _client_deadline_past_broker(h: History, slack: int) -> DataFrame:
+    held = h.locks.filter(F.col("action").isin(*LOCK_HELD_ACTIONS) & F.col("lease_end_mono_ms").isNotNull())
+    u = held.select(*GQ, "client_id", "t", "lease_end_mono_ms",
+                    F.when(F.col("side") == "broker", 0).otherwise(1).alias("kind"))
+    w = Window.partitionBy(*GQ, "client_id").orderBy("t", "kind").rowsBetween(Window.unboundedPreceding,
+                                                                            Window.currentRow)
+    u = u.withColumn("b_lease", F.last(F.when(F.col("kind") == 0, F.col("lease_end_mono_ms")), ignorenulls=True)
+                     .over(w))
+    return u.filter((F.col("kind") == 1) & F.col("b_lease").isNotNull()
+                    & (F.col("lease_end_mono_ms") > F.col("b_lease") + slack))
+
+
+def _stale_commits(h: History, slack: int, side: str) -> DataFrame:
+    """Commits by a client other than the one most recently granted the queue (by `side`'s grants)."""
+    grants = h.locks.filter((F.col("side") == side) & (F.col("action") == "granted"))
+    groups = grants.select("group").distinct()
+    g = grants.select(*GQ, "t", F.col("client_id").alias("holder"), F.lit(0).alias("kind"))
+    c = h.commits.join(groups, "group", "left_semi").select(
+        *GQ, "t", "offset", F.col("client_id").alias("c_client"), F.lit(1).alias("kind"))
+    u = g.unionByName(c, allowMissingColumns=True)
+    w = Window.partitionBy(*GQ).orderBy("t", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    u = u.withColumns({"holder": F.last("holder", ignorenulls=True).over(w),
+                       "holder_t": F.last(F.when(F.col("kind") == 0, F.col("t")), ignorenulls=True).over(w)})
+    return u.filter((F.col("kind") == 1) & F.col("holder").isNotNull() & (F.col("c_client") != F.col("holder"))
+                    & (F.col("t") > F.col("holder_t") + slack))
+
+
+# ---- takeover --------------------------------------------------------------------------------
+
+_CAUSE_RANK = {"kill": 0, "exit": 0, "stop": 1, "released": 1, "pause": 2, "partition": 2, "lost": 3,
+               "expired": 3, "rebalance": 4}
+
+
+def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("deliveries"):
+        return unknown("takeover", TAKEOVER, "no deliveries history in the run")
+    b = cfg.bounds
+    parts: dict[str, DataFrame] = {
+        "orderly": h.epochs.filter(F.col("orderly")).agg(F.count(F.lit(1)).alias("n")),
+        "changes": _changes_with_context(h),
+        "losses": h.locks.filter(F.col("action").isin("lost", "expired", "released")).select(
+            *GQ, "t", "action", "client_id"),
+        "rebalances": h.rebalances.filter(F.col("before").isNotNull() | F.col("after").isNotNull()
+                                          | F.col("removed").isNotNull()),
+    }
+    holder_faults = [w for w in h.faults if w.op in ("kill", "stop", "pause", "partition")]
+    if holder_faults and h.has("sends"):
+        parts["epochs"] = h.epochs.filter(F.col("orderly")).select(*GQ, "client_id", "node", "start", "last_t",
+                                                                   "max_offset")
+        parts["acked"] = (h.outcomes.filter(F.col("acked") & F.col("queue_offset").isNotNull())
+                          .groupBy("topic", "broker_name", "queue_id").agg(F.max("queue_offset").alias("hi")))
+    got, _ = collect_parts(parts, cap=200_000)
+    if not got["orderly"][0]["n"]:
+        return unknown("takeover", TAKEOVER, "no orderly consumption in the run")
+    changes = sorted(got["changes"], key=lambda r: r["start"])
+    lock_rows = _loss_events(got["losses"])
+    reb_rows = _rebalance_drops(got["rebalances"])
+    measurements: list[dict[str, Any]] = []
+    for r in changes:
+        lo, hi = r["prev_last_t"], r["start"]
+        causes: list[tuple[int, str, str]] = []  # (t, kind, label)
+        for w in h.node_faults(r["prev_node"], ("kill", "stop", "pause", "partition")):
+            if lo <= w.start_ms <= hi:
+                causes.append((w.start_ms, w.op, w.label))
+        for e in h.exits:
+            if e.node == r["prev_node"] and not e.expected and lo <= e.t_ms <= hi:
+                causes.append((e.t_ms, "exit", f"exit {e.node}"))
+        key = (r["group"], r["topic"], r["broker_name"], r["queue_id"])
+        for t, action, client in lock_rows.get(key, ()):
+            if client == r["prev_client"] and lo <= t <= hi:
+                causes.append((t, action, f"lock {action} by {client}"))
+        for t, client in reb_rows.get(key, ()):
+            if client in (r["prev_client"], r["client_id"]) and lo - b.U_d <= t <= hi:
+                causes.append((t, "rebalance", f"rebalance of {client}"))
+        m = _measure(h, cfg, r, causes)
+        measurements.append(m)
+    stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
+    slow = [m for m in measurements if m["verdict"] == "slow"]
+    early = [m for m in measurements if m["verdict"] == "early"]
+    counts = {"owner_changes": len(measurements), "slow": len(slow), "early": len(early), "stuck": len(stuck),
+              "by_cause": _count(m["cause"] for m in measurements),
+              "max_measured_ms": max((m["measured_ms"] for m in measurements if m["measured_ms"] is not None),
+                                     default=None)}
+    valid = not slow and not early and not stuck
+    examples = (early + slow + [{"verdict": "stuck", **x} for x in stuck])[: cfg.max_examples]
+    if not examples:
+        examples = measurements[: cfg.max_examples]
+    reason = None if valid else ", ".join(f"{k}: {counts[k]}" for k in ("slow", "early", "stuck") if counts[k])
+    return CheckResult("takeover", valid, TAKEOVER, counts=counts, examples=examples, reason=reason,
+                       measurements=measurements[:500])
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _changes_with_context(h: History) -> DataFrame:
+    """Orderly epoch changes with t_L (A's last lock grant/renewal) and when B's first message was sent."""
+    ep = h.epochs.filter(F.col("orderly") & F.col("prev_client").isNotNull())
+    cols = [*GQ, "client_id", "node", "start", "first_msg", "first_offset", "prev_client", "prev_node",
+            "prev_last_t", "prev_end"]
+    ep = ep.select(*cols)
+    if h.has("events"):
+        held = h.locks.filter(F.col("action").isin(*LOCK_HELD_ACTIONS)).select(
+            *GQ, F.col("client_id").alias("prev_client"), "t", "side", F.lit(0).alias("kind"))
+        u = ep.withColumns({"t": F.col("start"), "kind": F.lit(1)}).unionByName(held, allowMissingColumns=True)
+        w = Window.partitionBy(*GQ, "prev_client").orderBy("t", "kind").rowsBetween(Window.unboundedPreceding,
+                                                                                  Window.currentRow)
+        lock_t = {side: F.last(F.when((F.col("kind") == 0) & (F.col("side") == side), F.col("t")), ignorenulls=True)
+                  .over(w) for side in ("broker", "client")}
+        # the broker stamps the lease; the client's own record of the same renewal is the fallback
+        ep = u.withColumn("t_L", F.coalesce(lock_t["broker"], lock_t["client"])) \
+            .filter(F.col("kind") == 1).drop("kind", "t", "side")
+    else:
+        ep = ep.withColumn("t_L", F.lit(None).cast("long"))
+    if h.has("sends"):
+        ep = ep.join(h.outcomes.select(F.col("msg_id").alias("first_msg"), F.col("ack_ms").alias("avail")),
+                     "first_msg", "left")
+    else:
+        ep = ep.withColumn("avail", F.lit(None).cast("long"))
+    return ep
+
+
+def _loss_events(gone: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tuple[int, str, str]]]:
+    out: dict[tuple[Any, ...], list[tuple[int, str, str]]] = {}
+    for r in gone:
+        out.setdefault((r["group"], r["topic"], r["broker_name"], r["queue_id"]), []).append(
+            (r["t"], r["action"], r["client_id"]))
+    return out
+
+
+def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tuple[int, str]]]:
+    """Rebalances that removed or added a queue, keyed by (group, topic, broker, queue id)."""
+    out: dict[tuple[Any, ...], list[tuple[int, str]]] = {}
+    for r in reb:
+        before = {(q[0], _int(q[1])) for q in r["before"] or [] if q and len(q) >= 2}
+        after = {(q[0], _int(q[1])) for q in r["after"] or [] if q and len(q) >= 2}
+        removed = {(q[0], _int(q[1])) for q in r["removed"] or [] if q and len(q) >= 2}
+        for broker, qid in (before ^ after) | removed:
+            out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"]))
+    return out
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tuple[int, str, str]]) -> dict[str, Any]:
+    b = cfg.bounds
+    out: dict[str, Any] = {"queue": queue_name(r), "group": r["group"], "from": r["prev_client"], "to": r["client_id"],
+                           "taken_over_s": s(h, r["start"])}
+    if not causes:
+        bound, ref, kind, label = b.takeover_rebalance(), r["prev_end"], "unrecorded", "no recorded cause"
+    else:
+        t, kind, label = min(causes, key=lambda c: (c[0], _CAUSE_RANK.get(c[1], 9)))
+        ref = t
+        if kind in ("kill", "exit"):
+            bound = b.takeover_kill()
+            if r["t_L"] is not None and r["t_L"] <= t:
+                ref = r["t_L"]
+        elif kind in ("stop", "released"):
+            bound = b.takeover_graceful()
+        elif kind in SILENT_OPS:
+            bound = b.takeover_silent()
+        elif kind in ("lost", "expired"):
+            bound = b.takeover_lost()
+        else:
+            bound = b.takeover_rebalance()
+    avail = r.get("avail")
+    start_from = max(ref, avail) if avail is not None else ref
+    measured = r["start"] - start_from
+    limit = bound + b.slack(bound)
+    verdict = "ok" if measured <= limit else "slow"
+    if kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= ref + 1 \
+            and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
+        verdict = "early"
+    out.update(cause=kind, cause_label=label, cause_s=s(h, ref), measured_ms=measured, bound_ms=bound,
+               limit_ms=round(limit), verdict=verdict, t_L_s=s(h, r["t_L"]))
+    return out
+
+
+def _stuck_queues(h: History, cfg: CheckerConfig, holder_faults: list[FaultWindow], ep: list[dict[str, Any]],
+                  acked_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Holder faults after which no one consumed the queue again though acknowledged messages waited."""
+    if not holder_faults or not ep:
+        return []
+    acked = {(r["topic"], r["broker_name"], r["queue_id"]): r["hi"] for r in acked_rows}
+    by_queue: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in ep:
+        by_queue.setdefault((r["group"], r["topic"], r["broker_name"], r["queue_id"]), []).append(r)
+    b = cfg.bounds
+    out = []
+    for key, epochs in by_queue.items():
+        epochs.sort(key=lambda e: e["start"])
+        delivered_max = max(e["max_offset"] for e in epochs)
+        pending = acked.get(key[1:], -1) > delivered_max
+        last = epochs[-1]
+        if not pending:
+            continue
+        for w in holder_faults:
+            if not w.hits(last["node"]) or w.start_ms < last["last_t"]:
+                continue  # not the holder, or the queue was consumed after the fault began
+            bound = b.takeover_kill() if w.op in ("kill", "stop") else b.takeover_silent()
+            if h.t_end - w.start_ms > bound + b.slack(bound):
+                out.append({"queue": "/".join(map(str, key[1:])), "group": key[0], "holder": last["client_id"],
+                            "fault": w.label, "fault_s": s(h, w.start_ms), "last_delivered_offset": delivered_max,
+                            "acked_max_offset": acked.get(key[1:]), "bound_ms": bound})
+            break
+    return out

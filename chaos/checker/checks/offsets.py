@@ -1,0 +1,237 @@
+"""Consumer offsets after failures (chaos-anchors §3.3.2-§3.3.7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from chaos.checker.checks._common import collect_parts, examples_of, overlapping, queue_name, rel_s, s
+from chaos.checker.config import CheckerConfig
+from chaos.checker.loader import GQ, History
+from chaos.checker.verdict import CheckResult, combine_parts, unknown
+
+RESYNC = (
+    "Per group and queue: (1) ahead - no client commits an offset above 1 + the highest offset the group was "
+    "delivered on that queue before the commit (a crash would then lose messages); (2) monotonic - the "
+    "group's committed offset never decreases, except when a broker fault (restart, or a returning master "
+    "overwriting the slave's newer offsets, RocketMQ #1094/#2513) lies between the two commits, when the "
+    "decrease is a hand-over between clients of a concurrent group, or when a broker records an admin reset; "
+    "the same for each broker's stored offsets, where a slave-sync overwrite is the master-return case; "
+    "(3) resume - the first offset consumed after a consumer restart or a broker fault is >= the last commit "
+    "C_last (a deeper rewind is explained only by a broker fault in between and must stay within the "
+    "redelivery budget rate x (P_c + max(F_b, S_s)) + one batch) and never the queue start 0 while C_last > 0; "
+    "(4) convergence - at the end, each slave's stored offset equals the master's unless the master changed "
+    "it less than S_s + P_c (+ slack) before the end of the history.")
+
+
+def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("events"):
+        return unknown("offset-resync", RESYNC, "no events history (offset-commit events) in the run")
+    if not h.stats["event_kinds"].get("offset-commit"):
+        return unknown("offset-resync", RESYNC, "no offset-commit events in the run")
+    parts: dict[str, DataFrame] = {
+        "sides": h.ev.filter(F.col("event") == "offset-commit").groupBy("side").agg(F.count(F.lit(1)).alias("n")),
+        "ahead": _ahead(h),
+        "client_dec": _client_decrease_candidates(h),
+        "broker_dec": _broker_decrease_candidates(h),
+        "last_stored": h.broker_offsets.groupBy("node", "broker_id", *GQ).agg(
+            F.max_by("offset", "t").alias("offset"), F.max("t").alias("t")),
+    }
+    if h.faults or h.exits:
+        parts["resume"] = h.epochs.filter(F.col("c_last").isNotNull()).select(
+            *GQ, "client_id", "node", "start", "orderly", "first_offset", "min_offset", "prev_max", "c_last", "c_last_t")
+        parts["rates"] = h.queue_deliveries.groupBy(*GQ).agg(F.count(F.lit(1)).alias("n"))
+    got, counted = collect_parts(parts, cap=50_000)
+    sides = {r["side"]: r["n"] for r in got["sides"]}
+    n_commits, n_broker = sides.get("client", 0), sides.get("broker", 0)
+    result: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    counts: dict[str, Any] = {"client_commits": n_commits, "broker_offset_events": n_broker}
+    examples: list[dict[str, Any]] = []
+    n = cfg.max_examples
+    has_deliveries = h.stats["rows"]["deliveries"] > 0
+
+    # (1) committed never ahead of processed
+    if not n_commits or not has_deliveries:
+        result["ahead"] = None
+        skipped["ahead"] = "needs client commits and deliveries"
+    else:
+        counts["commits_ahead"] = counted["ahead"]
+        result["ahead"] = counted["ahead"] == 0
+        examples += examples_of(got["ahead"], n, anomaly="commit ahead of processing")
+
+    # (2) monotonic commits (the group's view and each broker's stored value)
+    decreases = _classify_client_decreases(h, cfg, got["client_dec"]) + \
+        _classify_broker_decreases(h, cfg, got["broker_dec"])
+    bad = [x for x in decreases if not x.get("explained_by")]
+    counts["decreases"] = {"unexplained": len(bad), "explained": len(decreases) - len(bad)}
+    result["monotonic"] = not bad
+    examples += [{"anomaly": "committed offset decreased", **x} for x in bad[:n]]
+
+    # (3) resume after restarts and broker faults
+    if not n_commits or not has_deliveries:
+        result["resume"] = None
+        skipped["resume"] = "needs client commits and deliveries"
+    else:
+        resumes = _resumes(h, cfg, got.get("resume", []), got.get("rates", []))
+        failing = [r for r in resumes if r["verdict"] != "ok" and not r["verdict"].endswith("(explained)")]
+        counts["resumes"] = len(resumes)
+        counts["resume_anomalies"] = _tally(r["verdict"] for r in resumes if r["verdict"] != "ok")
+        counts["max_rewind"] = max((r["rewind"] for r in resumes), default=0)
+        result["resume"] = not failing
+        examples += [{"anomaly": r["verdict"], **r} for r in failing[:n]]
+
+    # (4) convergence of master and slave offsets
+    if not n_broker:
+        result["convergence"] = None
+        skipped["convergence"] = "no broker-side offset events (master and slave stored values)"
+    else:
+        conv, unsettled = _convergence(h, cfg, got["last_stored"])
+        counts["not_converged"] = len(conv)
+        counts["not_yet_settled"] = len(unsettled)
+        result["convergence"] = False if conv else (None if unsettled else True)
+        if result["convergence"] is None:
+            skipped["convergence"] = "the master changed offsets too close to the end of the history to judge"
+        examples += [{"anomaly": "slave offset differs from master", **x} for x in conv[:n]]
+    for e in examples:
+        e.pop("t", None)
+    failed = [k for k, v in result.items() if v is False]
+    return CheckResult("offset-resync", combine_parts(result), RESYNC, counts=counts, examples=examples[:n],
+                       parts=result, skipped=skipped, reason=", ".join(failed) or None)
+
+
+def _tally(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _ahead(h: History) -> DataFrame:
+    d = h.queue_deliveries.select(*GQ, "t", F.col("queue_offset").alias("d_off"), F.lit(0).alias("kind"))
+    c = h.commits.filter(~F.col("topic").startswith("%RETRY%")).select(
+        *GQ, "t", "offset", "client_id", F.lit(1).alias("kind"))
+    u = d.unionByName(c, allowMissingColumns=True)
+    w = Window.partitionBy(*GQ).orderBy("t", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (u.withColumn("delivered_max", F.max("d_off").over(w))
+            .filter((F.col("kind") == 1) & F.col("delivered_max").isNotNull()
+                    & (F.col("offset") > F.col("delivered_max") + 1))
+            .select(*GQ, "client_id", "offset", "delivered_max", "t", rel_s(h, "t").alias("t_s")))
+
+
+def _client_decrease_candidates(h: History) -> DataFrame:
+    c = h.commits.filter(~F.col("topic").startswith("%RETRY%"))
+    w = Window.partitionBy(*GQ).orderBy("t")
+    c = c.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w),
+                       "p_client": F.lag("client_id").over(w)})
+    orderly = h.deliv.filter("orderly").select("group").distinct().withColumn("orderly", F.lit(True))
+    return (c.filter(F.col("offset") < F.col("p_offset")).join(orderly, "group", "left")
+            .select(*GQ, "client_id", "offset", "t", "p_offset", "p_t", "p_client", "orderly"))
+
+
+def _broker_decrease_candidates(h: History) -> DataFrame:
+    w = Window.partitionBy("node", *GQ).orderBy("t")
+    bo = h.broker_offsets.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w)})
+    return bo.filter(F.col("offset") < F.col("p_offset")).select("node", *GQ, "offset", "source", "t", "p_offset",
+                                                                 "p_t")
+
+
+def _explain_decrease(h: History, cfg: CheckerConfig, t0: int, t1: int) -> str | None:
+    if not cfg.allow_master_return_regression:
+        return None
+    hit = overlapping(h.broker_fault_windows, t0, t1, slack=cfg.clock_slack_ms)
+    return f"broker fault: {hit[0].label}" if hit else None
+
+
+def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in sorted(cands, key=lambda r: r["t"]):
+        why = _explain_decrease(h, cfg, r["p_t"], r["t"])
+        if why is None and r["p_client"] != r["client_id"] and not r["orderly"]:
+            why = "hand-over between clients of a concurrent group"
+        out.append({"view": "client commits", "queue": queue_name(r), "group": r["group"], "from": r["p_offset"],
+                    "to": r["offset"], "by": r["client_id"], "previous_by": r["p_client"], "t_s": s(h, r["t"]),
+                    "explained_by": why})
+    return out
+
+
+def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in sorted(cands, key=lambda r: r["t"]):
+        if r["source"] == "admin":
+            why: str | None = "admin reset"
+        elif r["source"] == "slave-sync" and cfg.allow_master_return_regression:
+            why = "slave sync from the master (master-return overwrite)"
+        else:
+            why = _explain_decrease(h, cfg, r["p_t"], r["t"])
+        out.append({"view": f"stored on {r['node']}", "queue": queue_name(r), "group": r["group"],
+                    "from": r["p_offset"], "to": r["offset"], "source": r["source"], "t_s": s(h, r["t"]),
+                    "explained_by": why})
+    return out
+
+
+def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_rows: list[dict[str, Any]]
+             ) -> list[dict[str, Any]]:
+    """Epoch starts after a restart of the consuming node or a broker fault, against C_last."""
+    if not epochs:
+        return []
+    b = cfg.bounds
+    span = max(1, h.t_end - h.t0)
+    rates = {(r["group"], r["topic"], r["broker_name"], r["queue_id"]): r["n"] / span for r in rate_rows}
+    restarts = [(w.start_ms, t) for w in h.faults if w.op in ("kill", "stop") for t in w.targets]
+    restarts += [(e.t_ms, e.node) for e in h.exits]
+    out = []
+    for r in sorted(epochs, key=lambda r: r["start"]):
+        node_restarted = any(node == r["node"] and (r["c_last_t"] or 0) - b.P_c <= t <= r["start"]
+                             for t, node in restarts)
+        broker = overlapping(h.broker_fault_windows, r["c_last_t"] or r["start"], r["start"], slack=cfg.clock_slack_ms)
+        if not node_restarted and not broker:
+            continue
+        start_offset = r["first_offset"] if r["orderly"] else r["min_offset"]
+        rewind = max(0, r["c_last"] - start_offset)
+        key = (r["group"], r["topic"], r["broker_name"], r["queue_id"])
+        budget = int(rates.get(key, 0) * b.redelivery_window("broker") + cfg.pull_batch_size)
+        if start_offset == 0 and r["c_last"] > 0:
+            verdict = "reset to queue start"
+        elif r["prev_max"] is not None and cfg.dense_queues and start_offset > r["prev_max"] + 1:
+            verdict = "skip past delivered"
+        elif rewind == 0:
+            verdict = "ok"
+        elif broker and cfg.allow_master_return_regression and rewind <= budget:
+            verdict = "rewind past committed (explained)"
+        elif broker and cfg.allow_master_return_regression:
+            verdict = "rewind beyond budget"
+        else:
+            verdict = "rewind past committed"
+        out.append({"queue": queue_name(r), "group": r["group"], "client": r["client_id"], "t_s": s(h, r["start"]),
+                    "after": "consumer restart" if node_restarted else f"broker fault {broker[0].label}",
+                    "c_last": r["c_last"], "resumed_at": start_offset, "rewind": rewind, "budget": budget,
+                    "verdict": verdict})
+    return out
+
+
+def _convergence(h: History, cfg: CheckerConfig, last: list[dict[str, Any]]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    b = cfg.bounds
+    bound = b.convergence()
+    limit = bound + b.slack(bound)
+    table: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
+    for r in last:
+        if r["broker_id"] is None:
+            continue
+        key = (r["group"], r["topic"], r["broker_name"], r["queue_id"])
+        table.setdefault(key, {})[r["broker_id"]] = r
+    bad, unsettled = [], []
+    for key, by_id in table.items():
+        master = by_id.get(0)
+        if master is None:
+            continue
+        for broker_id, slave in by_id.items():
+            if broker_id == 0 or slave["offset"] == master["offset"]:
+                continue
+            item = {"queue": "/".join(map(str, key[1:])), "group": key[0], "master": master["offset"],
+                    "slave": slave["offset"], "slave_id": broker_id, "master_changed_s": s(h, master["t"])}
+            (bad if h.t_end - master["t"] > limit else unsettled).append(item)
+    return bad, unsettled

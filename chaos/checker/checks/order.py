@@ -1,0 +1,142 @@
+"""Order per sharding key (orderly groups) and offset discipline per queue (chaos-anchors §3.2.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from chaos.checker.checks._common import collect_parts, examples_of, overlapping, rel_s, s
+from chaos.checker.config import CheckerConfig
+from chaos.checker.loader import GQ, History
+from chaos.checker.verdict import CheckResult, combine_parts, unknown
+
+ORDER = (
+    "Per sharding key, in orderly groups: the first delivery of each seq comes after the first deliveries of "
+    "all smaller seqs (redelivery of an already delivered seq is allowed; it is a duplicate). Per queue, in "
+    "offset order of consumption: (1) with dense queues, the offsets ever delivered have no gap between the "
+    "first and the last (skip); (2) in orderly groups, within one ownership epoch (a run of deliveries by "
+    "one client) each offset is at most the previous + 1 (skip), and never at or below the previous one after "
+    "a successful batch (rewind); (3) a new epoch starts at an offset o with o <= max delivered + 1 (else "
+    "skip) and, in orderly groups, o >= C_last, the last committed offset before it began (else a rewind "
+    "past the committed offset; explained, and reported only, when a broker fault lies between that commit "
+    "and the new epoch while allow_master_return_regression is set).")
+
+
+def _first_deliveries(h: History) -> DataFrame:
+    """Orderly groups: the first delivery of each (group, sharding key, seq), with the highest seq before it."""
+    od = h.deliv.filter(F.col("orderly") & F.col("group").isNotNull())
+    if h.has("sends"):  # keys and seqs the consumer did not record come from the send
+        keys = h.outcomes.select("msg_id", F.col("sharding_key").alias("sk_sent"), F.col("seq").alias("seq_sent"))
+        od = od.join(keys, "msg_id", "left").withColumns(
+            {"sharding_key": F.coalesce("sharding_key", "sk_sent"), "seq": F.coalesce("seq", "seq_sent")})
+    od = od.filter(F.col("sharding_key").isNotNull() & F.col("seq").isNotNull())
+    first = od.groupBy("group", "sharding_key", "seq").agg(
+        F.min("t").alias("t"), F.min_by("client_id", "t").alias("client_id"), F.min_by("msg_id", "t").alias("msg_id"))
+    w = Window.partitionBy("group", "sharding_key").orderBy("t", "seq").rowsBetween(Window.unboundedPreceding, -1)
+    return first.withColumn("prev_max_seq", F.max("seq").over(w))
+
+
+def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("deliveries"):
+        return unknown("order", ORDER, "no deliveries history in the run")
+    n = cfg.max_examples
+    first = _first_deliveries(h)
+    qd = h.queue_deliveries
+    parts: dict[str, DataFrame] = {
+        "keyed": first.agg(F.count(F.lit(1)).alias("n")),
+        "reordered": first.filter(F.col("seq") < F.col("prev_max_seq")).select(
+            F.lit("reordered").alias("anomaly"), "group", "sharding_key", "seq", "prev_max_seq", "msg_id",
+            "client_id", "t", rel_s(h, "t").alias("t_s")),
+        "epochs": h.epochs.agg(F.count(F.lit(1)).alias("epochs"), F.sum("n").alias("n")),
+    }
+    if cfg.dense_queues:
+        wq = Window.partitionBy(*GQ).orderBy("queue_offset")
+        parts["gaps"] = (qd.select(*GQ, "queue_offset").distinct()
+                         .withColumn("next", F.lead("queue_offset").over(wq))
+                         .filter(F.col("next") > F.col("queue_offset") + 1)
+                         .select(F.lit("skip (gap)").alias("anomaly"), *GQ,
+                                 (F.col("queue_offset") + 1).alias("first_missing"),
+                                 (F.col("next") - 1).alias("last_missing"),
+                                 (F.col("next") - F.col("queue_offset") - 1).alias("missing")))
+    skip_in = (F.col("queue_offset") > F.col("prev_offset") + 1) if cfg.dense_queues else F.lit(False)
+    rewind_in = (F.col("queue_offset") <= F.col("prev_offset")) & F.col("prev_success")
+    anomaly = F.when(skip_in, "skip (in epoch)").when(rewind_in, "rewind (in epoch)")
+    parts["inner"] = (qd.filter(F.col("orderly") & (F.col("new_epoch") == 0))
+                      .select(anomaly.alias("anomaly"), *GQ, "client_id", "prev_offset", "queue_offset", "t",
+                              rel_s(h, "t").alias("t_s"))
+                      .filter(F.col("anomaly").isNotNull()))
+    parts["changes"] = _epoch_change_candidates(h, cfg)
+    got, counted = collect_parts(parts)
+
+    result_parts: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    counts: dict[str, Any] = {}
+    found: list[dict[str, Any]] = []
+    keyed = got["keyed"][0]["n"] if got["keyed"] else 0
+    if not keyed:
+        result_parts["per-key"] = None
+        skipped["per-key"] = "no orderly deliveries with a sharding key and seq"
+    else:
+        counts["keyed_seqs"] = keyed
+        counts["reordered"] = counted["reordered"]
+        result_parts["per-key"] = counted["reordered"] == 0
+        found += got["reordered"]
+    ep = got["epochs"][0]
+    total = int(ep["n"] or 0)
+    if not total:
+        result_parts["per-queue"] = None
+        skipped["per-queue"] = "no deliveries with a queue offset"
+    else:
+        bad: dict[str, int] = {}
+        if cfg.dense_queues:
+            bad["gap"] = counted["gaps"]
+            counts["never_delivered_offsets"] = sum(r["missing"] for r in got["gaps"])
+            found += got["gaps"]
+        for r in got["inner"]:
+            bad[r["anomaly"]] = bad.get(r["anomaly"], 0) + 1
+        found += got["inner"]
+        for r in _classify_changes(h, cfg, got["changes"]):
+            bad[r["anomaly"]] = bad.get(r["anomaly"], 0) + 1
+            found.append(r)
+        counts["queue_deliveries"] = total
+        counts["epochs"] = int(ep["epochs"] or 0)
+        counts["anomalies"] = bad
+        result_parts["per-queue"] = not any(v for k, v in bad.items() if not k.endswith("(explained)"))
+    failing = [r for r in found if not str(r.get("anomaly", "")).endswith("(explained)")]
+    explained = [r for r in found if str(r.get("anomaly", "")).endswith("(explained)")]
+    examples = examples_of(failing, n) + examples_of(explained, n)
+    for e in examples:
+        e.pop("t", None)
+    problems = sorted({r["anomaly"] for r in failing})
+    return CheckResult("order", combine_parts(result_parts), ORDER, counts=counts, examples=examples[:n],
+                       parts=result_parts, skipped=skipped, reason=", ".join(problems) or None)
+
+
+def _epoch_change_candidates(h: History, cfg: CheckerConfig) -> DataFrame:
+    start_offset = F.when(F.col("orderly"), F.col("first_offset")).otherwise(F.col("min_offset"))
+    skip = (start_offset > F.col("prev_max") + 1) if cfg.dense_queues else F.lit(False)
+    rewind = F.col("orderly") & F.col("c_last").isNotNull() & (start_offset < F.col("c_last"))
+    return h.epochs.filter(F.col("prev_client").isNotNull() & (skip | rewind)).select(
+        *GQ, "client_id", "prev_client", "start", start_offset.alias("start_offset"), "prev_max", "c_last", "c_last_t",
+        skip.alias("is_skip"))
+
+
+def _classify_changes(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Epoch starts that skip or rewind; a rewind is explained by a broker fault since the last commit."""
+    out: list[dict[str, Any]] = []
+    for r in cands:
+        base = {k: r[k] for k in (*GQ, "client_id", "prev_client", "start_offset", "prev_max", "c_last")}
+        base.update(t=r["start"], t_s=s(h, r["start"]))
+        if r["is_skip"]:
+            out.append({"anomaly": "skip (owner change)", **base})
+            continue
+        depth = r["c_last"] - r["start_offset"]
+        cause = overlapping(h.broker_fault_windows, r["c_last_t"] or r["start"], r["start"], slack=cfg.clock_slack_ms)
+        if cause and cfg.allow_master_return_regression:
+            out.append({"anomaly": "rewind past committed (explained)", **base, "explained_by": cause[0].label,
+                        "depth": depth})
+        else:
+            out.append({"anomaly": "rewind past committed", **base, "depth": depth})
+    return out

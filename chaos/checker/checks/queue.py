@@ -1,0 +1,215 @@
+"""Jepsen total-queue categories over sends and deliveries: lost, unexpected, duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from chaos.checker.checks._common import collect_n, collect_parts, count_by, examples_of, rel_s
+from chaos.checker.config import CheckerConfig
+from chaos.checker.loader import GQ, History
+from chaos.checker.schemas import ACKED_STATUSES
+from chaos.checker.verdict import CheckResult, unknown
+
+LOST = (
+    f"Every acknowledged send ({', '.join(ACKED_STATUSES)}: all stored) is consumed successfully at least "
+    "once by every consumer group that consumes its topic. Lost messages are split by their queue offset "
+    "against the offsets the group consumed on that queue: prefix (before the first), middle, postfix "
+    "(after the last: possibly only slow), and whether the listener ever saw them. Sends whose outcome was "
+    "unknown (info) or failed that were consumed anyway are reported as recovered, never as failures.")
+
+UNEXPECTED = ("No delivery carries a message id that no producer ever attempted to send (among topics the "
+              "producers wrote). Deliveries of other topics are counted as untracked.")
+
+DUPLICATES = (
+    "A duplicate is a second or later successful delivery of one message to one group. Each is explained if "
+    "a cause lies between its previous successful delivery and itself (± slack): a fault window, an "
+    "unexpected process exit, a rebalance that changed assignments, a lost or released lock, or a change of "
+    "the queue's consuming client. Unexplained duplicates fail, and so does a total above the duplicate "
+    "budget (the suite's, or derived per chaos-anchors §3.3.4: per fault rate x B + one batch per queue, "
+    "B = P_c for consumer faults and P_c + max(F_b, S_s) for broker faults, plus one batch per owner change).")
+
+
+def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("sends"):
+        return unknown("lost", LOST, "no sends history (sends.jsonl) in the run")
+    if not h.has("deliveries"):
+        return unknown("lost", LOST, "no deliveries history (deliveries.jsonl) in the run")
+    o, d = h.outcomes, h.deliv
+    consumed_ids = d.filter("success").select("msg_id").distinct().withColumn("consumed", F.lit(True))
+    seen_ids = d.select("msg_id").distinct().withColumn("seen_any", F.lit(True))
+    summary = (o.join(consumed_ids, "msg_id", "left").join(seen_ids, "msg_id", "left")
+               .groupBy("attempted", "acked", "outcome", F.coalesce("consumed", F.lit(False)).alias("consumed"),
+                        F.coalesce("seen_any", F.lit(False)).alias("seen"))
+               .agg(F.count(F.lit(1)).alias("n")))
+    group_topics = d.filter(F.col("group").isNotNull()).select("group", "topic").distinct()
+    expected = o.filter("acked").join(group_topics, "topic", "left")  # a topic nobody consumed: group = null
+    consumed = d.filter("success").select("group", "msg_id").distinct()
+    seen = d.select("group", "msg_id").distinct().withColumn("seen", F.lit(True))
+    ranges = (d.filter(F.col("success") & F.col("in_queue") & F.col("queue_offset").isNotNull())
+              .groupBy(*GQ).agg(F.min("queue_offset").alias("lo"), F.max("queue_offset").alias("hi")))
+    where = (F.when(F.col("group").isNull(), "no-consumer").when(F.col("queue_offset").isNull(), "unknown-offset")
+             .when(F.col("lo").isNull(), "queue-never-consumed").when(F.col("queue_offset") < F.col("lo"), "prefix")
+             .when(F.col("queue_offset") > F.col("hi"), "postfix").otherwise("middle"))
+    lost = (expected.join(consumed, ["group", "msg_id"], "left_anti").join(seen, ["group", "msg_id"], "left")
+            .join(ranges, GQ, "left")
+            .select("group", "msg_id", "topic", "broker_name", "queue_id", "queue_offset", "sharding_key", "seq",
+                    where.alias("where"), F.coalesce("seen", F.lit(False)).alias("seen"), "producer",
+                    rel_s(h, "ack_ms").alias("acked_at_s")))
+    got, n = collect_parts({"summary": summary, "lost": lost})
+    rows_ = got["summary"]
+    acked_n = sum(r["n"] for r in rows_ if r["acked"])
+    if acked_n == 0:
+        return unknown("lost", LOST, "no send was acknowledged, so nothing could be lost")
+    recovered = _tally_n((r["outcome"], r["n"]) for r in rows_ if not r["acked"] and r["consumed"])
+    never_seen = _tally_n((r["outcome"], r["n"]) for r in rows_
+                          if not r["acked"] and not r["seen"] and r["outcome"] in ("info", "pending"))
+    found, lost_n = got["lost"], n["lost"]
+    if lost_n == len(found):
+        by_where = _tally_n((r["where"], 1) for r in found)
+        seen_n = sum(1 for r in found if r["seen"])
+    else:
+        by_where = count_by(lost, "where")
+        seen_n = lost.filter("seen").count()
+    counts = {"attempted": sum(r["n"] for r in rows_ if r["attempted"]), "acknowledged": acked_n, "lost": lost_n,
+              "lost_by_position": by_where, "lost_seen_by_listener": seen_n, "recovered": recovered,
+              "unknown_outcome_never_seen": never_seen}
+    valid = lost_n == 0
+    reason = None if valid else f"{lost_n} acknowledged send(s) never consumed"
+    return CheckResult("lost", valid, LOST, counts=counts, examples=examples_of(found, cfg.max_examples, "acked_at_s"),
+                       reason=reason)
+
+
+def _tally_n(pairs: Iterable[tuple[Any, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, n in pairs:
+        out[str(key)] = out.get(str(key), 0) + n
+    return dict(sorted(out.items()))
+
+
+def check_unexpected(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("sends"):
+        return unknown("unexpected", UNEXPECTED, "no sends history, so no delivery can be matched to a send")
+    if not h.has("deliveries"):
+        return unknown("unexpected", UNEXPECTED, "no deliveries history in the run")
+    o, d = h.outcomes, h.deliv
+    known = o.filter("attempted").select("msg_id", F.lit(True).alias("known"))
+    topics = o.filter(F.col("topic").isNotNull()).select("topic").distinct().withColumn("tracked", F.lit(True))
+    x = d.join(F.broadcast(topics), "topic", "left").join(known, "msg_id", "left")
+    summary = x.groupBy(F.coalesce("tracked", F.lit(False)).alias("tracked"),
+                        F.coalesce("known", F.lit(False)).alias("known")).agg(
+        F.count(F.lit(1)).alias("n"), F.countDistinct("msg_id").alias("ids"))
+    bad = x.filter(F.col("tracked") & F.col("known").isNull()).select(
+        "group", "client_id", "msg_id", "topic", "broker_name", "queue_id", "queue_offset", "result",
+        rel_s(h, "t").alias("t_s"))
+    got, _ = collect_parts({"summary": summary, "bad": bad}, cap=cfg.max_examples)
+    row = next((r for r in got["summary"] if r["tracked"] and not r["known"]), None)
+    n = row["n"] if row else 0
+    counts = {"unexpected_deliveries": n, "unexpected_msg_ids": row["ids"] if row else 0,
+              "untracked_topic_deliveries": sum(r["n"] for r in got["summary"] if not r["tracked"])}
+    return CheckResult("unexpected", n == 0, UNEXPECTED, counts=counts,
+                       examples=examples_of(got["bad"], cfg.max_examples, "t_s"),
+                       reason=None if n == 0 else f"{n} deliveries of ids never sent")
+
+
+def _causes(h: History) -> DataFrame:
+    """(group or '*', kind, start, end) windows that explain a redelivery."""
+    rows = [("*", f"fault:{w.op}", w.start_ms, w.end_ms) for w in h.faults]
+    rows += [("*", "exit", e.t_ms, e.t_ms) for e in h.exits if not e.expected]
+    faults = h.spark.createDataFrame(rows, "group STRING, kind STRING, start LONG, end LONG")
+    reb = h.rebalances.filter(F.col("removed").isNotNull() | (F.coalesce(F.to_json("before"), F.lit(""))
+                                                             != F.coalesce(F.to_json("after"), F.lit(""))))
+    reb = reb.select(F.coalesce("group", F.lit("*")).alias("group"), F.lit("rebalance").alias("kind"),
+                     F.col("t").alias("start"), F.col("t").alias("end"))
+    locks = h.locks.filter(F.col("action").isin("lost", "expired", "released")).select(
+        F.coalesce("group", F.lit("*")).alias("group"), F.concat(F.lit("lock-"), "action").alias("kind"),
+        F.col("t").alias("start"), F.col("t").alias("end"))
+    owner = h.queue_deliveries.filter((F.col("new_epoch") == 1) & F.col("prev_client").isNotNull()).select(
+        "group", F.lit("owner-change").alias("kind"), F.col("t").alias("start"), F.col("t").alias("end"))
+    return faults.unionByName(reb).unionByName(locks).unionByName(owner)
+
+
+def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("deliveries"):
+        return unknown("duplicates", DUPLICATES, "no deliveries history in the run")
+    d = h.deliv.filter(F.col("success") & F.col("group").isNotNull())
+    per_msg = d.groupBy("group", "msg_id").agg(F.count(F.lit(1)).alias("n"))
+    stats = per_msg.agg(F.sum("n").alias("deliveries"), F.count(F.lit(1)).alias("messages"),
+                        F.sum(F.when(F.col("n") > 1, F.col("n") - 1).otherwise(0)).alias("dups"),
+                        F.sum((F.col("n") > 1).cast("long")).alias("dup_msgs"))
+    queues = h.queue_deliveries.agg(
+        F.countDistinct(*GQ).alias("queues"),
+        F.sum(((F.col("new_epoch") == 1) & F.col("prev_client").isNotNull()).cast("long")).alias("changes"))
+    got, _ = collect_parts({"stats": stats, "queues": queues})
+    stats_row, q = got["stats"][0], got["queues"][0]
+    deliveries, dups = int(stats_row["deliveries"] or 0), int(stats_row["dups"] or 0)
+    budget, formula = _budget(h, cfg, deliveries, int(q["queues"] or 0) or 1, int(q["changes"] or 0))
+    counts = {"successful_deliveries": deliveries, "messages": int(stats_row["messages"] or 0),
+              "duplicates": dups, "duplicated_messages": int(stats_row["dup_msgs"] or 0),
+              "duplicate_rate": round(dups / deliveries, 6) if deliveries else 0.0,
+              "budget": budget, "budget_formula": formula, "explain_slack_ms": cfg.explain_slack_ms()}
+    if dups == 0:
+        return CheckResult("duplicates", True, DUPLICATES, counts={**counts, "explained": 0, "unexplained": 0})
+    dup_ids = per_msg.filter(F.col("n") > 1).select("group", "msg_id")
+    w = Window.partitionBy("group", "msg_id").orderBy("t", "client_id")
+    again = (d.join(dup_ids, ["group", "msg_id"], "left_semi")
+             .select("group", "msg_id", "client_id", "topic", "broker_name", "queue_id", "queue_offset", "t",
+                     F.row_number().over(w).alias("k"), F.lag("t").over(w).alias("prev_t"),
+                     F.lag("client_id").over(w).alias("prev_client"))
+             .filter(F.col("k") >= 2))
+    slack = cfg.explain_slack_ms()
+    causes = F.broadcast(_causes(h).alias("c"))
+    cond = (((F.col("c.group") == "*") | (F.col("c.group") == F.col("x.group")))
+            & (F.col("c.start") <= F.col("x.t") + slack) & (F.col("c.end") >= F.col("x.prev_t") - slack))
+    x = again.alias("x")
+    explained = x.join(causes, cond, "left_semi").select("group", "msg_id", "k", F.lit(True).alias("explained"))
+    labelled = x.join(explained, ["group", "msg_id", "k"], "left").select(
+        "group", "msg_id", "client_id", "prev_client", "topic", "broker_name", "queue_id", "queue_offset",
+        rel_s(h, "prev_t").alias("first_s"), rel_s(h, "t").alias("again_s"),
+        F.coalesce("explained", F.lit(False)).alias("explained"))
+    found, n_found = collect_n(labelled, cap=50_000)  # duplicates are few unless something is badly wrong
+    if n_found == len(found):
+        explained_n = sum(1 for r in found if r["explained"])
+    else:
+        explained_n = labelled.filter("explained").count()
+    unexplained_n = dups - explained_n
+    shown = [r for r in found if not r["explained"]] or found
+    examples = examples_of(shown, cfg.max_examples, "again_s")
+    counts.update(explained=explained_n, unexplained=unexplained_n)
+    over = budget is not None and dups > budget
+    valid = unexplained_n == 0 and not over
+    reasons = []
+    if unexplained_n:
+        reasons.append(f"{unexplained_n} duplicate(s) with no fault, exit or rebalance nearby")
+    if over:
+        reasons.append(f"{dups} duplicates exceed the budget of {budget}")
+    return CheckResult("duplicates", valid, DUPLICATES, counts=counts, examples=examples,
+                       reason="; ".join(reasons) or None)
+
+
+def _budget(h: History, cfg: CheckerConfig, deliveries: int, queues: int, changes: int) -> tuple[int | None, str]:
+    if cfg.duplicate_budget is not None:
+        return cfg.duplicate_budget, "the suite's duplicate_budget"
+    b = cfg.bounds
+    span = max(1, h.t_end - h.t0)
+    rate = deliveries / span  # messages per ms, all queues
+    batch = cfg.pull_batch_size
+    total = 0.0
+    n_broker = n_other = 0
+    for w in h.faults:
+        broker = any(h.is_broker(t) for t in w.targets)
+        n_broker += broker
+        n_other += not broker
+        total += rate * b.redelivery_window("broker" if broker else "consumer") + batch * queues
+    exits = [e for e in h.exits if not e.expected]
+    for e in exits:
+        total += rate * b.redelivery_window("broker" if h.is_broker(e.node) else "consumer") + batch * queues
+    total += changes * batch
+    formula = (f"{n_broker} broker fault(s) x (rate x {b.redelivery_window('broker')} ms + {batch} x {queues} queues)"
+               f" + {n_other} other fault(s) and {len(exits)} unexpected exit(s) x (rate x "
+               f"{b.redelivery_window('consumer')} ms + {batch} x {queues}) + {changes} owner change(s) x {batch};"
+               f" rate = {rate * 1000:.1f} msg/s")
+    return int(total), formula

@@ -1,0 +1,229 @@
+"""Master vs slave read routing (chaos-anchors §3.4, rules R1-R6) over pull-route events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from chaos.checker.checks._common import collect_parts, examples_of, queue_name, rel_s, s
+from chaos.checker.config import CheckerConfig
+from chaos.checker.faults import SILENT_OPS, FaultWindow, broker_identity
+from chaos.checker.loader import GQ, History
+from chaos.checker.verdict import CheckResult, combine_parts, unknown
+
+ROUTING = (
+    "Per client and queue, over its pulls in time order: R1/R2 each pull asks for the broker the previous "
+    "response suggested (the master, id 0, for the first pull); R3/R4 it reaches the broker it asked for "
+    "unless that broker is absent or down (a fault on it, until N_r + G_r + W_p after it returned: the route "
+    "refresh); R5 a pull answered by a slave never carries the commit-offset flag; R6 when the answering "
+    "broker changes after a FOUND response, the pull starts at that response's next_begin_offset (no rewind, "
+    "no skip) unless the client rebalanced or restarted in between. Brokers: a suggestion other than the "
+    "master needs a backlog above the memory budget (cold read), on master and slave alike (switch back). "
+    "Timing: after a master kill or stop, active clients read from the slave within N_r + W_p (pause or "
+    "partition: X_b + K_b + N_r + W_p), and after it returns they are back on the master within "
+    "N_r + G_r + W_p (plus slack).")
+
+
+def check_read_routing(h: History, cfg: CheckerConfig) -> CheckResult:
+    if not h.has("events"):
+        return unknown("read-routing", ROUTING, "no events history (pull-route events) in the run")
+    kinds = h.stats["event_kinds"]
+    total, n_sugg = kinds.get("pull-route", 0), kinds.get("pull-suggestion", 0)
+    if not total and not n_sugg:
+        return unknown("read-routing", ROUTING, "no pull-route or pull-suggestion events in the run")
+    sugg = h.ev.filter(F.col("event") == "pull-suggestion")
+    got, counted = collect_parts({
+        "by_target": h.pulls.groupBy("broker_id").agg(F.count(F.lit(1)).alias("n")),
+        "violations": _violation_candidates(h),
+        "bad_sugg": sugg.filter((F.col("suggest_which_broker_id") != 0) & F.col("backlog_bytes").isNotNull()
+                                & F.col("memory_budget_bytes").isNotNull()
+                                & (F.col("backlog_bytes") <= F.col("memory_budget_bytes"))).select(
+            "node", *GQ, "answering_broker_id", "suggest_which_broker_id", "backlog_bytes", "memory_budget_bytes",
+            F.col("mono_ms").alias("t"), rel_s(h, "mono_ms").alias("t_s")),
+        "pull_brokers": h.pulls.select("broker_name", "broker_id").distinct(),
+        "broker_nodes": h.ev.filter(F.col("side") == "broker").select("node").distinct(),
+        "rebalances": h.rebalances.select("node", "group", "t"),
+    }, cap=100_000)
+    result: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    counts: dict[str, Any] = {"pulls": total, "broker_suggestion_changes": n_sugg}
+    examples: list[dict[str, Any]] = []
+    measurements: list[dict[str, Any]] = []
+    n = cfg.max_examples
+    brokers = _broker_nodes(h, got["pull_brokers"], got["broker_nodes"])
+
+    if total:
+        counts["pulls_by_answering_broker_id"] = {f"{r['broker_id']}": r["n"] for r in got["by_target"]}
+        violations = _classify_violations(h, cfg, brokers, got["violations"], got["rebalances"])
+        for rule in ("commit flag to slave", "ignored suggestion", "wrong target", "non-monotonic read"):
+            found = [v for v in violations if v["rule"] == rule]
+            real = [v for v in found if not v.get("excused_by")]
+            counts[rule] = {"violations": len(real), "excused": len(found) - len(real)}
+            result[rule] = not real
+            examples += real[:n]
+        fo, sb, m = _failover(h, cfg, brokers)
+        measurements += m
+        if fo is None:
+            result["failover"] = None
+            skipped["failover"] = "no master fault with a slave to fail over to"
+        else:
+            result["failover"] = not fo
+            counts["failover_problems"] = len(fo)
+            examples += fo[:n]
+        if sb is None:
+            result["switch back"] = None
+            skipped["switch back"] = "no master returned during the run"
+        else:
+            result["switch back"] = not sb
+            counts["switch_back_problems"] = len(sb)
+            examples += sb[:n]
+    else:
+        skipped["client rules"] = "no pull-route events (client side)"
+    if n_sugg:
+        counts["hot suggestion away from master"] = counted["bad_sugg"]
+        result["broker suggestions"] = counted["bad_sugg"] == 0
+        examples += examples_of(got["bad_sugg"], n, rule="hot suggestion away from master")
+    else:
+        result["broker suggestions"] = None
+        skipped["broker suggestions"] = "no pull-suggestion events (broker side)"
+    for e in examples:
+        e.pop("t", None)
+    failed = [k for k, v in result.items() if v is False]
+    return CheckResult("read-routing", combine_parts(result), ROUTING, counts=counts, examples=examples[:n],
+                       parts=result, skipped=skipped, measurements=measurements[:500], reason=", ".join(failed) or None)
+
+
+def _broker_nodes(h: History, pull_brokers: list[dict[str, Any]], broker_nodes: list[dict[str, Any]]
+                  ) -> dict[tuple[str, int], str]:
+    """(broker_name, broker_id) -> node id, from cluster.json roles, broker events and node naming."""
+    out: dict[tuple[str, int], str] = {}
+    for node, role in h.roles.items():
+        ident = broker_identity(node)
+        if ident and role in ("broker", "master", "slave"):
+            out[ident] = node
+    for r in broker_nodes:
+        ident = broker_identity(r["node"]) if r["node"] else None
+        if ident:
+            out.setdefault(ident, r["node"])
+    for r in pull_brokers:
+        if r["broker_name"] is not None and r["broker_id"] is not None:
+            out.setdefault((r["broker_name"], r["broker_id"]), f"{r['broker_name']}-{r['broker_id']}")
+    return out
+
+
+def _down(h: History, cfg: CheckerConfig, node: str | None, t: float) -> FaultWindow | None:
+    b = cfg.bounds
+    grace = b.switch_back() + b.slack(b.switch_back())
+    for w in h.broker_fault_windows:
+        if w.hits(node) and w.start_ms - cfg.clock_slack_ms <= t <= w.end_ms + grace:
+            return w
+    return None
+
+
+def _violation_candidates(h: History) -> DataFrame:
+    w = Window.partitionBy("node", "client_id", *GQ).orderBy("t")
+    p = h.pulls.withColumns({"p_suggest": F.lag("suggest_which_broker_id").over(w),
+                             "p_next": F.lag("next_begin_offset").over(w), "p_status": F.lag("status").over(w),
+                             "p_broker": F.lag("broker_id").over(w), "p_t": F.lag("t").over(w)})
+    commit_slave = F.coalesce("commit_flag", F.lit(False)) & (F.col("broker_id") != 0)
+    ignored = F.col("requested_broker_id").isNotNull() & (
+        F.col("requested_broker_id") != F.coalesce("p_suggest", F.lit(0)))
+    wrong = F.col("requested_broker_id").isNotNull() & (F.col("broker_id") != F.col("requested_broker_id"))
+    nonmono = ((F.col("broker_id") != F.col("p_broker")) & (F.col("p_status") == "FOUND")
+               & (F.col("queue_offset") != F.col("p_next")))
+    return p.filter(commit_slave | ignored | wrong | nonmono).select(
+        "node", "client_id", *GQ, "t", "p_t", "queue_offset", "p_next", "requested_broker_id", "broker_id",
+        "p_broker", "p_suggest", "commit_flag", commit_slave.alias("r5"), ignored.alias("r2"), wrong.alias("r4"),
+        nonmono.alias("r6"))
+
+
+def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str],
+                         cands: list[dict[str, Any]], reb: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for r in sorted(cands, key=lambda r: r["t"]):
+        base = {"client": r["client_id"], "queue": queue_name(r), "group": r["group"], "t_s": s(h, r["t"]),
+                "requested": r["requested_broker_id"], "answered_by": r["broker_id"]}
+        lo = r["p_t"] if r["p_t"] is not None else r["t"]
+        client_fault = next((w.label for w in h.node_faults(r["node"]) if w.start_ms <= r["t"] and w.end_ms >= lo),
+                            None) or next((f"exit {e.node}" for e in h.exits if e.node == r["node"]
+                                           and lo <= e.t_ms <= r["t"]), None)
+        if r["r5"]:
+            out.append({"rule": "commit flag to slave", **base})
+        if r["r2"]:
+            out.append({"rule": "ignored suggestion", **base, "previous_suggestion": r["p_suggest"],
+                        "excused_by": client_fault})
+        if r["r4"]:
+            node = brokers.get((r["broker_name"], r["requested_broker_id"]))
+            down = _down(h, cfg, node, r["t"]) if node else None
+            why = "requested broker not in the cluster" if node is None else (down.label if down else None)
+            out.append({"rule": "wrong target", **base, "excused_by": why})
+        if r["r6"]:
+            moved = next((x for x in reb if x["node"] == r["node"] and x["group"] == r["group"]
+                          and lo <= x["t"] <= r["t"]), None)
+            out.append({"rule": "non-monotonic read", **base, "previous_broker": r["p_broker"],
+                        "expected_offset": r["p_next"], "pulled_offset": r["queue_offset"],
+                        "excused_by": client_fault or ("rebalance" if moved else None)})
+    return out
+
+
+def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str]
+              ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    b = cfg.bounds
+    masters = {node: name for (name, bid), node in brokers.items() if bid == 0}
+    has_slave = {name for (name, bid) in brokers if bid != 0}
+    faults = [(i, w, masters[t]) for i, w in enumerate(h.faults) if w.op in ("kill", "stop", *SILENT_OPS)
+              for t in w.targets if t in masters and masters[t] in has_slave]
+    if not faults:
+        return None, None, []
+    fdf = h.spark.createDataFrame([(i, name, w.start_ms, w.end_ms) for i, w, name in faults],
+                                  "fault LONG, broker_name STRING, f_start LONG, f_end LONG")
+    p = h.pulls.join(F.broadcast(fdf), "broker_name")
+    keys = ["fault", "node", "client_id", "group", "topic", "queue_id"]
+    got, _ = collect_parts({
+        "spans": h.pulls.groupBy("node", "client_id", *GQ).agg(F.min("t").alias("first_t"), F.max("t").alias("last_t")),
+        "to_slave": p.filter((F.col("broker_id") != 0) & (F.col("t") >= F.col("f_start")) & (F.col("t") <= F.col("f_end")))
+        .groupBy(*keys).agg(F.min("t").alias("t")),
+        "back": p.filter((F.col("broker_id") == 0) & (F.col("t") >= F.col("f_end"))).groupBy(*keys).agg(
+            F.min("t").alias("t")),
+    }, cap=200_000)
+    spans = got["spans"]
+    to_slave = {tuple(r[k] for k in keys): r["t"] for r in got["to_slave"]}
+    back = {tuple(r[k] for k in keys): r["t"] for r in got["back"]}
+    fo_bad: list[dict[str, Any]] = []
+    sb_bad: list[dict[str, Any]] = []
+    measurements: list[dict[str, Any]] = []
+    any_recovered = False
+    for i, w, name in faults:
+        bound = b.failover_silent() if w.op in SILENT_OPS else b.failover_kill()
+        limit = bound + b.slack(bound)
+        back_limit = b.switch_back() + b.slack(b.switch_back())
+        any_recovered |= w.recovered
+        for sp in spans:
+            if sp["broker_name"] != name or sp["first_t"] >= w.start_ms or sp["last_t"] <= w.start_ms:
+                continue
+            key = (i, sp["node"], sp["client_id"], sp["group"], sp["topic"], sp["queue_id"])
+            base = {"client": sp["client_id"], "queue": queue_name(sp), "group": sp["group"], "fault": w.label,
+                    "fault_s": s(h, w.start_ms)}
+            t_slave = to_slave.get(key)
+            if t_slave is not None:
+                m = {"what": "failover", **base, "measured_ms": t_slave - w.start_ms, "bound_ms": bound}
+                m["verdict"] = "ok" if m["measured_ms"] <= limit else "slow"
+                measurements.append(m)
+                if m["verdict"] != "ok":
+                    fo_bad.append({"rule": "slow failover", **m})
+            elif w.op != "partition" and w.end_ms - w.start_ms > limit and sp["last_t"] > w.start_ms + limit:
+                fo_bad.append({"rule": "no failover", **base, "bound_ms": bound})
+            if not w.recovered or t_slave is None:
+                continue
+            t_back = back.get(key)
+            if t_back is not None:
+                m = {"what": "switch back", **base, "measured_ms": t_back - w.end_ms, "bound_ms": b.switch_back()}
+                m["verdict"] = "ok" if m["measured_ms"] <= back_limit else "slow"
+                measurements.append(m)
+                if m["verdict"] != "ok":
+                    sb_bad.append({"rule": "slow switch back", **m})
+            elif sp["last_t"] > w.end_ms + back_limit:
+                sb_bad.append({"rule": "stuck on slave", **base, "bound_ms": b.switch_back()})
+    return fo_bad, (sb_bad if any_recovered else None), measurements

@@ -1,0 +1,124 @@
+"""Fault windows from the nemesis log, and process exits; small, so built on the driver.
+
+A window opens at a fault op's `start` and closes at the `end` of its recovery op
+(kill|stop → restart, pause → resume, partition → heal); see `schemas`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+FAULT_OPS = ("kill", "stop", "pause", "partition")
+RECOVERY = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}
+SILENT_OPS = ("pause", "partition")  # the victim's sockets stay open: peers notice only by timeouts
+_BROKER_NODE = re.compile(r"^(?P<name>.+)-(?P<id>\d+)$")
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    op: str
+    targets: tuple[str, ...]
+    start_ms: int
+    end_ms: int  # the recovery's end, or the end of the history
+    recovered: bool
+    detail: str | None = None
+
+    @property
+    def label(self) -> str:
+        who = ",".join(self.targets) if self.targets else "all"
+        return f"{self.op} {who}"
+
+    def covers(self, t_ms: float, *, before: float = 0, after: float = 0) -> bool:
+        return self.start_ms - before <= t_ms <= self.end_ms + after
+
+    def hits(self, node: str | None) -> bool:
+        return node is not None and (not self.targets or node in self.targets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "targets": list(self.targets), "start_ms": self.start_ms, "end_ms": self.end_ms,
+                "recovered": self.recovered, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    node: str
+    t_ms: int
+    expected: bool
+    exit_code: int | None
+    signal: str | None
+
+
+def fault_windows(rows: Iterable[dict[str, Any]], end_of_history_ms: int) -> list[FaultWindow]:
+    """Pair fault ops with their recoveries. `rows`: nemesis lines (op, phase, targets, mono_ms...)."""
+    actions = _actions(rows)
+    open_faults: list[dict[str, Any]] = []
+    windows: list[FaultWindow] = []
+    for act in actions:
+        op, targets = act["op"], act["targets"]
+        if op in FAULT_OPS:
+            open_faults.append(act)
+            continue
+        closes_at = act["end"] if act["end"] is not None else act["start"]
+        for fault in list(open_faults):
+            if RECOVERY.get(fault["op"]) != op:
+                continue
+            if act["fault_id"] and fault["fault_id"] and act["fault_id"] != fault["fault_id"]:
+                continue
+            if op == "heal" or not targets or set(fault["targets"]) <= set(targets):
+                open_faults.remove(fault)
+                windows.append(_window(fault, fault["targets"], closes_at, True))
+            elif set(fault["targets"]) & set(targets):  # a partial recovery: the rest stays faulted
+                open_faults.remove(fault)
+                windows.append(_window(fault, tuple(t for t in fault["targets"] if t in targets), closes_at, True))
+                open_faults.append({**fault, "targets": tuple(t for t in fault["targets"] if t not in targets)})
+    for fault in open_faults:
+        windows.append(_window(fault, fault["targets"], max(end_of_history_ms, fault["start"]), False))
+    return sorted(windows, key=lambda w: (w.start_ms, w.op, w.targets))
+
+
+def _actions(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Join each op's start and end lines into one action {op, targets, start, end, detail, fault_id}."""
+    lines = sorted((r for r in rows if r.get("op") and r.get("mono_ms") is not None),
+                   key=lambda r: (r["mono_ms"], 0 if r.get("phase") != "end" else 1))
+    actions: list[dict[str, Any]] = []
+    pending: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in lines:
+        key = (r["op"], tuple(r.get("targets") or ()), r.get("fault_id"))
+        if r.get("phase") == "end":
+            act = pending.pop(key, None)
+            if act is None:  # an end without a start: the action is instantaneous
+                act = {"op": r["op"], "targets": key[1], "start": r["mono_ms"], "end": None,
+                       "detail": r.get("detail"), "fault_id": r.get("fault_id")}
+                actions.append(act)
+            act["end"] = r["mono_ms"]
+            continue
+        act = {"op": r["op"], "targets": key[1], "start": r["mono_ms"], "end": None, "detail": r.get("detail"),
+               "fault_id": r.get("fault_id")}
+        pending[key] = act
+        actions.append(act)
+    return sorted(actions, key=lambda a: a["start"])
+
+
+def _window(fault: dict[str, Any], targets: tuple[str, ...], end: int, recovered: bool) -> FaultWindow:
+    detail = fault.get("detail")
+    if detail is not None and not isinstance(detail, str):
+        detail = json.dumps(detail)
+    return FaultWindow(op=fault["op"], targets=targets, start_ms=int(fault["start"]), end_ms=int(end),
+                       recovered=recovered, detail=detail)
+
+
+def process_exits(rows: Iterable[dict[str, Any]]) -> list[ProcessExit]:
+    return sorted((ProcessExit(node=r["node"], t_ms=int(r["mono_ms"]), expected=bool(r.get("expected")),
+                               exit_code=r.get("exit_code"), signal=r.get("signal"))
+                   for r in rows if r.get("event") == "exit" and r.get("node") and r.get("mono_ms") is not None),
+                  key=lambda e: e.t_ms)
+
+
+def broker_identity(node: str) -> tuple[str, int] | None:
+    """`broker-a-1` -> ("broker-a", 1)."""
+    m = _BROKER_NODE.match(node)
+    return (m["name"], int(m["id"])) if m else None

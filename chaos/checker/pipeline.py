@@ -1,0 +1,106 @@
+"""The job: load a run's histories, run every check, write verdict.json and report.html.
+
+The same code runs in-process (`check_run`, `mqlab chaos check`) and under `spark-submit`
+(`python -m chaos.checker RUN_DIR`), locally or on a cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chaos.checker.config import CheckerConfig
+from chaos.checker.verdict import CheckResult, Verdict, check_safe, jsonable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from chaos.checker.loader import History
+
+VERDICT_JSON = "verdict.json"
+REPORT_HTML = "report.html"
+
+
+@dataclass
+class CheckOutput:
+    verdict: Verdict
+    verdict_path: Path | None
+    report_path: Path | None
+    seconds: dict[str, float]
+
+
+def run_checks(h: History, cfg: CheckerConfig, names: Iterable[str] | None = None) -> list[CheckResult]:
+    from chaos.checker.checks import CHECKS
+
+    wanted = list(names) if names is not None else list(CHECKS)
+    results = []
+    for name in wanted:
+        definition, fn = CHECKS[name]
+        started = time.monotonic()
+        result = check_safe(name, definition, lambda fn=fn: fn(h, cfg))
+        result.seconds = time.monotonic() - started
+        results.append(result)
+    return results
+
+
+def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extra: dict[str, Any] | None = None
+                ) -> Verdict:
+    b = cfg.bounds
+    info = {
+        "inputs": {"files": h.present, **h.stats},
+        "timers_ms": b.timers, "timer_sources": b.sources, "time_scale": b.scale,
+        "bounds_ms": {k: {"ms": v, "formula": f} for k, (v, f) in b.derived().items()},
+        "slack": {"ms": b.slack_ms, "ratio": b.slack_ratio, "clock_ms": cfg.clock_slack_ms},
+        "faults": [w.to_json() for w in h.faults],
+        **(extra or {}),
+    }
+    return Verdict.of(results, suite=cfg.suite, seed=cfg.seed, run_dir=str(h.run_dir) if h.run_dir else None,
+                      info=jsonable(info))
+
+
+def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_master: str | None = None,
+              out_dir: str | Path | None = None, config: CheckerConfig | None = None, report: bool = True,
+              names: Iterable[str] | None = None) -> CheckOutput:
+    """Check one run dir end to end; the session is made (and stopped) here unless one is given."""
+    from chaos.checker.loader import load_history
+    from chaos.checker.session import make_spark
+
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir
+    cfg = config or CheckerConfig.from_run_dir(run_dir)
+    seconds: dict[str, float] = {}
+    t = time.monotonic()
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # embedded in a job or a test: use it, leave it running
+    own = spark is None
+    session = spark or make_spark(spark_master)
+    seconds["spark_start"] = time.monotonic() - t
+    try:
+        t = time.monotonic()
+        h = load_history(session, run_dir)
+        h.stats  # noqa: B018 - reads every input once and fixes the time span
+        seconds["load"] = time.monotonic() - t
+        t = time.monotonic()
+        results = run_checks(h, cfg, names)
+        seconds["checks"] = time.monotonic() - t
+        verdict = verdict_for(h, cfg, results, {"spark_master": session.sparkContext.master})
+        verdict_path = verdict.write(out / VERDICT_JSON)
+        report_path = None
+        if report:
+            from chaos.checker.report import write_report
+
+            t = time.monotonic()
+            report_path = write_report(h, cfg, verdict, out / REPORT_HTML)
+            seconds["report"] = time.monotonic() - t
+        verdict.info["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+        verdict.write(out / VERDICT_JSON)
+        h.unpersist()
+        return CheckOutput(verdict, verdict_path, report_path, seconds)
+    finally:
+        if own:
+            session.stop()

@@ -1,0 +1,199 @@
+"""The history contract: what every process of a chaos run writes, as explicit Spark schemas.
+
+A run dir holds one directory per process, `<run_dir>/<node_id>/`, each with JSONL files
+(one JSON object per line, flushed line by line; a torn last line after a SIGKILL is
+skipped). Parquet files with the same columns (`sends.parquet`, ...; a file or a directory)
+are read too, and files directly in `<run_dir>` count as well. The checker never infers a
+schema: a field missing from a line is null, a field of the wrong type is null, unknown
+fields are ignored. Every line carries:
+
+    node      STRING  node id of the process that wrote it (default: its directory name)
+    wall_ms   LONG    wall clock, ms since the epoch (display only)
+    mono_ms   LONG    CLOCK_MONOTONIC in ms; the checker's timeline (system-wide on one host)
+    event     STRING  what the line is
+
+`sends.jsonl` (producer workload), `event` = `send`, Jepsen-style: one `invoke` per attempt,
+then one `ok` / `fail` / `info` (outcome unknown) per attempt, joined by `op_id`:
+
+    type STRING (invoke|ok|fail|info), op_id STRING, msg_id STRING (UNIQ_KEY, known at invoke),
+    topic STRING, sharding_key STRING, seq LONG (per-key sequence number),
+    status STRING (ok: SEND_OK | FLUSH_DISK_TIMEOUT | FLUSH_SLAVE_TIMEOUT | SLAVE_NOT_AVAILABLE;
+    fail / info: error text), queue_id INT, queue_offset LONG, broker_name STRING
+
+`deliveries.jsonl` (consumer; written and flushed *before* the listener's answer is acted
+on), `event` = `deliver`, one line per message handed to the listener:
+
+    group STRING, client_id STRING, msg_id STRING, topic STRING (the original topic, also for
+    retries), broker_name STRING, queue_id INT, queue_offset LONG (of the queue it was pulled
+    from: a retry queue for reconsume_times > 0 in concurrent mode), reconsume_times INT,
+    sharding_key STRING, seq LONG, result STRING (CONSUME_SUCCESS | RECONSUME_LATER | SUCCESS |
+    SUSPEND_CURRENT_QUEUE_A_MOMENT | COMMIT | ROLLBACK | exception text), orderly BOOLEAN,
+    consume_start_mono_ms LONG, consume_end_mono_ms LONG (orderly: the listener call's interval;
+    a batch shares one interval)
+
+`events.jsonl` (consumers and brokers), one wide schema; `side` (client|broker) defaults to
+the node's role (cluster.json, else a node id starting with "broker"). Per-queue events name
+the queue by `topic`, `broker_name` (a broker's own events may omit it: it is the node id
+without its `-<broker id>` suffix) and `queue_id`; `queue` (RocketMQ's MessageQueue string)
+is accepted instead.
+
+    pull-route       client: group, client_id, topic, broker_name, queue_id, queue_offset,
+                     requested_broker_id (the node the client asked for), broker_id (the node
+                     that answered), commit_flag, suggest_which_broker_id, status (FOUND |
+                     NO_NEW_MSG | NO_MATCHED_MSG | OFFSET_ILLEGAL), next_begin_offset
+    pull-suggestion  broker, whenever its suggestion for (group, topic, queue) changes:
+                     answering_broker_id, suggest_which_broker_id, backlog_bytes,
+                     memory_budget_bytes, queue_offset, store_status
+    offset-commit    client: group, client_id, topic, broker_name, queue_id, offset,
+                     target_broker_id (or broker_id), ok; broker: the value it stored, with
+                     `source` (client | slave-sync | admin) and optionally client_id
+    lock             client or broker: group, client_id (the holder / requester), topic,
+                     broker_name, queue_id, action (requested|granted|denied|renewed|expired|
+                     released|lost), lease_end_mono_ms (client: the deadline it believes;
+                     broker: the lease it granted)
+    rebalance        client: group, client_id, topic, before / after / removed as lists of
+                     [broker_name, queue_id], reason
+    ha-connected / ha-refused, consumer-join / consumer-leave: shown, not checked
+
+`nemesis.jsonl` (harness), `event` = `nemesis`: `op` (kill|stop|pause|resume|partition|heal|
+restart), `phase` (start|end: the harness action's invocation and completion), `targets`
+(node ids), `detail` (text or JSON), optional `fault_id`. A fault window opens at a fault op's
+start and closes at the end of its recovery: kill|stop → restart, pause → resume,
+partition → heal (an untargeted heal heals every partition); `stop` is a graceful SIGTERM.
+Unrecovered faults last to the end of the history.
+
+`processes.jsonl` (harness), `event` = `exit` (or `start`): `node` is the process that
+exited, `expected` BOOLEAN, `exit_code` INT, optional `signal`, `pid`.
+
+Optional run-level files: `<run_dir>/timing.json` (the run's Timing, field -> ms; else a
+node's `config.json` "timing"), `<run_dir>/run.json` (`suite`, `seed`, `checker`: overrides of
+CheckerConfig fields), `<run_dir>/cluster.json` (node roles).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+_COMMON: list[tuple[str, DataType]] = [
+    ("node", StringType()),
+    ("wall_ms", LongType()),
+    ("mono_ms", LongType()),
+    ("event", StringType()),
+]
+
+
+def _schema(*fields: tuple[str, DataType]) -> StructType:
+    return StructType([StructField(name, dtype, nullable=True) for name, dtype in (*_COMMON, *fields)])
+
+
+_QUEUE_LIST = ArrayType(ArrayType(StringType()))
+
+SENDS = _schema(
+    ("type", StringType()),
+    ("op_id", StringType()),
+    ("msg_id", StringType()),
+    ("topic", StringType()),
+    ("sharding_key", StringType()),
+    ("seq", LongType()),
+    ("status", StringType()),
+    ("queue_id", IntegerType()),
+    ("queue_offset", LongType()),
+    ("broker_name", StringType()),
+)
+
+DELIVERIES = _schema(
+    ("group", StringType()),
+    ("client_id", StringType()),
+    ("msg_id", StringType()),
+    ("topic", StringType()),
+    ("broker_name", StringType()),
+    ("queue_id", IntegerType()),
+    ("queue_offset", LongType()),
+    ("reconsume_times", IntegerType()),
+    ("sharding_key", StringType()),
+    ("seq", LongType()),
+    ("result", StringType()),
+    ("orderly", BooleanType()),
+    ("consume_start_mono_ms", LongType()),
+    ("consume_end_mono_ms", LongType()),
+)
+
+EVENTS = _schema(
+    ("side", StringType()),
+    ("group", StringType()),
+    ("client_id", StringType()),
+    ("topic", StringType()),
+    ("broker_name", StringType()),
+    ("queue_id", IntegerType()),
+    ("queue", StringType()),
+    # pull-route
+    ("requested_broker_id", IntegerType()),
+    ("broker_id", IntegerType()),
+    ("commit_flag", BooleanType()),
+    ("suggest_which_broker_id", IntegerType()),
+    ("queue_offset", LongType()),
+    ("next_begin_offset", LongType()),
+    ("status", StringType()),
+    # pull-suggestion
+    ("answering_broker_id", IntegerType()),
+    ("backlog_bytes", LongType()),
+    ("memory_budget_bytes", LongType()),
+    ("store_status", StringType()),
+    # offset-commit
+    ("offset", LongType()),
+    ("target_broker_id", IntegerType()),
+    ("ok", BooleanType()),
+    ("source", StringType()),
+    ("error", StringType()),
+    # lock
+    ("action", StringType()),
+    ("lease_end_mono_ms", LongType()),
+    # rebalance
+    ("before", _QUEUE_LIST),
+    ("after", _QUEUE_LIST),
+    ("removed", _QUEUE_LIST),
+    ("reason", StringType()),
+    # ha-connected / ha-refused
+    ("master", StringType()),
+    ("refusal", StringType()),
+)
+
+NEMESIS = _schema(
+    ("op", StringType()),
+    ("phase", StringType()),
+    ("targets", ArrayType(StringType())),
+    ("detail", StringType()),
+    ("fault_id", StringType()),
+)
+
+PROCESSES = _schema(
+    ("expected", BooleanType()),
+    ("exit_code", IntegerType()),
+    ("signal", StringType()),
+    ("pid", LongType()),
+)
+
+# history kind -> (file stem, schema); `<stem>.jsonl` and `<stem>.parquet` are read
+KINDS: dict[str, tuple[str, StructType]] = {
+    "sends": ("sends", SENDS),
+    "deliveries": ("deliveries", DELIVERIES),
+    "events": ("events", EVENTS),
+    "nemesis": ("nemesis", NEMESIS),
+    "processes": ("processes", PROCESSES),
+}
+
+# send statuses that mean "stored" (RocketMQ stores the message in all four)
+ACKED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+# listener answers that consume a message (concurrent and orderly)
+SUCCESS_RESULTS = ("CONSUME_SUCCESS", "SUCCESS", "COMMIT")
+LOCK_HELD_ACTIONS = ("granted", "renewed")
+LOCK_GONE_ACTIONS = ("expired", "released", "lost", "denied")

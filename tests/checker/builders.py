@@ -1,0 +1,154 @@
+"""Hand-written histories for the checker tests: a tiny builder that writes what the processes would.
+
+Times are CLOCK_MONOTONIC ms. The timing below is RocketMQ's scaled by 1/100, so bounds are
+small numbers: L_b 600, L_c 300, R_l = R_b 200, W_p 10, P_c 50, X_c 1200, N_r 300.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker.config import CheckerConfig
+from chaos.checker.loader import History, history_from_rows
+
+TIMING = {
+    "broker_lock_lease_ms": 600, "client_lock_lease_ms": 300, "lock_renew_interval_ms": 200,
+    "rebalance_interval_ms": 200, "pull_delay_when_exception_ms": 10, "consumer_offset_persist_ms": 50,
+    "slave_sync_interval_ms": 100, "client_heartbeat_ms": 300, "consumer_channel_expiry_ms": 1200,
+    "client_housekeeping_ms": 100, "route_poll_ms": 300, "broker_expiry_ms": 1200, "broker_expiry_scan_ms": 100,
+    "register_interval_ms": 300, "unlock_delay_ms": 200,
+}
+T = "Orders"
+B = "broker-a"
+G = "G"
+
+
+def config(**overrides: Any) -> CheckerConfig:
+    return CheckerConfig(timing=TIMING, timing_origin="test", slack_ms=20, slack_ratio=0.1, clock_slack_ms=5,
+                         **overrides)
+
+
+@dataclass
+class Run:
+    sends: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    nemesis: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    # ---- producer ---------------------------------------------------------------------------
+
+    def send(self, msg_id: str, t: int, *, offset: int, queue: int = 0, key: str | None = None, seq: int | None = None,
+             outcome: str = "ok", status: str = "SEND_OK", topic: str = T, node: str = "producer-0") -> Run:
+        common = {"node": node, "event": "send", "msg_id": msg_id, "topic": topic, "sharding_key": key, "seq": seq, "op_id": f"op-{msg_id}"}
+        self.sends.append({**common, "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "type": "invoke"})
+        done = {**common, "mono_ms": t + 2, "wall_ms": 1_700_000_000_002 + t, "type": outcome,
+                "status": status if outcome == "ok" else "timeout"}
+        if outcome == "ok":
+            done.update(queue_id=queue, queue_offset=offset, broker_name=B)
+        self.sends.append(done)
+        return self
+
+    def sends_for(self, queue: int, n: int, *, t0: int = 100, key: str | None = None, first: int = 0) -> Run:
+        for i in range(first, first + n):
+            self.send(f"q{queue}-m{i}", t0 + i, offset=i, queue=queue, key=key or f"k{queue}", seq=i)
+        return self
+
+    # ---- consumer ---------------------------------------------------------------------------
+
+    def deliver(self, msg_id: str, t: int, *, offset: int, queue: int = 0, client: str = "c1", node: str | None = None,
+                group: str = G, result: str = "CONSUME_SUCCESS", orderly: bool = False, dur: int = 4,
+                key: str | None = None, seq: int | None = None, reconsume: int = 0, topic: str = T) -> Run:
+        self.deliveries.append({
+            "node": node or f"consumer-{client[1:]}", "event": "deliver", "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "group": group,
+            "client_id": client, "msg_id": msg_id, "topic": topic, "broker_name": B, "queue_id": queue,
+            "queue_offset": offset, "reconsume_times": reconsume, "sharding_key": key, "seq": seq, "result": result,
+            "orderly": orderly, "consume_start_mono_ms": t if orderly else None,
+            "consume_end_mono_ms": t + dur if orderly else None})
+        return self
+
+    def consume(self, queue: int, offsets: range, *, t0: int, step: int = 10, client: str = "c1",
+                orderly: bool = True, key: str | None = None, **kw: Any) -> Run:
+        for j, off in enumerate(offsets):
+            self.deliver(f"q{queue}-m{off}", t0 + j * step, offset=off, queue=queue, client=client, orderly=orderly,
+                         key=key or f"k{queue}", seq=off, **kw)
+        return self
+
+    def event(self, event: str, t: int, node: str, **fields: Any) -> Run:
+        self.events.append({"node": node, "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "event": event, **fields})
+        return self
+
+    def commit(self, t: int, offset: int, *, queue: int = 0, client: str = "c1", target: int = 0, group: str = G) -> Run:
+        return self.event("offset-commit", t, f"consumer-{client[1:]}", group=group, client_id=client, topic=T,
+                          broker_name=B, queue_id=queue, offset=offset, target_broker_id=target, ok=True)
+
+    def stored(self, t: int, offset: int, *, broker_id: int = 0, queue: int = 0, source: str = "client") -> Run:
+        return self.event("offset-commit", t, f"{B}-{broker_id}", group=G, topic=T, queue_id=queue, offset=offset,
+                          source=source)
+
+    def lock(self, t: int, action: str, *, client: str = "c1", queue: int = 0, lease: int | None = None,
+             side: str = "client") -> Run:
+        node = f"consumer-{client[1:]}" if side == "client" else f"{B}-0"
+        return self.event("lock", t, node, group=G, client_id=client, topic=T, broker_name=B, queue_id=queue,
+                          action=action, lease_end_mono_ms=lease, side=side)
+
+    def pull(self, t: int, *, offset: int, requested: int = 0, answered: int = 0, suggest: int = 0,
+             next_offset: int | None = None, status: str = "FOUND", commit: bool = False, client: str = "c1",
+             queue: int = 0) -> Run:
+        return self.event("pull-route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=T,
+                          broker_name=B, queue_id=queue, queue_offset=offset, requested_broker_id=requested,
+                          broker_id=answered, suggest_which_broker_id=suggest, status=status,
+                          next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit)
+
+    # ---- harness ----------------------------------------------------------------------------
+
+    def fault(self, op: str, targets: list[str], start: int, end: int | None = None) -> Run:
+        recovery = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}[op]
+        self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": start, "op": op, "phase": "start", "targets": targets},
+                         {"node": "harness", "event": "nemesis", "mono_ms": start + 1, "op": op, "phase": "end", "targets": targets}]
+        if end is not None:
+            self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": end - 1, "op": recovery, "phase": "start", "targets": targets},
+                             {"node": "harness", "event": "nemesis", "mono_ms": end, "op": recovery, "phase": "end", "targets": targets}]
+        return self
+
+    def exit(self, node: str, t: int, *, expected: bool = False, code: int = -9) -> Run:
+        self.processes.append({"node": node, "event": "exit", "mono_ms": t, "expected": expected, "exit_code": code})
+        return self
+
+    # ---- output -----------------------------------------------------------------------------
+
+    def history(self, spark: Any, *, absent: tuple[str, ...] = ()) -> History:
+        kinds = {k: (None if k in absent else getattr(self, k))
+                 for k in ("sends", "deliveries", "events", "nemesis", "processes")}
+        return history_from_rows(spark, **kinds)
+
+    def write(self, run_dir: Path, *, timing: bool = True) -> Path:
+        """Write the histories as each process would: <run_dir>/<node>/<kind>.jsonl."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for kind in ("sends", "deliveries", "events", "nemesis", "processes"):
+            for r in getattr(self, kind):
+                node = r.get("node") or "harness"
+                path = run_dir / node / f"{kind}.jsonl"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a") as f:
+                    f.write(json.dumps(r) + "\n")
+        if timing:
+            (run_dir / "timing.json").write_text(json.dumps(TIMING))
+        (run_dir / "run.json").write_text(json.dumps({"suite": "unit", "seed": 7}))
+        return run_dir
+
+
+def clean_orderly_run() -> Run:
+    """Two queues, ten messages each, consumed in order by c1 under its locks, offsets committed."""
+    r = Run().sends_for(0, 10).sends_for(1, 10)
+    for q in (0, 1):
+        r.lock(150, "granted", queue=q, lease=750, side="broker")
+        r.lock(151, "granted", queue=q, lease=451)
+        r.consume(q, range(10), t0=200)
+        r.commit(320, 10, queue=q)
+        r.pull(190, offset=0, next_offset=10, queue=q)
+        r.pull(300, offset=10, next_offset=10, status="NO_NEW_MSG", queue=q)
+    return r

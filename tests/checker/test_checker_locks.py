@@ -1,0 +1,115 @@
+"""lock-exclusivity and takeover: overlapping owners, stale owners, lease discipline, takeover times."""
+
+from checker.builders import Run, config
+
+from chaos.checker.checks import check_lock_exclusivity, check_takeover
+
+
+def test_locks_clean(clean_output):
+    r = clean_output.verdict.checks["lock-exclusivity"]
+    assert r.valid is True, r.examples
+    assert all(v is True for v in r.parts.values()), r.parts
+
+
+def _two_owners(c1_dur):
+    run = Run().sends_for(0, 4)
+    run.deliver("q0-m0", 200, offset=0, orderly=True, dur=c1_dur, key="k0", seq=0)
+    run.deliver("q0-m1", 600, offset=1, orderly=True, client="c2", dur=5, key="k0", seq=1)
+    return run
+
+
+def test_overlapping_owners_are_a_bug(spark):
+    r = check_lock_exclusivity(_two_owners(c1_dur=500).history(spark), config())
+    assert r.valid is False
+    assert r.counts["overlaps"] == {"bug": 1, "expected-by-design": 0}
+    assert r.examples[0]["older_client"] == "c1" and r.examples[0]["client"] == "c2"
+
+
+def test_overlap_of_a_holder_paused_past_the_lease_is_expected(spark):
+    run = _two_owners(c1_dur=500).fault("pause", ["consumer-1"], 250, 650)  # 400 ms > L_b - L_c = 300
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is True
+    assert r.counts["overlaps"] == {"bug": 0, "expected-by-design": 1}
+
+
+def _handover_with_locks():
+    run = Run().sends_for(0, 6)
+    run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+    run.consume(0, range(3), t0=200)
+    run.lock(290, "released", side="broker").lock(291, "released")
+    run.lock(300, "granted", client="c2", side="broker", lease=900).lock(301, "granted", client="c2", lease=601)
+    run.consume(0, range(3, 6), t0=320, client="c2")
+    return run
+
+
+def test_handover_with_clean_lease_discipline(spark):
+    run = _handover_with_locks().commit(280, 3).commit(400, 6, client="c2")
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is True, r.examples
+
+
+def test_stale_owner_commit(spark):
+    run = _handover_with_locks().commit(280, 3).commit(450, 2)  # c1 commits after c2 was granted the queue
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is False and r.parts["stale-commit"] is False
+    assert r.counts["stale_owner_commits"] == 1
+    stale = next(e for e in r.examples if e["anomaly"] == "commit by a former owner")
+    assert (stale["client_id"], stale["holder"]) == ("c1", "c2")
+
+
+def test_consume_after_the_client_lost_its_lock(spark):
+    run = _handover_with_locks().lock(325, "lost", client="c2")  # c2's batches at 330 and 340 follow
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is False and r.parts["lease-client"] is False
+    assert r.counts["batches_without_valid_lock"] == 2
+
+
+def test_broker_grants_a_queue_whose_lease_is_live(spark):
+    run = Run().sends_for(0, 2)
+    run.lock(150, "granted", side="broker", lease=750).lock(400, "granted", client="c2", side="broker", lease=1000)
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is False and r.parts["lease-broker"] is False
+    assert r.examples[0]["holder"] == "c1" and r.examples[0]["granted_to"] == "c2"
+
+
+# ---- takeover: c1 holds q0 (last renewal t_L = 350), is killed at 400; c2 takes over ------------
+
+def _killed_holder(c2_start):
+    run = Run().sends_for(0, 10)
+    run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+    run.lock(350, "renewed", side="broker", lease=950).lock(351, "renewed", lease=651)
+    run.consume(0, range(5), t0=200).commit(260, 5)
+    run.fault("kill", ["consumer-1"], 400)
+    if c2_start is not None:
+        run.consume(0, range(5, 10), t0=c2_start, client="c2")
+    return run
+
+
+def test_takeover_within_the_bound(spark):
+    r = check_takeover(_killed_holder(1000).history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    # from t_L = 350: bound L_b + max(R_b, R_l) + W_p = 600 + 200 + 10
+    assert (m["cause"], m["measured_ms"], m["bound_ms"], m["verdict"]) == ("kill", 650, 810, "ok")
+
+
+def test_slow_takeover(spark):
+    r = check_takeover(_killed_holder(1400).history(spark), config())
+    assert r.valid is False and r.counts["slow"] == 1
+    assert r.examples[0]["measured_ms"] == 1050
+
+
+def test_takeover_before_the_lease_ran_out(spark):
+    r = check_takeover(_killed_holder(700).history(spark), config())
+    assert r.valid is False and r.counts["early"] == 1
+
+
+def test_queue_never_taken_over(spark):
+    run = _killed_holder(None).send("late", 2000, offset=10)  # the history goes on well past the bound
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is False and r.counts["stuck"] == 1
+
+
+def test_takeover_unknown_without_orderly_consumption(spark):
+    run = Run().sends_for(0, 3).consume(0, range(3), t0=200, orderly=False)
+    assert check_takeover(run.history(spark), config()).valid == "unknown"

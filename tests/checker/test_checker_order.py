@@ -1,0 +1,56 @@
+"""order: per sharding key and per queue, each anomaly and its clean twin."""
+
+from checker.builders import Run, config
+
+from chaos.checker.checks import check_order
+
+
+def test_order_clean(clean_output):
+    r = clean_output.verdict.checks["order"]
+    assert r.valid is True, r.examples
+    assert r.counts["keyed_seqs"] == 20 and r.counts["epochs"] == 2
+    assert r.parts == {"per-key": True, "per-queue": True}
+
+
+def test_reordered_key(spark):
+    run = Run().sends_for(0, 3).consume(0, [0, 2, 1], t0=200)
+    r = check_order(run.history(spark), config())
+    assert r.valid is False
+    assert r.counts["reordered"] == 1
+    reordered = [e for e in r.examples if e["anomaly"] == "reordered"]
+    assert reordered[0]["seq"] == 1 and reordered[0]["prev_max_seq"] == 2
+
+
+def test_skipped_offsets(spark):
+    run = Run().sends_for(0, 10).consume(0, [0, 1, 2, 3, 6, 7, 8, 9], t0=200)
+    r = check_order(run.history(spark), config())
+    assert r.valid is False
+    assert r.counts["anomalies"]["gap"] == 1 and r.counts["never_delivered_offsets"] == 2
+    assert r.counts["anomalies"]["skip (in epoch)"] == 1
+    gap = next(e for e in r.examples if e["anomaly"] == "skip (gap)")
+    assert (gap["first_missing"], gap["last_missing"]) == (4, 5)
+
+
+def _handover(start_at):
+    """c1 consumes 0..5 and commits 6; c2 takes over at t=400 starting at `start_at`."""
+    run = Run().sends_for(0, 10).consume(0, range(6), t0=200).commit(270, 6)
+    return run.consume(0, range(start_at, 10), t0=400, client="c2")
+
+
+def test_handover_at_the_committed_offset(spark):
+    r = check_order(_handover(6).history(spark), config())
+    assert r.valid is True, r.examples
+
+
+def test_rewound_past_the_committed_offset(spark):
+    r = check_order(_handover(2).history(spark), config())
+    assert r.valid is False
+    rewind = next(e for e in r.examples if e["anomaly"] == "rewind past committed")
+    assert (rewind["c_last"], rewind["start_offset"], rewind["depth"]) == (6, 2, 4)
+
+
+def test_rewind_after_a_broker_restart_is_explained(spark):
+    run = _handover(2).fault("kill", ["broker-a-0"], 300, 350)
+    r = check_order(run.history(spark), config())
+    assert r.valid is True
+    assert r.counts["anomalies"]["rewind past committed (explained)"] == 1

@@ -1,0 +1,78 @@
+"""Pure parts of the checker: three-valued verdicts, fault windows, bounds from timing."""
+
+import json
+
+from chaos.checker.config import CheckerConfig, bounds_from_timing
+from chaos.checker.faults import fault_windows
+from chaos.checker.verdict import UNKNOWN, CheckResult, Verdict, combine_parts, worst
+
+
+def test_worst_orders_false_over_unknown_over_true():
+    assert worst([True, True]) is True
+    assert worst([True, UNKNOWN]) == UNKNOWN
+    assert worst([UNKNOWN, False, True]) is False
+    assert worst([]) == UNKNOWN
+
+
+def test_a_check_with_parts_fails_on_any_failure_and_is_unknown_only_when_nothing_ran():
+    assert combine_parts({"a": True, "b": None}) is True
+    assert combine_parts({"a": True, "b": False}) is False
+    assert combine_parts({"a": None, "b": None}) == UNKNOWN
+
+
+def test_verdict_exit_codes_and_json_shape():
+    ok = CheckResult("lost", True, "d")
+    bad = CheckResult("order", False, "d", examples=[{"x": float("nan")}])
+    unk = CheckResult("takeover", UNKNOWN, "d", reason="no orderly consumption")
+    assert Verdict.of([ok]).exit_code == 0
+    assert Verdict.of([ok, unk]).exit_code == 2
+    v = Verdict.of([ok, unk, bad], suite="s", seed=3)
+    assert v.exit_code == 1
+    data = json.loads(json.dumps(v.to_json()))
+    assert data["valid"] is False and data["suite"] == "s" and data["seed"] == 3
+    assert set(data["checks"]) == {"lost", "order", "takeover"}
+    assert data["checks"]["takeover"]["valid"] == "unknown"
+    assert data["checks"]["order"]["examples"] == [{"x": None}]
+
+
+def test_fault_windows_pair_faults_with_their_recoveries():
+    rows = [
+        {"op": "kill", "phase": "start", "targets": ["consumer-1"], "mono_ms": 100},
+        {"op": "kill", "phase": "end", "targets": ["consumer-1"], "mono_ms": 101},
+        {"op": "partition", "phase": "start", "targets": ["broker-a-0", "consumer-2"], "mono_ms": 150},
+        {"op": "restart", "phase": "start", "targets": ["consumer-1"], "mono_ms": 300},
+        {"op": "restart", "phase": "end", "targets": ["consumer-1"], "mono_ms": 320},
+        {"op": "heal", "phase": "end", "targets": [], "mono_ms": 400},
+        {"op": "pause", "phase": "start", "targets": ["consumer-3"], "mono_ms": 500},
+    ]
+    windows = fault_windows(rows, end_of_history_ms=900)
+    assert [(w.op, w.targets, w.start_ms, w.end_ms, w.recovered) for w in windows] == [
+        ("kill", ("consumer-1",), 100, 320, True),
+        ("partition", ("broker-a-0", "consumer-2"), 150, 400, True),
+        ("pause", ("consumer-3",), 500, 900, False),
+    ]
+
+
+def test_bounds_come_from_timing_and_missing_timers_scale_with_the_run():
+    b = bounds_from_timing({"rebalance_interval_ms": 2_000, "route_poll_ms": 3_000, "client_heartbeat_ms": 3_000,
+                            "pull_delay_when_exception_ms": 100}, slack_ms=0, slack_ratio=0)
+    assert b.scale == 0.1
+    assert b.R_b == 2_000 and b.sources["R_b"].endswith("rebalance_interval_ms")
+    assert b.L_b == 6_000 and b.sources["L_b"] == "default x0.1"  # not in this run's Timing yet
+    assert b.takeover_kill() == 6_000 + 2_000 + 100
+
+
+def test_config_reads_timing_and_run_json(tmp_path):
+    (tmp_path / "timing.json").write_text(json.dumps({"rebalance_interval_ms": 1_000}))
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "kill-owner", "seed": 42,
+                                                   "checker": {"duplicate_budget": 5, "bogus": 1}}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    assert (cfg.suite, cfg.seed, cfg.duplicate_budget) == ("kill-owner", 42, 5)
+    assert cfg.bounds.R_b == 1_000
+
+
+def test_config_falls_back_to_a_node_config_timing(tmp_path):
+    (tmp_path / "broker-a-0").mkdir()
+    (tmp_path / "broker-a-0" / "config.json").write_text(json.dumps({"timing": {"route_poll_ms": 1_500}}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    assert cfg.bounds.N_r == 1_500 and cfg.timing_origin == "broker-a-0/config.json"

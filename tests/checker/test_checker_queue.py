@@ -1,0 +1,77 @@
+"""lost, unexpected, duplicates on hand-written histories: each anomaly and its clean twin."""
+
+from checker.builders import Run, config
+
+from chaos.checker.checks import check_duplicates, check_lost, check_unexpected
+
+
+def _consumed(n=5):
+    return Run().sends_for(0, n).consume(0, range(n), t0=200, orderly=False)
+
+
+def test_lost_clean(clean_output):
+    r = clean_output.verdict.checks["lost"]
+    assert r.valid is True
+    assert r.counts["acknowledged"] == 20 and r.counts["lost"] == 0
+
+
+def test_lost_acknowledged_send_never_consumed(spark):
+    run = Run().sends_for(0, 5).consume(0, [0, 1, 3, 4], t0=200, orderly=False)
+    r = check_lost(run.history(spark), config())
+    assert r.valid is False
+    assert r.counts["lost"] == 1 and r.counts["lost_by_position"] == {"middle": 1}
+    assert r.examples[0]["msg_id"] == "q0-m2" and r.examples[0]["seen"] is False
+    assert "definition" not in r.examples[0] and r.definition.startswith("Every acknowledged send")
+
+
+def test_lost_reports_recovered_unknown_outcomes_without_failing(spark):
+    run = _consumed().send("maybe", 150, offset=5, outcome="info").deliver("maybe", 260, offset=5)
+    run.send("never", 151, offset=6, outcome="info")
+    r = check_lost(run.history(spark), config())
+    assert r.valid is True
+    assert r.counts["recovered"] == {"info": 1}
+    assert r.counts["unknown_outcome_never_seen"] == {"info": 1}
+
+
+def test_lost_is_unknown_without_deliveries(spark):
+    r = check_lost(_consumed().history(spark, absent=("deliveries",)), config())
+    assert r.valid == "unknown" and "deliveries" in r.reason
+
+
+def test_unexpected_clean(clean_output):
+    r = clean_output.verdict.checks["unexpected"]
+    assert r.valid is True and r.counts["unexpected_deliveries"] == 0
+
+
+def test_unexpected_delivery_of_an_id_never_sent(spark):
+    run = _consumed().deliver("ghost", 300, offset=5)
+    r = check_unexpected(run.history(spark), config())
+    assert r.valid is False
+    assert r.counts["unexpected_msg_ids"] == 1 and r.examples[0]["msg_id"] == "ghost"
+
+
+def test_duplicates_clean(clean_output):
+    r = clean_output.verdict.checks["duplicates"]
+    assert r.valid is True and r.counts["duplicates"] == 0
+
+
+def test_duplicate_without_a_cause_fails(spark):
+    run = _consumed().deliver("q0-m1", 900, offset=1)
+    r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50))
+    assert r.valid is False
+    assert (r.counts["duplicates"], r.counts["unexplained"]) == (1, 1)
+    assert r.examples[0]["msg_id"] == "q0-m1" and r.examples[0]["explained"] is False
+
+
+def test_duplicate_inside_a_fault_window_is_explained(spark):
+    run = _consumed().deliver("q0-m1", 900, offset=1).fault("kill", ["consumer-1"], 500, 600)
+    r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50))
+    assert r.valid is True
+    assert (r.counts["explained"], r.counts["unexplained"]) == (1, 0)
+    assert r.counts["budget"] >= 1
+
+
+def test_duplicates_over_the_suite_budget_fail(spark):
+    run = _consumed().deliver("q0-m1", 900, offset=1).fault("kill", ["consumer-1"], 500, 600)
+    r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50, duplicate_budget=0))
+    assert r.valid is False and "budget" in r.reason

@@ -1,0 +1,61 @@
+"""read-routing: pull targets against rules R1-R6, failover and switch-back times."""
+
+from checker.builders import Run, config
+
+from chaos.checker.checks import check_read_routing
+
+
+def test_routing_clean(clean_output):
+    r = clean_output.verdict.checks["read-routing"]
+    assert r.valid is True, r.examples
+    assert r.counts["pulls_by_answering_broker_id"] == {"0": 4}
+
+
+def test_pull_from_the_slave_while_the_master_is_up(spark):
+    run = Run().pull(100, offset=0).pull(200, offset=1, answered=1)
+    r = check_read_routing(run.history(spark), config())
+    assert r.valid is False and r.parts["wrong target"] is False
+    assert r.examples[0]["rule"] == "wrong target" and r.examples[0]["answered_by"] == 1
+
+
+def _failover(commit=False, back_at=1000):
+    run = Run().pull(100, offset=0).pull(250, offset=1)
+    run.fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=2, answered=1, commit=commit).pull(360, offset=3, answered=1)
+    return run.pull(back_at, offset=4).pull(back_at + 100, offset=5)
+
+
+def test_failover_to_the_slave_and_back(spark):
+    r = check_read_routing(_failover().history(spark), config())
+    assert r.valid is True, r.examples
+    assert r.counts["wrong target"] == {"violations": 0, "excused": 2}
+    what = {m["what"]: m for m in r.measurements}
+    assert what["failover"]["measured_ms"] == 30 and what["switch back"]["measured_ms"] == 100
+
+
+def test_commit_flag_sent_to_a_slave(spark):
+    r = check_read_routing(_failover(commit=True).history(spark), config())
+    assert r.valid is False and r.parts["commit flag to slave"] is False
+
+
+def test_stuck_on_the_slave_after_the_master_returned(spark):
+    run = _failover(back_at=1000)
+    run.pull(1700, offset=6, answered=1).pull(1800, offset=7, answered=1)  # past 900 + N_r + G_r + W_p + slack
+    r = check_read_routing(run.history(spark), config())
+    assert r.valid is False and r.counts["wrong target"]["violations"] == 2
+
+
+def test_ignored_suggestion(spark):
+    run = Run().pull(100, offset=0, suggest=1).pull(200, offset=1)
+    r = check_read_routing(run.history(spark), config())
+    assert r.valid is False and r.parts["ignored suggestion"] is False
+
+
+def test_broker_suggests_the_slave_for_hot_data(spark):
+    run = Run().event("pull-suggestion", 100, "broker-a-0", group="G", topic="Orders", queue_id=0,
+                      suggest_which_broker_id=1, backlog_bytes=10, memory_budget_bytes=100)
+    run.event("pull-suggestion", 200, "broker-a-0", group="G", topic="Orders", queue_id=1,
+              suggest_which_broker_id=1, backlog_bytes=1000, memory_budget_bytes=100)
+    r = check_read_routing(run.history(spark), config())
+    assert r.valid is False and r.counts["hot suggestion away from master"] == 1
+    assert r.examples[0]["queue_id"] == 0 and r.examples[0]["broker_name"] == "broker-a"
