@@ -167,7 +167,8 @@ class BrokerController:
         self.topics = TopicConfigManager(md, auto_create_enable=self.config.auto_create_topic_enable,
                                          default_queue_nums=self.config.default_topic_queue_nums, now_ms=now_ms)
         self.groups = SubscriptionGroupManager(md, auto_create_enable=self.config.auto_create_subscription_group)
-        self.offsets = ConsumerOffsetTable(md)
+        self.offsets = ConsumerOffsetTable(md, events=self.events, broker_name=self.config.broker_name,
+                                           broker_id=self.config.broker_id)
         self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock,
                                   self.events, consumers=self.consumers)
         self.registrar = NamesrvRegistrar(self.config, self.topics)

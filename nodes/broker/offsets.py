@@ -4,6 +4,11 @@ Owns: (topic, group) -> queue_id -> committed queue_offset, in memory; persisted
 store's metadata every `consumer_offset_persist_ms` and on shutdown. A commit overwrites
 (RocketMQ has no monotonic guard; a decrease is logged). A crash loses at most one
 persistence interval of commits, as in RocketMQ.
+
+Every change of a stored value is recorded as an `offset-commit` event (side broker) with its
+`source`: `client` (an update or a pull's piggy-backed commit), `slave-sync` (the master's
+table copied over a slave's) or `admin` (an operator's reset). A value written again unchanged
+records nothing: a piggy-backed commit arrives with nearly every pull.
 """
 
 from __future__ import annotations
@@ -12,26 +17,49 @@ import asyncio
 import logging
 from typing import Any
 
+from nodes.common.events import EventLog
 from nodes.common.service import Service
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TABLE = "consumer_offsets"
+# `source` of a broker's offset-commit event: who changed the stored value
+SOURCE_CLIENT = "client"
+SOURCE_SLAVE_SYNC = "slave-sync"
+SOURCE_ADMIN = "admin"
 
 
 def _key(topic: str, group: str) -> str:
     return f"{topic}@{group}"
 
 
+def _split_key(key: str) -> tuple[str, str]:
+    """(topic, group) of a table key: a topic name cannot contain '@' (TOPIC_NAME_PATTERN)."""
+    topic, _, group = key.partition("@")
+    return topic, group
+
+
 class ConsumerOffsetTable:
-    def __init__(self, metadata: Any) -> None:
+    """Args:
+        metadata: the store's metadata (loaded from, persisted to).
+        events: receives an `offset-commit` event for every stored value that changes.
+        broker_name, broker_id: name the node in those events.
+    """
+
+    def __init__(self, metadata: Any, *, events: EventLog | None = None, broker_name: str = "",
+                 broker_id: int | None = None) -> None:
         self._metadata = metadata
+        self._events = events
+        self._broker_name = broker_name
+        self._broker_id = broker_id
         self.offsets: dict[str, dict[int, int]] = {
             key: {int(qid): int(v) for qid, v in value.items()}
             for key, value in metadata.get_all(OFFSETS_TABLE).items()}
         self._dirty: set[str] = set()
 
-    def commit(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    def commit(self, group: str, topic: str, queue_id: int, queue_offset: int, *, source: str = SOURCE_CLIENT,
+               client_id: str | None = None) -> None:
+        """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_ADMIN)."""
         key = _key(topic, group)
         queues = self.offsets.setdefault(key, {})
         previous = queues.get(queue_id)
@@ -39,6 +67,8 @@ class ConsumerOffsetTable:
             log.warning("offset of %s queue %d moves back %d -> %d", key, queue_id, previous, queue_offset)
         queues[queue_id] = queue_offset
         self._dirty.add(key)
+        if previous != queue_offset:
+            self._record(group, topic, queue_id, queue_offset, previous, source, client_id)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when there is none."""
@@ -50,8 +80,27 @@ class ConsumerOffsetTable:
     def put_all(self, table: dict[str, dict[str, int]]) -> None:
         """SlaveSynchronize#syncConsumerOffset: the master's keys overwrite, slave-only keys survive."""
         for key, queues in table.items():
-            self.offsets[key] = {int(qid): int(v) for qid, v in queues.items()}
+            before = self.offsets.get(key, {})
+            after = {int(qid): int(v) for qid, v in queues.items()}
+            self.offsets[key] = after
             self._dirty.add(key)
+            topic, group = _split_key(key)
+            for queue_id, queue_offset in sorted(after.items()):
+                previous = before.get(queue_id)
+                if previous != queue_offset:
+                    self._record(group, topic, queue_id, queue_offset, previous, SOURCE_SLAVE_SYNC, None)
+
+    def _record(self, group: str, topic: str, queue_id: int, queue_offset: int, previous: int | None, source: str,
+                client_id: str | None) -> None:
+        if self._events is None:
+            return
+        event: dict[str, Any] = {
+            "event": "offset-commit", "side": "broker", "group": group, "topic": topic,
+            "broker_name": self._broker_name or None, "broker_id": self._broker_id, "queue_id": queue_id,
+            "offset": queue_offset, "previous_offset": previous, "source": source}
+        if client_id:
+            event["client_id"] = client_id
+        self._events.record(event)
 
     def take_dirty(self) -> dict[str, dict[str, int]]:
         """Snapshot of the entries changed since the last call (taken on the event loop)."""

@@ -231,7 +231,8 @@ class PullProcessor:
             return
         self._last_suggestion[key] = suggest
         self._events.record({
-            "event": "pull-suggestion", "group": req.consumer_group, "topic": req.topic, "queue_id": req.queue_id,
+            "event": "pull-suggestion", "side": "broker", "group": req.consumer_group, "topic": req.topic,
+            "broker_name": self._config.broker_name, "queue_id": req.queue_id,
             "queue_offset": req.queue_offset, "answering_broker_id": self._config.broker_id,
             "suggest_which_broker_id": suggest, "backlog_bytes": backlog_bytes,
             "memory_budget_bytes": self._config.store.memory_budget_bytes, "store_status": status.name})

@@ -5,7 +5,10 @@ Owns RocketMQ's `RebalanceImpl#lock / lockAll / unlock / unlockAll` and the dela
 master of each queue's broker only (never a slave: with the master gone, lock calls fail and
 the client lock ages out), the `locked` flag and lock timestamp of each ProcessQueue, and one
 `lock` event per queue for every request and outcome as the client sees it (requested,
-granted, renewed, denied, lost, expired, released, failed) with the lease end it believes.
+granted, renewed, denied, lost, expired, released) with the lease end it believes, on this
+process's CLOCK_MONOTONIC in ms (the clock of the event lines' `mono_ms`). A lock or unlock
+call that got no answer changes nothing the client believes: it is recorded as a separate
+`lock-failed` event (`call` lock or unlock), outside the `lock` actions the checker reads.
 
 The believed lease runs `client_lock_lease_ms` from when the lock request was *sent*, not
 from when the answer arrived (RocketMQ stamps the answer): a slow answer can then never make
@@ -47,7 +50,6 @@ DENIED = "denied"
 LOST = "lost"
 EXPIRED = "expired"
 RELEASED = "released"
-FAILED = "failed"
 
 
 class QueueLocker:
@@ -151,7 +153,7 @@ class QueueLocker:
             self.stats["lock_failures"] += 1
             log.warning("%s: locking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:
-                self._emit(FAILED, mq, None, reason=reason, error=str(err))
+                self._emit_failed("lock", mq, reason=reason, error=str(err))
             return None, sent_ms
         locked = {wire.mq_from_pb(q) for q in resp.locked}
         rtt_ms = self._clock.monotonic_ms() - sent_ms
@@ -225,7 +227,7 @@ class QueueLocker:
         except MqError as err:
             log.warning("%s: unlocking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:
-                self._emit(FAILED, mq, None, reason=reason, error=str(err), unlock=True)
+                self._emit_failed("unlock", mq, reason=reason, error=str(err))
             return False
         now_ms = self._clock.monotonic_ms()
         for mq in mqs:
@@ -251,6 +253,12 @@ class QueueLocker:
             self._on_event({"event": "lock", "side": "client", "action": action, "group": self.group,
                             "client_id": self.client_id, "topic": mq.topic, "broker_name": mq.broker_name,
                             "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
+
+    def _emit_failed(self, call: str, mq: MessageQueue, *, reason: str, error: str) -> None:
+        if self._on_event is not None:
+            self._on_event({"event": "lock-failed", "side": "client", "call": call, "group": self.group,
+                            "client_id": self.client_id, "topic": mq.topic, "broker_name": mq.broker_name,
+                            "queue_id": mq.queue_id, "reason": reason, "error": error})
 
 
 class LockRenewalService(Service):

@@ -106,13 +106,15 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         timeout_ms: deadline of one query or update.
         on_event: receives an `offset-commit` event for every persisted value that changed and
             every failed persist (called on the loop thread).
+        client_id: names the committer in those events.
     """
 
     def __init__(self, instance: ClientInstance, group: str, *, timeout_ms: int,
-                 on_event: EventSink | None = None) -> None:
+                 on_event: EventSink | None = None, client_id: str = "") -> None:
         super().__init__()
         self._instance = instance
         self.group = group
+        self.client_id = client_id
         self.timeout_ms = timeout_ms
         self._on_event = on_event
         self._persisted: dict[MessageQueue, int] = {}
@@ -192,9 +194,10 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         if self._on_event is None:
             return
         event: dict[str, Any] = {
-            "event": "offset-commit", "group": self.group, "topic": mq.topic, "broker_name": mq.broker_name,
-            "queue_id": mq.queue_id, "offset": offset, "ok": error is None,
-            "addr": found.addr if found else None, "broker_id": found.broker_id if found else None}
+            "event": "offset-commit", "side": "client", "group": self.group, "client_id": self.client_id or None,
+            "topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset,
+            "ok": error is None, "addr": found.addr if found else None,
+            "target_broker_id": found.broker_id if found else None}
         if error is not None:
             event["error"] = error
         self._on_event(event)
@@ -308,6 +311,7 @@ class LocalFileOffsetStore(_MemoryTable):
         super().__init__()
         self.path = offsets_file(root, client_id, group)
         self.group = group
+        self.client_id = client_id
         self._on_event = on_event
         self._persisted: dict[MessageQueue, int] = {}
 
@@ -351,6 +355,8 @@ class LocalFileOffsetStore(_MemoryTable):
             if self._persisted.get(mq) != offset:
                 self._persisted[mq] = offset
                 if self._on_event is not None:
-                    self._on_event({"event": "offset-commit", "group": self.group, "topic": mq.topic,
-                                    "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset,
-                                    "ok": True, "file": str(self.path)})
+                    # a local file has no broker: target_broker_id stays null
+                    self._on_event({"event": "offset-commit", "side": "client", "group": self.group,
+                                    "client_id": self.client_id, "topic": mq.topic, "broker_name": mq.broker_name,
+                                    "queue_id": mq.queue_id, "offset": offset, "ok": True,
+                                    "target_broker_id": None, "file": str(self.path)})

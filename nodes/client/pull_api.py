@@ -211,9 +211,10 @@ class PullApi:
     """
 
     def __init__(self, instance: ClientInstance, group: str,
-                 on_routing_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_routing_event: Callable[[dict[str, Any]], None] | None = None, *, client_id: str = "") -> None:
         self._instance = instance
         self.group = group
+        self.client_id = client_id  # names the puller in routing events ("" for a bare PullConsumer)
         self._pull_from_which_node: dict[MessageQueue, int] = {}
         # Every routing decision (asked-for broker, answering broker, suggestion) for the checker.
         self.on_routing_event = on_routing_event
@@ -271,7 +272,8 @@ class PullApi:
         self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
         if self.on_routing_event is not None:
             self.on_routing_event({
-                "event": "pull-route", "group": self.group, "topic": mq.topic, "broker_name": mq.broker_name,
+                "event": "pull-route", "group": self.group, "client_id": self.client_id or None,
+                "topic": mq.topic, "broker_name": mq.broker_name,
                 "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
                 "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
                 "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,

@@ -257,7 +257,8 @@ class PushConsumer:
         instance = self._instance
         if self.message_model is MessageModel.CLUSTERING:
             self._offset_store: OffsetStore = RemoteBrokerOffsetStore(
-                instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event)
+                instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event,
+                client_id=self.client_id)
         else:
             self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
                                                       on_event=self._on_event)
@@ -295,7 +296,8 @@ class PushConsumer:
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
         self._consume.start()
         self._pull = PullService(
-            api=PullApi(instance, self.group, self._routing_event), subscriptions=self._rebalance.subscriptions,
+            api=PullApi(instance, self.group, self._routing_event, client_id=self.client_id),
+            subscriptions=self._rebalance.subscriptions,
             offset_store=self._offset_store, submit=self._submit_concurrently,
             remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
             message_model=self.message_model, timing=timing, clock=self._clock,

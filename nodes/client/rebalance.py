@@ -161,6 +161,7 @@ class RebalanceStats:
     rounds: int = 0
     changes: int = 0
     last_cids: dict[str, list[str]] = field(default_factory=dict)
+    last_mq_all: dict[str, list[MessageQueue]] = field(default_factory=dict)
 
 
 class RebalanceImpl:
@@ -243,13 +244,18 @@ class RebalanceImpl:
         cids_changed = cid_all is not None and self.stats.last_cids.get(topic) != cid_all
         if cid_all is not None:
             self.stats.last_cids[topic] = cid_all
+        queues = sorted(mq_all)
+        queues_changed = self.stats.last_mq_all.get(topic) != queues
+        self.stats.last_mq_all[topic] = queues
         changed = await self.update_process_queue_table(topic, set(divided))
         after = sorted(mq for mq in self.process_queue_table if mq.topic == topic)
         if changed or cids_changed:
+            removed = sorted(set(before) - set(after))
             self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": topic,
                         "model": self.message_model.value, "allocate": self.allocate.name, "cids": cid_all,
-                        "before": _mq_list(before),
-                        "after": _mq_list(after), "allocated": _mq_list(sorted(divided)), "changed": changed})
+                        "before": _mq_list(before), "after": _mq_list(after), "removed": _mq_list(removed),
+                        "allocated": _mq_list(sorted(divided)), "changed": changed,
+                        "reason": _rebalance_reason(cids_changed, queues_changed)})
         if changed:
             self.stats.changes += 1
             log.info("rebalance %s of %s: %d -> %d queues %s", self.group, topic, len(before), len(after),
@@ -345,12 +351,15 @@ class RebalanceImpl:
 
     async def remove_process_queue(self, mq: MessageQueue) -> None:
         """Drop one queue now (the OFFSET_ILLEGAL fix-up); it comes back at the next rebalance."""
+        before = sorted(q for q in self.process_queue_table if q.topic == mq.topic)
         pq = self.process_queue_table.pop(mq, None)
         if pq is not None:
             pq.dropped = True
             await self.remove_unnecessary_message_queue(mq, pq)
+            after = sorted(q for q in self.process_queue_table if q.topic == mq.topic)
             self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
-                        "removed": _mq_list([mq]), "reason": "offset-illegal"})
+                        "before": _mq_list(before), "after": _mq_list(after), "removed": _mq_list([mq]),
+                        "reason": "offset-illegal"})
 
     def truncate_message_queue_not_my_topic(self) -> None:
         """Drop queues of topics no longer subscribed (no offset persist, as RocketMQ)."""
@@ -386,6 +395,17 @@ class RebalanceImpl:
 
 def _mq_list(mqs: Iterable[MessageQueue]) -> list[list[Any]]:
     return [[mq.broker_name, mq.queue_id] for mq in mqs]
+
+
+def _rebalance_reason(cids_changed: bool, queues_changed: bool) -> str:
+    """Why a rebalance changed something: the group's members, the topic's queues (a route
+    change, or the first look at the topic), else `retry` (an earlier round left work undone: a
+    denied lock, an unknown start offset, a queue re-created after it sat unpulled)."""
+    if cids_changed:
+        return "consumers-changed"
+    if queues_changed:
+        return "queues-changed"
+    return "retry"
 
 
 class RebalanceService(Service):

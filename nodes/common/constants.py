@@ -76,6 +76,11 @@ PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 # the queue id or queue offset fields is caught before a record is indexed in the wrong place.
 PROPERTY_RECORD_CRC = "__RECORD_CRC32"
 KEY_SEPARATOR = " "
+# Workload user properties: a producer workload stamps each message with its sharding key and
+# per-key sequence number (a decimal string), and consumers journal them, so the checker can
+# judge per-key order.
+PROPERTY_WORKLOAD_SHARDING_KEY = "MQLAB_SHARDING_KEY"
+PROPERTY_WORKLOAD_SEQ = "MQLAB_SEQ"
 
 # ---------------------------------------------------------------------------
 # Timing defaults in ms (each becomes a Timing field; Timing.scaled() scales them all)

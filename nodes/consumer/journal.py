@@ -5,12 +5,16 @@ the OS *before* the listener's result is returned to the push consumer, so a SIG
 the two can only lose an acknowledgement, never the evidence of a delivery (the page cache
 survives a process kill). Does not decide results (`workload`).
 
-A line: node, group, client_id, msg_id, keys, topic (the original topic, also for retries),
-queue (the queue it was pulled from: topic, broker_name, queue_id), queue_offset,
-commitlog_offset, reconsume_times, origin_msg_id, body_sha256, body_bytes, store and born
-timestamps, wall_ms, mono_ms, result (CONSUME_SUCCESS, RECONSUME_LATER or EXCEPTION; orderly:
-SUCCESS, SUSPEND_CURRENT_QUEUE_A_MOMENT or EXCEPTION), orderly, and for orderly deliveries the
-listener call's interval, consume_start_mono_ms / consume_end_mono_ms (a batch shares one).
+A line (the checker's history contract, `chaos/checker/schemas.py`): event (`deliver`), node,
+group, client_id, msg_id, keys, tags, topic (the original topic, also for retries), the queue it
+was pulled from as flat fields queue_topic / broker_name / queue_id (queue_topic is a retry
+topic for a redelivery in concurrent mode), queue_offset, commitlog_offset, reconsume_times,
+origin_msg_id, sharding_key and seq (the producer workload's user properties
+`PROPERTY_WORKLOAD_SHARDING_KEY` / `PROPERTY_WORKLOAD_SEQ`; null when absent, seq also when it
+is not an integer), body_sha256, body_bytes, store and born timestamps, wall_ms, mono_ms, result
+(CONSUME_SUCCESS, RECONSUME_LATER or EXCEPTION; orderly: SUCCESS,
+SUSPEND_CURRENT_QUEUE_A_MOMENT or EXCEPTION), orderly, and for orderly deliveries the listener
+call's interval, consume_start_mono_ms / consume_end_mono_ms (a batch shares one).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,17 @@ JOURNAL_FILE_NAME = "deliveries.jsonl"
 
 def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+def workload_seq(properties: Mapping[str, str]) -> int | None:
+    """The producer workload's per-key sequence number, or None when absent or not an integer."""
+    raw = properties.get(c.PROPERTY_WORKLOAD_SEQ)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 class DeliveryJournal:
@@ -61,12 +76,14 @@ class DeliveryJournal:
         lines = []
         for msg, result in zip(msgs, results, strict=True):
             lines.append(json.dumps({
-                "node": self.node_id, "group": self.group, "client_id": self.client_id, "msg_id": msg.msg_id,
-                "keys": msg.keys, "tags": msg.tags, "topic": msg.topic,
-                "queue": {"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id},
+                "event": "deliver", "node": self.node_id, "group": self.group, "client_id": self.client_id,
+                "msg_id": msg.msg_id, "keys": msg.keys, "tags": msg.tags, "topic": msg.topic,
+                "queue_topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
                 "queue_offset": msg.queue_offset, "commitlog_offset": msg.commitlog_offset,
                 "reconsume_times": msg.reconsume_times,
                 "origin_msg_id": msg.properties.get(c.PROPERTY_ORIGIN_MESSAGE_ID),
+                "sharding_key": msg.properties.get(c.PROPERTY_WORKLOAD_SHARDING_KEY),
+                "seq": workload_seq(msg.properties),
                 "body_sha256": body_digest(bytes(msg.body)), "body_bytes": len(msg.body),
                 "store_timestamp_ms": msg.store_timestamp_ms, "born_timestamp_ms": msg.born_timestamp_ms,
                 "wall_ms": wall_ms, "mono_ms": mono_ms, "result": result, **orderly,

@@ -147,10 +147,10 @@ def calls(run_dir: Path) -> list[Call]:
     out = []
     for path in sorted(run_dir.glob("consumer-*/deliveries.jsonl")):
         for r in read_journal(path):
-            if r["queue"]["topic"] != TOPIC:
+            if r["queue_topic"] != TOPIC:
                 continue
             assert r["orderly"] is True and r["consume_start_mono_ms"] <= r["consume_end_mono_ms"], r
-            out.append(Call(r["node"], r["client_id"], r["queue"]["queue_id"], r["queue_offset"], r["msg_id"],
+            out.append(Call(r["node"], r["client_id"], r["queue_id"], r["queue_offset"], r["msg_id"],
                             r["consume_start_mono_ms"], r["consume_end_mono_ms"], r["result"], r["reconsume_times"]))
     return sorted(out, key=lambda c: (c.start, c.queue_offset))
 

@@ -193,7 +193,7 @@ def test_failing_keys_come_back_through_the_retry_topic(cluster):
         successes = [t for t, result in mine if result == "CONSUME_SUCCESS"]
         # each consumer fails a key twice, and a retry may land on another consumer
         assert len(failures) >= 2 and successes and min(successes) >= 2, (key, mine)
-        assert all(r["queue"]["topic"] == f"%RETRY%{GROUP}" and r["topic"] == TOPIC
+        assert all(r["queue_topic"] == f"%RETRY%{GROUP}" and r["topic"] == TOPIC
                    for r in records if r["keys"] == key and r["reconsume_times"] > 0)
         # each retry waits its delay level (3 + reconsume times: 10 s, then 30 s, scaled)
         by_times = {}

@@ -190,6 +190,20 @@ def test_kernel_follows_the_brokers_suggestion_per_queue(fakes):
     assert [addr for addr, _, _ in inst.calls] == ["a0:1", "a1:1", "a0:1", "a0:1"]
 
 
+def test_pull_route_event_carries_the_contract_fields(fakes):
+    inst = fakes.FakeInstance({"T": fakes.two_broker_route()},
+                              lambda *_: response(common_pb2.PULL_NOT_FOUND, next_begin_offset=9))
+    events: list[dict] = []
+    asyncio.run(run_kernel(PullApi(inst, "cg", events.append, client_id="cid-7"), commit_offset_value=4))
+    (event,) = events
+    assert {k: event[k] for k in ("event", "group", "client_id", "topic", "broker_name", "queue_id", "queue_offset",
+                                  "requested_broker_id", "broker_id", "commit_flag", "suggest_which_broker_id",
+                                  "status", "next_begin_offset")} == {
+        "event": "pull-route", "group": "cg", "client_id": "cid-7", "topic": "T", "broker_name": "broker-a",
+        "queue_id": 1, "queue_offset": 5, "requested_broker_id": 0, "broker_id": 0, "commit_flag": True,
+        "suggest_which_broker_id": 0, "status": "NO_NEW_MSG", "next_begin_offset": 9}
+
+
 def test_kernel_sends_subscription_and_clears_commit_flag_on_slave(fakes):
     inst = fakes.FakeInstance({"T": fakes.two_broker_route()},
                               lambda *_: response(common_pb2.PULL_NOT_FOUND, suggest_which_broker_id=1))

@@ -103,6 +103,7 @@ def test_local_file_commit_events_only_for_changes(tmp_path):
     asyncio.run(store.persist_all({Q0}))
     asyncio.run(store.persist_all({Q0}))
     assert [(e["event"], e["offset"]) for e in events] == [("offset-commit", 3)]
+    assert (events[0]["side"], events[0]["client_id"], events[0]["target_broker_id"]) == ("client", "cid", None)
 
 
 # --- the remote store with a fake broker ------------------------------------------------------------
@@ -110,7 +111,8 @@ def test_local_file_commit_events_only_for_changes(tmp_path):
 def remote(fakes, handler, route=None, events=None):
     inst = fakes.FakeInstance({"T": route or fakes.make_route(("broker-a", 3, 3, c.PERM_DEFAULT,
                                                                {0: "a0:1", 1: "a1:1"}))}, handler)
-    store = RemoteBrokerOffsetStore(inst, "g", timeout_ms=1000, on_event=(events.append if events is not None else None))
+    store = RemoteBrokerOffsetStore(inst, "g", timeout_ms=1000, on_event=(events.append if events is not None else None),
+                                    client_id="cid-1")
     return inst, store
 
 
@@ -144,8 +146,9 @@ def test_remote_persist_all_sends_owned_offsets_and_forgets_the_rest(fakes):
     assert store.offsets() == {Q0: 4}
     asyncio.run(store.persist_all({Q0}))  # unchanged: sent again (oneway in RocketMQ), no new event
     assert len(inst.calls) == 2 and len(events) == 1
-    assert events[0] | {"addr": None} == {"event": "offset-commit", "group": "g", "topic": "T", "broker_name": "broker-a",
-                                          "queue_id": 0, "offset": 4, "ok": True, "addr": None, "broker_id": 0}
+    assert events[0] | {"addr": None} == {"event": "offset-commit", "side": "client", "group": "g",
+                                          "client_id": "cid-1", "topic": "T", "broker_name": "broker-a",
+                                          "queue_id": 0, "offset": 4, "ok": True, "addr": None, "target_broker_id": 0}
 
 
 def test_remote_store_falls_back_to_a_slave_without_a_master(fakes):

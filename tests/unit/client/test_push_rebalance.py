@@ -198,6 +198,7 @@ def test_clustering_takes_its_share_and_dispatches_after_the_change_heartbeat():
     (event,) = events
     assert event["event"] == "rebalance" and event["before"] == [] and event["cids"] == ["a", "b", "c"]
     assert event["after"] == [["broker-a", 3], ["broker-a", 4], ["broker-a", 5]]
+    assert event["removed"] == [] and event["reason"] == "consumers-changed" and event["client_id"] == impl.client_id
 
 
 def test_a_member_leaving_gives_this_consumer_more_queues_and_drops_none():
@@ -217,6 +218,7 @@ def test_a_member_leaving_gives_this_consumer_more_queues_and_drops_none():
     assert q[3] in store.removed
     assert events[-1]["before"] == [["broker-a", i] for i in (3, 4, 5)]
     assert events[-1]["after"] == [["broker-a", i] for i in (4, 5, 6, 7)]
+    assert events[-1]["removed"] == [["broker-a", 3]] and events[-1]["reason"] == "consumers-changed"
 
 
 def test_a_dropped_queue_persists_its_offset_before_forgetting_it():

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from nodes.client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from nodes.common import constants as c
 from nodes.common.config import ConsumerConfig, load_node_config, save_node_config
 from nodes.common.errors import ConfigError
 from nodes.common.types import MessageExt, MessageQueue
@@ -37,9 +38,23 @@ def test_ack_journals_every_message_before_answering(tmp_path):
     assert [(r["msg_id"], r["result"], r["queue_offset"]) for r in lines] == [
         ("id0", "CONSUME_SUCCESS", 0), ("id1", "CONSUME_SUCCESS", 1)]
     first = lines[0]
-    assert first["queue"] == {"topic": "T", "broker_name": "broker-a", "queue_id": 3}
+    assert (first["event"], first["queue_topic"], first["broker_name"], first["queue_id"]) == (
+        "deliver", "T", "broker-a", 3)
+    assert "queue" not in first  # the contract's queue fields are flat
+    assert first["sharding_key"] is None and first["seq"] is None  # no workload properties on these
     assert first["body_sha256"] == body_digest(b"body0") and first["body_bytes"] == 5
     assert {"wall_ms", "mono_ms", "reconsume_times", "keys", "node", "group"} <= set(first)
+
+
+def test_the_journal_copies_the_workload_sharding_key_and_seq(tmp_path):
+    journal = DeliveryJournal(tmp_path / "deliveries.jsonl", "consumer-0", "g")
+    props = [{c.PROPERTY_WORKLOAD_SHARDING_KEY: "k7", c.PROPERTY_WORKLOAD_SEQ: "41"},
+             {c.PROPERTY_WORKLOAD_SHARDING_KEY: "k7", c.PROPERTY_WORKLOAD_SEQ: "not-a-number"},
+             {c.PROPERTY_WORKLOAD_SEQ: "-3"}]
+    msgs = [MessageExt("T", b"b", p, f"id{i}", "", 3, i, 100 + i, 0, 5, 4, "broker-a") for i, p in enumerate(props)]
+    journal.record(msgs, MQ, ["CONSUME_SUCCESS"] * 3)
+    assert [(r["sharding_key"], r["seq"]) for r in read_journal(journal.path)] == [
+        ("k7", 41), ("k7", None), (None, -3)]
 
 
 def test_fail_keys_fails_chosen_keys_n_times_then_acks(tmp_path):
