@@ -29,11 +29,12 @@ from nodes.broker.send_back import SendBackProcessor
 from nodes.broker.servicer import BrokerServicer
 from nodes.broker.slave_sync import ReplicationServicer, SlaveSyncService
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
+from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import BrokerConfig
 from nodes.common.events import EventLog
-from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
+from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving, warn_fault_switches
 from nodes.common.rpc import bind, make_channel, make_server, map_rpc_error, timeout_s
 from nodes.common.service import Lifecycle, LifecycleState, Service
 from nodes.store.delay import parse_delay_levels
@@ -137,7 +138,11 @@ class BrokerController:
         self._clock = clock
         self._shutdown_requested = shutdown_requested
         self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
-        self.store = MessageStore(Path(config.run_dir) / "store", config.store, is_slave=not config.is_master,
+        warn_fault_switches(config.node_id, config.fault_switches, c.BROKER_FAULT_SWITCHES)
+        store_config = config.store
+        if c.FAULT_RECOVERY_TRUST_CHECKPOINT in config.fault_switches:
+            store_config = dataclasses.replace(store_config, recovery_trust_checkpoint=True)
+        self.store = MessageStore(Path(config.run_dir) / "store", store_config, is_slave=not config.is_master,
                                   offset_check_in_slave=config.offset_check_in_slave, clock=clock,
                                   delay_levels_ms=parse_delay_levels(config.message_delay_level,
                                                                      config.timing.delay_level_unit_ms))
@@ -155,8 +160,9 @@ class BrokerController:
         self.schedule: ScheduleMessageService | None = None
         self._consumer_servicer: ConsumerManagerServicer | None = None
         # orderly consumers' queue locks: masters only, in memory only (a restart frees them all)
-        self.queue_locks = QueueLockManager(lease_ms=config.timing.broker_lock_lease_ms, events=self.events) \
-            if config.is_master else None
+        self.queue_locks = QueueLockManager(
+            lease_ms=config.timing.broker_lock_lease_ms, events=self.events,
+            no_exclusion=c.FAULT_LOCK_NO_EXCLUSION in config.fault_switches) if config.is_master else None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)

@@ -58,11 +58,13 @@ class QueueLockManager:
     Affects: only this table and the event log.
     """
 
-    def __init__(self, *, lease_ms: int, events: EventLog | None = None) -> None:
+    def __init__(self, *, lease_ms: int, events: EventLog | None = None, no_exclusion: bool = False) -> None:
+        """`no_exclusion` is the test-only fault switch lock-no-exclusion (constants.FAULT_LOCK_NO_EXCLUSION)."""
         if lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         self.lease_ms = lease_ms
         self._events = events
+        self.no_exclusion = no_exclusion
         self._table: dict[str, dict[MessageQueue, LockEntry]] = {}
 
     # --- lock / unlock -----------------------------------------------------------------------
@@ -90,6 +92,15 @@ class QueueLockManager:
                 else:
                     entry.last_update_ms = now_ms
                     self._record(RENEWED, group, mq, client_id, now_ms + self.lease_ms)
+                locked.append(mq)
+            elif self.no_exclusion:
+                # FAULT SWITCH lock-no-exclusion: breaks mutual exclusion (reference §8): the lock
+                # moves to the asker although another client's lease is still live; the holder is
+                # not told, so two consumers each believe they own the queue.
+                previous, previous_end = entry.client_id, entry.lease_end_ms(self.lease_ms)
+                group_table[mq] = LockEntry(client_id, now_ms)
+                self._record(GRANTED, group, mq, client_id, now_ms + self.lease_ms, previous_client_id=previous,
+                             previous_lease_end_mono_ms=previous_end)
                 locked.append(mq)
             elif entry.expired(now_ms, self.lease_ms):
                 previous, previous_end = entry.client_id, entry.lease_end_ms(self.lease_ms)

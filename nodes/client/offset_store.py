@@ -76,22 +76,42 @@ class OffsetStore(Protocol):
 
 
 class _MemoryTable:
-    """The part both stores share: `MessageQueue -> committed_offset` in memory."""
+    """The part both stores share: `MessageQueue -> committed_offset` in memory.
 
-    def __init__(self) -> None:
+    `commit_pulled_offset` is the test-only fault switch of that name
+    (constants.FAULT_COMMIT_PULLED_OFFSET); the pull path then reports what it cached through
+    `note_pulled`.
+    """
+
+    def __init__(self, *, commit_pulled_offset: bool = False) -> None:
         self._table: dict[MessageQueue, int] = {}
+        # fault switch only: per queue, the offset after the last messages pulled into its cache
+        self._pulled_next: dict[MessageQueue, int] | None = {} if commit_pulled_offset else None
 
     def update_offset(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
         """Insert, or overwrite; with `increase_only` never move an existing value backwards."""
+        if self._pulled_next is not None and mq in self._pulled_next:
+            # FAULT SWITCH commit-pulled-offset: breaks "commit only what was consumed" (the
+            # ProcessQueue's lowest unconsumed offset, concurrent and orderly alike): the value
+            # stored, and so persisted and piggy-backed on pulls, jumps to what was pulled, so a
+            # consumer killed with a full cache loses the messages it never processed.
+            offset = max(offset, self._pulled_next[mq])
         current = self._table.get(mq)
         if current is None or not increase_only or offset > current:
             self._table[mq] = offset
+
+    def note_pulled(self, mq: MessageQueue, next_offset: int) -> None:
+        """The pull path cached messages of `mq` up to `next_offset` (kept only for the fault switch)."""
+        if self._pulled_next is not None:
+            self._pulled_next[mq] = max(next_offset, self._pulled_next.get(mq, next_offset))
 
     def read_memory(self, mq: MessageQueue) -> int:
         return self._table.get(mq, OFFSET_NOT_FOUND)
 
     def remove_offset(self, mq: MessageQueue) -> None:
         self._table.pop(mq, None)
+        if self._pulled_next is not None:
+            self._pulled_next.pop(mq, None)
 
     def offsets(self) -> dict[MessageQueue, int]:
         return dict(self._table)
@@ -107,11 +127,13 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         on_event: receives an `offset-commit` event for every persisted value that changed and
             every failed persist (called on the loop thread).
         client_id: names the committer in those events.
+        commit_pulled_offset: the test-only fault switch (see `_MemoryTable`).
     """
 
     def __init__(self, instance: ClientInstance, group: str, *, timeout_ms: int,
-                 on_event: EventSink | None = None, client_id: str = "") -> None:
-        super().__init__()
+                 on_event: EventSink | None = None, client_id: str = "",
+                 commit_pulled_offset: bool = False) -> None:
+        super().__init__(commit_pulled_offset=commit_pulled_offset)
         self._instance = instance
         self.group = group
         self.client_id = client_id
@@ -307,8 +329,9 @@ class LocalFileOffsetStore(_MemoryTable):
     not hold are kept), replaced atomically so a kill never leaves half a file.
     """
 
-    def __init__(self, root: Path, client_id: str, group: str, *, on_event: EventSink | None = None) -> None:
-        super().__init__()
+    def __init__(self, root: Path, client_id: str, group: str, *, on_event: EventSink | None = None,
+                 commit_pulled_offset: bool = False) -> None:
+        super().__init__(commit_pulled_offset=commit_pulled_offset)
         self.path = offsets_file(root, client_id, group)
         self.group = group
         self.client_id = client_id

@@ -211,10 +211,13 @@ class PullApi:
     """
 
     def __init__(self, instance: ClientInstance, group: str,
-                 on_routing_event: Callable[[dict[str, Any]], None] | None = None, *, client_id: str = "") -> None:
+                 on_routing_event: Callable[[dict[str, Any]], None] | None = None, *, client_id: str = "",
+                 ignore_pull_suggestion: bool = False) -> None:
         self._instance = instance
         self.group = group
         self.client_id = client_id  # names the puller in routing events ("" for a bare PullConsumer)
+        # Test-only fault switch `ignore-pull-suggestion` (constants.FAULT_IGNORE_PULL_SUGGESTION).
+        self.ignore_pull_suggestion = ignore_pull_suggestion
         self._pull_from_which_node: dict[MessageQueue, int] = {}
         # Every routing decision (asked-for broker, answering broker, suggestion) for the checker.
         self.on_routing_event = on_routing_event
@@ -225,6 +228,10 @@ class PullApi:
     def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
         if self.pinned_broker_id is not None:
             return self.pinned_broker_id
+        if self.ignore_pull_suggestion:
+            # FAULT SWITCH ignore-pull-suggestion: breaks the cold-read redirect (reference §1.2,
+            # rule R2): the broker's suggest_which_broker_id is dropped and every pull asks the master.
+            return c.MASTER_ID
         return self._pull_from_which_node.get(mq, c.MASTER_ID)
 
     def update_pull_from_which_node(self, mq: MessageQueue, broker_id: int) -> None:

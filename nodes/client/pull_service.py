@@ -74,6 +74,8 @@ class PullService:
             service instead of `submit`, and turns on the lock check (step 8).
         compute_pull_from_where: orderly: re-reads a queue's start offset on its first pull
             after it was locked.
+        on_pulled: told (queue, next offset) after found messages are cached; only the fault
+            switch commit-pulled-offset listens (the offset store's `note_pulled`).
     """
 
     def __init__(self, *, api: PullApi, subscriptions: Mapping[str, SubscriptionData], offset_store: OffsetStore,
@@ -81,8 +83,10 @@ class PullService:
                  thresholds: Callable[[], FlowThresholds], message_model: MessageModel, timing: Timing,
                  clock: Clock, pull_batch_size: int, post_subscription: bool,
                  orderly_submit: SubmitOrderly | None = None,
-                 compute_pull_from_where: Callable[[MessageQueue], Awaitable[int]] | None = None) -> None:
+                 compute_pull_from_where: Callable[[MessageQueue], Awaitable[int]] | None = None,
+                 on_pulled: Callable[[MessageQueue, int], None] | None = None) -> None:
         self._api = api
+        self._on_pulled = on_pulled
         self._orderly_submit = orderly_submit
         self._compute_pull_from_where = compute_pull_from_where
         self._subscriptions = subscriptions
@@ -193,6 +197,8 @@ class PullService:
                             result.next_begin_offset, msgs[0].queue_offset)
             self.stats.messages += len(msgs)
             dispatch = pq.put_messages(msgs)
+            if self._on_pulled is not None:
+                self._on_pulled(mq, result.next_begin_offset)
             if self._orderly_submit is not None:
                 self._orderly_submit(pq, mq, dispatch)
             else:

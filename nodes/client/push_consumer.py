@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,8 @@ class PushConsumer:
     default 0); `suspend_current_queue_time_ms` [suspendCurrentQueueTimeMillis] (orderly: how long
     a suspended queue waits; default `timing.suspend_current_queue_ms`); `on_event` (rebalance,
     offset-commit, pull-route, send-back and, orderly, lock events, called on the client's loop
-    thread); `on_crash` (an unexpected error in a background service).
+    thread); `on_crash` (an unexpected error in a background service); `fault_switches` (tests
+    only: names from constants.CONSUMER_FAULT_SWITCHES, each breaking one rule on purpose).
     """
 
     def __init__(self, namesrv_addr: str, group: str, message_model: MessageModel = MessageModel.CLUSTERING,
@@ -112,8 +113,13 @@ class PushConsumer:
                  offset_store_dir: str | Path | None = None, flow_thresholds: FlowThresholds | None = None,
                  post_subscription_when_pull: bool = False, await_termination_ms: int = 0,
                  on_event: EventSink | None = None, on_crash: CrashHandler | None = None,
-                 clock: Clock = SYSTEM_CLOCK, suspend_current_queue_time_ms: int | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, suspend_current_queue_time_ms: int | None = None,
+                 fault_switches: Collection[str] = ()) -> None:
         validate_group(group, "consumer")
+        unknown = sorted(set(fault_switches) - set(c.CONSUMER_FAULT_SWITCHES))
+        if unknown:
+            raise InvalidArgumentError(f"unknown fault switch(es) {unknown}; known: {sorted(c.CONSUMER_FAULT_SWITCHES)}")
+        self.fault_switches = frozenset(fault_switches)
         if not isinstance(message_model, MessageModel):
             raise InvalidArgumentError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(consume_from_where, ConsumeFromWhere):
@@ -255,13 +261,14 @@ class PushConsumer:
     async def _astart(self) -> None:
         timing = self.timing
         instance = self._instance
+        commit_pulled = c.FAULT_COMMIT_PULLED_OFFSET in self.fault_switches
         if self.message_model is MessageModel.CLUSTERING:
             self._offset_store: OffsetStore = RemoteBrokerOffsetStore(
                 instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event,
-                client_id=self.client_id)
+                client_id=self.client_id, commit_pulled_offset=commit_pulled)
         else:
             self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
-                                                      on_event=self._on_event)
+                                                      on_event=self._on_event, commit_pulled_offset=commit_pulled)
         self._offset_store.load()
         orderly = self._orderly
         if orderly and self.message_model is MessageModel.CLUSTERING:
@@ -296,7 +303,8 @@ class PushConsumer:
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
         self._consume.start()
         self._pull = PullService(
-            api=PullApi(instance, self.group, self._routing_event, client_id=self.client_id),
+            api=PullApi(instance, self.group, self._routing_event, client_id=self.client_id,
+                        ignore_pull_suggestion=c.FAULT_IGNORE_PULL_SUGGESTION in self.fault_switches),
             subscriptions=self._rebalance.subscriptions,
             offset_store=self._offset_store, submit=self._submit_concurrently,
             remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
@@ -304,7 +312,8 @@ class PushConsumer:
             pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull,
             orderly_submit=self._consume.submit_consume_request if isinstance(
                 self._consume, ConsumeMessageOrderlyService) else None,
-            compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None)
+            compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None,
+            on_pulled=self._offset_store.note_pulled if commit_pulled else None)
         self._heartbeat = HeartbeatService(
             instance, self.client_id, consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
             on_notification=self._on_notification, interval_ms=timing.client_heartbeat_ms,

@@ -144,6 +144,8 @@ class StoreConfig:
     transfer_count_max_in_memory: int = c.TRANSFER_COUNT_MAX_IN_MEMORY
     transfer_bytes_max_on_disk: int = c.TRANSFER_BYTES_MAX_ON_DISK
     transfer_count_max_on_disk: int = c.TRANSFER_COUNT_MAX_ON_DISK
+    # Test-only fault switch recovery-trust-checkpoint, set by the broker from its fault_switches.
+    recovery_trust_checkpoint: bool = False
 
     def validate(self) -> None:
         if min(self.transfer_bytes_max_in_memory, self.transfer_count_max_in_memory,
@@ -198,6 +200,8 @@ class BrokerConfig:
     dial_overrides: dict[str, str] = field(default_factory=dict)
     message_delay_level: str = c.MESSAGE_DELAY_LEVEL  # messageDelayLevel: units s, m, h, d
     notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
+    # tests only: rules to break on purpose (constants.BROKER_FAULT_SWITCHES); empty in production
+    fault_switches: tuple[str, ...] = ()
 
     @property
     def is_master(self) -> bool:
@@ -224,6 +228,18 @@ class BrokerConfig:
             raise ConfigError(f"broker_role must be one of {c.BROKER_ROLES}, got {self.broker_role!r}")
         if self.ha_transfer_batch_bytes < 1024:
             raise ConfigError("ha_transfer_batch_bytes must be at least 1024")
+        _check_fault_switches(self.fault_switches, c.BROKER_FAULT_SWITCHES, "broker")
+        if self.store.recovery_trust_checkpoint:
+            raise ConfigError("store.recovery_trust_checkpoint is not set directly: put "
+                              f"{c.FAULT_RECOVERY_TRUST_CHECKPOINT!r} in fault_switches")
+
+
+def _check_fault_switches(switches: Any, known: dict[str, str], role: str) -> None:
+    if not isinstance(switches, tuple) or not all(isinstance(s, str) for s in switches):
+        raise ConfigError(f"fault_switches must be a list of names, got {switches!r}")
+    unknown = sorted(set(switches) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown {role} fault switch(es) {unknown}; known: {sorted(known)}")
 
 
 _NESTED: dict[str, type] = {"timing": Timing, "store": StoreConfig}
@@ -316,6 +332,8 @@ class ConsumerConfig:
     # an orderly listener (ConsumeOrderlyStatus): `fail` / `fail_keys` answer SUSPEND_CURRENT_QUEUE_A_MOMENT,
     # `raise` raises (also a suspend); queues are locked on the master (reference §5, §8)
     orderly: bool = False
+    # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
+    fault_switches: tuple[str, ...] = ()
 
     def validate(self) -> None:
         self.timing.validate()
@@ -347,6 +365,7 @@ class ConsumerConfig:
             raise ConfigError("fail_probability must be in [0, 1]")
         if self.fail_times < 0 or self.sleep_ms < 0 or self.await_termination_ms < 0:
             raise ConfigError("fail_times, sleep_ms and await_termination_ms must be >= 0")
+        _check_fault_switches(self.fault_switches, c.CONSUMER_FAULT_SWITCHES, "consumer")
 
 
 ROLE_CONFIGS["consumer"] = ConsumerConfig

@@ -235,3 +235,23 @@ ORDERLY_MAX_RECONSUME_TIMES_DEFAULT = 2**31 - 1  # maxReconsumeTimes -1 means In
 
 assert LOCK_RENEW_INTERVAL_MS < CLIENT_LOCK_LEASE_MS < BROKER_LOCK_LEASE_MS  # renew before the client gives up, before the broker does
 assert SUSPEND_CURRENT_QUEUE_MIN_MS <= SUSPEND_CURRENT_QUEUE_MS <= SUSPEND_CURRENT_QUEUE_MAX_MS
+# ---------------------------------------------------------------------------
+# Fault switches (tests only): each turns one correctness rule off, so a chaos suite can prove
+# it fails on a broken build. Set them with a node config's `fault_switches`.
+# ---------------------------------------------------------------------------
+FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
+FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
+FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
+FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
+BROKER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
+                             "client's live lease",
+    FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
+                                     "checkpoint instead of scanning forward",
+}
+CONSUMER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "
+                                "ahead of processing",
+    FAULT_IGNORE_PULL_SUGGESTION: "follow the broker's pull suggestion (cold reads from the slave): every pull "
+                                  "goes to the master",
+}

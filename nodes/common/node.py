@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,6 +72,13 @@ def add_control_plane(server: grpc.aio.Server, app: NodeApp, shutdown_requested:
 async def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
     await health_servicer.set("", status)
+
+
+def warn_fault_switches(node_id: str, switches: Iterable[str], known: Mapping[str, str]) -> None:
+    """Say loudly, once per switch at start, which correctness rule this node breaks on purpose."""
+    for name in switches:
+        logging.getLogger("nodes").warning("fault switch %s is ON: this node %s breaks rule: %s", name, node_id,
+                                           known.get(name, "(unknown switch)"))
 
 
 def crash_node(exc: BaseException) -> None:

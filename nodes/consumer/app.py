@@ -26,11 +26,12 @@ from nodes.client import (
     PushConsumer,
 )
 from nodes.client.allocate import AllocateStrategy
+from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import ConsumerConfig
 from nodes.common.errors import ConfigError, MqError
 from nodes.common.events import EventLog
-from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
+from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving, warn_fault_switches
 from nodes.common.rpc import bind, make_server
 from nodes.common.service import Lifecycle, LifecycleState
 from nodes.consumer.journal import JOURNAL_FILE_NAME, DeliveryJournal
@@ -61,7 +62,7 @@ def build_push_consumer(config: ConsumerConfig, **kwargs: Any) -> PushConsumer:
         consume_message_batch_max_size=config.consume_message_batch_max_size,
         pull_batch_size=config.pull_batch_size, max_reconsume_times=config.max_reconsume_times,
         instance_name=config.instance_name, offset_store_dir=Path(config.run_dir) / OFFSETS_DIR_NAME,
-        await_termination_ms=config.await_termination_ms, **kwargs)
+        await_termination_ms=config.await_termination_ms, fault_switches=config.fault_switches, **kwargs)
     for topic, expression in sorted(config.subscriptions.items()):
         consumer.subscribe(topic, expression)
     return consumer
@@ -78,6 +79,7 @@ class ConsumerApp:
         self._shutdown_requested = shutdown_requested
         self._clock = clock
         self.lifecycle = LifecycleState(f"consumer {config.node_id}", clock)
+        warn_fault_switches(config.node_id, config.fault_switches, c.CONSUMER_FAULT_SWITCHES)
         run_dir = Path(config.run_dir)
         self.events = EventLog(run_dir / EVENTS_FILE_NAME, config.node_id, clock)
         self.journal = DeliveryJournal(run_dir / JOURNAL_FILE_NAME, config.node_id, config.group, clock)

@@ -170,7 +170,8 @@ class MessageStore:
             self._commitlog.load()
             self._load_consume_queues()
             self._recovery = recover(self._commitlog, self._consume_queues, self._dispatcher,
-                                     clean_shutdown=clean_shutdown, checkpoint=checkpoint)
+                                     clean_shutdown=clean_shutdown, checkpoint=checkpoint,
+                                     trust_checkpoint=self.config.recovery_trust_checkpoint)
             self.metadata = MetadataStore(self.root / "metadata")
         except OSError as exc:
             raise DataDirError(f"cannot open the store at {self.root}: {exc}; check that it is a writable "

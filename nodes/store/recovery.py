@@ -62,8 +62,13 @@ class _Walk:
 
 
 def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], ConsumeQueue],
-            dispatcher: Dispatcher, *, clean_shutdown: bool, checkpoint: Checkpoint) -> RecoveryReport:
-    """Recover a loaded commitlog and loaded consume queues; leaves `dispatcher` caught up."""
+            dispatcher: Dispatcher, *, clean_shutdown: bool, checkpoint: Checkpoint,
+            trust_checkpoint: bool = False) -> RecoveryReport:
+    """Recover a loaded commitlog and loaded consume queues; leaves `dispatcher` caught up.
+
+    `trust_checkpoint` is the test-only fault switch recovery-trust-checkpoint
+    (constants.FAULT_RECOVERY_TRUST_CHECKPOINT).
+    """
     segments = commitlog.segments
     dispatch_point = max((queue.max_phys_end for queue in consume_queues.values()), default=0)
     if segments:
@@ -76,6 +81,13 @@ def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], Consu
         walk_start = 0
         walk = _Walk(0, [], False)
     end = walk.end_phys_offset
+    if trust_checkpoint and not clean_shutdown and segments:
+        # FAULT SWITCH recovery-trust-checkpoint: breaks "a kill loses no acknowledged message":
+        # the log is cut after the last record the checkpoint says was flushed, and every valid
+        # record written (and acknowledged) after it is thrown away instead of being kept.
+        end = min(end, _checkpointed_end(commitlog, walk_start, end, checkpoint.physic_msg_timestamp_ms))
+        walk.damaged_ranges = [(start, stop) for start, stop in walk.damaged_ranges if stop <= end]
+        log.warning("fault switch recovery-trust-checkpoint: commitlog cut at the checkpoint, phys offset %d", end)
     truncated_bytes = commitlog.truncate_after(end)
     if truncated_bytes:
         log.warning("commitlog: discarded %d bytes of torn tail after phys offset %d", truncated_bytes, end)
@@ -112,6 +124,24 @@ def _abnormal_start(commitlog: CommitLog, recovery_timestamp_ms: int) -> int:
             if store_timestamp_ms <= recovery_timestamp_ms:
                 return mapped.start_offset
     return segments[0].start_offset
+
+
+def _checkpointed_end(commitlog: CommitLog, start: int, end: int, flushed_timestamp_ms: int) -> int:
+    """The phys offset just after the last record from `start` stored at or before the checkpoint
+    time (only the fault switch recovery-trust-checkpoint uses it)."""
+    position = kept_end = start
+    while position < end:
+        step, value = scan_step(commitlog, position, end)
+        if step is Step.RECORD:
+            if commitlog.decode_at(position, check_crc=False).store_timestamp_ms > flushed_timestamp_ms:
+                break
+            position += value
+            kept_end = position
+        elif step in (Step.ROLL, Step.DAMAGED):
+            position = value
+        else:
+            break
+    return kept_end
 
 
 def _walk(commitlog: CommitLog, start: int, consume_queues: Mapping[tuple[str, int], ConsumeQueue],

@@ -129,3 +129,16 @@ def test_the_rpc_refuses_bad_requests_and_slaves_refuse_everything(locks):
     assert slave.code == common_pb2.SERVICE_NOT_AVAILABLE and "slave" in slave.remark and not slave.locked
     unlock = consumer_pb2.UnlockBatchRequest(consumer_group=G, client_id="A")
     assert unlock_batch_response(None, unlock, 0, node_id="broker-a-1").code == common_pb2.SERVICE_NOT_AVAILABLE
+
+
+def test_fault_switch_lock_no_exclusion_grants_over_a_live_lease(events_path):
+    """OFF (every other test here): a live lease of A denies B. ON: B gets the queue while A's
+    lease runs, so both believe they hold it."""
+    broken = QueueLockManager(lease_ms=LEASE_MS, events=EventLog(events_path, "broker-a-0"), no_exclusion=True)
+    assert broken.try_lock_batch(G, [Q[0]], "A", 1_000) == [Q[0]]
+    assert broken.try_lock_batch(G, [Q[0]], "B", 2_000) == [Q[0]]
+    assert broken.holder(G, Q[0], 2_000) == "B"
+    assert lock_events(events_path) == [("granted", "A", 0, 61_000), ("granted", "B", 0, 62_000)]
+    honest = QueueLockManager(lease_ms=LEASE_MS)
+    honest.try_lock_batch(G, [Q[0]], "A", 1_000)
+    assert honest.try_lock_batch(G, [Q[0]], "B", 2_000) == []

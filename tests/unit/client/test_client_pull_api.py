@@ -190,6 +190,26 @@ def test_kernel_follows_the_brokers_suggestion_per_queue(fakes):
     assert [addr for addr, _, _ in inst.calls] == ["a0:1", "a1:1", "a0:1", "a0:1"]
 
 
+@pytest.mark.parametrize("switch_on", [False, True])
+def test_fault_switch_ignore_pull_suggestion_always_asks_the_master(fakes, switch_on):
+    """OFF: a suggestion of the slave (cold read) sends the next pull there. ON: it is recorded
+    in the pull-route event but every pull still goes to the master."""
+    inst = fakes.FakeInstance({"T": fakes.two_broker_route()},
+                              lambda *_: response(common_pb2.PULL_NOT_FOUND, suggest_which_broker_id=1))
+    events: list[dict] = []
+    api = PullApi(inst, "cg", events.append, client_id="cid-7", ignore_pull_suggestion=switch_on)
+
+    async def scenario():
+        for _ in range(3):
+            await run_kernel(api)
+
+    asyncio.run(scenario())
+    expected = ["a0:1", "a0:1", "a0:1"] if switch_on else ["a0:1", "a1:1", "a1:1"]
+    assert [addr for addr, _, _ in inst.calls] == expected
+    assert [(e["requested_broker_id"], e["suggest_which_broker_id"]) for e in events] == (
+        [(0, 1)] * 3 if switch_on else [(0, 1), (1, 1), (1, 1)])
+
+
 def test_pull_route_event_carries_the_contract_fields(fakes):
     inst = fakes.FakeInstance({"T": fakes.two_broker_route()},
                               lambda *_: response(common_pb2.PULL_NOT_FOUND, next_begin_offset=9))

@@ -106,6 +106,28 @@ def test_local_file_commit_events_only_for_changes(tmp_path):
     assert (events[0]["side"], events[0]["client_id"], events[0]["target_broker_id"]) == ("client", "cid", None)
 
 
+def test_commit_pulled_offset_switch_commits_what_was_pulled_not_what_was_consumed(tmp_path):
+    """Fault switch commit-pulled-offset: OFF, the stored offset is the consume path's (the lowest
+    unconsumed); ON, it jumps to the end of what the pull cached, concurrent (increase_only) and
+    orderly (overwrite) updates alike, until the queue is given up."""
+    honest = LocalFileOffsetStore(tmp_path / "off", "cid", "g")
+    broken = LocalFileOffsetStore(tmp_path / "on", "cid", "g", commit_pulled_offset=True)
+    for store in (honest, broken):
+        store.update_offset(Q0, 0, increase_only=False)  # the start offset, before any pull
+        store.note_pulled(Q0, 32)  # messages 0..31 cached
+        store.update_offset(Q0, 1, increase_only=True)  # concurrent: message 0 consumed
+    assert honest.read_memory(Q0) == 1
+    assert broken.read_memory(Q0) == 32
+    broken.note_pulled(Q0, 40)
+    broken.update_offset(Q0, 2, increase_only=False)  # orderly commit after message 1
+    assert broken.read_memory(Q0) == 40
+    asyncio.run(broken.persist_all({Q0}))
+    assert read_offsets_file(broken.path) == {Q0: 40}  # what a restarted consumer resumes from
+    broken.remove_offset(Q0)  # the queue is given up: what was pulled is forgotten with it
+    broken.update_offset(Q0, 5, increase_only=False)
+    assert broken.read_memory(Q0) == 5
+
+
 # --- the remote store with a fake broker ------------------------------------------------------------
 
 def remote(fakes, handler, route=None, events=None):

@@ -4,7 +4,14 @@ import json
 import pytest
 
 from nodes.common import constants as c
-from nodes.common.config import BrokerConfig, StoreConfig, Timing, load_node_config, save_node_config
+from nodes.common.config import (
+    BrokerConfig,
+    ConsumerConfig,
+    StoreConfig,
+    Timing,
+    load_node_config,
+    save_node_config,
+)
 from nodes.common.errors import ConfigError
 
 
@@ -58,3 +65,21 @@ def test_missing_config_file(tmp_path):
 def test_store_segment_must_hold_two_max_messages():
     with pytest.raises(ConfigError):
         StoreConfig(commitlog_segment_bytes=1024 * 1024).validate()
+
+
+def test_fault_switches_are_validated_against_the_known_names():
+    base = BrokerConfig(namesrv_addrs=("127.0.0.1:1",))
+    dataclasses.replace(base, fault_switches=tuple(c.BROKER_FAULT_SWITCHES)).validate()
+    with pytest.raises(ConfigError, match=r"unknown broker fault switch\(es\) \['nope'\]; known: \['lock-no-exclusion'"):
+        dataclasses.replace(base, fault_switches=("nope",)).validate()
+    with pytest.raises(ConfigError, match="fault_switches"):  # only through the switch list
+        dataclasses.replace(base, store=StoreConfig(recovery_trust_checkpoint=True)).validate()
+    consumer = ConsumerConfig(namesrv_addrs=("127.0.0.1:1",), subscriptions={"T": "*"})
+    dataclasses.replace(consumer, fault_switches=tuple(c.CONSUMER_FAULT_SWITCHES)).validate()
+    with pytest.raises(ConfigError, match=r"known: .*ignore-pull-suggestion"):
+        dataclasses.replace(consumer, fault_switches=("lock-no-exclusion",)).validate()
+
+
+def test_every_fault_switch_has_a_description():
+    switches = {**c.BROKER_FAULT_SWITCHES, **c.CONSUMER_FAULT_SWITCHES}
+    assert len(switches) == 4 and all(text.strip() for text in switches.values())

@@ -205,3 +205,21 @@ def test_specs_are_immutable_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.time_scale = 2.0  # type: ignore[misc]
     assert ClusterSpec.default() == spec
+
+
+def test_fault_switches_are_set_per_node_from_toml_and_survive_the_config_file(tmp_path):
+    spec = ClusterSpec.from_toml_text(
+        '[broker-a-0]\nfault_switches = ["lock-no-exclusion", "recovery-trust-checkpoint"]\n')
+    broker = spec.render("broker-a-0", ports=PORTS, run_dir=tmp_path)
+    assert broker.fault_switches == ("lock-no-exclusion", "recovery-trust-checkpoint")
+    assert spec.render("broker-a-1", ports=PORTS, run_dir=tmp_path).fault_switches == ()
+    path = tmp_path / "broker.json"
+    save_node_config(path, "broker", broker)
+    assert load_node_config(path)[1].fault_switches == broker.fault_switches  # JSON list -> tuple
+
+
+def test_an_unknown_or_misplaced_fault_switch_is_a_spec_error():
+    with pytest.raises(SpecError, match=r"known: .*lock-no-exclusion"):
+        ClusterSpec.from_toml_text('[broker-a-0]\nfault_switches = ["lock-no-exlusion"]\n')
+    with pytest.raises(SpecError, match="unknown broker fault switch"):  # a consumer's switch on a broker
+        ClusterSpec.from_toml_text('[broker-a-0]\nfault_switches = ["commit-pulled-offset"]\n')
