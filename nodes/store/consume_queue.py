@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nodes.common import constants as c
@@ -139,6 +139,30 @@ class ConsumeQueue:
             self._min_queue_offset = queue_offset
         self.max_phys_end = phys_offset + size
         return True
+
+    def put_run(self, first_queue_offset: int, units: list[tuple[int, int, int]]) -> Sequence[int]:
+        """`put` for units of consecutive queue offsets from `first_queue_offset`, each a
+        (phys_offset, size, tag_hash) in commitlog order; returns the indexes of the units
+        written (the others were already there or refused, as `put` would).
+
+        The write path's form: when the run simply continues the queue (the usual case) it is
+        packed and appended in one write; anything else goes unit by unit through `put`.
+        """
+        if not units:
+            return ()
+        phys_offset, size, _ = units[0]
+        if first_queue_offset != self.max_queue_offset or phys_offset + size <= self.max_phys_end or any(
+                unit_phys_offset < 0 or unit_size <= 0 or unit_size == HOLE_SIZE
+                for unit_phys_offset, unit_size, _ in units):
+            return [i for i, unit in enumerate(units) if self.put(first_queue_offset + i, *unit)]
+        was_empty = self.max_phys_end == 0
+        pack = CQ_UNIT.pack
+        self._append(b"".join([pack(*unit) for unit in units]))
+        if was_empty:
+            self._min_queue_offset = first_queue_offset
+        last_phys_offset, last_size, _ = units[-1]
+        self.max_phys_end = last_phys_offset + last_size
+        return range(len(units))
 
     def _append(self, units: bytes) -> None:
         """Append whole units, which never straddle a file (file size is a multiple of 20)."""

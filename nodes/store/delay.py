@@ -87,9 +87,15 @@ def deliver_timestamp_ms(level: int, store_timestamp_ms: int, delays_ms: Sequenc
 def schedule_tag_code(record: Record, delays_ms: Sequence[int]) -> int | None:
     """The consume-queue tag code of a waiting delayed record (its deliver timestamp), or None
     for any other record (which keeps its tag hash)."""
-    if record.topic != c.SCHEDULE_TOPIC:
+    return schedule_tag_code_of(record.topic, record.properties, record.store_timestamp_ms, delays_ms)
+
+
+def schedule_tag_code_of(topic: str, properties: Mapping[str, str], store_timestamp_ms: int,
+                         delays_ms: Sequence[int]) -> int | None:
+    """`schedule_tag_code` from a record's parts (the write path has them before any record)."""
+    if topic != c.SCHEDULE_TOPIC:
         return None
-    level = min(delay_level_of(record.properties), len(delays_ms))
+    level = min(delay_level_of(properties), len(delays_ms))
     if level <= 0:
         return None
-    return deliver_timestamp_ms(level, record.store_timestamp_ms, delays_ms)
+    return deliver_timestamp_ms(level, store_timestamp_ms, delays_ms)

@@ -117,6 +117,34 @@ class Dispatcher:
                 break
         return walked
 
+    def dispatch_appended(self, start_phys_offset: int, end_phys_offset: int, topic: str, queue_id: int,
+                          first_queue_offset: int, units: list[tuple[int, int, int]],
+                          store_timestamp_ms: int) -> bool:
+        """Index records the store itself just appended, from what it knew while writing them.
+
+        The records of one put: one queue, consecutive queue offsets from `first_queue_offset`,
+        `units` = (phys_offset, size, tag code) each, written in [start, end) of the commitlog
+        (a blank marker closing the previous segment included). Re-reading, checking and
+        decoding them would only find what was just encoded, so only the walk's position moves.
+        Returns False, touching nothing, when the walk is not at `start_phys_offset` (it lags,
+        e.g. waiting at bytes it could not judge): the caller then walks the bytes as usual.
+
+        Listeners hear each newly indexed record, as from a walk.
+        """
+        if self.reput_from_phys_offset != start_phys_offset or not units:
+            return False
+        self.reput_from_phys_offset = end_phys_offset
+        self.last_store_timestamp_ms = store_timestamp_ms
+        queue = self._consume_queue_for(topic, queue_id)
+        if queue is None:
+            return True
+        written = queue.put_run(first_queue_offset, units)
+        on_arrival = self.on_arrival
+        if on_arrival is not None:
+            for i in written:
+                on_arrival(topic, queue_id, first_queue_offset + i + 1, units[i][2], store_timestamp_ms)
+        return True
+
     def note_damaged(self, start_phys_offset: int, end_phys_offset: int) -> None:
         """Remember [start, end) as damaged: walks step over it without judging it again."""
         if start_phys_offset not in self._damaged_end_by_start:

@@ -42,7 +42,13 @@ from nodes.store import record
 from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from nodes.store.commitlog import AppendResult, CommitLog
 from nodes.store.consume_queue import CQ_UNIT, HOLE_SIZE, ConsumeQueue
-from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS, schedule_tag_code, to_schedule_topic, wants_delay
+from nodes.store.delay import (
+    DEFAULT_DELAY_LEVELS_MS,
+    schedule_tag_code,
+    schedule_tag_code_of,
+    to_schedule_topic,
+    wants_delay,
+)
 from nodes.store.dispatch import Dispatcher
 from nodes.store.metadata import MetadataStore
 from nodes.store.record import (
@@ -52,6 +58,7 @@ from nodes.store.record import (
     RecordKind,
     check_at,
     decode_record,
+    tag_hash,
 )
 from nodes.store.recovery import RecoveryReport, recover
 
@@ -281,17 +288,33 @@ class MessageStore:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is closed")
             queue = self._consume_queues.get((topic, queue_id))
             first_queue_offset = queue.max_queue_offset if queue is not None else 0
+            start_phys_offset = self._commitlog.max_phys_offset
+            store_timestamp_ms = self._clock.wall_ms()
             try:
                 appended = self._commitlog.append(msgs, first_queue_offset=first_queue_offset,
-                                                  store_timestamp_ms=self._clock.wall_ms())
+                                                  store_timestamp_ms=store_timestamp_ms)
             except PropertiesTooLargeError as exc:
                 return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, remark=str(exc))
             except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
-            self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+            end_phys_offset = self._commitlog.max_phys_offset
+            units = [(a.phys_offset, a.size, self._tag_code_of(msg, store_timestamp_ms))
+                     for msg, a in zip(msgs, appended, strict=True)]
+            if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
+                                                      first_queue_offset, units, store_timestamp_ms):
+                self._dispatcher.dispatch_until(end_phys_offset)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
         return PutResult(PutStatus.PUT_OK, appended)
+
+    def _tag_code_of(self, msg: MessageToStore, store_timestamp_ms: int) -> int:
+        """The consume-queue tag code dispatch would derive from the stored record of `msg`."""
+        properties = msg.properties
+        if msg.topic == c.SCHEDULE_TOPIC:
+            code = schedule_tag_code_of(msg.topic, properties, store_timestamp_ms, self.delay_levels_ms)
+            if code is not None:
+                return code
+        return tag_hash(properties.get(c.PROPERTY_TAGS))
 
     def _validate(self, msgs: Sequence[MessageToStore]) -> PutResult | None:
         if not msgs:
