@@ -4,7 +4,8 @@ Owns the send policy of RocketMQ's DefaultMQProducerImpl (reference §14): queue
 (round robin, a retry prefers another broker), 1 + retry_times attempts within one send
 timeout, which broker codes are retried, the SendStatus mapping, orderly (sharding-key) and
 batch sends, and the bounded window of asynchronous sends. Does not own connections or
-routes (`ClientInstance`, `RouteCache`).
+routes (`ClientInstance`, `RouteCache`), nor how asynchronous sends are coalesced into
+batches (`SendBatcher`).
 
 Outcomes: a SendResult (SEND_OK, or FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT /
 SLAVE_NOT_AVAILABLE, all of which mean the master stored the message), or an exception:
@@ -28,6 +29,7 @@ from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeU
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
+from nodes.client.send_batcher import PendingSend, SendBatcher
 from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -144,7 +146,11 @@ class Producer:
         send_timeout_ms: budget of one send, retries included (default timing.send_timeout_ms).
         retry_times: extra attempts of a synchronous send (retryTimesWhenSendFailed).
         retry_times_async: extra attempts of an asynchronous send (retryTimesWhenSendAsyncFailed).
-        async_window: asynchronous sends in flight before `send_async` blocks.
+        async_window: asynchronous sends in flight (submitted, not yet resolved) before
+            `send_async` blocks.
+        async_batch_count_max / async_batch_bytes_max: the most messages / body bytes that
+            `send_async` coalesces into one batch request.
+        async_batches_in_flight_max: coalesced batches in flight per topic (each to its own queue).
         dial_overrides: address -> address to dial instead (harness link proxies).
     """
 
@@ -154,13 +160,19 @@ class Producer:
                  async_window: int = c.SEND_ASYNC_WINDOW_MAX, dial_overrides: Mapping[str, str] | None = None,
                  default_topic_queue_nums: int = c.PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS,
                  body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX, id_generator: UniqIdGenerator | None = None,
-                 selector: QueueSelector | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 selector: QueueSelector | None = None, clock: Clock = SYSTEM_CLOCK,
+                 async_batch_count_max: int = c.SEND_ASYNC_BATCH_COUNT_MAX,
+                 async_batch_bytes_max: int = c.SEND_ASYNC_BATCH_BYTES_MAX,
+                 async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX) -> None:
         validate_group(group, "producer")
         timing = timing or Timing()
         self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
         for name, value, low in (("send_timeout_ms", self.send_timeout_ms, 1), ("retry_times", retry_times, 0),
                                  ("retry_times_async", retry_times_async, 0), ("async_window", async_window, 1),
-                                 ("default_topic_queue_nums", default_topic_queue_nums, 1)):
+                                 ("default_topic_queue_nums", default_topic_queue_nums, 1),
+                                 ("async_batch_count_max", async_batch_count_max, 1),
+                                 ("async_batch_bytes_max", async_batch_bytes_max, 1),
+                                 ("async_batches_in_flight_max", async_batches_in_flight_max, 1)):
             if not isinstance(value, int) or value < low:
                 raise InvalidArgumentError(f"{name} must be an integer >= {low}, got {value!r}")
         self.group = group
@@ -175,8 +187,11 @@ class Producer:
         self._selector = selector or QueueSelector()
         self._clock = clock
         self._window = threading.BoundedSemaphore(async_window)
-        self._in_flight: set[concurrent.futures.Future[SendResult]] = set()
-        self._in_flight_lock = threading.Lock()
+        self._batcher = SendBatcher(
+            send_batch=self._send_coalesced, publish_queues=self._instance.routes.publish_info,
+            pick_queue=self._selector.select, wake=self._wake_batcher,
+            batch_count_max=async_batch_count_max, batch_bytes_max=min(async_batch_bytes_max, body_bytes_max),
+            batches_in_flight_max=async_batches_in_flight_max)
         self._born_host = ""
 
     # --- lifecycle -------------------------------------------------------------------
@@ -187,11 +202,18 @@ class Producer:
         self._instance.start()
 
     def shutdown(self) -> None:
-        """Wait (boundedly) for asynchronous sends in flight, then close everything."""
-        with self._in_flight_lock:
-            pending = list(self._in_flight)
-        if pending and self._instance.running and not self._instance.in_loop_thread():
-            concurrent.futures.wait(pending, timeout=self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S)
+        """Wait (boundedly) for asynchronous sends in flight, then close everything.
+
+        Messages still waiting for their batch after that resolve with ClientStateError
+        (never sent); batches cut off in flight with OutcomeUnknownError.
+        """
+        if (self._instance.running and not self._instance.in_loop_thread()
+                and not self._batcher.wait_idle(self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S)):
+            closing = ClientStateError("send_async: the producer shut down before the message was sent")
+            try:
+                self._instance.run(self._fail_waiting(closing), SYNC_WAIT_SLACK_S, "shutdown")
+            except MqError as err:
+                log.warning("shutdown: could not fail the waiting async sends: %s", err)
         self._instance.close()
 
     def __enter__(self) -> Producer:
@@ -229,31 +251,54 @@ class Producer:
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         """Start a send and return its future; blocks while `async_window` sends are in flight.
 
-        Bad input raises InvalidMessageError here, before anything is queued. Retries follow
-        RocketMQ's async path: only failures to get an answer are retried.
+        Messages submitted while a batch to their topic is in flight leave together as the
+        next batch (one request, to one queue, all or nothing); a message with no batch ahead
+        of it leaves at once. Each future resolves with the message's own SendResult (its own
+        msg_id, queue and queue offset) or with its batch's exception. Messages reach a queue
+        in submission order. Bad input raises InvalidMessageError here, before anything is
+        queued. Retries follow RocketMQ's async path: only failures to get an answer are
+        retried, within one send timeout counted from this call.
         """
         out, uid = self._prepare(msg)
+        if not self._instance.running:
+            raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
         if self._instance.in_loop_thread():
             # Blocking the loop thread on the window would deadlock the sends that free it.
             if not self._window.acquire(blocking=False):
                 raise ClientStateError("send_async window is full and the caller is the client's loop thread")
         else:
             self._window.acquire()
+        fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+        fut.add_done_callback(self._release_window)
+        properties = msg.properties or {}
+        # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone.
+        solo = bool(properties.get(PROPERTY_DELAY_TIME_LEVEL)) or msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
+        pending = PendingSend(msg.topic, out, uid, len(msg.body), fut,
+                              Deadline.after(self._clock, self.send_timeout_ms), solo)
         try:
-            coro = self._send_default(msg.topic, [out], [uid], self.retry_times_async, ASYNC_RETRY_CODES)
-            fut = self._instance.submit(coro, f"send_async to {msg.topic}")
-        except BaseException:
-            self._window.release()
+            self._batcher.submit(pending)
+        except BaseException as exc:  # the loop is gone: nothing was sent
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(exc)
             raise
-        with self._in_flight_lock:
-            self._in_flight.add(fut)
-        fut.add_done_callback(self._async_done)
         return fut
 
-    def _async_done(self, fut: concurrent.futures.Future[SendResult]) -> None:
-        with self._in_flight_lock:
-            self._in_flight.discard(fut)
+    def _release_window(self, _fut: concurrent.futures.Future[SendResult]) -> None:
         self._window.release()
+
+    def _wake_batcher(self) -> None:
+        self._instance.submit(self._drain_batcher(), "send_async")
+
+    async def _drain_batcher(self) -> None:
+        self._batcher.drain()
+
+    async def _fail_waiting(self, exc: BaseException) -> None:
+        self._batcher.fail_waiting(exc)
+
+    async def _send_coalesced(self, topic: str, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+                              queue: MessageQueue | None, deadline: Deadline) -> SendResult:
+        return await self._send_default(topic, outs, uids, self.retry_times_async, ASYNC_RETRY_CODES,
+                                        first_queue=queue, deadline=deadline)
 
     # --- preparation (caller thread) ---------------------------------------------------
     def _prepare(self, msg: Message, *, validated: bool = False) -> tuple[broker_pb2.OutgoingMessage, str]:
@@ -287,10 +332,16 @@ class Producer:
                                  "the request was sent; nothing was stored") from None
 
     async def _send_default(self, topic: str, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
-                            retry_times: int, retry_codes: frozenset[str]) -> SendResult:
-        """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout."""
+                            retry_times: int, retry_codes: frozenset[str], *, first_queue: MessageQueue | None = None,
+                            deadline: Deadline | None = None) -> SendResult:
+        """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout.
+
+        `first_queue` is where the first attempt goes (default: the selector's next queue);
+        `deadline` the end of the send timeout (default: one send timeout from now).
+        """
         what = f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}"
-        deadline = Deadline.after(self._clock, self.send_timeout_ms)
+        if deadline is None:
+            deadline = Deadline.after(self._clock, self.send_timeout_ms)
         routes = self._instance.routes
         queues = await self._before(routes.publish_info(topic), deadline, what)
         last_broker: str | None = None
@@ -299,7 +350,10 @@ class Producer:
         for attempt in range(1 + retry_times):
             if deadline.expired():
                 break
-            mq = self._selector.select(queues, last_broker)
+            if attempt == 0 and first_queue is not None and first_queue in queues:
+                mq = first_queue
+            else:
+                mq = self._selector.select(queues, last_broker)
             last_broker = mq.broker_name
             try:
                 return await self._send_kernel(mq, outs, uids, deadline, what)

@@ -118,6 +118,10 @@ NODE_STOP_GRACE_MS = 10_000
 SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
 SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
 SEND_ASYNC_WINDOW_MAX = 128  # in-flight async sends before send_async blocks: more only queues at the broker and turns into timeouts
+# send_async coalesces the messages submitted while a batch is in flight into the next batch:
+SEND_ASYNC_BATCH_COUNT_MAX = 256  # messages in one coalesced batch
+SEND_ASYNC_BATCH_BYTES_MAX = 1024 * 1024  # body bytes in one coalesced batch (the broker allows 4 MiB)
+SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, each to its own queue
 
 # ---------------------------------------------------------------------------
 # Response codes (RocketMQ ResponseCode); the proto enum mirrors these names.

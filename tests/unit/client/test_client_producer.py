@@ -304,9 +304,20 @@ def test_context_manager_starts_and_shuts_down(fakes, wired_instance_factory, no
 # --- async --------------------------------------------------------------------------------------
 def test_send_async_returns_futures_of_results(make_producer, fakes):
     producer, inst = make_producer(scripted(fakes))
-    futures = [producer.send_async(Message("T", f"m{i}".encode())) for i in range(20)]
-    assert all(f.result(5).status is SendStatus.SEND_OK for f in futures)
-    assert len(sent(inst)) == 20
+    msgs = [Message("T", f"m{i}".encode()) for i in range(20)]
+    futures = [producer.send_async(m) for m in msgs]
+    results = [f.result(5) for f in futures]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    # every message went exactly once, possibly coalesced with others into one request
+    bodies = [m.body for _, req in sent(inst) for m in req.messages]
+    assert sorted(bodies) == sorted(m.body for m in msgs)
+    # each future carries its own message's id and queue offset (the fake numbers entries from 0)
+    position = {m.properties[c.PROPERTY_UNIQ_KEY]: i for _, req in sent(inst)
+                for i, m in enumerate(req.messages)}
+    for msg, result in zip(msgs, results, strict=True):
+        assert result.msg_id == msg.properties[c.PROPERTY_UNIQ_KEY]
+        assert result.queue_offset == position[result.msg_id]
+        assert result.offset_msg_id == f"{position[result.msg_id]:032X}"
 
 
 def test_send_async_retries_transport_failures_but_not_broker_refusals(make_producer, fakes):
