@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from chaos.checker.verdict import EXIT_UNKNOWN
+
+if TYPE_CHECKING:
+    from chaos.checker.pipeline import CheckOutput
 
 app = typer.Typer(name="chaos", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Chaos runs and their checker.")
@@ -57,8 +60,66 @@ def check(
         if os.environ.get("MQLAB_DEBUG"):
             raise
         _fail(f"the checker failed: {type(exc).__name__}: {exc} (rerun with MQLAB_DEBUG=1 for the traceback)")
+    _print_verdict(result, f"verdict for {run_dir}")
+    raise typer.Exit(result.verdict.exit_code)
+
+
+@app.command("list")
+def list_suites() -> None:
+    """Show every suite with its faults, checks, and the fault switch that must make it fail."""
+    from chaos.suites import SUITES
+
+    table = Table(title="chaos suites")
+    for col in ("suite", "what it does", "faults", "checks", "fails with switch"):
+        table.add_column(col)
+    for s in SUITES.values():
+        faults = "\n".join(f"{f.op} {f.target}" + (f" ({f.partition})" if f.partition else "")
+                           + f" {f.duration_x:g}x{f.duration_of}" for f in s.faults)
+        b = s.breaking_switch
+        table.add_row(s.name, s.summary, faults, "\n".join(s.checks), f"{b.role}: {b.switch}\n→ {b.check}")
+    console.print(table)
+
+
+@app.command()
+def run(
+    suite: Annotated[str, typer.Argument(help="Suite name (see `mqlab chaos list`).")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the schedule and target choices (same seed, same run).")] = 0,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
+    replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Run and record, but do not start the checker.")] = False,
+    spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the check.")] = None,
+) -> None:
+    """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
+    from chaos.runner import ChaosRun, RunOptions, bounds_table, plan
+    from chaos.schedule import format_schedule
+    from chaos.suites import suite as find_suite
+
+    try:
+        chosen = find_suite(suite)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    options = RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration, out_dir=out,
+                         check=not no_check, spark_master=spark_master, schedule_file=replay)
+    if dry_run:
+        schedule, bounds = plan(options)
+        console.print(bounds_table(bounds, f"derived bounds at time scale {time_scale}"))
+        console.print(format_schedule(schedule))
+        raise typer.Exit(0)
+    outcome = ChaosRun(options, console).execute()
+    if outcome.check is not None:
+        _print_verdict(outcome.check, f"{chosen.name} seed {seed}")
+    elif outcome.error:
+        err_console.print(f"[bold red]error:[/] {escape(outcome.error)} (run dir {outcome.run_dir})")
+    console.print(f"run dir: {outcome.run_dir}")
+    raise typer.Exit(outcome.exit_code)
+
+
+def _print_verdict(result: CheckOutput, title: str) -> None:
     verdict = result.verdict
-    table = Table(title=f"verdict for {run_dir}")
+    table = Table(title=title)
     for col in ("check", "verdict", "reason"):
         table.add_column(col)
     for c in verdict.checks.values():
@@ -68,7 +129,6 @@ def check(
     console.print(f"verdict: {result.verdict_path}")
     if result.report_path:
         console.print(f"report:  {result.report_path}")
-    raise typer.Exit(verdict.exit_code)
 
 
 def _fail(message: str) -> None:

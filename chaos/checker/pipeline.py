@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from chaos.checker.loader import History
 
 VERDICT_JSON = "verdict.json"
+# below this much history, an interpreted local session checks faster than a JIT-compiling one
+SMALL_INPUT_BYTES = 256 * 1024 * 1024
 REPORT_HTML = "report.html"
 
 
@@ -78,7 +80,7 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
 
         spark = SparkSession.getActiveSession()  # embedded in a job or a test: use it, leave it running
     own = spark is None
-    session = spark or make_spark(spark_master)
+    session = spark or make_spark(spark_master, small_input=_input_bytes(run_dir) < SMALL_INPUT_BYTES)
     seconds["spark_start"] = time.monotonic() - t
     try:
         t = time.monotonic()
@@ -104,3 +106,12 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
     finally:
         if own:
             session.stop()
+
+
+def _input_bytes(run_dir: Path) -> int:
+    """Bytes of history files under the run dir (what the session will read)."""
+    total = 0
+    for path in run_dir.rglob("*"):
+        if path.suffix in (".jsonl", ".parquet", ".json") and path.is_file():
+            total += path.stat().st_size
+    return total

@@ -50,7 +50,7 @@ def require_java() -> str:
 
 
 def make_spark(master: str | None = None, *, app_name: str = "mqlab-checker", driver_memory: str = "1g",
-               shuffle_partitions: int | None = None, for_tests: bool = False,
+               shuffle_partitions: int | None = None, small_input: bool = False,
                conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession for the checker; see the module docstring for the settings."""
     require_java()
@@ -66,7 +66,7 @@ def make_spark(master: str | None = None, *, app_name: str = "mqlab-checker", dr
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cores = os.cpu_count() or 2
-    partitions = shuffle_partitions or (1 if for_tests else max(2, min(cores * 2, 16)) if local else 64)
+    partitions = shuffle_partitions or (1 if small_input else max(2, min(cores * 2, 16)) if local else 64)
     builder = (SparkSession.builder.appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -80,8 +80,8 @@ def make_spark(master: str | None = None, *, app_name: str = "mqlab-checker", dr
     if local:
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    if for_tests:
-        # Tiny data: compiling code costs more than running it. C1 only, no whole-stage codegen, interpreted
+    if small_input:
+        # Small inputs (tests, short chaos runs): compiling code costs more than running it. C1 only, no whole-stage codegen, interpreted
         # expressions and no adaptive re-planning halve the CPU of a check run (measured: 25 s -> 13 s).
         builder = (builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
                    .config("spark.sql.adaptive.enabled", "false")

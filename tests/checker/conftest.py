@@ -19,7 +19,7 @@ def spark():
     if java_executable() is None:
         pytest.fail("no java on PATH: apt-get install -y openjdk-17-jre-headless")
     try:
-        session = make_spark("local[2]", app_name="mqlab-checker-tests", for_tests=True)
+        session = make_spark("local[2]", app_name="mqlab-checker-tests", small_input=True)
     except SparkUnavailable as exc:
         pytest.fail(str(exc))
     yield session

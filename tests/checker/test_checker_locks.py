@@ -104,6 +104,22 @@ def test_takeover_before_the_lease_ran_out(spark):
     assert r.valid is False and r.counts["early"] == 1
 
 
+def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spark):
+    # c1 is cut from the master at 360 but consumes what it cached until its client lease ends (651):
+    # the broker frees the queue only after the channel expiry, so the bound is the partition's
+    # (max(L_b, X_c + K_c) + R_b + W_p = 1510 from 360), not the 410 of a lost lock
+    run = Run().sends_for(0, 10)
+    run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+    run.lock(350, "renewed", side="broker", lease=950).lock(351, "renewed", lease=651)
+    run.consume(0, range(3), t0=200).fault("partition", ["consumer-1", "broker-a-0"], 360, 2000)
+    run.consume(0, range(3, 5), t0=400).lock(651, "expired")
+    run.consume(0, range(5, 10), t0=1700, client="c2")
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["verdict"]) == ("partition", 1340, "ok")
+
+
 def test_queue_never_taken_over(spark):
     run = _killed_holder(None).send("late", 2000, offset=10)  # the history goes on well past the bound
     r = check_takeover(run.history(spark), config())

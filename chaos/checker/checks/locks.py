@@ -266,7 +266,10 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
         lo, hi = r["prev_last_t"], r["start"]
         causes: list[tuple[int, str, str]] = []  # (t, kind, label)
         for w in h.node_faults(r["prev_node"], ("kill", "stop", "pause", "partition")):
-            if lo <= w.start_ms <= hi:
+            # a fault still open at A's last batch counts too: a partitioned holder goes on consuming
+            # what it had cached until its client lease runs out, but the broker frees the queue only
+            # after the channel expiry the fault started
+            if w.start_ms <= hi and (lo <= w.start_ms or w.end_ms is None or w.end_ms >= lo):
                 causes.append((w.start_ms, w.op, w.label))
         for e in h.exits:
             if e.node == r["prev_node"] and not e.expected and lo <= e.t_ms <= hi:

@@ -1,0 +1,318 @@
+"""One chaos run, start to verdict: fresh cluster, workload, seeded faults, heal, drain, check.
+
+Phases (each shown live and recorded in `run.json`): start the cluster with link proxies,
+create the topic, start the producer workload, warm up until consumers deliver, (a backlog
+phase for suites that need one), play the seeded schedule (it ends with heal-and-recover),
+stop sending, drain until every acknowledged send is delivered or the drain bound passes,
+let offsets converge, stop everything, check.
+
+Whatever happens — an exception, Ctrl-C, a failed start — every fault is undone, the
+producer stops, and every node process is stopped and reaped before this returns: a run
+never leaves a process or a port behind (`LocalCluster.close` raises if a pid survives).
+
+The run dir holds: `run.json` (suite, seed, time scale, options, phases), `timing.json`,
+`bounds.json` (the derived bounds table, also printed at the start), `schedule.json`
+(replayable), `cluster.json`, one directory per node with its histories, `nemesis/`,
+`processes/`, and after the check `verdict.json` and `report.html`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from chaos.bounds import Bounds, derive_bounds
+from chaos.nemesis import NemesisRunner
+from chaos.progress import Progress, RunStatus
+from chaos.schedule import Schedule, format_schedule, generate_schedule, play
+from chaos.suites import QUEUES, TOPIC, Suite
+from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
+from harness import LocalCluster
+from harness.cluster import make_run_dir
+from harness.waiting import WaitTimeout
+from nodes.common import constants as c
+from nodes.common.clock import SYSTEM_CLOCK
+from nodes.common.rpc import make_sync_channel
+from proto import broker_pb2, broker_pb2_grpc, common_pb2
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from chaos.checker.pipeline import CheckOutput
+
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_INTERRUPTED = 0, 1, 2, 130
+PRODUCER_NODE = "producer-0"
+RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
+PROCESSES_FILE = Path("processes") / "processes.jsonl"
+TICK_S = 0.25  # progress refresh
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    suite: Suite
+    seed: int = 0
+    time_scale: float = 0.05
+    duration_s: float | None = None  # the fault phase; None: the suite's default
+    out_dir: Path | None = None
+    fault_switches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # tests only
+    check: bool = True
+    report: bool = True
+    spark_master: str | None = None
+    spark: SparkSession | None = None  # reuse a running session (tests)
+    schedule_file: Path | None = None  # replay this schedule instead of drawing one
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    exit_code: int
+    status: RunStatus
+    check: CheckOutput | None = None
+    error: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def bounds_table(bounds: Bounds, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("bound", "ms", "formula"):
+        table.add_column(col, justify="right" if col == "ms" else "left")
+    for name, value_ms, formula in bounds.as_rows():
+        table.add_row(name, f"{value_ms:,}", formula)
+    return table
+
+
+def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
+    """The schedule and bounds a run would use (also what `--dry-run` prints)."""
+    suite = options.suite
+    timing = suite.spec(options.time_scale).scaled_timing()
+    bounds = derive_bounds(timing)
+    if options.schedule_file is not None:
+        schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
+    else:
+        duration_ms = int((options.duration_s or suite.default_duration_s) * 1000)
+        schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms)
+    return schedule, bounds
+
+
+class ChaosRun:
+    def __init__(self, options: RunOptions, console: Console | None = None) -> None:
+        self.options = options
+        self.suite = options.suite
+        self.console = console or Console(highlight=False)
+        self.status = RunStatus(suite=self.suite.name, seed=options.seed)
+        self.phases: dict[str, float] = {}
+        self._t0 = time.monotonic()
+        self._interrupted = threading.Event()
+        self.run_dir = make_run_dir(options.out_dir if options.out_dir is not None else _default_out(options))
+
+    # ---- the whole run ------------------------------------------------------------
+
+    def execute(self) -> RunOutcome:
+        schedule, bounds = plan(self.options)
+        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
+        timing = spec.scaled_timing()
+        self._write_plan(schedule, bounds, timing)
+        self.console.print(bounds_table(bounds, f"derived bounds at time scale {self.options.time_scale}"))
+        self.console.print(format_schedule(schedule))
+        outcome = RunOutcome(self.run_dir, EXIT_UNKNOWN, self.status)
+        with self._sigint_as_event():
+            try:
+                self._run_cluster(spec, schedule, bounds)
+            except KeyboardInterrupt:
+                self._interrupted.set()
+            except Exception as exc:  # the run could not complete: report, never hide
+                outcome.error = f"{type(exc).__name__}: {exc}"
+        self._write_run_json(outcome)
+        if self._interrupted.is_set():
+            outcome.exit_code, outcome.error = EXIT_INTERRUPTED, outcome.error or "interrupted"
+            return outcome
+        if outcome.error is not None:
+            self.console.print(f"[bold red]the run could not complete:[/] {outcome.error}")
+            return outcome
+        if self.options.check:
+            outcome.check = self._check()
+            outcome.exit_code = outcome.check.verdict.exit_code
+        else:
+            outcome.exit_code = EXIT_VALID
+        outcome.phases = self.phases
+        self._write_run_json(outcome)
+        return outcome
+
+    def _run_cluster(self, spec: Any, schedule: Schedule, bounds: Bounds) -> None:
+        self._phase("starting cluster")
+        cluster = LocalCluster(spec, run_dir=self.run_dir, links=True, start=False)
+        producer: ProducerWorkload | None = None
+        nemesis: NemesisRunner | None = None
+        try:
+            cluster.start()
+            timing = cluster.timing
+            _create_topic(cluster, TOPIC, QUEUES, bounds)
+            consumers = [n.id for n in spec.consumer_nodes()]
+            tally = DeliveryTally(self.run_dir, consumers)
+            producer = ProducerWorkload(
+                cluster.namesrv_addr, self.run_dir,
+                ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s),
+                timing=timing, node_id=PRODUCER_NODE, dial_overrides=cluster.client_dial_overrides(PRODUCER_NODE))
+            nemesis = NemesisRunner(cluster, self.run_dir / "nemesis" / "nemesis.jsonl",
+                                    random.Random(self.options.seed), SYSTEM_CLOCK, topic=TOPIC, group=self.suite_group)
+            with Progress(self.console) as progress:
+                refresh = self._refresher(progress, producer, tally, nemesis)
+                self._phase("warm-up", refresh)
+                producer.start()
+                self._wait(lambda: tally.lines > 0, bounds.warmup_ms, refresh)
+                self._phase("faults", refresh)
+                play(schedule, nemesis, SYSTEM_CLOCK, self._interrupted, on_progress=refresh)
+                if self._interrupted.is_set():
+                    return
+                self._phase("drain", refresh)
+                producer.stop()
+                self._wait(lambda: tally.missing(producer.counts.acked_ids) == 0, bounds.drain_ms, refresh)
+                self._phase("converge", refresh)
+                self._wait(lambda: False, bounds.converge_ms, refresh)
+                self._phase("stopping", refresh)
+        finally:
+            if nemesis is not None:
+                with contextlib.suppress(Exception):
+                    nemesis.recover_all()
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    producer.stop()
+            try:
+                cluster.close(graceful=not self._interrupted.is_set())
+            finally:
+                self._write_processes(cluster)
+
+    @property
+    def suite_group(self) -> str:
+        from chaos.suites import GROUP
+
+        return GROUP
+
+    # ---- pieces ---------------------------------------------------------------------
+
+    def _refresher(self, progress: Progress, producer: ProducerWorkload, tally: DeliveryTally,
+                   nemesis: NemesisRunner) -> Any:
+        def refresh(*_: object) -> None:
+            tally.refresh()
+            counts = producer.counts
+            s = self.status
+            s.sent, s.acked, s.failed, s.unknown = counts.invoked, counts.ok, counts.fail, counts.info
+            s.delivered, s.missing = len(tally.delivered_ids), tally.missing(counts.acked_ids)
+            s.active_faults = nemesis.active_faults()
+            progress.update(s)
+        return refresh
+
+    def _wait(self, done: Any, budget_ms: int, refresh: Any) -> bool:
+        deadline = time.monotonic() + budget_ms / 1000
+        while not self._interrupted.is_set():
+            refresh()
+            if done():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._interrupted.wait(min(TICK_S, left))
+        return False
+
+    def _phase(self, name: str, refresh: Any = None) -> None:
+        self.phases[name] = round(time.monotonic() - self._t0, 3)
+        self.status.phase = name
+        if refresh is not None:
+            refresh()
+
+    def _check(self) -> CheckOutput:
+        from chaos.checker.pipeline import check_run
+
+        self._phase("checking")
+        self.console.print("checking the histories on Spark…")
+        return check_run(self.run_dir, spark=self.options.spark, spark_master=self.options.spark_master,
+                         report=self.options.report, names=self.suite.checks)
+
+    @contextlib.contextmanager
+    def _sigint_as_event(self) -> Iterator[None]:
+        """Ctrl-C ends the run in order (faults undone, nodes stopped) instead of unwinding mid-step."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(*_: object) -> None:
+            if self._interrupted.is_set():
+                raise KeyboardInterrupt  # a second Ctrl-C: unwind now (the finally blocks still clean up)
+            self._interrupted.set()
+
+        signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    # ---- run dir files ----------------------------------------------------------------
+
+    def _write_plan(self, schedule: Schedule, bounds: Bounds, timing: Any) -> None:
+        (self.run_dir / TIMING_JSON).write_text(json.dumps(dataclasses.asdict(timing), indent=1))
+        (self.run_dir / BOUNDS_JSON).write_text(json.dumps(bounds.to_json(), indent=1))
+        (self.run_dir / SCHEDULE_JSON).write_text(json.dumps(schedule.to_json(), indent=1))
+        self._write_run_json(None)
+
+    def _write_run_json(self, outcome: RunOutcome | None) -> None:
+        o = self.options
+        data: dict[str, Any] = {
+            "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale,
+            "duration_s": o.duration_s or self.suite.default_duration_s,
+            "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
+            "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
+            "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale}",
+        }
+        if outcome is not None:
+            s = outcome.status
+            data["counts"] = {"sent": s.sent, "acked": s.acked, "failed": s.failed, "unknown": s.unknown,
+                              "delivered": s.delivered, "acked_not_delivered": s.missing}
+            data["error"] = outcome.error
+            data["exit_code"] = outcome.exit_code
+        (self.run_dir / RUN_JSON).write_text(json.dumps(data, indent=1))
+
+    def _write_processes(self, cluster: LocalCluster) -> None:
+        """Unexpected exits for the checker's timeline (the nemesis records the exits it caused)."""
+        path = self.run_dir / PROCESSES_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        wall_minus_mono_ms = SYSTEM_CLOCK.wall_ms() - SYSTEM_CLOCK.monotonic_ms()
+        with path.open("a", encoding="utf-8") as f:
+            for e in cluster.unexpected_exits:
+                f.write(json.dumps({"node": e.node_id, "event": "exit", "wall_ms": e.at_wall_ms,
+                                    "mono_ms": e.at_wall_ms - wall_minus_mono_ms, "expected": False,
+                                    "exit_code": e.exit_code, "pid": e.pid}) + "\n")
+
+
+def _default_out(options: RunOptions) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Path("runs") / f"{stamp}-{options.suite.name}-s{options.seed}"
+
+
+def _create_topic(cluster: LocalCluster, topic: str, queues: int, bounds: Bounds) -> None:
+    """Create the suite's topic on every master, then wait until the name server routes it."""
+    for master in (n for n in cluster.spec.broker_nodes() if n.is_master):
+        proc = cluster.node(master.id)
+        with make_sync_channel(proc.addr) as channel:
+            resp = broker_pb2_grpc.BrokerStub(channel).CreateTopic(broker_pb2.CreateTopicRequest(
+                config=common_pb2.TopicConfig(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                              perm=c.PERM_READ | c.PERM_WRITE)),
+                timeout=cluster.timing.rpc_timeout_ms / 1000)
+        if resp.code != common_pb2.SUCCESS:
+            raise RuntimeError(f"creating topic {topic} on {master.id} failed: {resp.remark}")
+    try:
+        cluster.wait_until_routable(topic=topic)
+    except WaitTimeout as exc:
+        raise RuntimeError(f"topic {topic} never became routable: {exc}") from exc

@@ -1,0 +1,163 @@
+"""The chaos suites as data: topology, workload, the faults a schedule draws from, the checks.
+
+A suite says what it exists to guard (its checks), which faults it throws at the cluster
+(op kinds with weights and symbolic targets, drawn by the seeded schedule), how the cluster
+and consumers are configured for it, and which test-only fault switch breaks the rule it
+guards (`breaking_switch`): a suite that cannot fail on a broken build is worthless, so the
+tests run every suite once with that switch on and expect exit 1 with the named check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.schedule import FaultChoice
+from harness.spec import ClusterSpec
+
+TOPIC = "ChaosTopic"
+QUEUES = 8
+GROUP = "chaos_group"
+MASTER = "broker-a-0"
+SLAVE = "broker-a-1"
+
+# the checks that need nothing but sends and deliveries
+QUEUE_CHECKS = ("lost", "unexpected", "duplicates")
+
+
+@dataclass(frozen=True)
+class BreakingSwitch:
+    """A test-only fault switch that breaks the rule a suite guards, and the check that must catch it."""
+
+    role: str  # broker | consumer: which nodes get the switch
+    switch: str
+    check: str
+    masters_only: bool = False
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    summary: str
+    checks: tuple[str, ...]
+    faults: tuple[FaultChoice, ...]
+    breaking_switch: BreakingSwitch
+    consumers: int = 3
+    orderly: bool = False
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+    broker_options: Mapping[str, Any] = field(default_factory=dict)
+    rate_per_s: float = 150.0
+    keys: int = 16
+    # a phase with consumers paused while the producer runs on, before the faults (backlog)
+    backlog_pause_of: str | None = None
+    backlog_pause_x: float = 0.0
+    checker: Mapping[str, Any] = field(default_factory=dict)
+    default_duration_s: float = 40.0
+
+    def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None) -> ClusterSpec:
+        """The cluster for this suite; `fault_switches` maps a role to switches (tests only)."""
+        switches = dict(fault_switches or {})
+        spec = ClusterSpec.default(time_scale=time_scale)
+        for node in spec.broker_nodes():
+            options = dict(self.broker_options)
+            wanted = switches.get("broker", ())
+            if wanted and (node.broker_id == 0 or not switches.get("broker-masters-only")):
+                options["fault_switches"] = list(wanted)
+            if options:
+                spec = spec.with_node_options(node.id, **options)
+        consumer_options: dict[str, Any] = {
+            "group": GROUP, "subscriptions": {TOPIC: "*"}, "orderly": self.orderly,
+            "consume_from_where": "CONSUME_FROM_FIRST_OFFSET", **self.consumer_options}
+        if switches.get("consumer"):
+            consumer_options["fault_switches"] = list(switches["consumer"])
+        return spec.with_consumers(self.consumers, **consumer_options)
+
+    def switch_map(self) -> dict[str, tuple[str, ...]]:
+        """The `fault_switches` argument that turns this suite's breaking switch on."""
+        b = self.breaking_switch
+        out: dict[str, tuple[str, ...]] = {b.role: (b.switch,)}
+        if b.masters_only:
+            out["broker-masters-only"] = ("yes",)
+        return out
+
+
+_ORDERLY_CONSUMER = {"sleep_ms": 2}
+_SLAVE_READS = {"slave_read_enable": True}
+
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite(
+        name="lock-takeover",
+        summary="orderly group; kill, pause and partition the holders of queue locks",
+        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover"),
+        faults=(
+            FaultChoice("kill", "lock-holder", 2.0, "L_b", 0.5),
+            FaultChoice("pause", "lock-holder", 1.0, "L_c", 0.5),  # below the client lease: nothing moves
+            FaultChoice("pause", "lock-holder", 1.0, "L_b", 1.5),  # past both leases: takeover, expected overlap
+            FaultChoice("partition", "lock-holder", 1.0, "X_c", 1.5, partition="consumer-master"),
+            FaultChoice("stop", "lock-holder", 1.0, "L_b", 0.5),
+        ),
+        breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
+        orderly=True, consumer_options=_ORDERLY_CONSUMER,
+    ),
+    Suite(
+        name="offset-resync",
+        summary="kill and restart consumers and the master around offset commits",
+        checks=(*QUEUE_CHECKS, "order", "offset-resync"),
+        faults=(
+            FaultChoice("kill", "random-consumer", 3.0, "P_c", 4.0),
+            FaultChoice("stop", "random-consumer", 1.0, "P_c", 4.0),
+            FaultChoice("kill", "master", 1.0, "S_s", 1.0),
+        ),
+        breaking_switch=BreakingSwitch("consumer", "commit-pulled-offset", "lost"),
+        consumer_options={"sleep_ms": 3}, broker_options=_SLAVE_READS,
+    ),
+    Suite(
+        name="read-routing",
+        summary="backlog past the memory budget, master kill and restart, a consumer cut from the master",
+        checks=(*QUEUE_CHECKS, "read-routing"),
+        faults=(
+            FaultChoice("kill", "master", 1.0, "N_r", 2.0),
+            FaultChoice("partition", "random-consumer", 1.0, "N_r", 2.0, partition="consumer-master"),
+            FaultChoice("pause", "all-consumers", 1.0, "N_r", 2.0),
+        ),
+        breaking_switch=BreakingSwitch("consumer", "ignore-pull-suggestion", "read-routing"),
+        consumers=2, consumer_options={"sleep_ms": 1},
+        broker_options={**_SLAVE_READS, "store": {"memory_budget_bytes": 256 * 1024}},
+        rate_per_s=300.0, backlog_pause_of="N_r", backlog_pause_x=3.0,
+    ),
+    Suite(
+        name="failover",
+        summary="kill or partition the master under send and consume load; nothing acknowledged lost",
+        checks=QUEUE_CHECKS,
+        faults=(
+            FaultChoice("kill", "master", 2.0, "N_r", 2.0),
+            FaultChoice("partition", "master", 1.0, "N_r", 2.0, partition="isolate"),
+            FaultChoice("partition", "master", 1.0, "N_r", 2.0, partition="master-slave"),
+        ),
+        breaking_switch=BreakingSwitch("broker", "recovery-trust-checkpoint", "lost", masters_only=True),
+        consumers=2, consumer_options={"sleep_ms": 4}, broker_options=_SLAVE_READS, rate_per_s=250.0,
+    ),
+    Suite(
+        name="mixed",
+        summary="random nemeses from every other suite, orderly group, slave reads on",
+        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover", "offset-resync", "read-routing"),
+        faults=(
+            FaultChoice("kill", "lock-holder", 1.0, "L_b", 0.5),
+            FaultChoice("pause", "lock-holder", 1.0, "L_b", 1.5),
+            FaultChoice("partition", "random-consumer", 1.0, "X_c", 1.5, partition="consumer-master"),
+            FaultChoice("kill", "random-consumer", 1.0, "P_c", 4.0),
+            FaultChoice("kill", "master", 1.0, "N_r", 2.0),
+            FaultChoice("partition", "master", 0.5, "N_r", 2.0, partition="master-slave"),
+        ),
+        breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
+        orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS,
+    ),
+)}
+
+
+def suite(name: str) -> Suite:
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise KeyError(f"no suite {name!r}; suites are {', '.join(SUITES)} (see `mqlab chaos list`)") from None
