@@ -21,15 +21,22 @@ from collections.abc import Callable
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
-from nodes.store.record import RECORD_BYTES_MIN, Record, RecordKind, peek_size_and_magic, tag_hash
+from nodes.store.record import (
+    RECORD_BYTES_MIN,
+    RecordKind,
+    decode_properties,
+    index_fields,
+    peek_size_and_magic,
+    tag_hash,
+)
 
 log = logging.getLogger(__name__)
 
 # (topic, queue_id, max_queue_offset, tag_hash, store_timestamp_ms)
 ArrivalListener = Callable[[str, int, int, int, int], None]
-# A record's consume-queue tag code when it is not its tag hash (a delayed message: its deliver
-# timestamp), else None.
-TagCodeOverride = Callable[[Record], int | None]
+# (topic, properties, store_timestamp_ms) -> a record's consume-queue tag code when it is not its
+# tag hash (a delayed message: its deliver timestamp), else None.
+TagCodeOverride = Callable[[str, dict[str, str], int], int | None]
 
 
 class Step(enum.Enum):
@@ -99,6 +106,10 @@ class Dispatcher:
             if damaged_end is not None:  # known already (e.g. found by recovery's walk)
                 self.reput_from_phys_offset = damaged_end
                 continue
+            indexed = self._dispatch_run(position, end_phys_offset)
+            if indexed:
+                walked += indexed
+                continue
             step, value = scan_step(self._commitlog, position, end_phys_offset)
             if step is Step.RECORD:
                 self.reput_from_phys_offset = position + value
@@ -153,15 +164,48 @@ class Dispatcher:
             log.error("commitlog bytes [%d, %d) are damaged; skipping to the next valid record",
                       start_phys_offset, end_phys_offset)
 
+    def _dispatch_run(self, phys_offset: int, end_phys_offset: int) -> int:
+        """Index the records from `phys_offset` on that pass every check, in one pass over one
+        segment (`index_fields`: no Record, no body copy); returns how many. Stops at the first
+        position that is anything else (a blank, damage, a missing tail), for `scan_step` to
+        judge: this is only the common case made cheap, never a different verdict."""
+        mapped = self._commitlog.segment_for(phys_offset)
+        if mapped is None:
+            return 0
+        base = mapped.start_offset
+        end = min(end_phys_offset, mapped.end_offset) - base
+        pos = phys_offset - base
+        indexed = 0
+        view = memoryview(mapped.buffer)
+        try:
+            while pos < end:
+                fields = index_fields(view, pos, end, base + pos)
+                if fields is None:
+                    break
+                size, topic, queue_id, queue_offset, store_timestamp_ms, properties = fields
+                # The reput position moves first, so a listener that raises leaves the walk consistent.
+                self.reput_from_phys_offset = base + pos + size
+                self._index(base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                            decode_properties(properties))
+                pos += size
+                indexed += 1
+        finally:
+            view.release()  # a mapping with exported views cannot be closed
+        return indexed
+
     def _dispatch_record(self, phys_offset: int, size: int) -> None:
         # The reput position moved first, so a listener that raises leaves the walk consistent.
         record = self._commitlog.decode_at(phys_offset, check_crc=False)
-        self.last_store_timestamp_ms = record.store_timestamp_ms
-        queue = self._consume_queue_for(record.topic, record.queue_id)
+        self._index(phys_offset, size, record.topic, record.queue_id, record.queue_offset, record.store_timestamp_ms,
+                    record.properties)
+
+    def _index(self, phys_offset: int, size: int, topic: str, queue_id: int, queue_offset: int,
+               store_timestamp_ms: int, properties: dict[str, str]) -> None:
+        self.last_store_timestamp_ms = store_timestamp_ms
+        queue = self._consume_queue_for(topic, queue_id)
         if queue is None:
             return
-        override = self._tag_code(record) if self._tag_code is not None else None
-        record_tag_hash = tag_hash(record.tags) if override is None else override
-        if queue.put(record.queue_offset, phys_offset, size, record_tag_hash) and self.on_arrival is not None:
-            self.on_arrival(record.topic, record.queue_id, record.queue_offset + 1, record_tag_hash,
-                            record.store_timestamp_ms)
+        override = self._tag_code(topic, properties, store_timestamp_ms) if self._tag_code is not None else None
+        record_tag_hash = tag_hash(properties.get(c.PROPERTY_TAGS)) if override is None else override
+        if queue.put(queue_offset, phys_offset, size, record_tag_hash) and self.on_arrival is not None:
+            self.on_arrival(topic, queue_id, queue_offset + 1, record_tag_hash, store_timestamp_ms)

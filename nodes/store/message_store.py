@@ -44,7 +44,6 @@ from nodes.store.commitlog import AppendResult, CommitLog
 from nodes.store.consume_queue import CQ_UNIT, HOLE_SIZE, ConsumeQueue
 from nodes.store.delay import (
     DEFAULT_DELAY_LEVELS_MS,
-    schedule_tag_code,
     schedule_tag_code_of,
     to_schedule_topic,
     wants_delay,
@@ -147,7 +146,8 @@ class MessageStore:
         self._transfer_caps = TransferCaps(config.transfer_bytes_max_in_memory, config.transfer_count_max_in_memory,
                                            config.transfer_bytes_max_on_disk, config.transfer_count_max_on_disk)
         self._dispatcher = Dispatcher(self._commitlog, self._consume_queue_for,
-                                      tag_code=lambda record: schedule_tag_code(record, self.delay_levels_ms))
+                                      tag_code=lambda topic, properties, store_timestamp_ms: schedule_tag_code_of(
+                                          topic, properties, store_timestamp_ms, self.delay_levels_ms))
         self._arrivals: list[tuple[str, int, int, int]] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()

@@ -1,6 +1,17 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.dispatch import Dispatcher, Step, scan_step
+from nodes.store.record import (
+    RecordKind,
+    check_at,
+    decode_properties,
+    decode_record,
+    encode_record,
+    index_fields,
+)
 
 from .conftest import SEGMENT_BYTES, msg
 
@@ -81,3 +92,49 @@ def test_garbage_at_the_tail_stops_the_walk(tmp_path):
     assert dispatcher.reput_from_phys_offset == results[3].phys_offset
     assert dispatcher.dispatch_until(log.max_phys_offset) == 0  # no rescan for the same end
     assert dispatcher.damaged_ranges == []
+
+
+# --- the fast walk: index_fields is check_at plus a partial decode, never looser ---------------------
+
+_damage = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=300), tags=st.sampled_from([None, "a", "Tág"]), damage=_damage,
+       cut=st.integers(0, 40))
+def test_index_fields_agrees_with_check_at_and_decode_record(body, tags, damage, cut):
+    properties = {"TAGS": tags, "k": "v"} if tags else {"k": "v"}
+    good = encode_record(msg(topic="Tópico", queue_id=3, body=body, properties=properties), queue_offset=9,
+                         phys_offset=4096, store_timestamp_ms=123)
+    for data in (good, _damaged(good, damage), good[:len(good) - cut]):
+        fields = index_fields(memoryview(data), 0, len(data), 4096)
+        kind, size = check_at(data, 0, base_phys_offset=4096)
+        if fields is None:
+            assert data != good
+            continue
+        assert (kind, size) == (RecordKind.RECORD, fields[0])
+        record = decode_record(data)
+        assert fields == (record.total_size, record.topic, record.queue_id, record.queue_offset,
+                          record.store_timestamp_ms, fields[5])
+        assert decode_properties(fields[5]) == record.properties
+    assert index_fields(good, 0, len(good), 4096 + 1) is None  # an old or shifted copy of a record
+
+
+def _damaged(data: bytes, damage) -> bytes:
+    out = bytearray(data)
+    for position, value in damage:
+        out[position % len(out)] = value
+    return bytes(out)
+
+
+def test_the_fast_walk_and_the_step_walk_index_alike(tmp_path):
+    log, _ = _master(tmp_path, count=40)
+    slow, fast = Index(tmp_path / "slow"), Index(tmp_path / "fast")
+    stepping = Dispatcher(log, slow.queue_for, slow.on_arrival)
+    stepping._dispatch_run = lambda *_: 0  # every record through scan_step and decode_record
+    walking = Dispatcher(log, fast.queue_for, fast.on_arrival)
+    assert stepping.dispatch_until(log.max_phys_offset) == walking.dispatch_until(log.max_phys_offset) == 40
+    assert slow.arrivals == fast.arrivals
+    for key, queue in slow.queues.items():
+        units = [queue.unit_at(q) for q in range(queue.max_queue_offset)]
+        assert units == [fast.queues[key].unit_at(q) for q in range(fast.queues[key].max_queue_offset)]
