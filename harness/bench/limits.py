@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc.aio
 
 from harness.bench.results import Measured
+from nodes.client.send_wire import request_message_count
 from nodes.common import constants as c
 from nodes.common import rpc
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
@@ -44,7 +45,7 @@ class LimitServicer(broker_pb2_grpc.BrokerServicer):
     def __init__(self, record_bytes: int) -> None:
         self._record = os.urandom(record_bytes)
         self._blobs: dict[int, bytes] = {}
-        self._send_answers: dict[int, broker_pb2.SendMessageResponse] = {}
+        self._send_answers: dict[tuple[int, bool], broker_pb2.SendMessageResponse] = {}
 
     def _blob(self, count: int) -> bytes:
         blob = self._blobs.get(count)
@@ -63,13 +64,21 @@ class LimitServicer(broker_pb2_grpc.BrokerServicer):
 
     async def SendMessage(self, request: broker_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> broker_pb2.SendMessageResponse:
-        count = len(request.messages)
-        answer = self._send_answers.get(count)
+        # The broker's answer of the same size: entries for `messages`, compact for a batch body.
+        count = request_message_count(request)
+        key = (count, bool(request.batch_body))
+        answer = self._send_answers.get(key)
         if answer is None:
-            answer = self._send_answers[count] = broker_pb2.SendMessageResponse(
-                code=common_pb2.SUCCESS, queue_id=request.queue_id,
-                entries=[broker_pb2.SendEntry(offset_msg_id=f"{i:032X}", queue_offset=i, phys_offset=i * 1024)
-                         for i in range(count)])
+            if request.batch_body:
+                answer = broker_pb2.SendMessageResponse(
+                    code=common_pb2.SUCCESS, queue_id=request.queue_id, first_queue_offset=0,
+                    phys_offsets=[i * 1024 for i in range(count)], offset_msg_id_prefix="0" * 16)
+            else:
+                answer = broker_pb2.SendMessageResponse(
+                    code=common_pb2.SUCCESS, queue_id=request.queue_id,
+                    entries=[broker_pb2.SendEntry(offset_msg_id=f"{i:032X}", queue_offset=i, phys_offset=i * 1024)
+                             for i in range(count)])
+            self._send_answers[key] = answer
         return answer
 
 

@@ -33,8 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from nodes.client.send_wire import Outgoing, build_request
 from nodes.common import constants as c
-from nodes.common import rpc, wire
+from nodes.common import rpc
 from nodes.common.config import Timing
 from nodes.common.types import Message, MessageQueue, PullStatus, SendStatus
 from proto import broker_pb2, broker_pb2_grpc
@@ -374,11 +375,12 @@ async def _unary_limit(job: dict[str, Any]) -> dict[str, Any]:
     channel = rpc.make_channel(job["addr"])
     try:
         stub = broker_pb2_grpc.BrokerStub(channel)
-        # The bytes a Producer sends: the same wire conversion, a unique id per message.
+        # The bytes a Producer sends: the same request shape (a batch body for several), a
+        # unique id per message.
         msg = Message("BenchLimit", b"b" * job["body_bytes"], properties={c.PROPERTY_UNIQ_KEY: "0" * 32})
-        out = wire.outgoing_to_pb(msg, msg.all_properties(), int(time.time() * 1000))
-        request = broker_pb2.SendMessageRequest(producer_group="bench", topic="BenchLimit", queue_id=0,
-                                                messages=[out] * batch, born_host="127.0.0.1:0")
+        out = Outgoing(msg.body, msg.flag, msg.all_properties(), int(time.time() * 1000))
+        request = build_request([out] * batch, producer_group="bench", topic="BenchLimit", queue_id=0,
+                                born_host="127.0.0.1:0")
         await stub.SendMessage(request, wait_for_ready=True, timeout=WARM_UP_TIMEOUT_S)  # warm up
         _emit("READY")
         await asyncio.get_running_loop().run_in_executor(None, _await_go)

@@ -1,7 +1,8 @@
 """The broker send path (RocketMQ SendMessageProcessor#sendMessage / sendBatchMessage).
 
 Owns: request checks (permission, topic name, topic existence and auto-creation, queue
-id), turning the request into store records, and mapping put statuses to response codes.
+id), turning the request (its `messages`, or RocketMQ's batch body) into store records, and
+mapping put statuses to response codes (compact for a batch body).
 Does not own queue offset assignment or durability (the store does).
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import socket
-from collections.abc import Mapping
 
 from nodes.broker.send_back import (
     RETRY_HEADER_PROPERTIES,
@@ -25,6 +25,8 @@ from nodes.common.config import BrokerConfig
 from nodes.common.errors import InvalidMessageError
 from nodes.common.types import validate_topic
 from nodes.common.wire import parse_host_port
+from nodes.store import message_batch
+from nodes.store.message_batch import MalformedBatchError
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore
 from proto import broker_pb2, common_pb2
@@ -69,15 +71,19 @@ class SendProcessor:
             return _reply(common_pb2.MESSAGE_ILLEGAL, str(exc))
         if req.topic == c.AUTO_CREATE_TOPIC_KEY:
             return _reply(common_pb2.MESSAGE_ILLEGAL, f"{req.topic} is the auto-create template; send elsewhere")
-        if not req.messages:
+        try:
+            messages = _messages_of(req)
+        except MalformedBatchError as exc:
+            return _reply(common_pb2.MESSAGE_ILLEGAL, str(exc))
+        if not messages:
             return _reply(common_pb2.MESSAGE_ILLEGAL, "the request carries no message")
-        for i, msg in enumerate(req.messages):
-            if not msg.body:
+        body_bytes_max = self._config.store.message_body_bytes_max
+        for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
+            if not body:
                 return _reply(common_pb2.MESSAGE_ILLEGAL, f"message {i} has an empty body")
-            if len(msg.body) > self._config.store.message_body_bytes_max:
+            if len(body) > body_bytes_max:
                 return _reply(common_pb2.MESSAGE_ILLEGAL,
-                              f"message {i} body is {len(msg.body)} bytes, over the "
-                              f"{self._config.store.message_body_bytes_max}-byte limit")
+                              f"message {i} body is {len(body)} bytes, over the {body_bytes_max}-byte limit")
 
         topic = self._topics.get(req.topic)
         if topic is None:
@@ -98,7 +104,7 @@ class SendProcessor:
         store_topic, store_queue_id, reconsume_times = req.topic, req.queue_id, req.reconsume_times
         dropped: tuple[str, ...] = ()  # properties not stored
         if self._groups is not None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
-            reconsume_times, max_times = retry_send_header(req.reconsume_times, req.messages[0].properties)
+            reconsume_times, max_times = retry_send_header(req.reconsume_times, messages[0][2])
             route = route_retry_send(groups=self._groups, topics=self._topics, topic=req.topic,
                                      queue_id=req.queue_id, reconsume_times=reconsume_times,
                                      max_reconsume_times=max_times, now_ms=self._clock.wall_ms(), rng=self._rng)
@@ -109,22 +115,29 @@ class SendProcessor:
             dropped = RETRY_HEADER_PROPERTIES + ((c.PROPERTY_DELAY,) if route.dead_letter else ())
 
         born_host = parse_host_port(req.born_host) if req.born_host else ("127.0.0.1", 0)
-        records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=msg.body, flag=msg.flag,
-                                  properties=_without(msg.properties, dropped),
-                                  born_timestamp_ms=msg.born_timestamp_ms,
-                                  born_host=born_host, store_host=self._store_host,
-                                  reconsume_times=reconsume_times, sys_flag=req.sys_flag)
-                   for msg in req.messages]
+        store_host, sys_flag = self._store_host, req.sys_flag
+        records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
+                                  properties=_without(properties, dropped), born_timestamp_ms=born_ms,
+                                  born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
+                                  sys_flag=sys_flag)
+                   for body, flag, properties, born_ms in messages]
         result = self._store.put_messages(records)
         code = _CODE_BY_PUT_STATUS[result.status]
         if code != common_pb2.SUCCESS:
             return _reply(code, result.remark or result.status.name)
-        last = result.appended[-1]
+        appended = result.appended
+        last = appended[-1]
         self.last_put_end_offset = last.phys_offset + last.size
+        if req.batch_body:
+            first = appended[0]
+            return broker_pb2.SendMessageResponse(
+                code=code, queue_id=req.queue_id, first_queue_offset=first.queue_offset,
+                phys_offsets=[a.phys_offset for a in appended],
+                offset_msg_id_prefix=first.offset_msg_id[:_OFFSET_MSG_ID_PREFIX_CHARS])
         return broker_pb2.SendMessageResponse(
             code=code, queue_id=req.queue_id,
             entries=[broker_pb2.SendEntry(offset_msg_id=a.offset_msg_id, queue_offset=a.queue_offset,
-                                          phys_offset=a.phys_offset) for a in result.appended])
+                                          phys_offset=a.phys_offset) for a in appended])
 
 
 def _ipv4_of(host: str) -> str:
@@ -135,9 +148,28 @@ def _ipv4_of(host: str) -> str:
         return "127.0.0.1"
 
 
-def _without(properties: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+_OFFSET_MSG_ID_PREFIX_CHARS = 16  # store host ip and port; the phys offset's 16 hex digits follow
+
+# (body, flag, properties, born_timestamp_ms) of one message of a request
+_Incoming = tuple[bytes, int, dict[str, str], int]
+
+
+def _messages_of(req: broker_pb2.SendMessageRequest) -> list[_Incoming]:
+    """The request's messages, from its batch body or its `messages`.
+
+    Raises:
+        MalformedBatchError: the batch body does not frame.
+    """
+    if req.batch_body:
+        born_ms = req.born_timestamp_ms
+        return [(body, flag, properties, born_ms) for body, flag, properties in message_batch.decode(req.batch_body)]
+    return [(m.body, m.flag, dict(m.properties), m.born_timestamp_ms) for m in req.messages]
+
+
+def _without(properties: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """`properties` (a fresh dict of this request's, so not copied) less the names."""
     if not names:
-        return dict(properties)
+        return properties
     return {k: v for k, v in properties.items() if k not in names}
 
 

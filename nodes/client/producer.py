@@ -30,6 +30,7 @@ from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_gr
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.send_batcher import PendingSend, SendBatcher
+from nodes.client.send_wire import Outgoing, answered_offsets, build_request
 from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -79,17 +80,16 @@ def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, 
     status = SEND_STATUS_BY_CODE.get(resp.code)
     if status is None:
         raise for_code(_code_name(resp.code), resp.remark)
-    entries = resp.entries
-    if len(entries) != len(uniq_ids):
+    queue_offsets, offset_msg_ids = answered_offsets(resp)
+    if len(queue_offsets) != len(uniq_ids):
         raise InvariantViolation(
-            f"broker answered {status.name} for {len(uniq_ids)} messages to {topic} with {len(entries)} entries")
-    queue_offsets = tuple(e.queue_offset for e in entries)
+            f"broker answered {status.name} for {len(uniq_ids)} messages to {topic} with {len(queue_offsets)} entries")
     return SendResult(
         status=status,
         msg_id=",".join(uniq_ids),
         message_queue=MessageQueue(topic, broker_name, resp.queue_id),
         queue_offset=queue_offsets[0],
-        offset_msg_id=",".join(e.offset_msg_id for e in entries),
+        offset_msg_id=",".join(offset_msg_ids),
         msg_ids=tuple(uniq_ids),
         queue_offsets=queue_offsets,
     )
@@ -244,7 +244,7 @@ class Producer:
         """Send messages of one topic as one request to one queue, all or nothing."""
         topic = validate_batch(msgs, self.body_bytes_max)
         prepared = [self._prepare(m, validated=True) for m in msgs]
-        coro = self._send_default(topic, [p[0] for p in prepared], [p[1] for p in prepared],
+        coro = self._send_default(topic, [out for out, _ in prepared], [uid for _, uid in prepared],
                                   self.retry_times, c.RETRIABLE_SEND_CODES)
         return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
 
@@ -295,13 +295,13 @@ class Producer:
     async def _fail_waiting(self, exc: BaseException) -> None:
         self._batcher.fail_waiting(exc)
 
-    async def _send_coalesced(self, topic: str, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+    async def _send_coalesced(self, topic: str, outs: list[Outgoing], uids: list[str],
                               queue: MessageQueue | None, deadline: Deadline) -> SendResult:
         return await self._send_default(topic, outs, uids, self.retry_times_async, ASYNC_RETRY_CODES,
                                         first_queue=queue, deadline=deadline)
 
     # --- preparation (caller thread) ---------------------------------------------------
-    def _prepare(self, msg: Message, *, validated: bool = False) -> tuple[broker_pb2.OutgoingMessage, str]:
+    def _prepare(self, msg: Message, *, validated: bool = False) -> tuple[Outgoing, str]:
         """Validate, stamp UNIQ_KEY (kept if the message already has one) and encode."""
         if not isinstance(msg, Message):
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
@@ -316,7 +316,7 @@ class Producer:
         if not uid:
             uid = self._ids.next_id()
             msg.properties[c.PROPERTY_UNIQ_KEY] = uid
-        return wire.outgoing_to_pb(msg, msg.all_properties(), self._clock.wall_ms()), uid
+        return Outgoing(msg.body, msg.flag, msg.all_properties(), self._clock.wall_ms()), uid
 
     def _run(self, coro: Any, what: str) -> SendResult:
         return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
@@ -331,7 +331,7 @@ class Producer:
             raise TransportError(f"{what}: the {self.send_timeout_ms} ms send timeout passed before "
                                  "the request was sent; nothing was stored") from None
 
-    async def _send_default(self, topic: str, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+    async def _send_default(self, topic: str, outs: list[Outgoing], uids: list[str],
                             retry_times: int, retry_codes: frozenset[str], *, first_queue: MessageQueue | None = None,
                             deadline: Deadline | None = None) -> SendResult:
         """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout.
@@ -388,7 +388,7 @@ class Producer:
             log.info("%s: route refresh failed (%s); keeping %d queues", what, err, len(queues))
             return queues
 
-    async def _send_orderly(self, topic: str, out: broker_pb2.OutgoingMessage, uid: str,
+    async def _send_orderly(self, topic: str, out: Outgoing, uid: str,
                             sharding_key: object) -> SendResult:
         """sendSelectImpl with SelectMessageQueueByHash: the publish list, one attempt."""
         what = f"send_orderly {uid} to {topic}"
@@ -396,7 +396,7 @@ class Producer:
         queues = await self._before(self._instance.routes.publish_info(topic), deadline, what)
         return await self._send_kernel(select_by_hash(queues, sharding_key), [out], [uid], deadline, what)
 
-    async def _send_kernel(self, mq: MessageQueue, outs: list[broker_pb2.OutgoingMessage], uids: list[str],
+    async def _send_kernel(self, mq: MessageQueue, outs: list[Outgoing], uids: list[str],
                            deadline: Deadline, what: str) -> SendResult:
         """sendKernelImpl: one request to the master of `mq`'s broker."""
         routes = self._instance.routes
@@ -406,9 +406,8 @@ class Producer:
         remaining_ms = deadline.remaining_ms()
         if remaining_ms <= 0:
             raise TransportError(f"{what}: the send timeout passed before the request was sent")
-        request = broker_pb2.SendMessageRequest(
-            producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, messages=outs,
-            default_topic_queue_nums=self.default_topic_queue_nums, born_host=self._born_host)
+        request = build_request(outs, producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                                default_topic_queue_nums=self.default_topic_queue_nums, born_host=self._born_host)
         resp = await self._instance.unary(self._instance.broker_stub(addr).SendMessage, request, remaining_ms,
                                           f"{what} at {mq.broker_name}/{addr}", side_effects=True)
         return send_result_from_response(resp, mq.topic, mq.broker_name, uids)

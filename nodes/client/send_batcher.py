@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from nodes.client.errors import OutcomeUnknownError
+from nodes.client.send_wire import Outgoing
 from nodes.common.clock import Deadline
 from nodes.common.types import MessageQueue, SendResult
-from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class PendingSend:
     """One message handed to `send_async`, waiting for its batch."""
 
     topic: str
-    out: broker_pb2.OutgoingMessage
+    out: Outgoing
     uid: str
     body_bytes: int
     future: concurrent.futures.Future[SendResult]
@@ -46,7 +46,7 @@ class PendingSend:
 
 # send_batch(topic, outs, uids, queue, deadline) -> the batch's SendResult (per-message
 # `msg_ids` / `queue_offsets`) or an exception; `queue` is where the first attempt goes.
-SendBatch = Callable[[str, list[broker_pb2.OutgoingMessage], list[str], MessageQueue | None, Deadline],
+SendBatch = Callable[[str, list[Outgoing], list[str], MessageQueue | None, Deadline],
                      Awaitable[SendResult]]
 # publish_queues(topic) -> the publish list (for choosing a queue nobody is sending to).
 PublishQueues = Callable[[str], Awaitable[list[MessageQueue]]]

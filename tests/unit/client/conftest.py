@@ -15,6 +15,7 @@ import pytest
 from nodes.client.instance import ClientInstance
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
 from nodes.common import constants as c
+from nodes.store import message_batch
 from proto import broker_pb2, common_pb2
 
 # handler(addr, method_name, request) -> response, or an exception instance to raise
@@ -35,12 +36,28 @@ def two_broker_route(queues: int = 2) -> RouteSnapshot:
                       ("broker-b", queues, queues, c.PERM_DEFAULT, {0: "b0:1"}))
 
 
+def sent_messages(request: broker_pb2.SendMessageRequest) -> list[broker_pb2.OutgoingMessage]:
+    """The messages of a send request, from its `messages` or its batch body."""
+    if request.batch_body:
+        return [broker_pb2.OutgoingMessage(body=body, flag=flag, properties=properties,
+                                           born_timestamp_ms=request.born_timestamp_ms)
+                for body, flag, properties in message_batch.decode(request.batch_body)]
+    return list(request.messages)
+
+
 def send_ok(request: broker_pb2.SendMessageRequest, code: int = common_pb2.SUCCESS,
             first_offset: int = 0) -> broker_pb2.SendMessageResponse:
+    """A broker's answer: message i at queue offset first_offset + i, phys offset i * 100, offset
+    msg id = i as 32 hex digits; compact for a batch body, as the broker answers it."""
+    count = len(sent_messages(request))
+    if request.batch_body:
+        return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, first_queue_offset=first_offset,
+                                              phys_offsets=[i * 100 for i in range(count)],
+                                              offset_msg_id_prefix="0" * 16)
     return broker_pb2.SendMessageResponse(
         code=code, queue_id=request.queue_id,
-        entries=[broker_pb2.SendEntry(offset_msg_id=f"{i:032X}", queue_offset=first_offset + i, phys_offset=i * 100)
-                 for i in range(len(request.messages))])
+        entries=[broker_pb2.SendEntry(offset_msg_id=f"{i * 100:032X}", queue_offset=first_offset + i,
+                                      phys_offset=i * 100) for i in range(count)])
 
 
 class _Stub:
@@ -131,7 +148,7 @@ class WiredInstance(_Answering, ClientInstance):
 def fakes() -> SimpleNamespace:
     """The helpers of this module, for tests (importlib mode cannot import a conftest)."""
     return SimpleNamespace(make_route=make_route, two_broker_route=two_broker_route, send_ok=send_ok,
-                           FakeInstance=FakeInstance)
+                           sent_messages=sent_messages, FakeInstance=FakeInstance)
 
 
 @pytest.fixture

@@ -225,7 +225,7 @@ def test_send_batch_is_one_request_with_ids_and_offsets_per_message(make_produce
     result = producer.send_batch(msgs)
     ((_, req),) = sent(inst)
     uids = tuple(m.properties[c.PROPERTY_UNIQ_KEY] for m in msgs)
-    assert [m.body for m in req.messages] == [b"m0", b"m1", b"m2"]
+    assert [m.body for m in fakes.sent_messages(req)] == [b"m0", b"m1", b"m2"]
     assert result.msg_ids == uids and result.msg_id == ",".join(uids)
     assert result.queue_offsets == (10, 11, 12) and result.queue_offset == 10
     assert len(set(uids)) == 3
@@ -309,15 +309,15 @@ def test_send_async_returns_futures_of_results(make_producer, fakes):
     results = [f.result(5) for f in futures]
     assert all(r.status is SendStatus.SEND_OK for r in results)
     # every message went exactly once, possibly coalesced with others into one request
-    bodies = [m.body for _, req in sent(inst) for m in req.messages]
+    bodies = [m.body for _, req in sent(inst) for m in fakes.sent_messages(req)]
     assert sorted(bodies) == sorted(m.body for m in msgs)
     # each future carries its own message's id and queue offset (the fake numbers entries from 0)
     position = {m.properties[c.PROPERTY_UNIQ_KEY]: i for _, req in sent(inst)
-                for i, m in enumerate(req.messages)}
+                for i, m in enumerate(fakes.sent_messages(req))}
     for msg, result in zip(msgs, results, strict=True):
         assert result.msg_id == msg.properties[c.PROPERTY_UNIQ_KEY]
         assert result.queue_offset == position[result.msg_id]
-        assert result.offset_msg_id == f"{position[result.msg_id]:032X}"
+        assert result.offset_msg_id == f"{position[result.msg_id] * 100:032X}"
 
 
 def test_send_async_retries_transport_failures_but_not_broker_refusals(make_producer, fakes):

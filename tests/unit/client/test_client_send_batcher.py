@@ -16,11 +16,12 @@ from nodes.client.msg_id import UniqIdGenerator
 from nodes.client.producer import Producer
 from nodes.client.queue_selector import QueueSelector
 from nodes.client.send_batcher import PendingSend, SendBatcher, split_result
+from nodes.client.send_wire import Outgoing
 from nodes.common import constants as c
 from nodes.common import errors
 from nodes.common.clock import SYSTEM_CLOCK, Deadline
 from nodes.common.types import MessageQueue, SendResult
-from proto import broker_pb2, common_pb2
+from proto import common_pb2
 
 QUEUES = [MessageQueue("T", "broker-a", q) for q in range(4)]
 
@@ -67,7 +68,7 @@ class FakeSends:
 
 
 def pending(uid: str, body_bytes: int = 10, solo: bool = False) -> PendingSend:
-    return PendingSend("T", broker_pb2.OutgoingMessage(body=b"x" * body_bytes), uid, body_bytes,
+    return PendingSend("T", Outgoing(b"x" * body_bytes, 0, {}, 0), uid, body_bytes,
                        concurrent.futures.Future(), Deadline.after(SYSTEM_CLOCK, 3000), solo)
 
 
@@ -239,7 +240,7 @@ def test_send_async_coalesces_while_the_loop_is_busy(producer_over, fakes):
     def handler(addr, method, request):
         gate.wait(5)  # holds the client loop: later send_async calls pile up
         first = offsets[request.queue_id]
-        offsets[request.queue_id] += len(request.messages)
+        offsets[request.queue_id] += len(fakes.sent_messages(request))
         return fakes.send_ok(request, first_offset=first)
 
     producer, inst = producer_over(handler)
@@ -248,10 +249,11 @@ def test_send_async_coalesces_while_the_loop_is_busy(producer_over, fakes):
     gate.set()
     results = [f.result(5) for f in futures]
     requests = sent_requests(inst)
-    assert len(requests) < 30 and max(len(r.messages) for r in requests) > 1
-    where = {m.properties[c.PROPERTY_UNIQ_KEY]: (r.queue_id, i) for r in requests for i, m in enumerate(r.messages)}
+    assert len(requests) < 30 and max(len(fakes.sent_messages(r)) for r in requests) > 1
+    where = {m.properties[c.PROPERTY_UNIQ_KEY]: (r.queue_id, i) for r in requests
+             for i, m in enumerate(fakes.sent_messages(r))}
     for queue_id in (0, 1):  # submission order within each queue, offsets dense from 0
-        bodies = [m.body for r in requests if r.queue_id == queue_id for m in r.messages]
+        bodies = [m.body for r in requests if r.queue_id == queue_id for m in fakes.sent_messages(r)]
         assert bodies == sorted(bodies, key=lambda b: int(b[1:]))
     for msg, result in zip(msgs, results, strict=True):
         uid = msg.properties[c.PROPERTY_UNIQ_KEY]
@@ -290,7 +292,7 @@ def test_a_delayed_message_is_sent_alone(producer_over, fakes):
                producer.send_async(Message("T", b"c"))]
     gate.set()
     assert all(f.result(5).status is SendStatus.SEND_OK for f in futures)
-    batches = [[m.body for m in r.messages] for r in sent_requests(inst)]
+    batches = [[m.body for m in fakes.sent_messages(r)] for r in sent_requests(inst)]
     assert [body for batch in batches for body in batch] == [b"a", b"b", b"late", b"c"]
     assert [b"late"] in batches  # coalescing never puts a delayed message in a batch
 

@@ -1,0 +1,81 @@
+"""RocketMQ's batch body: several messages of one send request in one byte string, pure.
+
+Owns encoding and decoding the body a producer sends for a batch (RocketMQ's
+MessageDecoder#encodeMessages / decodeMessages, which the broker's batch encoder walks).
+Does not own validation beyond the framing (the broker and the store check the messages)
+or anything about records on disk (`record`).
+
+Each message, back to back, all integers big-endian:
+
+    ┌──────────────┬─────────┬────────────┬────────┬────────────┬──────┬────────────┬────────────┐
+    │ total_size 4 │ magic 4 │ body_crc 4 │ flag 4 │ body_len 4 │ body │ props_len 2│ properties │
+    └──────────────┴─────────┴────────────┴────────┴────────────┴──────┴────────────┴────────────┘
+
+magic and body CRC are written as 0, as RocketMQ's producer does (the store computes the
+CRC); properties are `name\\x01value\\x02` pairs, as in records.
+
+The client imports this module (it encodes), so it depends on nothing but `nodes.common`,
+`record` and the standard library.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from nodes.common import constants as c
+from nodes.store.record import decode_properties, properties_bytes
+
+ENTRY_HEAD = struct.Struct(">iiiii")  # total_size, magic, body_crc, flag, body_len
+PROPS_LEN = struct.Struct(">h")
+ENTRY_BYTES_MIN = ENTRY_HEAD.size + PROPS_LEN.size
+
+
+class MalformedBatchError(ValueError):
+    """A batch body whose framing does not add up."""
+
+
+def encode_entry(body: bytes, flag: int, properties: Mapping[str, str]) -> bytes:
+    """One message of a batch body.
+
+    Raises:
+        ValueError: a property holds a separator character, or the properties do not fit
+            their 2-byte length.
+    """
+    props = properties_bytes(properties)
+    if len(props) > c.PROPERTIES_BYTES_MAX:
+        raise ValueError(f"properties are {len(props)} bytes, over the {c.PROPERTIES_BYTES_MAX}-byte limit")
+    total_size = ENTRY_BYTES_MIN + len(body) + len(props)
+    return b"".join((ENTRY_HEAD.pack(total_size, 0, 0, flag, len(body)), body, PROPS_LEN.pack(len(props)), props))
+
+
+def decode(blob: bytes) -> list[tuple[bytes, int, dict[str, str]]]:
+    """(body, flag, properties) of every message in a batch body, in order.
+
+    Raises:
+        MalformedBatchError: a length does not fit, or properties are not UTF-8.
+    """
+    out = []
+    view = memoryview(blob)
+    end = len(blob)
+    pos = 0
+    unpack_head = ENTRY_HEAD.unpack_from
+    while pos < end:
+        if end - pos < ENTRY_BYTES_MIN:
+            raise MalformedBatchError(f"batch body: {end - pos} trailing bytes at {pos} are no message")
+        total_size, _magic, _crc, flag, body_len = unpack_head(blob, pos)
+        body_end = pos + ENTRY_HEAD.size + body_len
+        if body_len < 0 or total_size < ENTRY_BYTES_MIN + body_len or pos + total_size > end:
+            raise MalformedBatchError(f"batch body: message at {pos} claims {total_size} bytes "
+                                      f"with a {body_len}-byte body; {end - pos} remain")
+        (props_len,) = PROPS_LEN.unpack_from(blob, body_end)
+        if props_len < 0 or body_end + PROPS_LEN.size + props_len != pos + total_size:
+            raise MalformedBatchError(f"batch body: message at {pos} has {props_len} property bytes "
+                                      f"that do not add up to its {total_size} bytes")
+        try:
+            properties = decode_properties(str(view[body_end + PROPS_LEN.size:pos + total_size], "utf-8"))
+        except UnicodeDecodeError:
+            raise MalformedBatchError(f"batch body: the properties of the message at {pos} are not UTF-8") from None
+        out.append((blob[pos + ENTRY_HEAD.size:body_end], flag, properties))
+        pos += total_size
+    return out
