@@ -91,6 +91,8 @@ def run(
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Run and record, but do not start the checker.")] = False,
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the check.")] = None,
+    broken: Annotated[bool, typer.Option("--broken", hidden=True,
+                                         help="Turn on the suite's test-only fault switch (the run must fail).")] = False,
 ) -> None:
     """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
     from chaos.runner import ChaosRun, RunOptions, bounds_table, plan
@@ -102,7 +104,8 @@ def run(
     except KeyError as exc:
         _fail(str(exc.args[0]))
     options = RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration, out_dir=out,
-                         check=not no_check, spark_master=spark_master, schedule_file=replay)
+                         check=not no_check, spark_master=spark_master, schedule_file=replay,
+                         fault_switches=chosen.switch_map() if broken else {})
     if dry_run:
         schedule, bounds = plan(options)
         console.print(bounds_table(bounds, f"derived bounds at time scale {time_scale}"))

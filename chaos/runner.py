@@ -1,8 +1,8 @@
 """One chaos run, start to verdict: fresh cluster, workload, seeded faults, heal, drain, check.
 
 Phases (each shown live and recorded in `run.json`): start the cluster with link proxies,
-create the topic, start the producer workload, warm up until consumers deliver, (a backlog
-phase for suites that need one), play the seeded schedule (it ends with heal-and-recover),
+create the topic, start the producer workload, warm up until consumers deliver, play the
+seeded schedule (it ends with heal-and-recover),
 stop sending, drain until every acknowledged send is delivered or the drain bound passes,
 let offsets converge, stop everything, check.
 
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from chaos.bounds import Bounds, derive_bounds
+from chaos.bounds import Bounds, check_ratios, derive_bounds
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
@@ -57,6 +57,7 @@ PRODUCER_NODE = "producer-0"
 RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
 PROCESSES_FILE = Path("processes") / "processes.jsonl"
 TICK_S = 0.25  # progress refresh
+DRAIN_STALLS_MAX = 10  # a drain that keeps delivering may take this many drain bounds
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class ChaosRun:
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
         self.console.print(bounds_table(bounds, f"derived bounds at time scale {self.options.time_scale}"))
+        for warning in check_ratios(timing):
+            self.console.print(f"[yellow]warning:[/] {warning}")
         self.console.print(format_schedule(schedule))
         outcome = RunOutcome(self.run_dir, EXIT_UNKNOWN, self.status)
         with self._sigint_as_event():
@@ -178,7 +181,7 @@ class ChaosRun:
                     return
                 self._phase("drain", refresh)
                 producer.stop()
-                self._wait(lambda: tally.missing(producer.counts.acked_ids) == 0, bounds.drain_ms, refresh)
+                self._drain(producer, tally, bounds, refresh)
                 self._phase("converge", refresh)
                 self._wait(lambda: False, bounds.converge_ms, refresh)
                 self._phase("stopping", refresh)
@@ -225,6 +228,18 @@ class ChaosRun:
                 return False
             self._interrupted.wait(min(TICK_S, left))
         return False
+
+    def _drain(self, producer: ProducerWorkload, tally: DeliveryTally, bounds: Bounds, refresh: Any) -> None:
+        """Wait until every acknowledged send is delivered. The drain bound applies to a stall: as long
+        as deliveries keep coming (a backlog built during the faults), waiting goes on, up to
+        DRAIN_STALLS_MAX bounds in all; whatever is still missing then is for the checker to judge."""
+        deadline = time.monotonic() + DRAIN_STALLS_MAX * bounds.drain_ms / 1000
+        while not self._interrupted.is_set() and time.monotonic() < deadline:
+            before = len(tally.delivered_ids)
+            if self._wait(lambda: tally.missing(producer.counts.acked_ids) == 0, bounds.drain_ms, refresh):
+                return
+            if len(tally.delivered_ids) == before:
+                return  # a whole drain bound without a new delivery: stalled
 
     def _phase(self, name: str, refresh: Any = None) -> None:
         self.phases[name] = round(time.monotonic() - self._t0, 3)

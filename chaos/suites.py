@@ -49,9 +49,6 @@ class Suite:
     broker_options: Mapping[str, Any] = field(default_factory=dict)
     rate_per_s: float = 150.0
     keys: int = 16
-    # a phase with consumers paused while the producer runs on, before the faults (backlog)
-    backlog_pause_of: str | None = None
-    backlog_pause_x: float = 0.0
     checker: Mapping[str, Any] = field(default_factory=dict)
     default_duration_s: float = 40.0
 
@@ -109,8 +106,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
             FaultChoice("stop", "random-consumer", 1.0, "P_c", 4.0),
             FaultChoice("kill", "master", 1.0, "S_s", 1.0),
         ),
-        breaking_switch=BreakingSwitch("consumer", "commit-pulled-offset", "lost"),
-        consumer_options={"sleep_ms": 3}, broker_options=_SLAVE_READS,
+        breaking_switch=BreakingSwitch("consumer", "commit-pulled-offset", "offset-resync"),
+        # one consume thread at 15 ms a message: about a third of headroom over the send rate, so a
+        # fault builds a backlog that the pull path caches ahead of consumption (what a commit must
+        # not cover)
+        consumer_options={"sleep_ms": 15, "consume_thread_min": 1}, broker_options=_SLAVE_READS,
     ),
     Suite(
         name="read-routing",
@@ -119,12 +119,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         faults=(
             FaultChoice("kill", "master", 1.0, "N_r", 2.0),
             FaultChoice("partition", "random-consumer", 1.0, "N_r", 2.0, partition="consumer-master"),
-            FaultChoice("pause", "all-consumers", 1.0, "N_r", 2.0),
+            # consumers paused while the producer runs on: a backlog past the memory budget (cold reads)
+            FaultChoice("pause", "all-consumers", 2.0, "N_r", 3.0),
         ),
         breaking_switch=BreakingSwitch("consumer", "ignore-pull-suggestion", "read-routing"),
         consumers=2, consumer_options={"sleep_ms": 1},
         broker_options={**_SLAVE_READS, "store": {"memory_budget_bytes": 256 * 1024}},
-        rate_per_s=300.0, backlog_pause_of="N_r", backlog_pause_x=3.0,
+        rate_per_s=300.0,
     ),
     Suite(
         name="failover",

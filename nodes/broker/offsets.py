@@ -58,11 +58,16 @@ class ConsumerOffsetTable:
         self._dirty: set[str] = set()
 
     def commit(self, group: str, topic: str, queue_id: int, queue_offset: int, *, source: str = SOURCE_CLIENT,
-               client_id: str | None = None) -> None:
-        """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_ADMIN)."""
+               client_id: str | None = None, increase_only: bool = False) -> None:
+        """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_ADMIN).
+
+        `increase_only` drops a value below the stored one (a pull's piggy-backed commit, see `pull`).
+        """
         key = _key(topic, group)
         queues = self.offsets.setdefault(key, {})
         previous = queues.get(queue_id)
+        if increase_only and previous is not None and queue_offset < previous:
+            return
         if previous is not None and queue_offset < previous:
             log.warning("offset of %s queue %d moves back %d -> %d", key, queue_id, previous, queue_offset)
         queues[queue_id] = queue_offset

@@ -1,29 +1,14 @@
-"""One local SparkSession for every checker test (pyspark-notes §1.6)."""
+"""The checker tests: every one is a `spark` test (the `spark` fixture lives in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-from chaos.checker.session import SparkUnavailable, java_executable, make_spark
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/checker/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture(scope="session")
-def spark():
-    # A missing Java fails the run: a skipped checker suite would count as passing.
-    if java_executable() is None:
-        pytest.fail("no java on PATH: apt-get install -y openjdk-17-jre-headless")
-    try:
-        session = make_spark("local[2]", app_name="mqlab-checker-tests", small_input=True)
-    except SparkUnavailable as exc:
-        pytest.fail(str(exc))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -53,3 +53,15 @@ def test_slave_sync_records_the_values_it_overwrites_as_slave_sync(tmp_path, met
     table.put_all({"T@g": {"0": 4, "1": 5}})
     assert len([r for r in read_events(path) if r["source"] == "slave-sync"]) == 2
     assert table.query("g", "%RETRY%g", 0) == 1
+
+
+def test_a_late_piggy_backed_commit_never_moves_the_offset_back(tmp_path, metadata):
+    path = tmp_path / "events.jsonl"
+    table = ConsumerOffsetTable(metadata, events=EventLog(path, "broker-a-0"), broker_name="broker-a", broker_id=0)
+    table.commit("g", "T", 0, 77)  # the client's explicit update
+    table.commit("g", "T", 0, 76, increase_only=True)  # a pull built before it, arriving after it
+    assert table.query("g", "T", 0) == 77
+    table.commit("g", "T", 0, 80, increase_only=True)
+    table.commit("g", "T", 0, 5)  # an explicit update may still move it back
+    assert table.query("g", "T", 0) == 5
+    assert [r["offset"] for r in read_events(path)] == [77, 80, 5]

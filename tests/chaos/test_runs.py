@@ -1,0 +1,175 @@
+"""Whole chaos runs: every suite fails (exit 1, its check named) with its rule switched off, a
+correct build passes, and no run leaves a process or a port behind — not after a pass, a failure,
+an error mid-run, or Ctrl-C.
+
+The suites run here with a short fault phase; `mqlab chaos run SUITE` runs them at full length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from chaos import runner as chaos_runner
+from chaos.cli import app
+from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions
+from chaos.suites import SUITES
+from nodes.common import constants as c
+
+SHORT_FAULT_PHASE_S = 15.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _leftovers(run_dir: Path) -> list[str]:
+    """Processes started for this run dir that are still alive, and its node ports still taken."""
+    out = []
+    marker = str(run_dir)
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if marker in cmdline and proc.pid != os.getpid():
+            out.append(f"pid {proc.pid}: {cmdline[:120]}")
+    cluster = json.loads((run_dir / "cluster.json").read_text())
+    for node in cluster.get("nodes", []):
+        port = int(node["addr"].rsplit(":", 1)[1]) if node.get("addr") else None
+        if port and _listening(port):
+            out.append(f"port {port} of {node.get('id')} still listening")
+    return out
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# ---- suites as data (no processes) ----------------------------------------------------------
+
+def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
+    from chaos.checker.checks import CHECKS
+
+    known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES}
+    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed"}
+    for s in SUITES.values():
+        assert set(s.checks) <= set(CHECKS), s.name
+        b = s.breaking_switch
+        assert b.switch in known[b.role], (s.name, b.switch)
+        assert b.check in s.checks, s.name
+        spec = s.spec(0.05, s.switch_map())
+        switched = [n.id for n in spec.nodes if b.switch in spec.effective_options(n).get("fault_switches", ())]
+        assert switched, s.name
+        if b.masters_only:
+            assert all(spec.node(n).is_master for n in switched)
+
+
+def test_dry_run_prints_the_same_schedule_for_the_same_seed():
+    cli = CliRunner()
+    first = cli.invoke(app, ["run", "mixed", "--seed", "7", "--dry-run"])
+    again = cli.invoke(app, ["run", "mixed", "--seed", "7", "--dry-run"])
+    other = cli.invoke(app, ["run", "mixed", "--seed", "8", "--dry-run"])
+    assert first.exit_code == 0, first.output
+    assert "takeover_after_kill_ms" in first.output and "recover all" in first.output
+    assert first.output == again.output
+    assert first.output != other.output
+
+
+def test_list_shows_every_suite_with_its_switch(monkeypatch):
+    from rich.console import Console
+
+    from chaos import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))  # no wrapping inside names
+    result = CliRunner().invoke(app, ["list"])
+    assert result.exit_code == 0
+    for s in SUITES.values():
+        assert s.name in result.output and s.breaking_switch.switch in result.output
+
+
+def test_unknown_suite_exits_2_and_names_the_suites():
+    result = CliRunner().invoke(app, ["run", "no-such-suite"])
+    assert result.exit_code == EXIT_UNKNOWN
+    assert "lock-takeover" in result.output
+
+
+# ---- runs that never reach the checker (real processes, no Spark) ---------------------------
+
+@pytest.mark.cluster
+def test_an_error_mid_run_stops_everything_and_exits_2(tmp_path, monkeypatch):
+    def topic_creation_fails(*_args, **_kwargs):
+        raise RuntimeError("topic creation refused (test)")
+
+    monkeypatch.setattr(chaos_runner, "_create_topic", topic_creation_fails)
+    run_dir = tmp_path / "run"
+    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, duration_s=5, out_dir=run_dir, check=False)).execute()
+    assert outcome.exit_code == EXIT_UNKNOWN
+    assert "topic creation refused" in (outcome.error or "")
+    assert json.loads((run_dir / "run.json").read_text())["error"]
+    assert _leftovers(run_dir) == []
+
+
+@pytest.mark.cluster
+def test_ctrl_c_undoes_the_faults_and_stops_every_process(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "chaos", "run", "lock-takeover", "--duration", "60", "--no-check",
+         "--out", str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        nemesis = run_dir / "nemesis" / "nemesis.jsonl"
+        deadline = time.monotonic() + 120
+        while not (nemesis.exists() and nemesis.read_text().count("\n") >= 1):  # a fault is active
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the run never started a fault"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, out
+    lines = [json.loads(line) for line in nemesis.read_text().splitlines()]
+    assert any(line["op"] in ("restart", "resume", "heal") for line in lines), lines  # the fault was undone
+    assert _leftovers(run_dir) == []
+
+
+# ---- whole runs with the checker (Spark) ---------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", list(SUITES))
+def test_suite_fails_with_its_rule_switched_off(name, tmp_path, spark):
+    s = SUITES[name]
+    run_dir = tmp_path / "run"
+    outcome = ChaosRun(RunOptions(s, seed=1, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
+                                  report=False, fault_switches=s.switch_map())).execute()
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
+    assert outcome.exit_code == EXIT_INVALID, (outcome.error, failed)
+    assert verdict["valid"] is False
+    assert s.breaking_switch.check in failed, failed
+    assert _leftovers(run_dir) == []
+
+
+@pytest.mark.spark
+@pytest.mark.cluster
+def test_a_correct_build_passes_and_writes_the_report(tmp_path, spark):
+    run_dir = tmp_path / "run"
+    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=2, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
+                                  spark=spark)).execute()
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert outcome.exit_code == EXIT_VALID, {k: (v["valid"], v.get("reason")) for k, v in verdict["checks"].items()}
+    assert set(verdict["checks"]) == set(SUITES["lock-takeover"].checks)
+    assert (run_dir / "report.html").stat().st_size > 10_000
+    for name in ("run.json", "timing.json", "bounds.json", "schedule.json", "cluster.json"):
+        assert (run_dir / name).is_file(), name
+    counts = json.loads((run_dir / "run.json").read_text())["counts"]
+    assert counts["acked"] > 0 and counts["acked_not_delivered"] == 0
+    assert _leftovers(run_dir) == []

@@ -1,0 +1,23 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession per pytest process (pyspark-notes §1.6); mark its users `spark`.
+
+    A missing Java fails the run: a skipped checker test would count as passing.
+    """
+    from chaos.checker.session import SparkUnavailable, java_executable, make_spark
+
+    if java_executable() is None:
+        pytest.fail("no java on PATH: apt-get install -y openjdk-17-jre-headless")
+    try:
+        session = make_spark("local[2]", app_name="mqlab-tests", small_input=True)
+    except SparkUnavailable as exc:
+        pytest.fail(str(exc))
+    yield session
+    session.stop()
