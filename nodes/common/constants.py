@@ -26,9 +26,6 @@ PROPERTY_NAME_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 COMMITLOG_SEGMENT_BYTES = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
-# Commitlog pages faulted in ahead of the writer, a chunk at a time (RocketMQ warms whole mapped
-# files): writing into a sparse hole costs a block allocation per page fault, several times the copy.
-COMMITLOG_PREPARE_AHEAD_BYTES = 4 * 1024 * 1024
 CQ_UNITS_PER_FILE = 300_000  # mappedFileSizeConsumeQueue / 20
 MESSAGE_BODY_BYTES_MAX = 4 * 1024 * 1024  # maxMessageSize: larger sends are MESSAGE_ILLEGAL
 FLUSH_LEAST_PAGES = 4  # flushCommitLogLeastPages

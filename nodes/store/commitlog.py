@@ -47,7 +47,7 @@ class AppendResult:
 class CommitLog:
     def __init__(self, directory: Path, segment_bytes: int) -> None:
         self.segment_bytes = segment_bytes
-        self._files = MappedFileQueue(directory, segment_bytes, prepare_ahead_bytes=c.COMMITLOG_PREPARE_AHEAD_BYTES)
+        self._files = MappedFileQueue(directory, segment_bytes)
 
     def load(self) -> None:
         """Map the existing segments (all counted as full until recovery sets the end)."""

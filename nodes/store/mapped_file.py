@@ -20,7 +20,6 @@ import errno
 import logging
 import mmap
 import os
-import sys
 from pathlib import Path
 
 from nodes.common import constants as c
@@ -29,9 +28,6 @@ from nodes.common.errors import DataDirError, StoreError
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK_BYTES = 1024 * 1024
-# madvise(MADV_POPULATE_WRITE) (Linux 5.14+) faults a range in writable, as a write would;
-# Python 3.11's mmap does not name it. Elsewhere preparing is skipped.
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 
 
 def segment_name(start_offset: int) -> str:
@@ -41,11 +37,8 @@ def segment_name(start_offset: int) -> str:
 class MappedFile:
     """One segment file mapped whole; bytes [0, wrote_position) hold data."""
 
-    def __init__(self, path: Path, start_offset: int, size_bytes: int, *, prepare_ahead_bytes: int = 0) -> None:
+    def __init__(self, path: Path, start_offset: int, size_bytes: int) -> None:
         """Open `path`, creating it at `size_bytes` (sparse) if it does not exist.
-
-        `prepare_ahead_bytes` > 0: appends fault the pages that far past their end in ahead of
-        time, a chunk at a time (see `_prepare`).
 
         Raises:
             DataDirError: the file exists with another size, or cannot be opened.
@@ -72,8 +65,6 @@ class MappedFile:
         self._fd = fd  # kept for fdatasync (see flush)
         self.wrote_position = 0
         self.flushed_position = 0
-        self.prepare_ahead_bytes = prepare_ahead_bytes if _MADV_POPULATE_WRITE is not None else 0
-        self._prepared_position = 0  # pages before it are faulted in writable
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -102,27 +93,9 @@ class MappedFile:
         end = position + len(data)
         if end > self.size_bytes:
             raise StoreError(f"{self.path.name}: {len(data)} bytes do not fit at {position}")
-        if end > self._prepared_position and self.prepare_ahead_bytes:
-            self._prepare(position, end)
         self._mm[position:end] = data
         self.wrote_position = end
         return position
-
-    def _prepare(self, position: int, end: int) -> None:
-        """Fault in [position, end + prepare_ahead_bytes) writable in one call.
-
-        A write into a hole of a sparse file allocates its block in the page fault, one page at
-        a time, which costs several times the copy itself; one madvise over a chunk does the
-        same allocations far cheaper. The data is untouched: only zero pages become allocated.
-        """
-        start = max(self._prepared_position, position) // mmap.PAGESIZE * mmap.PAGESIZE
-        stop = min(self.size_bytes, end + self.prepare_ahead_bytes)
-        try:
-            self._mm.madvise(_MADV_POPULATE_WRITE, start, stop - start)
-        except (OSError, ValueError) as exc:  # an older kernel: plain page faults then
-            log.info("%s: cannot fault pages in ahead (%s); writing without", self.path.name, exc)
-            self.prepare_ahead_bytes = 0
-        self._prepared_position = stop
 
     def mark_full(self) -> None:
         """Count the rest of the file as written (after an end-of-segment blank marker)."""
@@ -226,12 +199,10 @@ class MappedFileQueue:
     there reports OFFSET_FOUND_NULL) instead of refusing to load (commitlog).
     """
 
-    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False,
-                 prepare_ahead_bytes: int = 0) -> None:
+    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False) -> None:
         self.directory = directory
         self.file_size_bytes = file_size_bytes
         self.allow_gaps = allow_gaps
-        self.prepare_ahead_bytes = prepare_ahead_bytes  # for every file (see MappedFile)
         self.files: list[MappedFile] = []
 
     def load(self) -> None:
@@ -260,8 +231,7 @@ class MappedFileQueue:
                 if not self.allow_gaps:
                     raise DataDirError(message + ": restore them or move the data dir aside")
                 log.warning("%s; reads there find nothing", message)
-            mapped = MappedFile(self.directory / segment_name(start), start, self.file_size_bytes,
-                                prepare_ahead_bytes=self.prepare_ahead_bytes)
+            mapped = MappedFile(self.directory / segment_name(start), start, self.file_size_bytes)
             mapped.wrote_position = mapped.flushed_position = self.file_size_bytes
             self.files.append(mapped)
 
@@ -298,8 +268,7 @@ class MappedFileQueue:
         if self.files and start_offset < self.files[-1].end_offset:
             raise StoreError(f"segment start {start_offset} overlaps {self.files[-1].path.name}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes,
-                            prepare_ahead_bytes=self.prepare_ahead_bytes)
+        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes)
         self.files.append(mapped)
         return mapped
 

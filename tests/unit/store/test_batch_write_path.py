@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
-from nodes.store.mapped_file import MappedFile
 from nodes.store.record import (
     USER_PROPERTIES_BYTES_MAX,
     MessageToStore,
@@ -170,22 +169,3 @@ def test_a_first_run_mid_queue_sets_the_min_offset(tmp_path):
     queue._files.create(0)  # an empty file: the run continues the (empty) queue at offset 0
     assert list(queue.put_run(0, [(100, 10, 0)])) == [0]
     assert queue.min_queue_offset == 0 and queue.max_phys_end == 110
-
-
-def test_pages_faulted_in_ahead_hold_no_data(tmp_path):
-    """Preparing pages must not look like data to recovery: truncation and data_end still see
-    only what was appended."""
-    mapped = MappedFile(tmp_path / "00000000000000000000", 0, 256 * 1024, prepare_ahead_bytes=64 * 1024)
-    mapped.append(b"x" * 5000)
-    mapped.append(b"y" * 3000)
-    assert mapped._prepared_position == 5000 + 64 * 1024 or mapped.prepare_ahead_bytes == 0  # one chunk, once
-    assert mapped.data_end() == 8000
-    assert mapped.read(0, 8000) == b"x" * 5000 + b"y" * 3000
-    assert mapped.truncate_to(6000) == 2000
-    assert mapped.data_end() == 6000
-    mapped.append(b"z" * 100_000)  # past the prepared range: prepares again
-    assert mapped.data_end() == 106_000
-    mapped.close()
-    again = MappedFile(tmp_path / "00000000000000000000", 0, 256 * 1024)
-    assert again.data_end() == 106_000
-    again.close()
