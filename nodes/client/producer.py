@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import threading
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -29,7 +28,7 @@ from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeU
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
-from nodes.client.send_batcher import PendingSend, SendBatcher
+from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
 from nodes.client.send_wire import Outgoing, answered_offsets, build_request
 from nodes.common import constants as c
 from nodes.common import wire
@@ -186,10 +185,9 @@ class Producer:
         self._ids = id_generator
         self._selector = selector or QueueSelector()
         self._clock = clock
-        self._window = threading.BoundedSemaphore(async_window)
         self._batcher = SendBatcher(
             send_batch=self._send_coalesced, publish_queues=self._instance.routes.publish_info,
-            pick_queue=self._selector.select, wake=self._wake_batcher,
+            pick_queue=self._selector.select, wake=self._wake_batcher, window=async_window,
             batch_count_max=async_batch_count_max, batch_bytes_max=min(async_batch_bytes_max, body_bytes_max),
             batches_in_flight_max=async_batches_in_flight_max)
         self._born_host = ""
@@ -262,29 +260,18 @@ class Producer:
         out, uid = self._prepare(msg)
         if not self._instance.running:
             raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
-        if self._instance.in_loop_thread():
-            # Blocking the loop thread on the window would deadlock the sends that free it.
-            if not self._window.acquire(blocking=False):
-                raise ClientStateError("send_async window is full and the caller is the client's loop thread")
-        else:
-            self._window.acquire()
         fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
-        fut.add_done_callback(self._release_window)
         properties = msg.properties or {}
         # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone.
         solo = bool(properties.get(PROPERTY_DELAY_TIME_LEVEL)) or msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
         pending = PendingSend(msg.topic, out, uid, len(msg.body), fut,
                               Deadline.after(self._clock, self.send_timeout_ms), solo)
         try:
-            self._batcher.submit(pending)
-        except BaseException as exc:  # the loop is gone: nothing was sent
-            if fut.set_running_or_notify_cancel():
-                fut.set_exception(exc)
-            raise
+            # Blocking the loop thread on the window would deadlock the sends that free it.
+            self._batcher.submit(pending, block=not self._instance.in_loop_thread())
+        except WindowFullError:
+            raise ClientStateError("send_async window is full and the caller is the client's loop thread") from None
         return fut
-
-    def _release_window(self, _fut: concurrent.futures.Future[SendResult]) -> None:
-        self._window.release()
 
     def _wake_batcher(self) -> None:
         self._instance.submit(self._drain_batcher(), "send_async")

@@ -4,9 +4,10 @@ submitted after it wait and leave together as the next batch request.
 Owns: the hand-over of submitted messages from caller threads to the client's loop, the
 per-topic lanes of waiting messages, cutting them into batches (a message count and a body
 byte budget, one message alone when it cannot share a batch), which queue each batch goes to
-(one batch in flight per queue, so messages reach a queue in submission order), and resolving
-every message's own future. Does not own the send itself (the producer's retry policy, given
-as `send_batch`), routes, or the window that bounds messages in flight (the producer's).
+(one batch in flight per queue, so messages reach a queue in submission order), the window
+that bounds messages submitted and not yet resolved, and resolving every message's own
+future. Does not own the send itself (the producer's retry policy, given as `send_batch`) or
+routes.
 
 Cost model: one unary call carries many messages for about the price of one, so a producer
 that keeps `send_async` busy gets batch throughput without changing its code, and a lone
@@ -29,6 +30,10 @@ from nodes.common.clock import Deadline
 from nodes.common.types import MessageQueue, SendResult
 
 log = logging.getLogger(__name__)
+
+
+class WindowFullError(Exception):
+    """`submit(block=False)` found the window full."""
 
 
 @dataclass(slots=True)
@@ -64,16 +69,14 @@ class _Lane:
     queue_count: int = 1  # of the publish list last seen; bounds the batches in flight
 
 
-def split_result(batch: SendResult, index: int) -> SendResult:
-    """Message `index`'s own SendResult out of its batch's."""
+def split_result(batch: SendResult) -> list[SendResult]:
+    """Each message's own SendResult out of its batch's, in send order."""
     offset_msg_ids = batch.offset_msg_id.split(",") if batch.offset_msg_id else []
-    return SendResult(
-        status=batch.status,
-        msg_id=batch.msg_ids[index],
-        message_queue=batch.message_queue,
-        queue_offset=batch.queue_offsets[index],
-        offset_msg_id=offset_msg_ids[index] if index < len(offset_msg_ids) else "",
-    )
+    offset_msg_ids += [""] * (len(batch.msg_ids) - len(offset_msg_ids))
+    status, queue = batch.status, batch.message_queue
+    return [SendResult(status, msg_id, queue, queue_offset, offset_msg_id)
+            for msg_id, queue_offset, offset_msg_id in zip(batch.msg_ids, batch.queue_offsets, offset_msg_ids,
+                                                           strict=True)]
 
 
 class SendBatcher:
@@ -86,17 +89,19 @@ class SendBatcher:
         publish_queues: the topic's publish list.
         pick_queue: round robin over a publish list (the producer's selector).
         wake: schedules `drain` on the loop (called from the submitting thread).
+        window: messages submitted and not yet resolved before `submit` blocks.
         batch_count_max / batch_bytes_max: the most messages / body bytes in one batch.
         batches_in_flight_max: batches in flight per topic (never more than its queues).
     """
 
     def __init__(self, *, send_batch: SendBatch, publish_queues: PublishQueues, pick_queue: PickQueue,
-                 wake: Callable[[], None], batch_count_max: int, batch_bytes_max: int,
+                 wake: Callable[[], None], window: int, batch_count_max: int, batch_bytes_max: int,
                  batches_in_flight_max: int) -> None:
         self._send_batch = send_batch
         self._publish_queues = publish_queues
         self._pick_queue = pick_queue
         self._wake = wake
+        self.window = window
         self.batch_count_max = batch_count_max
         self.batch_bytes_max = batch_bytes_max
         self.batches_in_flight_max = batches_in_flight_max
@@ -107,12 +112,30 @@ class SendBatcher:
         self._drain_requested = False
         self._lanes: dict[str, _Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Guards `_outstanding` (submitted, not yet resolved); waited on by submitters when
+        # the window is full and by `wait_idle`. One plain counter instead of a semaphore and a
+        # done-callback per message.
         self._idle = threading.Condition()
-        self._outstanding = 0  # submitted and not yet resolved
+        self._outstanding = 0
+        self._blocked = 0  # submitters waiting for room in the window
 
     # --- any thread --------------------------------------------------------------------
-    def submit(self, pending: PendingSend) -> None:
+    def submit(self, pending: PendingSend, *, block: bool = True) -> None:
+        """Queue `pending` for its lane; blocks while `window` messages are outstanding.
+
+        Raises:
+            WindowFullError: the window is full and `block` is false.
+            whatever `wake` raises (the loop is gone): the message was not queued.
+        """
         with self._idle:
+            if self._outstanding >= self.window:
+                if not block:
+                    raise WindowFullError(f"send_async window of {self.window} messages is full")
+                self._blocked += 1
+                try:
+                    self._idle.wait_for(lambda: self._outstanding < self.window)
+                finally:
+                    self._blocked -= 1
             self._outstanding += 1
         self._inbox.append(pending)
         if not self._drain_requested:
@@ -121,12 +144,27 @@ class SendBatcher:
                 self._wake()
             except BaseException:
                 self._drain_requested = False
+                try:
+                    self._inbox.remove(pending)
+                except ValueError:
+                    pass
+                else:
+                    self._release(1)
                 raise
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until every submitted message is resolved; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._outstanding == 0, timeout_s)
+
+    def _release(self, count: int) -> None:
+        """`count` messages are resolved: room in the window. Called once per batch, so a
+        submitter blocked on a full window wakes once per batch, not once per message (every
+        wake-up is a GIL hand-over between the caller's thread and the loop's)."""
+        with self._idle:
+            self._outstanding -= count
+            if self._blocked or not self._outstanding:
+                self._idle.notify_all()
 
     # --- loop --------------------------------------------------------------------------
     def drain(self) -> None:
@@ -168,7 +206,8 @@ class SendBatcher:
         while waiting and len(batch) < self.batch_count_max:
             nxt = waiting[0]
             if nxt.future.cancelled():
-                self._settle(waiting.popleft(), None, None)
+                waiting.popleft()
+                self._release(1)
                 continue
             if batch and (nxt.solo or batch[0].solo or total_bytes + nxt.body_bytes > self.batch_bytes_max):
                 break
@@ -195,9 +234,10 @@ class SendBatcher:
             for pending in batch:
                 self._settle(pending, None, exc)
         else:
-            for i, pending in enumerate(batch):
-                self._settle(pending, split_result(result, i), None)
+            for pending, own in zip(batch, split_result(result), strict=True):
+                self._settle(pending, own, None)
         finally:
+            self._release(len(batch))
             if queue is not None:
                 lane.busy_queues.discard(queue)
             lane.in_flight -= 1
@@ -218,27 +258,25 @@ class SendBatcher:
         return None
 
     def _settle(self, pending: PendingSend, result: SendResult | None, exc: BaseException | None) -> None:
-        """Resolve one message's future (with neither a result nor an error: it was cancelled)."""
+        """Resolve one message's future (the caller releases its room in the window)."""
         future = pending.future
         try:
-            if (result is not None or exc is not None) and future.set_running_or_notify_cancel():
+            if future.set_running_or_notify_cancel():
                 if exc is None:
                     future.set_result(result)  # type: ignore[arg-type]
                 else:
                     future.set_exception(exc)
         except Exception:  # a done-callback's failure must not strand the rest of the batch
             log.exception("send_async: resolving the future of %s failed", pending.uid)
-        finally:
-            with self._idle:
-                self._outstanding -= 1
-                if not self._outstanding:
-                    self._idle.notify_all()
 
     def fail_waiting(self, exc: BaseException) -> None:
         """Resolve every message not yet sent with `exc` (the producer is closing)."""
         self._take_inbox()
         for topic, lane in list(self._lanes.items()):
+            failed = 0
             while lane.waiting:
                 self._settle(lane.waiting.popleft(), None, exc)
+                failed += 1
+            self._release(failed)
             if not lane.in_flight:
                 del self._lanes[topic]

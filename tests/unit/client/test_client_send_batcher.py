@@ -15,7 +15,7 @@ from nodes.client.errors import ClientStateError
 from nodes.client.msg_id import UniqIdGenerator
 from nodes.client.producer import Producer
 from nodes.client.queue_selector import QueueSelector
-from nodes.client.send_batcher import PendingSend, SendBatcher, split_result
+from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError, split_result
 from nodes.client.send_wire import Outgoing
 from nodes.common import constants as c
 from nodes.common import errors
@@ -75,7 +75,7 @@ def pending(uid: str, body_bytes: int = 10, solo: bool = False) -> PendingSend:
 def run_batcher(scenario, *, fake: FakeSends | None = None, **limits):
     """Run `scenario(batcher, fake)` (async) on a fresh loop with a batcher over `fake`."""
     fake = fake or FakeSends()
-    limits = {"batch_count_max": 100, "batch_bytes_max": 1 << 20, "batches_in_flight_max": 4} | limits
+    limits = {"window": 1000, "batch_count_max": 100, "batch_bytes_max": 1 << 20, "batches_in_flight_max": 4} | limits
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -204,7 +204,8 @@ def test_a_cancelled_message_is_never_sent():
 def test_split_result_picks_one_message():
     batch = SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a,b", QUEUES[2], 7, offset_msg_id="X,Y",
                        msg_ids=("a", "b"), queue_offsets=(7, 8))
-    assert split_result(batch, 1) == SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "b", QUEUES[2], 8, offset_msg_id="Y")
+    assert split_result(batch) == [SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a", QUEUES[2], 7, offset_msg_id="X"),
+                                   SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "b", QUEUES[2], 8, offset_msg_id="Y")]
 
 
 # --- the producer, end to end ---------------------------------------------------------------------
@@ -331,3 +332,33 @@ def test_fail_waiting_fails_only_the_messages_not_yet_sent():
     fake = run_batcher(scenario)
     assert items[0].future.result(0).msg_id == "m0"
     assert [uids for _, uids in fake.batches] == [["m0"]]
+
+
+def test_the_window_bounds_messages_submitted_and_not_resolved():
+    items = [pending(f"m{i}") for i in range(5)]
+
+    async def scenario(batcher, fake):
+        fake.queues = QUEUES[:1]
+        for item in items[:3]:
+            batcher.submit(item, block=False)
+        with pytest.raises(WindowFullError):
+            batcher.submit(items[3], block=False)
+        await settle(batcher)
+        blocked = threading.Thread(target=batcher.submit, args=(items[3],))  # waits for room
+        blocked.start()
+        blocked.join(0.1)
+        assert blocked.is_alive()
+        fake.release.set()
+        for _ in range(5):
+            await settle(batcher)
+            await asyncio.sleep(0.01)
+        blocked.join(5)
+        assert not blocked.is_alive()
+        batcher.submit(items[4], block=False)
+        for _ in range(5):
+            await settle(batcher)
+        assert batcher.wait_idle(1)
+
+    fake = run_batcher(scenario, window=3)
+    assert sorted(uid for _, uids in fake.batches for uid in uids) == [f"m{i}" for i in range(5)]
+    assert all(item.future.result(0).msg_id == item.uid for item in items)
