@@ -29,7 +29,7 @@ from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_gr
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
-from nodes.client.send_wire import Outgoing, answered_offsets, build_request
+from nodes.client.send_wire import Outgoing, answered_offsets, build_request, may_overflow_properties
 from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -261,9 +261,10 @@ class Producer:
         if not self._instance.running:
             raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
         fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
-        properties = msg.properties or {}
-        # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone.
-        solo = bool(properties.get(PROPERTY_DELAY_TIME_LEVEL)) or msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
+        # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone, as
+        # does a message the broker might refuse for its properties' size (it fails alone).
+        solo = (bool(out.properties.get(PROPERTY_DELAY_TIME_LEVEL)) or msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
+                or may_overflow_properties(out.properties))
         pending = PendingSend(msg.topic, out, uid, len(msg.body), fut,
                               Deadline.after(self._clock, self.send_timeout_ms), solo)
         try:

@@ -12,7 +12,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from nodes.store import message_batch
+from nodes.common.errors import InvalidMessageError
+from nodes.store import message_batch, record
 from proto import broker_pb2
 
 
@@ -30,6 +31,9 @@ def build_request(outs: Sequence[Outgoing], **fields: object) -> broker_pb2.Send
 
     One message goes as an OutgoingMessage; several as one batch body, which costs one bytes
     field instead of one sub-message and one map per message on both ends.
+
+    Raises:
+        InvalidMessageError: a message's properties do not fit the batch body's 2-byte length.
     """
     if len(outs) == 1:
         out = outs[0]
@@ -37,9 +41,24 @@ def build_request(outs: Sequence[Outgoing], **fields: object) -> broker_pb2.Send
             messages=[broker_pb2.OutgoingMessage(body=bytes(out.body), flag=out.flag, properties=out.properties,
                                                  born_timestamp_ms=out.born_timestamp_ms)], **fields)
     encode = message_batch.encode_entry
-    return broker_pb2.SendMessageRequest(
-        batch_body=b"".join([encode(out.body, out.flag, out.properties) for out in outs]),
-        born_timestamp_ms=outs[0].born_timestamp_ms, **fields)
+    try:
+        batch_body = b"".join([encode(out.body, out.flag, out.properties) for out in outs])
+    except ValueError as exc:
+        raise InvalidMessageError(f"a message of the batch cannot be sent: {exc}") from None
+    return broker_pb2.SendMessageRequest(batch_body=batch_body, born_timestamp_ms=outs[0].born_timestamp_ms,
+                                         **fields)
+
+
+def may_overflow_properties(properties: dict[str, str]) -> bool:
+    """Whether the properties might not fit a record (USER_PROPERTIES_BYTES_MAX), judged
+    from their length in characters (at most 4 UTF-8 bytes each) without encoding them.
+
+    Such a message is sent on its own, so if the broker refuses it, it fails alone.
+    """
+    chars = 0
+    for name, value in properties.items():
+        chars += len(name) + len(value) + 2
+    return chars * 4 > record.USER_PROPERTIES_BYTES_MAX
 
 
 def answered_offsets(resp: broker_pb2.SendMessageResponse) -> tuple[tuple[int, ...], list[str]]:

@@ -362,3 +362,22 @@ def test_the_window_bounds_messages_submitted_and_not_resolved():
     fake = run_batcher(scenario, window=3)
     assert sorted(uid for _, uids in fake.batches for uid in uids) == [f"m{i}" for i in range(5)]
     assert all(item.future.result(0).msg_id == item.uid for item in items)
+
+
+def test_a_message_whose_properties_may_not_fit_fails_alone(producer_over, fakes):
+    gate = threading.Event()
+
+    def handler(addr, method, request):
+        gate.wait(5)
+        too_big = any(len(v) > 20_000 for m in fakes.sent_messages(request) for v in m.properties.values())
+        return fakes.send_ok(request, code=common_pb2.MESSAGE_ILLEGAL if too_big else common_pb2.SUCCESS)
+
+    producer, inst = producer_over(handler, async_batches_in_flight_max=1)
+    futures = [producer.send_async(Message("T", b"a")), producer.send_async(Message("T", b"b")),
+               producer.send_async(Message("T", b"big", properties={"k": "v" * 30_000})),
+               producer.send_async(Message("T", b"c")), producer.send_async(Message("T", b"d"))]
+    gate.set()
+    with pytest.raises(errors.RemoteError):
+        futures[2].result(5)
+    assert all(f.result(5).status is SendStatus.SEND_OK for i, f in enumerate(futures) if i != 2)
+    assert [b"big"] in [[m.body for m in fakes.sent_messages(r)] for r in sent_requests(inst)]

@@ -1,7 +1,17 @@
 """The shape of a send request and the offsets read back from either answer form."""
 
-from nodes.client.send_wire import Outgoing, answered_offsets, build_request, request_message_count
+import pytest
+
+from nodes.client.send_wire import (
+    Outgoing,
+    answered_offsets,
+    build_request,
+    may_overflow_properties,
+    request_message_count,
+)
+from nodes.common.errors import InvalidMessageError
 from nodes.store import message_batch
+from nodes.store.record import USER_PROPERTIES_BYTES_MAX
 from proto import broker_pb2
 
 OUTS = [Outgoing(b"a", 1, {"UNIQ_KEY": "A"}, 111), Outgoing(bytearray(b"bb"), 0, {"UNIQ_KEY": "B", "TAGS": "t"}, 222)]
@@ -35,3 +45,16 @@ def test_message_count_of_either_request_form():
     assert request_message_count(build_request(OUTS[:1])) == 1
     assert request_message_count(build_request(OUTS * 3)) == 6
     assert request_message_count(broker_pb2.SendMessageRequest()) == 0
+
+
+def test_a_batch_with_properties_too_large_for_their_length_is_invalid():
+    huge = Outgoing(b"x", 0, {"k": "v" * 40_000}, 1)
+    with pytest.raises(InvalidMessageError, match="cannot be sent"):
+        build_request([OUTS[0], huge])
+    build_request([huge])  # alone it goes as an OutgoingMessage; the broker judges it
+
+
+def test_properties_that_might_not_fit_a_record_are_told_cheaply():
+    assert not may_overflow_properties({"UNIQ_KEY": "0" * 32, "TAGS": "a"})
+    assert not may_overflow_properties({"k": "v" * 8000})
+    assert may_overflow_properties({"k": "v" * (USER_PROPERTIES_BYTES_MAX // 4)})
