@@ -250,8 +250,8 @@ class Producer:
         """Start a send and return its future; blocks while `async_window` sends are in flight.
 
         Messages submitted while a batch to their topic is in flight leave together as the
-        next batch (one request, to one queue, all or nothing); a message with no batch ahead
-        of it leaves at once. Each future resolves with the message's own SendResult (its own
+        next batch (one request, to one queue, all or nothing; RocketMQ sends each on its own,
+        see the README's differences); a message with no batch ahead of it leaves at once. Each future resolves with the message's own SendResult (its own
         msg_id, queue and queue offset) or with its batch's exception. Messages reach a queue
         in submission order. Bad input raises InvalidMessageError here, before anything is
         queued. Retries follow RocketMQ's async path: only failures to get an answer are
