@@ -91,7 +91,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., first_queue_offset: _Optional[int] = ..., phys_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("request_id", "consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "suspend", "suspend_timeout_ms", "commit_offset", "commit_offset_value", "has_subscription", "subscription_expression", "sub_version")
+    __slots__ = ("request_id", "consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "suspend", "suspend_timeout_ms", "commit_offset", "commit_offset_value", "has_subscription", "subscription_expression", "sub_version", "client_id", "commit_seq")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,8 @@ class PullRequest(_message.Message):
     HAS_SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     SUB_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_SEQ_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     consumer_group: str
     topic: str
@@ -118,7 +120,9 @@ class PullRequest(_message.Message):
     has_subscription: bool
     subscription_expression: str
     sub_version: int
-    def __init__(self, request_id: _Optional[int] = ..., consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., suspend: _Optional[bool] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[bool] = ..., commit_offset_value: _Optional[int] = ..., has_subscription: _Optional[bool] = ..., subscription_expression: _Optional[str] = ..., sub_version: _Optional[int] = ...) -> None: ...
+    client_id: str
+    commit_seq: int
+    def __init__(self, request_id: _Optional[int] = ..., consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., suspend: _Optional[bool] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[bool] = ..., commit_offset_value: _Optional[int] = ..., has_subscription: _Optional[bool] = ..., subscription_expression: _Optional[str] = ..., sub_version: _Optional[int] = ..., client_id: _Optional[str] = ..., commit_seq: _Optional[int] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("request_id", "code", "remark", "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "records", "record_count")
@@ -175,16 +179,20 @@ class QueryConsumerOffsetResponse(_message.Message):
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "client_id", "commit_seq")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_SEQ_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    client_id: str
+    commit_seq: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., client_id: _Optional[str] = ..., commit_seq: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetResponse(_message.Message):
     __slots__ = ("code", "remark")

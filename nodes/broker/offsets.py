@@ -56,18 +56,26 @@ class ConsumerOffsetTable:
             key: {int(qid): int(v) for qid, v in value.items()}
             for key, value in metadata.get_all(OFFSETS_TABLE).items()}
         self._dirty: set[str] = set()
+        # (key, queue id) -> (client id, commit_seq) of the last ordered commit applied
+        self._last_commit: dict[tuple[str, int], tuple[str, int]] = {}
 
     def commit(self, group: str, topic: str, queue_id: int, queue_offset: int, *, source: str = SOURCE_CLIENT,
-               client_id: str | None = None, increase_only: bool = False) -> None:
+               client_id: str | None = None, commit_seq: int = 0) -> None:
         """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_ADMIN).
 
-        `increase_only` drops a value below the stored one (a pull's piggy-backed commit, see `pull`).
+        A commit from the client whose commit was applied last for this queue, with a lower
+        `commit_seq` than that one, overtook it on another stream and is dropped: RocketMQ's
+        commits from one client arrive in order on one channel. Backward commits are stored
+        otherwise (RocketMQ only logs them), and `commit_seq` 0 is never ordered.
         """
         key = _key(topic, group)
+        if client_id and commit_seq:
+            last = self._last_commit.get((key, queue_id))
+            if last is not None and last[0] == client_id and commit_seq < last[1]:
+                return
+            self._last_commit[(key, queue_id)] = (client_id, commit_seq)
         queues = self.offsets.setdefault(key, {})
         previous = queues.get(queue_id)
-        if increase_only and previous is not None and queue_offset < previous:
-            return
         if previous is not None and queue_offset < previous:
             log.warning("offset of %s queue %d moves back %d -> %d", key, queue_id, previous, queue_offset)
         queues[queue_id] = queue_offset

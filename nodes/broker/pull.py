@@ -167,13 +167,11 @@ class PullProcessor:
                 self._record_offset_moved(req, result.next_begin_offset)
 
         # The piggy-backed commit runs whatever the status, but never on a woken re-execution
-        # and never on a slave (reference §1.2). It only moves forward: RocketMQ's piggy-backed
-        # value travels on the same channel as the client's explicit updates, in order, so it is
-        # never older than a value the client already stored; here pulls and updates are separate
-        # HTTP/2 streams with no order between them, and a lower piggy-backed value is a late one.
+        # and never on a slave (reference §1.2). Its commit_seq orders it against the client's
+        # explicit updates, which travel on another stream (UpdateConsumerOffsetRequest).
         if allow_suspend and req.commit_offset and not self.is_slave:
             self._offsets.commit(req.consumer_group, req.topic, req.queue_id, req.commit_offset_value,
-                                 increase_only=True)
+                                 client_id=req.client_id or None, commit_seq=req.commit_seq)
 
         if code == common_pb2.PULL_NOT_FOUND and allow_suspend and req.suspend:
             hold_ms = req.suspend_timeout_ms if self._config.long_polling_enable else self._config.timing.short_poll_ms

@@ -172,7 +172,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         if not request.consumer_group or not request.topic:
             return broker_pb2.UpdateConsumerOffsetResponse(
                 code=common_pb2.INVALID_ARGUMENT, remark="consumer_group and topic are required")
-        self._offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset)
+        self._offsets.commit(request.consumer_group, request.topic, request.queue_id, request.offset,
+                             client_id=request.client_id or None, commit_seq=request.commit_seq)
         return broker_pb2.UpdateConsumerOffsetResponse(code=common_pb2.SUCCESS)
 
     async def GetQueueOffset(self, request: broker_pb2.GetQueueOffsetRequest,

@@ -100,6 +100,7 @@ class ClientInstance:
             "producer_default_queue_nums": producer_default_queue_nums}
         self.routes = RouteCache(self._fetch_route, **kwargs)
         self._namesrv_index = 0
+        self._commit_seqs = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._route_service: RouteRefreshService | None = None
@@ -256,6 +257,11 @@ class ClientInstance:
             stub = consumer_pb2_grpc.ConsumerManagerStub(self.channel(addr))
             self._consumer_stubs[addr] = stub
         return stub
+
+    def next_commit_seq(self) -> int:
+        """The next offset-commit sequence number; take it when reading the value to commit, so the
+        broker can drop a commit that overtook a later one on another stream (UpdateConsumerOffsetRequest)."""
+        return next(self._commit_seqs)
 
     def pull_stream(self, addr: str) -> PullStream:
         stream = self._pull_streams.get(addr)

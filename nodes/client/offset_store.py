@@ -172,24 +172,27 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         for mq in [mq for mq in self._table if mq not in owned]:
             del self._table[mq]
             self._persisted.pop(mq, None)
-        await asyncio.gather(*(self._persist_one(mq, offset) for mq, offset in list(self._table.items())))
+        # each value is read together with its sequence number, before any await lets a pull read a newer one
+        reads = [(mq, offset, self._instance.next_commit_seq()) for mq, offset in list(self._table.items())]
+        await asyncio.gather(*(self._persist_one(mq, offset, seq) for mq, offset, seq in reads))
 
     async def persist(self, mq: MessageQueue) -> None:
         offset = self._table.get(mq)
         if offset is not None:
-            await self._persist_one(mq, offset)
+            await self._persist_one(mq, offset, self._instance.next_commit_seq())
 
     def remove_offset(self, mq: MessageQueue) -> None:
         super().remove_offset(mq)
         self._persisted.pop(mq, None)
 
-    async def _persist_one(self, mq: MessageQueue, offset: int) -> None:
+    async def _persist_one(self, mq: MessageQueue, offset: int, commit_seq: int) -> None:
         """updateConsumeOffsetToBroker; RocketMQ sends it oneway, so failures are only reported."""
         found: FoundBroker | None = None
         try:
             found = await offset_store_address(self._instance, mq)
             request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                             queue_id=mq.queue_id, offset=offset)
+                                                             queue_id=mq.queue_id, offset=offset,
+                                                             client_id=self.client_id, commit_seq=commit_seq)
             resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
                                               self.timeout_ms, f"update offset {mq} at {found.addr}")
             if resp.code != common_pb2.SUCCESS:

@@ -234,12 +234,16 @@ class PullApi:
             return c.MASTER_ID
         return self._pull_from_which_node.get(mq, c.MASTER_ID)
 
+    def next_commit_seq(self) -> int:
+        return self._instance.next_commit_seq()
+
     def update_pull_from_which_node(self, mq: MessageQueue, broker_id: int) -> None:
         self._pull_from_which_node[mq] = broker_id
 
     async def pull_kernel(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                           suspend: bool, suspend_timeout_ms: int, timeout_ms: int,
-                          commit_offset_value: int | None = None, post_subscription: bool = True,
+                          commit_offset_value: int | None = None, commit_seq: int = 0,
+                          post_subscription: bool = True,
                           sub_version: int = 0, lazy: bool = False) -> PullResult:
         """pullKernelImpl + processPullResult for one queue (`lazy`: see process_pull_response).
 
@@ -266,6 +270,8 @@ class PullApi:
             "suspend_timeout_ms": suspend_timeout_ms,
             "commit_offset": commit,
             "commit_offset_value": commit_offset_value if commit else 0,
+            "client_id": self.client_id if commit else "",
+            "commit_seq": commit_seq if commit else 0,
             # A pull consumer always posts its subscription; a push consumer only with
             # postSubscriptionWhenPull (the broker then uses the group's registered one).
             "has_subscription": post_subscription,

@@ -162,16 +162,19 @@ class PullService:
             log.warning("no subscription for %s; pulling it again later", mq)
             return self._timing.pull_delay_when_exception_ms
         commit_offset = None
+        commit_seq = 0
         if self._message_model is MessageModel.CLUSTERING and (not orderly or not pq.is_lock_expired(
                 now_ms, lock_max_live_ms=self._timing.client_lock_lease_ms)):
             # beyond RocketMQ: an orderly queue whose client lock ran out piggybacks no offset (a
             # resumed consumer must not rewind the new owner's offset)
             commit_offset = self._offset_store.read_memory(mq)
+            commit_seq = self._api.next_commit_seq()
         self.stats.pulls += 1
         try:
             result = await self._api.pull_kernel(
                 mq, subscription.expression, request.next_offset, self.pull_batch_size, suspend=True,
                 suspend_timeout_ms=self._suspend_ms, timeout_ms=self._rpc_ms, commit_offset_value=commit_offset,
+                commit_seq=commit_seq,
                 post_subscription=self.post_subscription, sub_version=subscription.sub_version)
         except MqError as err:
             self.stats.errors += 1

@@ -41,6 +41,23 @@ def test_pull_piggybacks_the_commit_even_when_nothing_is_found(cluster):
     assert (code_name(q.code), q.offset) == ("SUCCESS", 3)
 
 
+def test_a_piggy_backed_commit_that_overtook_a_later_update_is_dropped(cluster):
+    """The client read 5 for its update, then 7 for a pull's commit; the pull arrives first."""
+    create_topic(cluster, "Overtake", queue_nums=1)
+    channel, stub = broker_stub(cluster.broker_addr)
+    with channel:
+        req = broker_pb2.PullRequest(request_id=1, consumer_group="og", topic="Overtake", queue_id=0, queue_offset=0,
+                                     max_msg_nums=32, commit_offset=True, commit_offset_value=7, client_id="c1",
+                                     commit_seq=2, has_subscription=True, subscription_expression="*")
+        next(iter(stub.Pull(iter([req]), timeout=10)))
+        r = stub.UpdateConsumerOffset(broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group="og", topic="Overtake", queue_id=0, offset=5, client_id="c1", commit_seq=1), timeout=10)
+        assert code_name(r.code) == "SUCCESS"
+        q = stub.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
+            consumer_group="og", topic="Overtake", queue_id=0), timeout=10)
+    assert q.offset == 7
+
+
 def test_negative_offset_update_is_rejected(cluster):
     channel, stub = broker_stub(cluster.broker_addr)
     with channel:

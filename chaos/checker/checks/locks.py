@@ -381,6 +381,15 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
             bound = b.takeover_lost()
         else:
             bound = b.takeover_rebalance()
+    # The master holds every lock: while it is down (or cut off) nobody can take a queue over, and
+    # when it returns its lock table is empty; the takeover is then due a lock round after its return.
+    outage = [w for w in h.broker_fault_windows
+              if w.start_ms < r["start"] and w.end_ms > ref and _master_out(h, w)]
+    if outage:
+        back = max(w.end_ms for w in outage)
+        if back + b.takeover_lost() > ref + bound:
+            ref, bound, kind = back, b.takeover_lost(), "master-return"
+            label = f"{label}, then the master was back after {outage[-1].label}"
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None else ref
     measured = r["start"] - start_from
@@ -392,6 +401,16 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), measured_ms=measured, bound_ms=bound,
                limit_ms=round(limit), verdict=verdict, t_L_s=s(h, r["t_L"]))
     return out
+
+
+def _master_out(h: History, w: FaultWindow) -> bool:
+    """A fault that takes a master away from every client: killed, stopped, paused, or isolated
+    (a cut between the master and one consumer leaves it serving the others). Broker node ids end
+    in their broker id (`broker-a-0` is broker-a's master)."""
+    masters = [t for t in w.targets if h.is_broker(t) and t.endswith("-0")]
+    if not masters:
+        return False
+    return w.op in ("kill", "stop", "pause", "exit") or (w.op == "partition" and len(w.targets) == 1)
 
 
 def _stuck_queues(h: History, cfg: CheckerConfig, holder_faults: list[FaultWindow], ep: list[dict[str, Any]],

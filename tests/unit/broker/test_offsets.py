@@ -55,13 +55,14 @@ def test_slave_sync_records_the_values_it_overwrites_as_slave_sync(tmp_path, met
     assert table.query("g", "%RETRY%g", 0) == 1
 
 
-def test_a_late_piggy_backed_commit_never_moves_the_offset_back(tmp_path, metadata):
+def test_a_commit_that_overtook_a_later_one_from_the_same_client_is_dropped(tmp_path, metadata):
     path = tmp_path / "events.jsonl"
     table = ConsumerOffsetTable(metadata, events=EventLog(path, "broker-a-0"), broker_name="broker-a", broker_id=0)
-    table.commit("g", "T", 0, 77)  # the client's explicit update
-    table.commit("g", "T", 0, 76, increase_only=True)  # a pull built before it, arriving after it
-    assert table.query("g", "T", 0) == 77
-    table.commit("g", "T", 0, 80, increase_only=True)
-    table.commit("g", "T", 0, 5)  # an explicit update may still move it back
-    assert table.query("g", "T", 0) == 5
-    assert [r["offset"] for r in read_events(path)] == [77, 80, 5]
+    table.commit("g", "T", 0, 31, client_id="c1", commit_seq=8)  # a pull's piggy-backed value, read second
+    table.commit("g", "T", 0, 29, client_id="c1", commit_seq=7)  # the explicit update read first, arriving late
+    assert table.query("g", "T", 0) == 31
+    table.commit("g", "T", 0, 25, client_id="c2", commit_seq=1)  # another client may move it back (RocketMQ)
+    table.commit("g", "T", 0, 20, client_id="c1", commit_seq=9)  # and so may c1, in its own order
+    table.commit("g", "T", 0, 22)  # unordered commits (no sequence) are stored as they come
+    assert table.query("g", "T", 0) == 22
+    assert [r["offset"] for r in read_events(path)] == [31, 25, 20, 22]

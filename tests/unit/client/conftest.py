@@ -103,6 +103,11 @@ class FakeInstance(_Answering):
         self.fetch_error: BaseException | None = None
         self.routes = RouteCache(self._fetch)
         self.running = True
+        self.commit_seq = 0
+
+    def next_commit_seq(self) -> int:
+        self.commit_seq += 1
+        return self.commit_seq
 
     async def _fetch(self, topic: str) -> RouteSnapshot | None:
         self.fetches.append(topic)

@@ -335,6 +335,10 @@ def test_a_queue_whose_lock_ran_out_is_given_up_without_storing_its_offset():
 # --- the pull loop's lock check -------------------------------------------------------------------
 
 class Api:
+    def next_commit_seq(self) -> int:
+        self.seq = getattr(self, "seq", 0) + 1
+        return self.seq
+
     def __init__(self, *answers: PullResult) -> None:
         self.answers = list(answers)
         self.offsets: list[int] = []

@@ -27,6 +27,10 @@ class FakeApi:
         self.answers = list(answers)
         self.calls: list[dict[str, Any]] = []
 
+    def next_commit_seq(self) -> int:
+        self.seq = getattr(self, "seq", 0) + 1
+        return self.seq
+
     async def pull_kernel(self, mq, expression, queue_offset, max_nums, **kwargs):
         self.calls.append({"mq": mq, "expression": expression, "offset": queue_offset, "max": max_nums, **kwargs})
         answer = self.answers.pop(0)
