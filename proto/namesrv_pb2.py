@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13proto/namesrv.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\xee\x01\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x05 \x01(\t\x12,\n\rtopic_configs\x18\x06 \x03(\x0b\x32\x15.mqlab.v1.TopicConfig\x12+\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32\x15.mqlab.v1.DataVersion\x12\x0f\n\x07node_id\x18\x08 \x01(\t\"s\n\x16RegisterBrokerResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0bmaster_addr\x18\x03 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x04 \x01(\t\"l\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"H\n\x18UnregisterBrokerResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\xa3\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12;\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32%.mqlab.v1.BrokerData.BrokerAddrsEntry\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x80\x01\n\x0eTopicRouteData\x12(\n\x0bqueue_datas\x18\x01 \x03(\x0b\x32\x13.mqlab.v1.QueueData\x12*\n\x0c\x62roker_datas\x18\x02 \x03(\x0b\x32\x14.mqlab.v1.BrokerData\x12\x18\n\x10order_topic_conf\x18\x03 \x01(\t\"$\n\x13GetRouteInfoRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"m\n\x14GetRouteInfoResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\'\n\x05route\x18\x03 \x01(\x0b\x32\x18.mqlab.v1.TopicRouteData\"\x17\n\x15GetClusterInfoRequest\"X\n\x0e\x42rokerLiveInfo\x12\x13\n\x0b\x62roker_addr\x18\x01 \x01(\t\x12 \n\x18last_update_timestamp_ms\x18\x02 \x01(\x03\x12\x0f\n\x07node_id\x18\x03 \x01(\t\"\x95\x01\n\x16GetClusterInfoResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12%\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x14.mqlab.v1.BrokerData\x12&\n\x04live\x18\x03 \x03(\x0b\x32\x18.mqlab.v1.BrokerLiveInfo\x12\x0e\n\x06topics\x18\x04 \x03(\t2\xe0\x02\n\nNameServer\x12S\n\x0eRegisterBroker\x12\x1f.mqlab.v1.RegisterBrokerRequest\x1a .mqlab.v1.RegisterBrokerResponse\x12Y\n\x10UnregisterBroker\x12!.mqlab.v1.UnregisterBrokerRequest\x1a\".mqlab.v1.UnregisterBrokerResponse\x12M\n\x0cGetRouteInfo\x12\x1d.mqlab.v1.GetRouteInfoRequest\x1a\x1e.mqlab.v1.GetRouteInfoResponse\x12S\n\x0eGetClusterInfo\x12\x1f.mqlab.v1.GetClusterInfoRequest\x1a .mqlab.v1.GetClusterInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13proto/namesrv.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"4\n\x0b\x44\x61taVersion\x12\x14\n\x0ctimestamp_ms\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\x85\x02\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x05 \x01(\t\x12,\n\rtopic_configs\x18\x06 \x03(\x0b\x32\x15.mqlab.v1.TopicConfig\x12+\n\x0c\x64\x61ta_version\x18\x07 \x01(\x0b\x32\x15.mqlab.v1.DataVersion\x12\x0f\n\x07node_id\x18\x08 \x01(\t\x12\x15\n\rchannel_token\x18\t \x01(\t\"s\n\x16RegisterBrokerResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0bmaster_addr\x18\x03 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x04 \x01(\t\"l\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"H\n\x18UnregisterBrokerResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\"\x7f\n\x13WatchChannelRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x15\n\rchannel_token\x18\x05 \x01(\t\"\'\n\x11WatchChannelEvent\x12\x12\n\nregistered\x18\x01 \x01(\x08\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\xa3\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12;\n\x0c\x62roker_addrs\x18\x03 \x03(\x0b\x32%.mqlab.v1.BrokerData.BrokerAddrsEntry\x1a\x32\n\x10\x42rokerAddrsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x80\x01\n\x0eTopicRouteData\x12(\n\x0bqueue_datas\x18\x01 \x03(\x0b\x32\x13.mqlab.v1.QueueData\x12*\n\x0c\x62roker_datas\x18\x02 \x03(\x0b\x32\x14.mqlab.v1.BrokerData\x12\x18\n\x10order_topic_conf\x18\x03 \x01(\t\"$\n\x13GetRouteInfoRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"m\n\x14GetRouteInfoResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\'\n\x05route\x18\x03 \x01(\x0b\x32\x18.mqlab.v1.TopicRouteData\"\x17\n\x15GetClusterInfoRequest\"X\n\x0e\x42rokerLiveInfo\x12\x13\n\x0b\x62roker_addr\x18\x01 \x01(\t\x12 \n\x18last_update_timestamp_ms\x18\x02 \x01(\x03\x12\x0f\n\x07node_id\x18\x03 \x01(\t\"\x95\x01\n\x16GetClusterInfoResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12%\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x14.mqlab.v1.BrokerData\x12&\n\x04live\x18\x03 \x03(\x0b\x32\x18.mqlab.v1.BrokerLiveInfo\x12\x0e\n\x06topics\x18\x04 \x03(\t2\xae\x03\n\nNameServer\x12S\n\x0eRegisterBroker\x12\x1f.mqlab.v1.RegisterBrokerRequest\x1a .mqlab.v1.RegisterBrokerResponse\x12Y\n\x10UnregisterBroker\x12!.mqlab.v1.UnregisterBrokerRequest\x1a\".mqlab.v1.UnregisterBrokerResponse\x12M\n\x0cGetRouteInfo\x12\x1d.mqlab.v1.GetRouteInfoRequest\x1a\x1e.mqlab.v1.GetRouteInfoResponse\x12S\n\x0eGetClusterInfo\x12\x1f.mqlab.v1.GetClusterInfoRequest\x1a .mqlab.v1.GetClusterInfoResponse\x12L\n\x0cWatchChannel\x12\x1d.mqlab.v1.WatchChannelRequest\x1a\x1b.mqlab.v1.WatchChannelEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,31 +37,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DATAVERSION']._serialized_start=53
   _globals['_DATAVERSION']._serialized_end=105
   _globals['_REGISTERBROKERREQUEST']._serialized_start=108
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=346
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=348
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=463
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=465
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=573
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=575
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=647
-  _globals['_QUEUEDATA']._serialized_start=649
-  _globals['_QUEUEDATA']._serialized_end=770
-  _globals['_BROKERDATA']._serialized_start=773
-  _globals['_BROKERDATA']._serialized_end=936
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=886
-  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=936
-  _globals['_TOPICROUTEDATA']._serialized_start=939
-  _globals['_TOPICROUTEDATA']._serialized_end=1067
-  _globals['_GETROUTEINFOREQUEST']._serialized_start=1069
-  _globals['_GETROUTEINFOREQUEST']._serialized_end=1105
-  _globals['_GETROUTEINFORESPONSE']._serialized_start=1107
-  _globals['_GETROUTEINFORESPONSE']._serialized_end=1216
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=1218
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=1241
-  _globals['_BROKERLIVEINFO']._serialized_start=1243
-  _globals['_BROKERLIVEINFO']._serialized_end=1331
-  _globals['_GETCLUSTERINFORESPONSE']._serialized_start=1334
-  _globals['_GETCLUSTERINFORESPONSE']._serialized_end=1483
-  _globals['_NAMESERVER']._serialized_start=1486
-  _globals['_NAMESERVER']._serialized_end=1838
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=369
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=371
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=486
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=488
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=596
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=598
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=670
+  _globals['_WATCHCHANNELREQUEST']._serialized_start=672
+  _globals['_WATCHCHANNELREQUEST']._serialized_end=799
+  _globals['_WATCHCHANNELEVENT']._serialized_start=801
+  _globals['_WATCHCHANNELEVENT']._serialized_end=840
+  _globals['_QUEUEDATA']._serialized_start=842
+  _globals['_QUEUEDATA']._serialized_end=963
+  _globals['_BROKERDATA']._serialized_start=966
+  _globals['_BROKERDATA']._serialized_end=1129
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_start=1079
+  _globals['_BROKERDATA_BROKERADDRSENTRY']._serialized_end=1129
+  _globals['_TOPICROUTEDATA']._serialized_start=1132
+  _globals['_TOPICROUTEDATA']._serialized_end=1260
+  _globals['_GETROUTEINFOREQUEST']._serialized_start=1262
+  _globals['_GETROUTEINFOREQUEST']._serialized_end=1298
+  _globals['_GETROUTEINFORESPONSE']._serialized_start=1300
+  _globals['_GETROUTEINFORESPONSE']._serialized_end=1409
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=1411
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=1434
+  _globals['_BROKERLIVEINFO']._serialized_start=1436
+  _globals['_BROKERLIVEINFO']._serialized_end=1524
+  _globals['_GETCLUSTERINFORESPONSE']._serialized_start=1527
+  _globals['_GETCLUSTERINFORESPONSE']._serialized_end=1676
+  _globals['_NAMESERVER']._serialized_start=1679
+  _globals['_NAMESERVER']._serialized_end=2109
 # @@protoc_insertion_point(module_scope)

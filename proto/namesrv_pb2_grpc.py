@@ -54,6 +54,11 @@ class NameServerStub:
                 request_serializer=proto_dot_namesrv__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=proto_dot_namesrv__pb2.GetClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.WatchChannel = channel.unary_stream(
+                '/mqlab.v1.NameServer/WatchChannel',
+                request_serializer=proto_dot_namesrv__pb2.WatchChannelRequest.SerializeToString,
+                response_deserializer=proto_dot_namesrv__pb2.WatchChannelEvent.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -83,6 +88,15 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchChannel(self, request, context):
+        """A broker's "channel" to this name server (RocketMQ's long-lived remoting connection): the
+        broker keeps it open while it lives; when it ends because the broker went away (kill, reset),
+        the name server drops that broker's route at once (RocketMQ's onChannelDestroy).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +119,11 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=proto_dot_namesrv__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=proto_dot_namesrv__pb2.GetClusterInfoResponse.SerializeToString,
+            ),
+            'WatchChannel': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchChannel,
+                    request_deserializer=proto_dot_namesrv__pb2.WatchChannelRequest.FromString,
+                    response_serializer=proto_dot_namesrv__pb2.WatchChannelEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +234,33 @@ class NameServer:
             '/mqlab.v1.NameServer/GetClusterInfo',
             proto_dot_namesrv__pb2.GetClusterInfoRequest.SerializeToString,
             proto_dot_namesrv__pb2.GetClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mqlab.v1.NameServer/WatchChannel',
+            proto_dot_namesrv__pb2.WatchChannelRequest.SerializeToString,
+            proto_dot_namesrv__pb2.WatchChannelEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,8 +2,9 @@
 runs its lifecycle (RocketMQ BrokerController).
 
 Start: open the store (recovery), load metadata, bind gRPC, register with every name
-server, start the background services. Stop (SIGTERM): unregister, stop serving, persist
-offsets, flush and close the store cleanly (the abort file goes away).
+server and keep a channel open to each, start the background services. Stop (SIGTERM):
+unregister, close the name server channels, stop serving, persist offsets, flush and close
+the store cleanly (the abort file goes away).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +55,55 @@ from proto import (
 log = logging.getLogger(__name__)
 
 
-class NamesrvRegistrar:
-    """Registers this broker with every name server (in parallel) and unregisters on stop."""
+# Re-registering after a lost channel starts at this fraction of the registration interval
+# (500 ms unscaled) and doubles up to the interval itself, so it never waits longer than the
+# periodic registration would and scales with the rest of Timing.
+_REREGISTER_FIRST_DIVISOR = 60
 
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager) -> None:
+
+@dataclass
+class _NamesrvLink:
+    """One name server as this broker sees it: the stub, and the channel (WatchChannel stream)."""
+
+    addr: str
+    stub: namesrv_pb2_grpc.NameServerStub
+    process_token: str
+    # Bumped whenever the channel ends: the next registration carries a new token, so the old
+    # channel's late end at the name server cannot remove the new registration.
+    generation: int = 0
+    # Set by a successful registration carrying the current token; the channel opens after it.
+    registered: asyncio.Event = field(default_factory=asyncio.Event)
+    channel_open: bool = False
+    reregistering: bool = False
+    channels_lost: int = 0
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def token(self) -> str:
+        return f"{self.process_token}-{self.generation}"
+
+
+class NamesrvRegistrar:
+    """Registers this broker with every name server (in parallel), keeps one channel open to
+    each, and unregisters on stop.
+
+    The channel is a `WatchChannel` server stream on the same gRPC channel as registrations, so
+    it shares their connection (and their link proxy): when this process dies or the connection
+    is reset, the stream ends and the name server drops this broker's route at once (RocketMQ's
+    onChannelDestroy). No keepalive runs on it (see nodes.common.rpc): a silent partition must
+    stay silent and leave the broker to the name server's expiry, as in RocketMQ.
+    """
+
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, clock: Clock = SYSTEM_CLOCK) -> None:
         self._config = config
         self._topics = topics
-        self._stubs = [namesrv_pb2_grpc.NameServerStub(make_channel(addr, config.dial_overrides))
+        self._clock = clock
+        # Made at process start: names this broker process at the name servers.
+        process_token = uuid.uuid4().hex[:16]
+        self._links = [_NamesrvLink(addr, namesrv_pb2_grpc.NameServerStub(make_channel(addr, config.dial_overrides)),
+                                    process_token)
                        for addr in config.namesrv_addrs]
+        self._stopping = False
         self.broker_addr = ""
         self.master_addr = ""
         self.registered_ok = 0
@@ -71,7 +116,7 @@ class NamesrvRegistrar:
             topic_configs=[wire.topic_config_to_pb(t) for t in self._topics.all()],
             data_version=namesrv_pb2.DataVersion(timestamp_ms=version[0], counter=version[1]),
             node_id=self._config.node_id)
-        results = await asyncio.gather(*(self._register_one(stub, request) for stub in self._stubs),
+        results = await asyncio.gather(*(self._register_one(link, request) for link in self._links),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         answers = [r for r in results
@@ -86,22 +131,109 @@ class NamesrvRegistrar:
         if failures and len(failures) == len(results):
             raise failures[0]
 
-    async def _register_one(self, stub: namesrv_pb2_grpc.NameServerStub,
+    async def _register_one(self, link: _NamesrvLink,
                             request: namesrv_pb2.RegisterBrokerRequest) -> namesrv_pb2.RegisterBrokerResponse:
+        token = link.token
+        one = namesrv_pb2.RegisterBrokerRequest()
+        one.CopyFrom(request)
+        one.channel_token = token
         try:
-            return await stub.RegisterBroker(request, timeout=timeout_s(self._config.timing.register_timeout_ms))
+            answer = await link.stub.RegisterBroker(one, timeout=timeout_s(self._config.timing.register_timeout_ms))
         except grpc.RpcError as exc:
             raise map_rpc_error(exc, "register with name server") from exc
+        # A registration sent before the channel ended carries the old token: it does not count.
+        if answer.code == common_pb2.SUCCESS and token == link.token:
+            link.registered.set()
+        return answer
+
+    def start_channels(self) -> None:
+        for link in self._links:
+            link.task = asyncio.create_task(self._keep_channel(link), name=f"namesrv-channel {link.addr}")
+
+    async def _keep_channel(self, link: _NamesrvLink) -> None:
+        """Hold the channel to one name server open; after it ends, re-register and open a new one."""
+        timing = self._config.timing
+        first_ms = max(1, timing.register_interval_ms // _REREGISTER_FIRST_DIVISOR)
+        backoff_ms = first_ms
+        while not self._stopping:
+            await link.registered.wait()
+            if self._stopping:
+                return
+            opened_ms = self._clock.monotonic_ms()
+            reason = await self._hold_channel(link)
+            if self._stopping:
+                return
+            # A channel that lived a registration interval was healthy: start the backoff afresh.
+            # One that dies young (a flapping link) keeps doubling it.
+            if self._clock.monotonic_ms() - opened_ms >= timing.register_interval_ms:
+                backoff_ms = first_ms
+            link.generation += 1
+            link.registered.clear()
+            link.channels_lost += 1
+            log.warning("channel to name server %s closed (%s); re-registering with token %s",
+                        link.addr, reason, link.token)
+            link.reregistering = True
+            try:
+                while not link.registered.is_set() and not self._stopping:
+                    await asyncio.sleep(backoff_ms / 1000)
+                    backoff_ms = min(backoff_ms * 2, timing.register_interval_ms)
+                    try:
+                        await self.register_all()
+                    except Exception as exc:  # the name server may be down; keep trying, never crash
+                        log.info("re-registration with name server %s failed: %s", link.addr, exc)
+            finally:
+                link.reregistering = False
+
+    async def _hold_channel(self, link: _NamesrvLink) -> str:
+        """Open the WatchChannel stream and wait for its end; returns why it ended."""
+        request = namesrv_pb2.WatchChannelRequest(
+            cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
+            broker_id=self._config.broker_id, broker_addr=self.broker_addr, channel_token=link.token)
+        # No deadline: the stream lives as long as this process and the connection do.
+        call = link.stub.WatchChannel(request)
+        try:
+            async for event in call:
+                if not link.channel_open:
+                    log.info("channel to name server %s open (token %s, registered=%s)",
+                             link.addr, link.token, event.registered)
+                link.channel_open = True
+            return "ended by the name server"
+        except grpc.RpcError as exc:
+            return str(map_rpc_error(exc, "name server channel"))
+        except Exception as exc:  # a broken stream must never take the broker down
+            log.warning("channel to name server %s failed unexpectedly", link.addr, exc_info=True)
+            return repr(exc)
+        finally:
+            link.channel_open = False
+            call.cancel()
 
     async def unregister_all(self) -> None:
+        """A clean stop: unregister everywhere, then close the channels (their late end finds
+        nothing to remove)."""
+        self._stopping = True
+        # A re-registration in flight could land after the unregister: cancel those first.
+        await self._cancel(link for link in self._links if link.reregistering)
         request = namesrv_pb2.UnregisterBrokerRequest(
             cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
             broker_id=self._config.broker_id, broker_addr=self.broker_addr)
-        for stub in self._stubs:
+        for link in self._links:
             try:
-                await stub.UnregisterBroker(request, timeout=timeout_s(self._config.timing.rpc_timeout_ms))
+                await link.stub.UnregisterBroker(request, timeout=timeout_s(self._config.timing.rpc_timeout_ms))
             except grpc.RpcError as exc:
                 log.warning("unregister failed: %s", map_rpc_error(exc, "unregister"))
+        await self._cancel(self._links)
+
+    @staticmethod
+    async def _cancel(links: Iterable[_NamesrvLink]) -> None:
+        tasks = [link.task for link in links if link.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"addr": link.addr, "token": link.token, "channel_open": link.channel_open,
+                 "channels_lost": link.channels_lost}
+                for link in self._links]
 
 
 class RegistrationService(Service):
@@ -177,7 +309,7 @@ class BrokerController:
                                            broker_id=self.config.broker_id)
         self.pull = PullProcessor(self.config, self.store, self.topics, self.groups, self.offsets, self._clock,
                                   self.events, consumers=self.consumers)
-        self.registrar = NamesrvRegistrar(self.config, self.topics)
+        self.registrar = NamesrvRegistrar(self.config, self.topics, self._clock)
         self.send = SendProcessor(self.config, self.store, self.topics, self._clock, groups=self.groups)
         if self.config.is_master and self.config.long_polling_enable:
             self.store.on_arrival = self._on_arrival
@@ -211,6 +343,7 @@ class BrokerController:
         except Exception as exc:  # the name server may start later; the service keeps trying
             log.warning("first registration failed (%s); retrying every %d ms", exc,
                         self.config.timing.register_interval_ms)
+        self.registrar.start_channels()
         timing = self.config.timing
         self._registration = RegistrationService(self.registrar, timing.register_interval_ms)
         poll_ms = timing.long_poll_scan_ms if self.config.long_polling_enable else timing.short_poll_ms
@@ -288,6 +421,7 @@ class BrokerController:
             "push2slave_max_offset": self.replication.push2slave_max_offset,
             "ha_client": self.ha_client.describe() if self.ha_client else None,
             "master_addr": self.registrar.master_addr if running else "",
+            "namesrv_channels": self.registrar.describe() if running else [],
             "slave_syncs": self.slave_sync.syncs if self.slave_sync else 0,
             "consumer_groups": self.consumers.describe(),
             "notification_streams": self._consumer_servicer.open_streams() if self._consumer_servicer else 0,

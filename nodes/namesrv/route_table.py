@@ -1,8 +1,9 @@
 """The name server's route table (RocketMQ RouteInfoManager): pure state, no I/O.
 
 Owns: topic -> broker name -> queue data; broker name -> addresses by broker_id; broker
-liveness by address. Does not talk to anyone: the servicer feeds it registrations and
-asks it to expire silent brokers with `expire(now_ms)`.
+liveness by address. Does not talk to anyone: the servicer feeds it registrations, asks it
+to expire silent brokers with `expire(now_ms)` and reports a broker's ended channel with
+`on_channel_destroy(addr, token)`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class BrokerLive:
     data_version: tuple[int, int]
     ha_server_addr: str
     node_id: str = ""
+    # Which broker process (and which of its channels) this registration came from: a channel
+    # that ends removes the entry only while it still carries that channel's token.
+    channel_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,7 @@ class RouteTable:
 
     def register(self, *, cluster: str, broker_name: str, broker_id: int, broker_addr: str,
                  ha_server_addr: str, topic_configs: list[TopicConfig], data_version: tuple[int, int],
-                 now_ms: int, node_id: str = "") -> RegisterResult:
+                 now_ms: int, node_id: str = "", channel_token: str = "") -> RegisterResult:
         """Record a broker heartbeat; returns the master address for slaves."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
         broker = self.brokers.setdefault(broker_name, BrokerData(cluster, broker_name))
@@ -74,7 +78,10 @@ class RouteTable:
 
         previous = self.live.get(broker_addr)
         changed = previous is None or previous.data_version != data_version
-        self.live[broker_addr] = BrokerLive(now_ms, data_version, ha_server_addr, node_id)
+        self.live[broker_addr] = BrokerLive(now_ms, data_version, ha_server_addr, node_id, channel_token)
+        if previous is not None and previous.channel_token != channel_token:
+            log.info("broker at %s registered with a new channel token %r (was %r)",
+                     broker_addr, channel_token, previous.channel_token)
         if first_registration:
             log.info("broker registered: %s %s id=%d at %s", cluster, broker_name, broker_id, broker_addr)
 
@@ -113,6 +120,19 @@ class RouteTable:
                         addr, now_ms - self.live[addr].last_update_ms, expiry_ms)
             self._remove_address(addr)
         return expired
+
+    def on_channel_destroy(self, broker_addr: str, channel_token: str) -> bool:
+        """RocketMQ RouteInfoManager.onChannelDestroy: the broker's channel closed, so its route
+        goes at once, exactly as expiry would remove it. Only while the registration of
+        `broker_addr` still carries `channel_token`: a broker restarted at the same address
+        (or re-registered over a new channel) has a new token, and the old channel's late end
+        must not remove it. Returns whether anything was removed."""
+        live = self.live.get(broker_addr)
+        if live is None or not channel_token or live.channel_token != channel_token:
+            return False
+        log.info("broker %s at %s channel closed: route removed", live.node_id or "?", broker_addr)
+        self._remove_address(broker_addr)
+        return True
 
     def _remove_address(self, broker_addr: str) -> None:
         self.live.pop(broker_addr, None)

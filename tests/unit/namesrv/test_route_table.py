@@ -6,9 +6,10 @@ NOW_MS = 1_000_000
 
 
 def _register(table: RouteTable, broker_id: int, addr: str, topics=(), version=(1, 0), now_ms=NOW_MS,
-              broker_name="broker-a"):
+              broker_name="broker-a", token=""):
     return table.register(cluster="C", broker_name=broker_name, broker_id=broker_id, broker_addr=addr,
-                          ha_server_addr=addr, topic_configs=list(topics), data_version=version, now_ms=now_ms)
+                          ha_server_addr=addr, topic_configs=list(topics), data_version=version, now_ms=now_ms,
+                          channel_token=token)
 
 
 def test_route_lists_queue_data_and_addresses_by_broker_id():
@@ -82,3 +83,43 @@ def test_an_address_holds_one_broker_id():
     _register(table, 1, "h:1")
     _register(table, 0, "h:1")
     assert table.brokers["broker-a"].broker_addrs == {0: "h:1"}
+
+
+def test_channel_destroy_removes_the_broker_as_expiry_would():
+    table = RouteTable()
+    _register(table, 0, "h:1", [TopicConfig("T")], token="p1-0")
+    _register(table, 1, "h:2", token="p2-0")
+    assert table.on_channel_destroy("h:1", "p1-0")
+    assert "h:1" not in table.live
+    # the live slave keeps the queues visible, as after expiry
+    assert table.route("T").broker_datas[0].broker_addrs == {1: "h:2"}
+    assert table.on_channel_destroy("h:2", "p2-0")
+    assert table.route("T") is None and table.topics() == [] and table.brokers == {}
+
+
+def test_channel_destroy_with_a_stale_token_keeps_the_new_registration():
+    table = RouteTable()
+    _register(table, 0, "h:1", [TopicConfig("T")], token="old-0")
+    # restarted at the same address: a new process token
+    _register(table, 0, "h:1", [TopicConfig("T")], token="new-0")
+    assert not table.on_channel_destroy("h:1", "old-0")
+    assert table.live["h:1"].channel_token == "new-0"
+    assert table.route("T").broker_datas[0].broker_addrs == {0: "h:1"}
+
+
+def test_channel_destroy_of_an_unknown_address_or_without_a_token_removes_nothing():
+    table = RouteTable()
+    _register(table, 0, "h:1", [TopicConfig("T")], token="p1-0")
+    assert not table.on_channel_destroy("h:9", "p1-0")
+    assert not table.on_channel_destroy("h:1", "")
+    # a registration that carried no token is never removed by a channel end
+    _register(table, 1, "h:2")
+    assert not table.on_channel_destroy("h:2", "")
+    assert set(table.live) == {"h:1", "h:2"}
+
+
+def test_channel_destroy_after_unregister_finds_nothing():
+    table = RouteTable()
+    _register(table, 0, "h:1", [TopicConfig("T")], token="p1-0")
+    assert table.unregister(broker_name="broker-a", broker_id=0, broker_addr="h:1")
+    assert not table.on_channel_destroy("h:1", "p1-0")
