@@ -23,10 +23,8 @@ from nodes.store.record import (
     blank_marker,
     check_at,
     decode_record,
-    encode_batch,
-    offset_msg_id_prefix,
-    place_batch,
 )
+from nodes.store.record_batch import encode_batch, offset_msg_id_prefix, place_batch
 
 _RECORD_MAGIC_BYTES = struct.pack(">I", c.RECORD_MAGIC)
 _BLANK_MAGIC_BYTES = struct.pack(">I", c.BLANK_MAGIC)

@@ -1,8 +1,10 @@
 """The commitlog record codec: RocketMQ 4.9's on-disk message layout (reference §12), pure.
 
-Owns: encoding a `MessageToStore` into record bytes, decoding record bytes into a `Record`,
-the end-of-segment blank marker, the property string format, the tag hash stored in consume
-queues, and offset message ids. Does not own files, offsets assignment or any I/O.
+Owns: encoding a `MessageToStore` into record bytes, decoding record bytes into a `Record`
+(or only the fields dispatch needs, `index_fields`), the end-of-segment blank marker, the
+property string format, the tag hash stored in consume queues, and offset message ids. Does
+not own files, offsets assignment or any I/O, nor the write path's one-pass batch encoder
+(`record_batch`, which writes exactly these bytes).
 
 The client imports this module to decode the raw records carried by pull responses, so it
 depends on nothing but `nodes.common` and the standard library.
@@ -36,7 +38,7 @@ import enum
 import socket
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -54,9 +56,9 @@ TOPIC_LEN = struct.Struct(">B")
 PROPS_LEN = struct.Struct(">h")  # a Java short: at most PROPERTIES_BYTES_MAX
 
 PROPERTY_RECORD_CRC = c.PROPERTY_RECORD_CRC
-_RECORD_CRC_PREFIX = (PROPERTY_RECORD_CRC + c.PROPERTY_NAME_SEPARATOR).encode()
+RECORD_CRC_PREFIX = (PROPERTY_RECORD_CRC + c.PROPERTY_NAME_SEPARATOR).encode()
 _RECORD_CRC_VALUE_BYTES = 9  # 8 hex digits, then the pair separator \x02 ends the record
-RECORD_CRC_PROPERTY_BYTES = len(_RECORD_CRC_PREFIX) + _RECORD_CRC_VALUE_BYTES
+RECORD_CRC_PROPERTY_BYTES = len(RECORD_CRC_PREFIX) + _RECORD_CRC_VALUE_BYTES
 _ZERO_PHYS_OFFSET = bytes(8)
 USER_PROPERTIES_BYTES_MAX = c.PROPERTIES_BYTES_MAX - RECORD_CRC_PROPERTY_BYTES
 # The smallest well-formed record: empty body, one-byte topic, only the record CRC property.
@@ -197,7 +199,7 @@ def tag_hash(tags: str | None) -> int:
 
 def offset_msg_id(host: str, port: int, phys_offset: int) -> str:
     """32 upper-case hex chars: store IPv4 (4 bytes), port (4 bytes), physical offset (8 bytes)."""
-    return (_ipv4_bytes(host) + struct.pack(">iq", port, phys_offset)).hex().upper()
+    return (ipv4_bytes(host) + struct.pack(">iq", port, phys_offset)).hex().upper()
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
@@ -209,7 +211,7 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return socket.inet_ntoa(raw[:4]), port, phys_offset
 
 
-def _ipv4_bytes(host: str) -> bytes:
+def ipv4_bytes(host: str) -> bytes:
     try:
         return socket.inet_pton(socket.AF_INET, host)
     except OSError:
@@ -241,29 +243,16 @@ def encode_record(msg: MessageToStore, *, queue_offset: int, phys_offset: int, s
     total_size = HEADER.size + len(body) + TOPIC_LEN.size + len(topic) + PROPS_LEN.size + props_len
     header = HEADER.pack(
         total_size, c.RECORD_MAGIC, zlib.crc32(body), msg.queue_id, msg.flag, queue_offset, phys_offset,
-        msg.sys_flag, msg.born_timestamp_ms, _ipv4_bytes(msg.born_host[0]), msg.born_host[1],
-        store_timestamp_ms, _ipv4_bytes(msg.store_host[0]), msg.store_host[1], msg.reconsume_times,
+        msg.sys_flag, msg.born_timestamp_ms, ipv4_bytes(msg.born_host[0]), msg.born_host[1],
+        store_timestamp_ms, ipv4_bytes(msg.store_host[0]), msg.store_host[1], msg.reconsume_times,
         msg.prepared_transaction_offset, len(body))
-    tail = b"".join((TOPIC_LEN.pack(len(topic)), topic, PROPS_LEN.pack(props_len), props, _RECORD_CRC_PREFIX))
+    tail = b"".join((TOPIC_LEN.pack(len(topic)), topic, PROPS_LEN.pack(props_len), props, RECORD_CRC_PREFIX))
     crc = zlib.crc32(header[:PHYS_OFFSET_POS])
     crc = zlib.crc32(_ZERO_PHYS_OFFSET, crc)
     crc = zlib.crc32(header[PHYS_OFFSET_POS + 8:], crc)
     crc = zlib.crc32(body, crc)
     crc = zlib.crc32(tail, crc)
     return b"".join((header, body, tail, b"%08X\x02" % crc))
-
-
-_IPV4_BY_HOST: dict[str, bytes] = {}  # dotted host -> packed IPv4; a store sees few distinct hosts
-
-
-def _ipv4_cached(host: str) -> bytes:
-    packed = _IPV4_BY_HOST.get(host)
-    if packed is None:
-        packed = _ipv4_bytes(host)  # raises ValueError for anything but IPv4
-        if len(_IPV4_BY_HOST) > 4096:
-            _IPV4_BY_HOST.clear()
-        _IPV4_BY_HOST[host] = packed
-    return packed
 
 
 def properties_bytes(properties: Mapping[str, str]) -> bytes:
@@ -283,73 +272,6 @@ def properties_bytes(properties: Mapping[str, str]) -> bytes:
 
 
 assert c.PROPERTY_NAME_SEPARATOR == "\x01" and c.PROPERTY_SEPARATOR == "\x02"
-
-
-def encode_batch(msgs: Sequence[MessageToStore], *, first_queue_offset: int,
-                 store_timestamp_ms: int) -> tuple[bytearray, list[int]]:
-    """The records of `msgs` back to back, as queue offsets `first_queue_offset`, ... with every
-    PHYSICALOFFSET field zero, and the size of each record.
-
-    The write path of the commitlog: one pass, one buffer. Once `place_batch` has written each
-    record's position into its PHYSICALOFFSET field, the bytes are exactly those of
-    `encode_record` for each message (the record CRC reads that field as zeros anyway).
-
-    Raises:
-        PropertiesTooLargeError, ValueError: as `encode_record`, for the first message refused.
-    """
-    pack_header = HEADER.pack
-    crc32 = zlib.crc32
-    magic = c.RECORD_MAGIC
-    parts: list[bytes] = []
-    sizes: list[int] = []
-    topic_text: str | None = None
-    topic_part = b""
-    queue_offset = first_queue_offset
-    for msg in msgs:
-        if msg.topic != topic_text:  # one topic per batch in practice: encode and check it once
-            topic = msg.topic.encode()
-            if not 0 < len(topic) <= c.TOPIC_NAME_BYTES_MAX:
-                raise ValueError(f"topic must be 1..{c.TOPIC_NAME_BYTES_MAX} bytes, got {len(topic)}")
-            topic_text, topic_part = msg.topic, TOPIC_LEN.pack(len(topic)) + topic
-        if msg.sys_flag & (SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6):
-            raise ValueError("IPv6 hosts are not supported (sys_flag has an IPv6 bit set)")
-        props = properties_bytes(msg.properties)
-        if len(props) > USER_PROPERTIES_BYTES_MAX:
-            raise PropertiesTooLargeError(
-                f"properties are {len(props)} bytes, over the {USER_PROPERTIES_BYTES_MAX}-byte limit")
-        body = msg.body
-        body_len = len(body)
-        props_len = len(props) + RECORD_CRC_PROPERTY_BYTES
-        total_size = HEADER.size + body_len + len(topic_part) + PROPS_LEN.size + props_len
-        born_host, store_host = msg.born_host, msg.store_host
-        header = pack_header(
-            total_size, magic, crc32(body), msg.queue_id, msg.flag, queue_offset, 0, msg.sys_flag,
-            msg.born_timestamp_ms, _ipv4_cached(born_host[0]), born_host[1], store_timestamp_ms,
-            _ipv4_cached(store_host[0]), store_host[1], msg.reconsume_times, msg.prepared_transaction_offset,
-            body_len)
-        tail = b"".join((topic_part, PROPS_LEN.pack(props_len), props, _RECORD_CRC_PREFIX))
-        parts += (header, body, tail, b"%08X\x02" % crc32(tail, crc32(body, crc32(header))))
-        sizes.append(total_size)
-        queue_offset += 1
-    return bytearray().join(parts), sizes
-
-
-def place_batch(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list[int]:
-    """Write each record's position into its PHYSICALOFFSET field, the batch starting at
-    `phys_offset`; returns the positions."""
-    pack_into = PHYS_OFFSET_FIELD.pack_into
-    positions = []
-    position = 0
-    for size in sizes:
-        pack_into(blob, position + PHYS_OFFSET_POS, phys_offset + position)
-        positions.append(phys_offset + position)
-        position += size
-    return positions
-
-
-def offset_msg_id_prefix(host: str, port: int) -> str:
-    """The first 16 hex characters of every offset message id of one store host."""
-    return offset_msg_id(host, port, 0)[:16]
 
 
 def blank_marker(remaining_bytes: int) -> bytes:
@@ -525,7 +447,7 @@ def _record_crc_matches(buf: Any, pos: int, end: int) -> bool:
     The record CRC covers the body CRC field and the body, so it implies the body CRC.
     """
     value_start = end - _RECORD_CRC_VALUE_BYTES
-    if buf[value_start - len(_RECORD_CRC_PREFIX):value_start] != _RECORD_CRC_PREFIX or buf[end - 1] != 2:
+    if buf[value_start - len(RECORD_CRC_PREFIX):value_start] != RECORD_CRC_PREFIX or buf[end - 1] != 2:
         return False
     crc = zlib.crc32(buf[pos:pos + PHYS_OFFSET_POS])
     crc = zlib.crc32(_ZERO_PHYS_OFFSET, crc)

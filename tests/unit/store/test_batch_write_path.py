@@ -13,11 +13,10 @@ from nodes.store.record import (
     USER_PROPERTIES_BYTES_MAX,
     MessageToStore,
     PropertiesTooLargeError,
-    encode_batch,
     encode_record,
-    place_batch,
     tag_hash,
 )
+from nodes.store.record_batch import encode_batch, place_batch
 
 from .conftest import SEGMENT_BYTES, crash_copy, msg
 
