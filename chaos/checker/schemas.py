@@ -46,7 +46,8 @@ is accepted instead.
                      memory_budget_bytes, queue_offset, store_status
     offset-commit    client: group, client_id, topic, broker_name, queue_id, offset,
                      target_broker_id (or broker_id), ok; broker: the value it stored, with
-                     `source` (client | slave-sync | admin) and optionally client_id
+                     `source` (client | slave-sync | admin | load: what a starting broker
+                     read from disk) and optionally client_id
     lock             client or broker: group, client_id (the holder / requester), topic,
                      broker_name, queue_id, action (requested|granted|denied|renewed|expired|
                      released|lost), lease_end_mono_ms (client: the deadline it believes;

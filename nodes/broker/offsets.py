@@ -27,6 +27,7 @@ OFFSETS_TABLE = "consumer_offsets"
 SOURCE_CLIENT = "client"
 SOURCE_SLAVE_SYNC = "slave-sync"
 SOURCE_ADMIN = "admin"
+SOURCE_LOAD = "load"  # the table as read from disk at start: a crash loses what was not flushed
 
 
 def _key(topic: str, group: str) -> str:
@@ -58,6 +59,11 @@ class ConsumerOffsetTable:
         self._dirty: set[str] = set()
         # (key, queue id) -> (client id, commit_seq) of the last ordered commit applied
         self._last_commit: dict[tuple[str, int], tuple[str, int]] = {}
+        # What this run starts from, so a reader of the history sees a value lost with a crash.
+        for key, queues in sorted(self.offsets.items()):
+            topic, group = _split_key(key)
+            for queue_id, queue_offset in sorted(queues.items()):
+                self._record(group, topic, queue_id, queue_offset, None, SOURCE_LOAD, None)
 
     def commit(self, group: str, topic: str, queue_id: int, queue_offset: int, *, source: str = SOURCE_CLIENT,
                client_id: str | None = None, commit_seq: int = 0) -> None:

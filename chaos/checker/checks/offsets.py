@@ -133,9 +133,11 @@ def _client_decrease_candidates(h: History) -> DataFrame:
 
 def _broker_decrease_candidates(h: History) -> DataFrame:
     w = Window.partitionBy("node", *GQ).orderBy("t")
-    bo = h.broker_offsets.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w)})
-    return bo.filter(F.col("offset") < F.col("p_offset")).select("node", *GQ, "offset", "source", "t", "p_offset",
-                                                                 "p_t")
+    bo = h.broker_offsets.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w),
+                                       "p_client": F.lag("client_id").over(w)})
+    orderly = h.deliv.filter("orderly").select("group").distinct().withColumn("orderly", F.lit(True))
+    return (bo.filter(F.col("offset") < F.col("p_offset")).join(orderly, "group", "left")
+            .select("node", *GQ, "offset", "source", "t", "p_offset", "p_t", "client_id", "p_client", "orderly"))
 
 
 def _explain_decrease(h: History, cfg: CheckerConfig, t0: int, t1: int) -> str | None:
@@ -166,6 +168,9 @@ def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[
             why = "slave sync from the master (master-return overwrite)"
         else:
             why = _explain_decrease(h, cfg, r["p_t"], r["t"])
+            if why is None and r["client_id"] and r["p_client"] and r["p_client"] != r["client_id"] \
+                    and not r["orderly"]:
+                why = "hand-over between clients of a concurrent group"
         out.append({"view": f"stored on {r['node']}", "queue": queue_name(r), "group": r["group"],
                     "from": r["p_offset"], "to": r["offset"], "source": r["source"], "t_s": s(h, r["t"]),
                     "explained_by": why})

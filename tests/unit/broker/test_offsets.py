@@ -66,3 +66,12 @@ def test_a_commit_that_overtook_a_later_one_from_the_same_client_is_dropped(tmp_
     table.commit("g", "T", 0, 22)  # unordered commits (no sequence) are stored as they come
     assert table.query("g", "T", 0) == 22
     assert [r["offset"] for r in read_events(path)] == [31, 25, 20, 22]
+
+
+def test_a_restarted_broker_records_the_offsets_it_starts_from(tmp_path, metadata):
+    first = ConsumerOffsetTable(metadata)
+    first.commit("g", "T", 1, 41)
+    first.persist()
+    path = tmp_path / "events.jsonl"
+    ConsumerOffsetTable(metadata, events=EventLog(path, "broker-a-0"), broker_name="broker-a", broker_id=0)
+    assert [(r["queue_id"], r["offset"], r["source"]) for r in read_events(path)] == [(1, 41, "load")]
