@@ -247,6 +247,7 @@ def play(schedule: Schedule, runner: Nemesis, clock: Clock, stop_event: threadin
     t0 = clock.monotonic_ms()
     result = PlayResult()
     fault_ids: dict[int, str | None] = {}
+    started_ms: dict[int, int] = {}  # entry -> when its fault actually started (from t0)
     last = ""
 
     def report(phase: str) -> None:
@@ -263,12 +264,16 @@ def play(schedule: Schedule, runner: Nemesis, clock: Clock, stop_event: threadin
 
     try:
         for at_ms, _, i, kind in _timeline(schedule):
+            entry = schedule.entries[i]
+            if kind == "recover" and i in started_ms and entry.duration_ms is not None:
+                # a fault that started late (resolving its target takes RPCs) still lasts its duration
+                at_ms = max(at_ms, started_ms[i] + entry.duration_ms)
             if not wait_until(at_ms):
                 result.stopped_early = True
                 break
-            entry = schedule.entries[i]
             if kind == "fault":
                 outcome = runner.start(entry.op)
+                started_ms[i] = clock.monotonic_ms() - t0
                 fault_ids[i] = outcome.fault_id
             else:
                 fid = fault_ids.get(i)

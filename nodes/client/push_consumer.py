@@ -159,8 +159,6 @@ class PushConsumer:
         self._locker: QueueLocker | None = None
         self._thresholds = self.flow_thresholds
         self._rng = random.Random()
-        self._last_routing: dict[tuple[str, str, int], tuple[Any, ...]] = {}
-        self._pending_routing: dict[tuple[str, str, int], dict[str, Any]] = {}  # last unrecorded pull
         self._sender: MessageSender | None = None
         self.client_id = ""
         self._services: list[Service] = []
@@ -447,22 +445,11 @@ class PushConsumer:
             self._rebalance_service.wakeup()
 
     def _routing_event(self, event: dict[str, Any]) -> None:
-        """Pull routing, recorded when a queue's routing changes (every pull would flood), together
-        with the pull just before the change: a reader then sees the two consecutive pulls around
-        every switch (where the next pull must start is the previous response's next begin offset)."""
-        if self._on_event is None:
-            return
-        key = (event["topic"], event["broker_name"], event["queue_id"])
-        sig = (event["requested_broker_id"], event["broker_id"], event["addr"], event["suggest_which_broker_id"],
-               event["commit_flag"])
-        if self._last_routing.get(key) == sig:
-            self._pending_routing[key] = event
-            return
-        self._last_routing[key] = sig
-        before = self._pending_routing.pop(key, None)
-        if before is not None:
-            self._on_event(before)
-        self._on_event(event)
+        """Every pull's routing: who pulled which queue from which broker, and when, is what the
+        read-routing check decides on (a long poll returns at least every suspend period, so the
+        volume follows the pull rate, not the message rate)."""
+        if self._on_event is not None:
+            self._on_event(event)
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._on_event is not None:

@@ -59,3 +59,20 @@ def test_broker_suggests_the_slave_for_hot_data(spark):
     r = check_read_routing(run.history(spark), config())
     assert r.valid is False and r.counts["hot suggestion away from master"] == 1
     assert r.examples[0]["queue_id"] == 0 and r.examples[0]["broker_name"] == "broker-a"
+
+
+def test_a_client_paused_across_the_switch_back_is_not_timed(spark):
+    slow = check_read_routing(_failover(back_at=1700).history(spark), config())
+    assert slow.valid is False and slow.examples[0]["rule"] == "slow switch back"
+    paused = _failover(back_at=1700).fault("pause", ["consumer-1"], 950, 1650)
+    r = check_read_routing(paused.history(spark), config())
+    assert r.valid is True, r.examples
+
+
+def test_a_client_that_was_not_pulling_the_queue_at_the_fault_owes_no_failover(spark):
+    # c2 pulled queue 0 long before the kill and again long after it: it did not own it meanwhile
+    run = Run().pull(50, offset=0, client="c2").pull(500, offset=0).pull(650, offset=1)
+    run.fault("kill", ["broker-a-0"], 700, 1300)
+    run.pull(730, offset=2, answered=1).pull(1400, offset=3).pull(2000, offset=6, client="c2")
+    r = check_read_routing(run.history(spark), config())
+    assert r.valid is True, r.examples

@@ -168,6 +168,11 @@ def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str
     return out
 
 
+def _client_fault(h: History, node: str, t0: int, t1: int) -> bool:
+    """The client's own process was paused, killed, stopped or cut off at some point in [t0, t1]."""
+    return any(w.start_ms <= t1 and w.end_ms >= t0 for w in h.node_faults(node, ("kill", "stop", "pause", "partition")))
+
+
 def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str]
               ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None, list[dict[str, Any]]]:
     b = cfg.bounds
@@ -187,7 +192,11 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
         .groupBy(*keys).agg(F.min("t").alias("t")),
         "back": p.filter((F.col("broker_id") == 0) & (F.col("t") >= F.col("f_end"))).groupBy(*keys).agg(
             F.min("t").alias("t")),
+        # who was pulling each queue just before the fault: long polls come back at least this often
+        "recent": p.filter((F.col("t") < F.col("f_start")) & (F.col("t") >= F.col("f_start") - max(b.R_b, b.N_r)))
+        .select(*keys).distinct(),
     }, cap=200_000)
+    recent = {tuple(r[k] for k in keys) for r in got["recent"]}
     spans = got["spans"]
     to_slave = {tuple(r[k] for k in keys): r["t"] for r in got["to_slave"]}
     back = {tuple(r[k] for k in keys): r["t"] for r in got["back"]}
@@ -204,6 +213,8 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
             if sp["broker_name"] != name or sp["first_t"] >= w.start_ms or sp["last_t"] <= w.start_ms:
                 continue
             key = (i, sp["node"], sp["client_id"], sp["group"], sp["topic"], sp["queue_id"])
+            if key not in recent:
+                continue  # not pulling this queue when the fault began (another client owned it)
             base = {"client": sp["client_id"], "queue": queue_name(sp), "group": sp["group"], "fault": w.label,
                     "fault_s": s(h, w.start_ms)}
             t_slave = to_slave.get(key)
@@ -213,10 +224,11 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
                 measurements.append(m)
                 if m["verdict"] != "ok":
                     fo_bad.append({"rule": "slow failover", **m})
-            elif w.op != "partition" and w.end_ms - w.start_ms > limit and sp["last_t"] > w.start_ms + limit:
+            elif w.op != "partition" and w.end_ms - w.start_ms > limit and sp["last_t"] > w.start_ms + limit \
+                    and not _client_fault(h, sp["node"], w.start_ms, w.start_ms + limit):
                 fo_bad.append({"rule": "no failover", **base, "bound_ms": bound})
-            if not w.recovered or t_slave is None:
-                continue
+            if not w.recovered or t_slave is None or _client_fault(h, sp["node"], w.end_ms, w.end_ms + back_limit):
+                continue  # a client that was itself paused, cut off or restarted meanwhile is not timed
             t_back = back.get(key)
             if t_back is not None:
                 m = {"what": "switch back", **base, "measured_ms": t_back - w.end_ms, "bound_ms": b.switch_back()}

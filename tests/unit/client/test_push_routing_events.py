@@ -1,4 +1,4 @@
-"""A push consumer records pull routing when it changes, with the pull just before each change."""
+"""A push consumer records every pull's routing (the read-routing check needs consecutive pulls)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ def pull(offset: int, *, answered: int = 0, suggest: int = 0) -> dict[str, Any]:
             "suggest_which_broker_id": suggest, "next_begin_offset": offset + 10}
 
 
-def test_records_changes_and_the_pull_before_each():
+def test_records_every_pull():
     recorded: list[dict[str, Any]] = []
     consumer = PushConsumer("127.0.0.1:1", "g", on_event=recorded.append)
     for event in (pull(0), pull(10), pull(20), pull(30, suggest=1), pull(40, answered=1, suggest=1),
                   pull(50, answered=1, suggest=1)):
         consumer._routing_event(event)
-    # 0: first; 20 then 30: the suggestion changed at 30; 40: the answering broker changed right after 30
-    assert [e["queue_offset"] for e in recorded] == [0, 20, 30, 40]
+    assert [e["queue_offset"] for e in recorded] == [0, 10, 20, 30, 40, 50]
+    assert [e["broker_id"] for e in recorded] == [0, 0, 0, 0, 1, 1]
