@@ -197,7 +197,10 @@ def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_
         start_offset = r["first_offset"] if r["orderly"] else r["min_offset"]
         rewind = max(0, r["c_last"] - start_offset)
         key = (r["group"], r["topic"], r["broker_name"], r["queue_id"])
-        budget = int(rates.get(key, 0) * b.redelivery_window("broker") + cfg.pull_batch_size)
+        # During a master outage commits land on the slave, and the returning master's table wins
+        # (RocketMQ #2513): what was consumed while it was away may come again, so the outage counts.
+        outage_ms = sum(w.end_ms - w.start_ms for w in broker)
+        budget = int(rates.get(key, 0) * (b.redelivery_window("broker") + outage_ms) + cfg.pull_batch_size)
         if start_offset == 0 and r["c_last"] > 0:
             verdict = "reset to queue start"
         elif r["prev_max"] is not None and cfg.dense_queues and start_offset > r["prev_max"] + 1:
