@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from chaos import runner as chaos_runner
 from chaos.cli import app
-from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions
+from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
 from chaos.suites import SUITES
 from nodes.common import constants as c
 
-SHORT_FAULT_PHASE_S = 15.0
+SHORT_FAULT_PHASE_S = 12.0
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -142,13 +142,29 @@ def test_ctrl_c_undoes_the_faults_and_stops_every_process(tmp_path):
 
 # ---- whole runs with the checker (Spark) ---------------------------------------------------
 
+# the fault each suite's broken rule needs to show, drawn within the short fault phase
+NEEDED_FAULT = {"lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
+                "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"),
+                "mixed": ("kill", "lock-holder")}
+
+
+def _seed_drawing(suite_name: str, op: str, target: str) -> int:
+    """The first seed whose short schedule draws `op` on `target` (schedules are deterministic)."""
+    for seed in range(50):
+        schedule, _ = plan(RunOptions(SUITES[suite_name], seed=seed, duration_s=SHORT_FAULT_PHASE_S))
+        if any(e.op.op == op and getattr(e.op, "target", None) == target for e in schedule.entries):
+            return seed
+    raise AssertionError(f"no seed below 50 draws {op} {target} for {suite_name}")
+
+
 @pytest.mark.spark
 @pytest.mark.cluster
 @pytest.mark.parametrize("name", list(SUITES))
 def test_suite_fails_with_its_rule_switched_off(name, tmp_path, spark):
     s = SUITES[name]
     run_dir = tmp_path / "run"
-    outcome = ChaosRun(RunOptions(s, seed=1, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
+    seed = _seed_drawing(name, *NEEDED_FAULT[name])
+    outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
                                   report=False, fault_switches=s.switch_map())).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
@@ -162,7 +178,8 @@ def test_suite_fails_with_its_rule_switched_off(name, tmp_path, spark):
 @pytest.mark.cluster
 def test_a_correct_build_passes_and_writes_the_report(tmp_path, spark):
     run_dir = tmp_path / "run"
-    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=2, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
+    seed = _seed_drawing("lock-takeover", *NEEDED_FAULT["lock-takeover"])
+    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
                                   spark=spark)).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert outcome.exit_code == EXIT_VALID, {k: (v["valid"], v.get("reason")) for k, v in verdict["checks"].items()}

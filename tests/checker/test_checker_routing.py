@@ -76,3 +76,15 @@ def test_a_client_that_was_not_pulling_the_queue_at_the_fault_owes_no_failover(s
     run.pull(730, offset=2, answered=1).pull(1400, offset=3).pull(2000, offset=6, client="c2")
     r = check_read_routing(run.history(spark), config())
     assert r.valid is True, r.examples
+
+
+def test_retry_queues_get_a_heartbeat_more_to_come_back_to_the_master(spark):
+    # master down 300..900; a retry queue still read via the slave at 900 + N_r + G_r + W_p + slack + 200
+    # (within one heartbeat H = 300 more) is excused; the same on the normal topic is not
+    def run(topic):
+        r = Run().pull(100, offset=0).fault("kill", ["broker-a-0"], 300, 900)
+        return r.event("pull-route", 1800, "consumer-1", group="G", client_id="c1", topic=topic, broker_name="broker-a",
+                       queue_id=0, queue_offset=0, requested_broker_id=0, broker_id=1, suggest_which_broker_id=0,
+                       status="FOUND", next_begin_offset=1, commit_flag=False)
+    assert check_read_routing(run("%RETRY%G").history(spark), config()).counts["wrong target"]["violations"] == 0
+    assert check_read_routing(run("Orders").history(spark), config()).counts["wrong target"]["violations"] == 1

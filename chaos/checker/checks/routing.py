@@ -113,9 +113,9 @@ def _broker_nodes(h: History, pull_brokers: list[dict[str, Any]], broker_nodes: 
     return out
 
 
-def _down(h: History, cfg: CheckerConfig, node: str | None, t: float) -> FaultWindow | None:
+def _down(h: History, cfg: CheckerConfig, node: str | None, t: float, extra_ms: int = 0) -> FaultWindow | None:
     b = cfg.bounds
-    grace = b.switch_back() + b.slack(b.switch_back())
+    grace = b.switch_back() + extra_ms + b.slack(b.switch_back() + extra_ms)
     for w in h.broker_fault_windows:
         if w.hits(node) and w.start_ms - cfg.clock_slack_ms <= t <= w.end_ms + grace:
             return w
@@ -156,7 +156,10 @@ def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str
                         "excused_by": client_fault})
         if r["r4"]:
             node = brokers.get((r["broker_name"], r["requested_broker_id"]))
-            down = _down(h, cfg, node, r["t"]) if node else None
+            # a returning master re-creates a group's retry topic at the group's next heartbeat, and
+            # only then routes it: one heartbeat period more before its retry queues are back on it
+            retry_ms = cfg.bounds.H if str(r["topic"]).startswith("%RETRY%") else 0
+            down = _down(h, cfg, node, r["t"], retry_ms) if node else None
             why = "requested broker not in the cluster" if node is None else (down.label if down else None)
             out.append({"rule": "wrong target", **base, "excused_by": why})
         if r["r6"]:
