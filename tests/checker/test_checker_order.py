@@ -54,3 +54,16 @@ def test_rewind_after_a_broker_restart_is_explained(spark):
     r = check_order(run.history(spark), config())
     assert r.valid is True
     assert r.counts["anomalies"]["rewind past committed (explained)"] == 1
+
+
+def test_a_rewind_within_one_owner_across_a_master_restart_is_explained(spark):
+    # c1 consumes 0..4, the master restarts (its offset table older than c1's last commit), c1
+    # re-opens the queue at 3: reported, explained by the broker fault; without it, a failure
+    def run(with_fault):
+        r = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).consume(0, range(3, 8), t0=400)
+        return r.fault("kill", ["broker-a-0"], 300, 350) if with_fault else r
+    explained = check_order(run(True).history(spark), config())
+    assert explained.valid is True, explained.examples
+    assert explained.counts["anomalies"]["rewind in epoch (explained)"] == 1
+    bare = check_order(run(False).history(spark), config())
+    assert bare.valid is False and bare.counts["anomalies"]["rewind (in epoch)"] == 1

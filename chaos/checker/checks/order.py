@@ -65,7 +65,7 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
     anomaly = F.when(skip_in, "skip (in epoch)").when(rewind_in, "rewind (in epoch)")
     parts["inner"] = (qd.filter(F.col("orderly") & (F.col("new_epoch") == 0))
                       .select(anomaly.alias("anomaly"), *GQ, "client_id", "prev_offset", "queue_offset", "t",
-                              rel_s(h, "t").alias("t_s"))
+                              "prev_t", rel_s(h, "t").alias("t_s"))
                       .filter(F.col("anomaly").isNotNull()))
     parts["changes"] = _epoch_change_candidates(h, cfg)
     got, counted = collect_parts(parts)
@@ -95,6 +95,12 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
             counts["never_delivered_offsets"] = sum(r["missing"] for r in got["gaps"])
             found += got["gaps"]
         for r in got["inner"]:
+            # A broker fault between the two deliveries: the owner's commit may not have reached the
+            # master, and the queue it re-opened starts at the master's (older) offset. Reported only.
+            if r["anomaly"] == "rewind (in epoch)":
+                hit = overlapping(h.broker_fault_windows, r["prev_t"], r["t"], slack=cfg.clock_slack_ms)
+                if hit:
+                    r["anomaly"], r["explained_by"] = "rewind in epoch (explained)", hit[0].label
             bad[r["anomaly"]] = bad.get(r["anomaly"], 0) + 1
         found += got["inner"]
         for r in _classify_changes(h, cfg, got["changes"]):
