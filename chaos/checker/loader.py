@@ -180,6 +180,13 @@ class History:
         return self.persist(out.drop("n_ok", "n_info", "n_fail"))
 
     @cached_property
+    def per_msg(self) -> DataFrame:
+        """One row per (group, msg_id) delivered: deliveries `n` and successful ones `n_success`
+        (lost, unexpected and duplicates all start from it; one shuffle instead of one each)."""
+        return self.persist(self.deliv.groupBy("group", "msg_id").agg(
+            F.count(F.lit(1)).alias("n"), F.sum(F.col("success").cast("long")).alias("n_success")))
+
+    @cached_property
     def ev(self) -> DataFrame:
         return self.events.filter(F.col("event").isNotNull())
 

@@ -39,16 +39,17 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
     if not h.has("deliveries"):
         return unknown("lost", LOST, "no deliveries history (deliveries.jsonl) in the run")
     o, d = h.outcomes, h.deliv
-    consumed_ids = d.filter("success").select("msg_id").distinct().withColumn("consumed", F.lit(True))
-    seen_ids = d.select("msg_id").distinct().withColumn("seen_any", F.lit(True))
+    pm = h.per_msg
+    consumed_ids = pm.filter(F.col("n_success") > 0).select("msg_id").distinct().withColumn("consumed", F.lit(True))
+    seen_ids = pm.select("msg_id").distinct().withColumn("seen_any", F.lit(True))
     summary = (o.join(consumed_ids, "msg_id", "left").join(seen_ids, "msg_id", "left")
                .groupBy("attempted", "acked", "outcome", F.coalesce("consumed", F.lit(False)).alias("consumed"),
                         F.coalesce("seen_any", F.lit(False)).alias("seen"))
                .agg(F.count(F.lit(1)).alias("n")))
     group_topics = d.filter(F.col("group").isNotNull()).select("group", "topic").distinct()
     expected = o.filter("acked").join(group_topics, "topic", "left")  # a topic nobody consumed: group = null
-    consumed = d.filter("success").select("group", "msg_id").distinct()
-    seen = d.select("group", "msg_id").distinct().withColumn("seen", F.lit(True))
+    consumed = pm.filter(F.col("n_success") > 0).select("group", "msg_id")
+    seen = pm.select("group", "msg_id").withColumn("seen", F.lit(True))
     ranges = (d.filter(F.col("success") & F.col("in_queue") & F.col("queue_offset").isNotNull())
               .groupBy(*GQ).agg(F.min("queue_offset").alias("lo"), F.max("queue_offset").alias("hi")))
     where = (F.when(F.col("group").isNull(), "no-consumer").when(F.col("queue_offset").isNull(), "unknown-offset")
@@ -136,7 +137,8 @@ def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
     if not h.has("deliveries"):
         return unknown("duplicates", DUPLICATES, "no deliveries history in the run")
     d = h.deliv.filter(F.col("success") & F.col("group").isNotNull())
-    per_msg = d.groupBy("group", "msg_id").agg(F.count(F.lit(1)).alias("n"))
+    per_msg = (h.per_msg.filter(F.col("group").isNotNull() & (F.col("n_success") > 0))
+               .select("group", "msg_id", F.col("n_success").alias("n")))
     stats = per_msg.agg(F.sum("n").alias("deliveries"), F.count(F.lit(1)).alias("messages"),
                         F.sum(F.when(F.col("n") > 1, F.col("n") - 1).otherwise(0)).alias("dups"),
                         F.sum((F.col("n") > 1).cast("long")).alias("dup_msgs"))
