@@ -67,3 +67,11 @@ def test_a_rewind_within_one_owner_across_a_master_restart_is_explained(spark):
     assert explained.counts["anomalies"]["rewind in epoch (explained)"] == 1
     bare = check_order(run(False).history(spark), config())
     assert bare.valid is False and bare.counts["anomalies"]["rewind (in epoch)"] == 1
+
+
+def test_a_rewind_after_the_owner_released_and_retook_the_queue_is_explained(spark):
+    run = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(300, "released")
+    run.consume(0, range(3, 8), t0=400)
+    r = check_order(run.history(spark), config())
+    assert r.valid is True, r.examples
+    assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1

@@ -94,13 +94,20 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
             bad["gap"] = counted["gaps"]
             counts["never_delivered_offsets"] = sum(r["missing"] for r in got["gaps"])
             found += got["gaps"]
+        rewinds = [r for r in got["inner"] if r["anomaly"] == "rewind (in epoch)"]
+        releases = _lock_releases(h, rewinds) if rewinds else []
         for r in got["inner"]:
-            # A broker fault between the two deliveries: the owner's commit may not have reached the
-            # master, and the queue it re-opened starts at the master's (older) offset. Reported only.
+            # The owner re-opened the queue between the two deliveries, so it started again at the
+            # offset the master had: after a broker fault (its commit may not have reached the master)
+            # or after it released the queue's lock and took it again. Reported only.
             if r["anomaly"] == "rewind (in epoch)":
                 hit = overlapping(h.broker_fault_windows, r["prev_t"], r["t"], slack=cfg.clock_slack_ms)
-                if hit:
-                    r["anomaly"], r["explained_by"] = "rewind in epoch (explained)", hit[0].label
+                why = hit[0].label if hit else next(
+                    (f"lock {a} by {c} at {s(h, t)} s" for c, g, tp, b, q, a, t in releases
+                     if (c, g, tp, b, q) == (r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"])
+                     and r["prev_t"] <= t <= r["t"]), None)
+                if why:
+                    r["anomaly"], r["explained_by"] = "rewind in epoch (explained)", why
             bad[r["anomaly"]] = bad.get(r["anomaly"], 0) + 1
         found += got["inner"]
         for r in _classify_changes(h, cfg, got["changes"]):
@@ -146,3 +153,14 @@ def _classify_changes(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]
         else:
             out.append({"anomaly": "rewind past committed", **base, "depth": depth})
     return out
+
+
+def _lock_releases(h: History, rewinds: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Client lock releases, losses and expiries on the queues of `rewinds` (few rows)."""
+    if not h.has("events"):
+        return []
+    clients = sorted({r["client_id"] for r in rewinds})
+    rows = (h.locks.filter((F.col("side") == "client") & F.col("action").isin("released", "lost", "expired")
+                           & F.col("client_id").isin(*clients))
+            .select("client_id", *GQ, "action", "t").collect())
+    return [(r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"], r["action"], r["t"]) for r in rows]
