@@ -8,6 +8,7 @@ our own (`InvariantViolation`) brings the node down (exit 70).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -92,16 +93,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
             return common_pb2.SUCCESS
         return common_pb2.FLUSH_SLAVE_TIMEOUT
 
-    def _open_pull_session(self) -> _PullSession:
-        return _PullSession(self._pull, next(self._stream_ids))
-
-    async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
-                   context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
-        session = self._open_pull_session()
+    @contextlib.asynccontextmanager
+    async def _pull_session(self, requests: AsyncIterator[broker_pb2.PullRequest], name: str
+                            ) -> AsyncIterator[_PullSession]:
+        """A session fed from `requests` by a reader task, counted open until the stream ends."""
+        session = _PullSession(self._pull, next(self._stream_ids))
 
         async def read_requests() -> None:
             try:
-                async for req in request_iterator:
+                async for req in requests:
                     session.handle(req)
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
@@ -109,46 +109,33 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
                 session.out.put_nowait(_STREAM_END)
 
         self.open_pull_streams += 1
-        reader = asyncio.create_task(read_requests(), name=f"pull-stream-{session.stream_id}")
+        reader = asyncio.create_task(read_requests(), name=f"{name}-{session.stream_id}")
         try:
-            while True:
-                answer = await session.next_answer()
-                if answer is None:
-                    break
+            yield session
+        finally:
+            self.open_pull_streams -= 1
+            session.close(reader)
+
+    async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
+        async with self._pull_session(request_iterator, "pull-stream") as session:
+            while (answer := await session.next_answer()) is not None:
                 response, records = answer
                 if records:
                     response.records = records
                 yield response
-        finally:
-            self.open_pull_streams -= 1
-            session.close(reader)
 
     async def PullBatch(self, request_iterator: AsyncIterator[broker_pb2.PullRequestBatch],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponseBatch]:
         """Pull's semantics; every answer ready when the stream can write goes out in one message."""
-        session = self._open_pull_session()
+        async def requests() -> AsyncIterator[broker_pb2.PullRequest]:
+            async for batch in request_iterator:
+                for req in batch.requests:
+                    yield req
 
-        async def read_requests() -> None:
-            try:
-                async for batch in request_iterator:
-                    for req in batch.requests:
-                        session.handle(req)
-            except (asyncio.CancelledError, grpc.aio.AioRpcError):
-                pass
-            finally:
-                session.out.put_nowait(_STREAM_END)
-
-        self.open_pull_streams += 1
-        reader = asyncio.create_task(read_requests(), name=f"pull-batch-stream-{session.stream_id}")
-        try:
-            while True:
-                first = await session.next_answer()
-                if first is None:
-                    break
+        async with self._pull_session(requests(), "pull-batch-stream") as session:
+            while (first := await session.next_answer()) is not None:
                 yield session.batch_of_ready_answers(first)
-        finally:
-            self.open_pull_streams -= 1
-            session.close(reader)
 
     async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,
                                   context: grpc.aio.ServicerContext) -> broker_pb2.QueryConsumerOffsetResponse:
