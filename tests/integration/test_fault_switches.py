@@ -9,6 +9,7 @@ import time
 
 import grpc
 import pytest
+from support.cluster_rpc import wait_for
 from support.inprocess import InProcessCluster
 
 from nodes.client import (
@@ -24,15 +25,6 @@ from proto import consumer_pb2, consumer_pb2_grpc
 
 TIMEOUT_S = 10.0
 MESSAGES = 20
-
-
-def wait_for(predicate, budget_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {budget_s} s waiting for {what}")
 
 
 @pytest.mark.parametrize("switch_on", [False, True])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from support.cluster_rpc import wait_for
 from support.rpc import pull_once
 
 from nodes.client import (
@@ -31,15 +32,6 @@ TIMEOUT_S = 10.0
 SUCCESS = ConsumeOrderlyStatus.SUCCESS
 SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-
-
-def wait_for(predicate, budget_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {budget_s} s waiting for {what}")
 
 
 class Recorder:

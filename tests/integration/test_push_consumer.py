@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cluster_rpc import wait_for
 
 from nodes.client import (
     ConsumeConcurrentlyStatus,
@@ -52,15 +53,6 @@ class Recorder:
     def ids(self) -> Counter[str]:
         with self.lock:
             return Counter(d[0] for d in self.deliveries)
-
-
-def wait_for(predicate, budget_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {budget_s} s waiting for {what}")
 
 
 def send(cluster, topic: str, n: int, *, tags: str | None = None, queues: int = 4) -> dict[str, bytes]:

@@ -38,7 +38,8 @@ def max_phys_offset(node: Any) -> int:
     return int(node.describe()["details"]["store"]["max_phys_offset"])
 
 
-def wait_for(predicate: Callable[[], Any], budget_s: float, what: str, interval_s: float = 0.05) -> Any:
+def wait_for(predicate: Callable[[], Any], budget_s: float = 20.0, what: str = "condition",
+             interval_s: float = 0.05) -> Any:
     deadline = time.monotonic() + budget_s
     last: Any = None
     while time.monotonic() < deadline:
