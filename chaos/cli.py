@@ -95,8 +95,7 @@ def run(
                                          help="Turn on the suite's test-only fault switch (the run must fail).")] = False,
 ) -> None:
     """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
-    from chaos.runner import ChaosRun, RunOptions, bounds_table, plan
-    from chaos.schedule import format_schedule
+    from chaos.runner import ChaosRun, RunOptions, plan, show_plan
     from chaos.suites import suite as find_suite
 
     try:
@@ -108,8 +107,7 @@ def run(
                          fault_switches=chosen.switch_map() if broken else {})
     if dry_run:
         schedule, bounds = plan(options)
-        console.print(bounds_table(bounds, f"derived bounds at time scale {time_scale}"))
-        console.print(format_schedule(schedule))
+        show_plan(console, options, schedule, bounds)
         raise typer.Exit(0)
     outcome = ChaosRun(options, console).execute()
     if outcome.check is not None:

@@ -37,7 +37,7 @@ from chaos.bounds import Bounds, check_ratios, derive_bounds
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
-from chaos.suites import QUEUES, TOPIC, Suite
+from chaos.suites import GROUP, QUEUES, TOPIC, Suite
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.cluster import make_run_dir
@@ -107,6 +107,14 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     return schedule, bounds
 
 
+def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
+    """The derived bounds table, any broken timer ratio, and the schedule (also `--dry-run`'s output)."""
+    console.print(bounds_table(bounds, f"derived bounds at time scale {options.time_scale}"))
+    for warning in check_ratios(options.suite.spec(options.time_scale).scaled_timing()):
+        console.print(f"[yellow]warning:[/] {warning}")
+    console.print(format_schedule(schedule))
+
+
 class ChaosRun:
     def __init__(self, options: RunOptions, console: Console | None = None) -> None:
         self.options = options
@@ -125,10 +133,7 @@ class ChaosRun:
         spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
-        self.console.print(bounds_table(bounds, f"derived bounds at time scale {self.options.time_scale}"))
-        for warning in check_ratios(timing):
-            self.console.print(f"[yellow]warning:[/] {warning}")
-        self.console.print(format_schedule(schedule))
+        show_plan(self.console, self.options, schedule, bounds)
         outcome = RunOutcome(self.run_dir, EXIT_UNKNOWN, self.status)
         with self._sigint_as_event():
             try:
@@ -169,7 +174,7 @@ class ChaosRun:
                 ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s),
                 timing=timing, node_id=PRODUCER_NODE, dial_overrides=cluster.client_dial_overrides(PRODUCER_NODE))
             nemesis = NemesisRunner(cluster, self.run_dir / "nemesis" / "nemesis.jsonl",
-                                    random.Random(self.options.seed), SYSTEM_CLOCK, topic=TOPIC, group=self.suite_group)
+                                    random.Random(self.options.seed), SYSTEM_CLOCK, topic=TOPIC, group=GROUP)
             with Progress(self.console) as progress:
                 refresh = self._refresher(progress, producer, tally, nemesis)
                 self._phase("warm-up", refresh)
@@ -196,12 +201,6 @@ class ChaosRun:
                 cluster.close(graceful=not self._interrupted.is_set())
             finally:
                 self._write_processes(cluster)
-
-    @property
-    def suite_group(self) -> str:
-        from chaos.suites import GROUP
-
-        return GROUP
 
     # ---- pieces ---------------------------------------------------------------------
 
