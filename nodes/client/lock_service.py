@@ -14,6 +14,13 @@ The believed lease runs `client_lock_lease_ms` from when the lock request was *s
 from when the answer arrived (RocketMQ stamps the answer): a slow answer can then never make
 the client believe it holds a lock the broker has already let go (chaos-anchors §3.2).
 
+A queue granted again after its client lock was lost or ran out is *regained*, not renewed:
+while it was not ours another consumer may have owned it and moved its offset on, so the
+ProcessQueue's cache and position are stale. The locker hands it to `on_regained` (rebalance
+replaces the ProcessQueue and resumes from the broker's committed offset) instead of setting
+the flag on the stale one (beyond RocketMQ, which resumes a re-locked queue from its in-memory
+position: a partitioned owner that comes back rewinds the group, chaos-anchors §3.2 check 3).
+
 Does not decide which queues to lock (rebalance) or when to consume (the orderly service).
 Loop-confined.
 """
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[dict[str, Any]], None]
+# (queue, its stale ProcessQueue, the grant's request send time in monotonic ms)
+OnRegained = Callable[[MessageQueue, ProcessQueue, int], None]
 
 REQUESTED = "requested"
 GRANTED = "granted"
@@ -61,11 +70,14 @@ class QueueLocker:
         client_lease_ms: how long a granted lock is trusted (ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME).
         process_queues: the rebalance's process queue table (read; `locked` flags are written).
         on_event: receives the `lock` events (loop thread).
+        on_regained: takes a queue granted again after its client lock was lost or ran out;
+            without it the stale ProcessQueue is simply marked locked (RocketMQ).
     """
 
     def __init__(self, instance: ClientInstance, group: str, client_id: str, *, client_lease_ms: int, clock: Clock,
                  process_queues: Callable[[], Mapping[MessageQueue, ProcessQueue]],
-                 on_event: EventSink | None = None, timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS) -> None:
+                 on_event: EventSink | None = None, on_regained: OnRegained | None = None,
+                 timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS) -> None:
         self._instance = instance
         self.group = group
         self.client_id = client_id
@@ -73,11 +85,12 @@ class QueueLocker:
         self._clock = clock
         self._process_queues = process_queues
         self._on_event = on_event
+        self._on_regained = on_regained
         self.timeout_ms = timeout_ms
         self._expiry_reported: dict[MessageQueue, int] = {}  # mq -> lock timestamp whose expiry was reported
         self._tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
-        self.stats = {"lock_calls": 0, "lock_failures": 0, "unlock_calls": 0}
+        self.stats = {"lock_calls": 0, "lock_failures": 0, "unlock_calls": 0, "regained": 0}
 
     # --- addresses -----------------------------------------------------------------------------
     def master_addr(self, broker_name: str) -> str | None:
@@ -92,14 +105,34 @@ class QueueLocker:
         A queue that is in the table gets `locked` and its lock timestamp; a failure changes
         nothing (RocketMQ's lock(mq) never clears the flag).
         """
-        locked, sent_ms = await self._lock_batch(mq.broker_name, [mq], reason=reason)
+        asked = self._process_queues().get(mq)
+        held_before = asked is not None and self._holds(asked)
+        locked, sent_ms = await self._lock_batch(mq.broker_name, [mq], reason=reason,
+                                                 held_before=[mq] if held_before else ())
         if locked is None or mq not in locked:
             return None
         pq = self._process_queues().get(mq)
         if pq is not None:
-            pq.locked = True
-            pq.last_lock_timestamp_ms = sent_ms
+            self._granted(mq, pq, sent_ms, held_before=held_before or pq is not asked)
         return sent_ms
+
+    def _holds(self, pq: ProcessQueue) -> bool:
+        return pq.locked and not pq.is_lock_expired(self._clock.monotonic_ms(), lock_max_live_ms=self.client_lease_ms)
+
+    def _granted(self, mq: MessageQueue, pq: ProcessQueue, sent_ms: int, *, held_before: bool) -> None:
+        """A grant of a queue in the table: renew its lock, or hand a regained one to `on_regained`.
+
+        `held_before`: the client held the lock when the request was sent, or the ProcessQueue
+        was created while the request was out (after a grant of its own): nothing stale to drop.
+        """
+        if not held_before and not pq.dropped and self._on_regained is not None:
+            self.stats["regained"] += 1
+            log.warning("%s: %s is ours again after its lock was lost; resuming it from the broker's offset",
+                        self.group, mq)
+            self._on_regained(mq, pq, sent_ms)
+            return
+        pq.locked = True
+        pq.last_lock_timestamp_ms = sent_ms
 
     async def lock_all(self) -> None:
         """lockAll: renew every owned queue, per broker; queues the broker left out are no longer ours.
@@ -113,8 +146,8 @@ class QueueLocker:
 
     async def _lock_all_of(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         table = self._process_queues()
-        held_before = {mq for mq in mqs if (pq := table.get(mq)) is not None and pq.locked
-                       and not pq.is_lock_expired(self._clock.monotonic_ms(), lock_max_live_ms=self.client_lease_ms)}
+        asked = {mq: table.get(mq) for mq in mqs}
+        held_before = {mq for mq, pq in asked.items() if pq is not None and self._holds(pq)}
         locked, sent_ms = await self._lock_batch(broker_name, mqs, reason="renew", held_before=held_before)
         if locked is None:
             return
@@ -124,8 +157,7 @@ class QueueLocker:
             if pq is None:
                 continue
             if mq in locked:
-                pq.locked = True
-                pq.last_lock_timestamp_ms = sent_ms
+                self._granted(mq, pq, sent_ms, held_before=mq in held_before or pq is not asked[mq])
             else:
                 if mq in held_before:  # (an already expired one was reported as denied)
                     self._emit(LOST, mq, None, reason="renew")

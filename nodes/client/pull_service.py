@@ -46,6 +46,9 @@ class PullRequest:
     pq: ProcessQueue
     next_offset: int
     previously_locked: bool = False  # orderly: the start offset was re-read after the queue was locked
+    # orderly, a regained queue: this client's own consumed position; the start re-read after the
+    # lock never goes below it (what this client consumed itself is not consumed again)
+    resume_floor: int | None = None
 
 
 @dataclass
@@ -240,6 +243,9 @@ class PullService:
         if offset < 0:
             log.warning("pull %s: no start offset after locking (%d); trying again later", mq, offset)
             return self._timing.pull_delay_when_exception_ms
+        if request.resume_floor is not None and request.resume_floor > offset:
+            offset = request.resume_floor
+            self._offset_store.update_offset(mq, offset, increase_only=False)
         if offset != request.next_offset:
             log.info("pull %s: locked; starting at %d instead of %d", mq, offset, request.next_offset)
         request.previously_locked = True

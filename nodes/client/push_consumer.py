@@ -273,7 +273,9 @@ class PushConsumer:
         if orderly and self.message_model is MessageModel.CLUSTERING:
             self._locker = QueueLocker(instance, self.group, self.client_id, client_lease_ms=timing.client_lock_lease_ms,
                                        clock=self._clock, process_queues=lambda: self._rebalance.process_queue_table,
-                                       on_event=self._on_event)
+                                       on_event=self._on_event,
+                                       on_regained=lambda mq, pq, sent_ms: self._rebalance.resume_regained(
+                                           mq, pq, sent_ms))
         self._rebalance = RebalanceImpl(
             group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
             consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=_Deps(self),
@@ -571,8 +573,9 @@ class _Deps:
                                         timestamp_ms=consumer.consume_timestamp_ms,
                                         timeout_ms=consumer.timing.rpc_timeout_ms)
 
-    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
-        self._c._pull.execute_pull_request_immediately(PullRequest(mq, pq, next_offset))
+    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int, *,
+                      resume_floor: int | None = None) -> None:
+        self._c._pull.execute_pull_request_immediately(PullRequest(mq, pq, next_offset, resume_floor=resume_floor))
 
     async def message_queue_changed(self, topic: str, mq_all: Sequence[MessageQueue],
                                     mq_divided: Sequence[MessageQueue]) -> None:

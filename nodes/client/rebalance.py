@@ -126,8 +126,9 @@ class RebalanceDeps(Protocol):
     async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
         """The master's max offset (MAX_OFFSET) or search-by-timestamp offset (TIMESTAMP)."""
 
-    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
-        """Start pulling a newly owned queue."""
+    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int, *,
+                      resume_floor: int | None = None) -> None:
+        """Start pulling a newly owned queue (`resume_floor`: see `PullRequest`)."""
 
     async def message_queue_changed(self, topic: str, mq_all: Sequence[MessageQueue],
                                     mq_divided: Sequence[MessageQueue]) -> None:
@@ -320,6 +321,31 @@ class RebalanceImpl:
             log.info("%s: now owns %s from offset %d", self.group, mq, next_offset)
             self._pending_pulls.append((mq, pq, next_offset))  # dispatched by dispatch_pending_pulls
         return changed
+
+    def resume_regained(self, mq: MessageQueue, stale: ProcessQueue, lock_sent_ms: int) -> None:
+        """An orderly queue is ours again after its client lock was lost or ran out: start it afresh.
+
+        Beyond RocketMQ. The stale ProcessQueue is dropped with its cache, its offset neither
+        persisted nor piggy-backed (another consumer may have moved the queue on meanwhile), and
+        a new one pulls from the larger of the broker's committed offset (read after the grant)
+        and this client's own consumed position: never behind what the group committed, never
+        behind what this client consumed itself.
+        """
+        if self.process_queue_table.get(mq) is not stale:
+            return
+        stale.dropped = True
+        own_offset = self.offset_store.read_memory(mq)
+        self.offset_store.remove_offset(mq)  # nothing of the stale position reaches the broker
+        pq = ProcessQueue(now_ms=self.clock.monotonic_ms())
+        pq.locked = True
+        pq.last_lock_timestamp_ms = lock_sent_ms
+        self.process_queue_table[mq] = pq
+        log.info("%s: %s regained; resuming from the broker's offset (own position %d)", self.group, mq, own_offset)
+        self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
+                    "before": _mq_list([q for q in self.process_queue_table if q.topic == mq.topic]),
+                    "after": _mq_list([q for q in self.process_queue_table if q.topic == mq.topic]),
+                    "removed": _mq_list([mq]), "reason": "lock-regained"})
+        self.deps.dispatch_pull(mq, pq, max(own_offset, 0), resume_floor=own_offset)
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """RebalancePushImpl: persist the offset, then forget it; an orderly queue is then unlocked.

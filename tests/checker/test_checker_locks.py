@@ -1,6 +1,6 @@
 """lock-exclusivity and takeover: overlapping owners, stale owners, lease discipline, takeover times."""
 
-from checker.builders import Run, config
+from checker.builders import B, G, T, Run, config
 
 from chaos.checker.checks import check_lock_exclusivity, check_takeover
 
@@ -130,6 +130,25 @@ def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spar
     assert r.valid is True, r.examples
     m = r.measurements[0]
     assert (m["cause"], m["measured_ms"], m["verdict"]) == ("partition", 1340, "ok")
+
+
+def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spark):
+    # c1's rebalance took q0 just before the partition: an earlier event than the partition, but it
+    # freed nothing, so the partition's bound applies (a rebalance that gave q0 up would be timed)
+    def run_with(before: list, after: list) -> Run:
+        run = Run().sends_for(0, 10)
+        run.event("rebalance", 340, "consumer-1", group=G, client_id="c1", topic=T, before=before, after=after,
+                  removed=None, reason="cids-changed")
+        run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+        run.lock(350, "renewed", side="broker", lease=950).lock(351, "renewed", lease=651)
+        run.consume(0, range(3), t0=200).fault("partition", ["consumer-1", "broker-a-0"], 360, 2000)
+        run.consume(0, range(3, 5), t0=400).lock(651, "expired")
+        return run.consume(0, range(5, 10), t0=1700, client="c2")
+
+    took = check_takeover(run_with([], [[B, 0]]).history(spark), config())
+    assert took.valid is True and took.measurements[0]["cause"] == "partition", took.examples
+    gave_up = check_takeover(run_with([[B, 0]], []).history(spark), config())
+    assert gave_up.measurements[0]["cause"] == "rebalance" and gave_up.counts["slow"] == 1
 
 
 def test_queue_never_taken_over(spark):

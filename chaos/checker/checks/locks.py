@@ -278,8 +278,9 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
         for t, action, client in lock_rows.get(key, ()):
             if client == r["prev_client"] and lo <= t <= hi:
                 causes.append((t, action, f"lock {action} by {client}"))
-        for t, client in reb_rows.get(key, ()):
-            if client in (r["prev_client"], r["client_id"]) and lo - b.U_d <= t <= hi:
+        for t, client, gained in reb_rows.get(key, ()):
+            # A giving the queue up, or B taking it; A *taking* it (or B giving it up) frees nothing
+            if (client, gained) in ((r["prev_client"], False), (r["client_id"], True)) and lo - b.U_d <= t <= hi:
                 causes.append((t, "rebalance", f"rebalance of {client}"))
         m = _measure(h, cfg, r, causes)
         measurements.append(m)
@@ -341,15 +342,18 @@ def _loss_events(gone: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tuple
     return out
 
 
-def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tuple[int, str]]]:
-    """Rebalances that removed or added a queue, keyed by (group, topic, broker, queue id)."""
-    out: dict[tuple[Any, ...], list[tuple[int, str]]] = {}
+def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tuple[int, str, bool]]]:
+    """Rebalances that removed or added a queue, keyed by (group, topic, broker, queue id), as
+    (t, client id, gained: True when the client took the queue, False when it gave it up)."""
+    out: dict[tuple[Any, ...], list[tuple[int, str, bool]]] = {}
     for r in reb:
         before = {(q[0], _int(q[1])) for q in r["before"] or [] if q and len(q) >= 2}
         after = {(q[0], _int(q[1])) for q in r["after"] or [] if q and len(q) >= 2}
         removed = {(q[0], _int(q[1])) for q in r["removed"] or [] if q and len(q) >= 2}
-        for broker, qid in (before ^ after) | removed:
-            out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"]))
+        for broker, qid in (before - after) | removed:
+            out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], False))
+        for broker, qid in after - before:
+            out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], True))
     return out
 
 

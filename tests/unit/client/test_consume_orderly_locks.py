@@ -159,6 +159,30 @@ def test_a_failed_renewal_changes_nothing_so_the_client_lock_ages_out():
     assert events[-1]["lease_end_mono_ms"] == stamp + LEASE_MS
 
 
+def test_a_queue_granted_again_after_its_lock_ran_out_is_regained_not_renewed():
+    locker, table, _broker, clock, events = setup()
+    for mq in Q[:2]:
+        table[mq] = ProcessQueue(now_ms=0)
+        asyncio.run(locker.lock(mq, reason="rebalance"))
+    regained: list[tuple[MessageQueue, ProcessQueue, int]] = []
+    locker._on_regained = lambda mq, pq, sent_ms: regained.append((mq, pq, sent_ms))
+    clock.advance_ms(LEASE_MS + 1)  # both client locks ran out (the client was cut off)
+    table[Q[0]].last_lock_timestamp_ms = clock.monotonic_ms() - 1_000  # queue 0 was renewed in time
+    stale = table[Q[1]]
+    stale_stamp = stale.last_lock_timestamp_ms
+    asyncio.run(locker.lock_all())
+    assert [(mq, pq) for mq, pq, _ in regained] == [(Q[1], stale)]
+    assert regained[0][2] == clock.monotonic_ms()  # the grant's send time
+    assert stale.last_lock_timestamp_ms == stale_stamp  # the stale queue itself is not made valid again
+    assert table[Q[0]].last_lock_timestamp_ms == clock.monotonic_ms()  # renewed as before
+    # the consume service's re-lock of a queue whose lock ran out goes the same way
+    clock.advance_ms(LEASE_MS + 1)
+    regained.clear()
+    asyncio.run(locker.lock(Q[0], reason="consume"))
+    assert [mq for mq, _, _ in regained] == [Q[0]] and locker.stats["regained"] == 2
+    assert [a for a in actions(events) if a[0] != "requested"][-1] == ("granted", 0)
+
+
 def test_unlock_all_releases_every_owned_queue_and_clears_the_flags():
     locker, table, broker, clock, events = setup()
     for mq in Q[:2]:
@@ -228,7 +252,7 @@ class Deps:
     async def queue_offset(self, mq, kind):
         return 0
 
-    def dispatch_pull(self, mq, pq, next_offset):
+    def dispatch_pull(self, mq, pq, next_offset, *, resume_floor=None):
         self.dispatched.append(mq)
 
     async def message_queue_changed(self, topic, mq_all, mq_divided):
@@ -332,6 +356,26 @@ def test_a_queue_whose_lock_ran_out_is_given_up_without_storing_its_offset():
     assert Q[0] not in store.memory  # type: ignore[attr-defined]  # forgotten all the same
 
 
+def test_a_regained_queue_starts_afresh_without_its_stale_cache_or_offset():
+    locks = Locks()
+    deps = Deps(["b"])
+    impl = orderly_impl(locks, deps)
+    asyncio.run(impl.do_rebalance())
+    stale = impl.process_queue_table[Q[0]]
+    stale.put_messages([MessageExt("T", b"x", {}, "i", "", 0, 55, 0, 0, 0, 0, "broker-a")])
+    impl.offset_store.update_offset(Q[0], 55, increase_only=False)
+    floors: list[int | None] = []
+    deps.dispatch_pull = lambda mq, pq, next_offset, *, resume_floor=None: floors.append(resume_floor)
+    impl.resume_regained(Q[0], stale, 4_242)
+    fresh = impl.process_queue_table[Q[0]]
+    assert stale.dropped and fresh is not stale and fresh.msg_count == 0
+    assert fresh.locked and fresh.last_lock_timestamp_ms == 4_242
+    assert Q[0] not in impl.offset_store.memory  # type: ignore[attr-defined]  # never persisted or piggy-backed
+    assert floors == [55]
+    impl.resume_regained(Q[0], stale, 5_000)  # a second report of the same stale queue changes nothing
+    assert impl.process_queue_table[Q[0]] is fresh and floors == [55]
+
+
 # --- the pull loop's lock check -------------------------------------------------------------------
 
 class Api:
@@ -429,3 +473,20 @@ def test_a_queue_whose_client_lock_ran_out_piggybacks_no_offset():
     pq.last_lock_timestamp_ms = FakeClock().monotonic_ms()
     asyncio.run(svc.pull_message(request))
     assert api.commits == [None, 1]  # type: ignore[attr-defined]
+
+
+def test_a_regained_queue_resumes_from_the_broker_offset_or_its_own_position_whichever_is_later():
+    for broker_offset, own_offset, expected in ((220, 55, 220), (80, 100, 100)):
+        async def start(mq, broker_offset=broker_offset):
+            return broker_offset
+
+        api = Api(found(expected, 1))
+        svc, _ = orderly_pull(api, start)
+        pq = ProcessQueue(now_ms=0)
+        pq.locked = True
+        pq.last_lock_timestamp_ms = FakeClock().monotonic_ms()
+        request = PullRequest(Q[0], pq, own_offset, resume_floor=own_offset)
+        asyncio.run(svc.pull_message(request))
+        assert api.offsets == [expected], (broker_offset, own_offset)
+        if expected == own_offset:
+            assert svc._offset_store.read_memory(Q[0]) == own_offset  # type: ignore[attr-defined]

@@ -154,7 +154,7 @@ class FakeDeps:
             raise TransportError("no master")
         return self.max_offsets[mq]
 
-    def dispatch_pull(self, mq, pq, next_offset):
+    def dispatch_pull(self, mq, pq, next_offset, *, resume_floor=None):
         self.order.append("dispatch")
         self.dispatched.append((mq, next_offset))
 
