@@ -324,7 +324,7 @@ class ConsumeMessageOrderlyService:
                 pq.make_message_to_consume_again(msgs)
                 self.submit_consume_request_later(pq, mq, ctx.suspend_current_queue_time_ms)
                 go_on = False
-        if commit_offset >= 0 and not pq.dropped:
+        if commit_offset >= 0 and (not pq.dropped or pq.keep_own_commits):
             self.offset_store.update_offset(mq, commit_offset, increase_only=False)
         return go_on
 

@@ -35,7 +35,7 @@ class ProcessQueue:
 
     Caller: the push consumer's pull loop (put), consume services (remove / take / commit /
     rollback), rebalance (dropped, locked, is_pull_expired). Fields the caller sets directly:
-    `dropped`, `locked`, `last_lock_timestamp_ms`, `last_pull_timestamp_ms`.
+    `dropped`, `keep_own_commits`, `locked`, `last_lock_timestamp_ms`, `last_pull_timestamp_ms`.
     """
 
     def __init__(self, *, now_ms: int) -> None:
@@ -49,6 +49,8 @@ class ProcessQueue:
         self._msg_acc_count = 0
         self.try_unlock_times = 0
         self.dropped = False
+        # dropped because this client regained the queue: the batch still running commits all the same
+        self.keep_own_commits = False
         self.locked = False
         self.last_lock_timestamp_ms = now_ms
         self.last_pull_timestamp_ms = now_ms

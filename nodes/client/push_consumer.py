@@ -376,6 +376,7 @@ class PushConsumer:
         owned = list(self._rebalance.process_queue_table)
         await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
+        await self._rebalance.close()
         await self._heartbeat.stop()
         await self._heartbeat.unregister(self.group)
         await self._heartbeat.close_notifications()

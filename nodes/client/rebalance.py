@@ -16,6 +16,7 @@ Loop-confined; one `RebalanceService` task runs `do_rebalance`, so rebalances ne
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -161,6 +162,7 @@ EventSink = Callable[[dict[str, Any]], None]
 class RebalanceStats:
     rounds: int = 0
     changes: int = 0
+    regained: int = 0  # orderly queues started afresh after their lock came back
     last_cids: dict[str, list[str]] = field(default_factory=dict)
     last_mq_all: dict[str, list[MessageQueue]] = field(default_factory=dict)
 
@@ -197,6 +199,8 @@ class RebalanceImpl:
         self.orderly = orderly if message_model is MessageModel.CLUSTERING else None
         self.consume_lock_try_ms = consume_lock_try_ms
         self.unlock_delay_ms = unlock_delay_ms
+        self._tasks: set[asyncio.Task[None]] = set()  # regained queues being set up
+        self._closed = False
 
     # --- subscriptions -------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str) -> None:
@@ -327,24 +331,38 @@ class RebalanceImpl:
 
         Beyond RocketMQ. The stale ProcessQueue is dropped with its cache, its offset neither
         persisted nor piggy-backed (another consumer may have moved the queue on meanwhile), and
-        a new one pulls from the larger of the broker's committed offset (read after the grant)
+        a new one pulls from the later of the broker's committed offset (read after the grant)
         and this client's own consumed position: never behind what the group committed, never
-        behind what this client consumed itself.
+        behind what this client consumed itself. A listener call still running on the stale
+        queue (it started within the old lease) ends first and counts in that own position.
         """
-        if self.process_queue_table.get(mq) is not stale:
+        if self.process_queue_table.get(mq) is not stale or stale.dropped or self._closed:
             return
-        stale.dropped = True
+        stale.dropped = True  # no more pulls or batches; the running batch may still commit
+        stale.keep_own_commits = True
+        task = asyncio.get_running_loop().create_task(self._resume_regained(mq, stale, lock_sent_ms),
+                                                      name=f"regain-{mq.topic}-{mq.queue_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resume_regained(self, mq: MessageQueue, stale: ProcessQueue, lock_sent_ms: int) -> None:
+        if self.orderly is not None and not await self.orderly.wait_consume_idle(stale, self.consume_lock_try_ms):
+            log.warning("%s: a listener call on regained %s is still running; its commit will not count",
+                        self.group, mq)
+        stale.keep_own_commits = False
+        if self.process_queue_table.get(mq) is not stale or self._closed:
+            return  # given up meanwhile (rebalance forgot its offset) or shutting down
         own_offset = self.offset_store.read_memory(mq)
         self.offset_store.remove_offset(mq)  # nothing of the stale position reaches the broker
         pq = ProcessQueue(now_ms=self.clock.monotonic_ms())
         pq.locked = True
         pq.last_lock_timestamp_ms = lock_sent_ms
         self.process_queue_table[mq] = pq
+        self.stats.regained += 1
         log.info("%s: %s regained; resuming from the broker's offset (own position %d)", self.group, mq, own_offset)
+        queues = _mq_list([q for q in self.process_queue_table if q.topic == mq.topic])
         self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
-                    "before": _mq_list([q for q in self.process_queue_table if q.topic == mq.topic]),
-                    "after": _mq_list([q for q in self.process_queue_table if q.topic == mq.topic]),
-                    "removed": _mq_list([mq]), "reason": "lock-regained"})
+                    "before": queues, "after": queues, "removed": _mq_list([mq]), "reason": "lock-regained"})
         self.deps.dispatch_pull(mq, pq, max(own_offset, 0), resume_floor=own_offset)
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
@@ -411,8 +429,14 @@ class RebalanceImpl:
 
     def drop_all(self) -> None:
         """Shutdown: every queue is dropped (results still in flight are discarded)."""
+        self._closed = True
         for pq in self.process_queue_table.values():
             pq.dropped = True
+
+    async def close(self) -> None:
+        """After `drop_all`: wait for regained queues still being set up (they end without pulling)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._on_event is not None:

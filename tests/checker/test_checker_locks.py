@@ -1,6 +1,6 @@
 """lock-exclusivity and takeover: overlapping owners, stale owners, lease discipline, takeover times."""
 
-from checker.builders import B, G, T, Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_lock_exclusivity, check_takeover
 

@@ -1,6 +1,6 @@
 """order: per sharding key and per queue, each anomaly and its clean twin."""
 
-from checker.builders import Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_order
 
@@ -75,3 +75,18 @@ def test_a_rewind_after_the_owner_released_and_retook_the_queue_is_explained(spa
     r = check_order(run.history(spark), config())
     assert r.valid is True, r.examples
     assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1
+
+
+def test_a_rewind_after_a_rebalance_gave_the_queue_up_and_back_is_explained(spark):
+    # c1's rebalance drops q0 while its last batch (4) is still in the listener, so that batch commits
+    # nothing; the next rebalance gives q0 back and c1 starts again at the stored 4
+    def run(dropped: bool) -> Run:
+        r = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200)
+        r.event("rebalance", 245, "consumer-1", group=G, client_id="c1", topic=T, before=[[B, 0]],
+                after=[] if dropped else [[B, 0]], removed=[[B, 0]] if dropped else [], reason="consumers-changed")
+        return r.consume(0, range(4, 8), t0=400)
+    r = check_order(run(True).history(spark), config())
+    assert r.valid is True, r.examples
+    assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1
+    assert "queue dropped (consumers-changed) by c1" in r.examples[0]["explained_by"]
+    assert check_order(run(False).history(spark), config()).valid is False  # a rebalance that kept q0

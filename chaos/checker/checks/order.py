@@ -98,12 +98,14 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
         releases = _lock_releases(h, rewinds) if rewinds else []
         for r in got["inner"]:
             # The owner re-opened the queue between the two deliveries, so it started again at the
-            # offset the master had: after a broker fault (its commit may not have reached the master)
-            # or after it released the queue's lock and took it again. Reported only.
+            # offset the master had: after a broker fault (its commit may not have reached the master),
+            # after it released the queue's lock and took it again, or after its rebalance gave the
+            # queue up (a batch ending after the drop commits nothing, as in RocketMQ) and took it
+            # back. Reported only.
             if r["anomaly"] == "rewind (in epoch)":
                 hit = overlapping(h.broker_fault_windows, r["prev_t"], r["t"], slack=cfg.clock_slack_ms)
                 why = hit[0].label if hit else next(
-                    (f"lock {a} by {c} at {s(h, t)} s" for c, g, tp, b, q, a, t in releases
+                    (f"{a} by {c} at {s(h, t)} s" for c, g, tp, b, q, a, t in releases
                      if (c, g, tp, b, q) == (r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"])
                      and r["prev_t"] <= t <= r["t"]), None)
                 if why:
@@ -156,11 +158,28 @@ def _classify_changes(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]
 
 
 def _lock_releases(h: History, rewinds: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Client lock releases, losses and expiries on the queues of `rewinds` (few rows)."""
+    """Client lock releases, losses and expiries, and rebalance drops, on the queues of `rewinds`
+    (few rows), as (client, group, topic, broker, queue id, what, t)."""
     if not h.has("events"):
         return []
     clients = sorted({r["client_id"] for r in rewinds})
     rows = (h.locks.filter((F.col("side") == "client") & F.col("action").isin("released", "lost", "expired")
                            & F.col("client_id").isin(*clients))
             .select("client_id", *GQ, "action", "t").collect())
-    return [(r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"], r["action"], r["t"]) for r in rows]
+    out = [(r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"], f"lock {r['action']}", r["t"])
+           for r in rows]
+    drops = h.rebalances.filter(F.col("client_id").isin(*clients) & F.col("removed").isNotNull()
+                                & (F.size("removed") > 0)).collect()
+    for r in drops:
+        for q in r["removed"]:
+            if q and len(q) >= 2:
+                out.append((r["client_id"], r["group"], r["topic"], q[0], _queue_id(q[1]),
+                            f"queue dropped ({r['reason'] or 'rebalance'})", r["t"]))
+    return out
+
+
+def _queue_id(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None

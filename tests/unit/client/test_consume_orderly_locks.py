@@ -366,14 +366,34 @@ def test_a_regained_queue_starts_afresh_without_its_stale_cache_or_offset():
     impl.offset_store.update_offset(Q[0], 55, increase_only=False)
     floors: list[int | None] = []
     deps.dispatch_pull = lambda mq, pq, next_offset, *, resume_floor=None: floors.append(resume_floor)
-    impl.resume_regained(Q[0], stale, 4_242)
+
+    waited: list[int] = []
+
+    async def regain(lock_sent_ms: int) -> None:
+        listener_done = asyncio.Event()
+
+        async def wait_consume_idle(pq, timeout_ms):
+            waited.append(timeout_ms)
+            await listener_done.wait()
+            return True
+
+        locks.wait_consume_idle = wait_consume_idle  # type: ignore[method-assign]
+        impl.resume_regained(Q[0], stale, lock_sent_ms)
+        await asyncio.sleep(0.01)
+        if stale.keep_own_commits:  # the stale queue's running listener call ends and commits
+            impl.offset_store.update_offset(Q[0], 56, increase_only=False)
+        listener_done.set()
+        await asyncio.gather(*impl._tasks)
+
+    asyncio.run(regain(4_242))
     fresh = impl.process_queue_table[Q[0]]
     assert stale.dropped and fresh is not stale and fresh.msg_count == 0
     assert fresh.locked and fresh.last_lock_timestamp_ms == 4_242
     assert Q[0] not in impl.offset_store.memory  # type: ignore[attr-defined]  # never persisted or piggy-backed
-    assert floors == [55]
-    impl.resume_regained(Q[0], stale, 5_000)  # a second report of the same stale queue changes nothing
-    assert impl.process_queue_table[Q[0]] is fresh and floors == [55]
+    assert floors == [56]  # the batch that was running counts in the client's own position
+    assert waited == [1_000] and not stale.keep_own_commits
+    asyncio.run(regain(5_000))  # a second report of the same stale queue changes nothing
+    assert impl.process_queue_table[Q[0]] is fresh and floors == [56]
 
 
 # --- the pull loop's lock check -------------------------------------------------------------------
