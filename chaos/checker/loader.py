@@ -233,7 +233,8 @@ class History:
         return (self.ev.filter((F.col("event") == "pull-route") & (F.col("side") == "client"))
                 .select("node", F.coalesce("client_id", "node").alias("client_id"), *GQ, "queue_offset",
                                     "requested_broker_id", "broker_id", "commit_flag", "suggest_which_broker_id",
-                                    "status", "next_begin_offset", F.col("mono_ms").alias("t")))
+                                    "status", "next_begin_offset", F.col("mono_ms").alias("t"),
+                                    F.coalesce("sent_mono_ms", "mono_ms").alias("sent_t")))
 
     @cached_property
     def rebalances(self) -> DataFrame:

@@ -40,7 +40,8 @@ is accepted instead.
     pull-route       client: group, client_id, topic, broker_name, queue_id, queue_offset,
                      requested_broker_id (the node the client asked for), broker_id (the node
                      that answered), commit_flag, suggest_which_broker_id, status (FOUND |
-                     NO_NEW_MSG | NO_MATCHED_MSG | OFFSET_ILLEGAL), next_begin_offset
+                     NO_NEW_MSG | NO_MATCHED_MSG | OFFSET_ILLEGAL), next_begin_offset,
+                     sent_mono_ms (when the request left; the line is written at the answer)
     pull-suggestion  broker, whenever its suggestion for (group, topic, queue) changes:
                      answering_broker_id, suggest_which_broker_id, backlog_bytes,
                      memory_budget_bytes, queue_offset, store_status
@@ -143,6 +144,7 @@ EVENTS = _schema(
     ("suggest_which_broker_id", IntegerType()),
     ("queue_offset", LongType()),
     ("next_begin_offset", LongType()),
+    ("sent_mono_ms", LongType()),
     ("status", StringType()),
     # pull-suggestion
     ("answering_broker_id", IntegerType()),

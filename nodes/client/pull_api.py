@@ -13,6 +13,7 @@ tested without a broker.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -278,6 +279,7 @@ class PullApi:
             "subscription_expression": expression if post_subscription else "",
             "sub_version": sub_version,  # the broker answers SUBSCRIPTION_NOT_LATEST if its copy is older
         }
+        sent_mono_ms = time.monotonic_ns() // 1_000_000  # the events' clock (CLOCK_MONOTONIC)
         resp = await self._instance.pull_stream(found.addr).pull(fields, timeout_ms)
         result = process_pull_response(resp, mq, parse_subscription(expression), lazy=lazy)
         result.requested_broker_id = requested_id
@@ -290,6 +292,6 @@ class PullApi:
                 "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
                 "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
                 "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,
-                "next_begin_offset": result.next_begin_offset})
+                "next_begin_offset": result.next_begin_offset, "sent_mono_ms": sent_mono_ms})
         return result
 

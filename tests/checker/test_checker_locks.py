@@ -111,6 +111,25 @@ def test_takeover_waits_for_a_master_that_was_down(spark):
     assert check_takeover(late.history(spark), config()).counts["slow"] == 1
 
 
+def test_a_second_fault_before_the_deadline_extends_it(spark):
+    # c1 is killed at 400 (due by 350 + 810); its restarted process is cut off at 700, before that
+    # deadline, and c2 takes over 1510 + slack after the cut: the partition's bound applies
+    run = _killed_holder(2250).fault("partition", ["consumer-1", "broker-a-0"], 700, 2000)
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("partition", 1550, 1510)
+    assert m["cause_label"].endswith("after kill consumer-1")
+    # a cut that starts only after the kill's deadline (350 + 810 + slack) excuses nothing
+    late = _killed_holder(2250).fault("partition", ["consumer-1", "broker-a-0"], 1500, 2000)
+    assert check_takeover(late.history(spark), config()).counts["slow"] == 1
+    # another consumer of the group cut off in time holds the queue the same way (the allocation
+    # may hand it the queue, which it cannot lock until its channel expires)
+    other = _killed_holder(2250).fault("partition", ["consumer-3", "broker-a-0"], 700, 2000)
+    m = check_takeover(other.history(spark), config()).measurements[0]
+    assert (m["cause_label"], m["verdict"]) == ("partition consumer-3,broker-a-0, after kill consumer-1", "ok")
+
+
 def test_takeover_before_the_lease_ran_out(spark):
     r = check_takeover(_killed_holder(700).history(spark), config())
     assert r.valid is False and r.counts["early"] == 1
@@ -135,19 +154,21 @@ def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spar
 def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spark):
     # c1's rebalance took q0 just before the partition: an earlier event than the partition, but it
     # freed nothing, so the partition's bound applies (a rebalance that gave q0 up would be timed)
-    def run_with(before: list, after: list) -> Run:
+    def run_with(before: list, after: list, *, cut: bool = True) -> Run:
         run = Run().sends_for(0, 10)
         run.event("rebalance", 340, "consumer-1", group=G, client_id="c1", topic=T, before=before, after=after,
                   removed=None, reason="cids-changed")
         run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
         run.lock(350, "renewed", side="broker", lease=950).lock(351, "renewed", lease=651)
-        run.consume(0, range(3), t0=200).fault("partition", ["consumer-1", "broker-a-0"], 360, 2000)
-        run.consume(0, range(3, 5), t0=400).lock(651, "expired")
+        run.consume(0, range(3), t0=200)
+        if cut:  # c1 goes on with its cache until its client lease ends
+            run.fault("partition", ["consumer-1", "broker-a-0"], 360, 2000).lock(651, "expired")
+        run.consume(0, range(3, 5), t0=400)
         return run.consume(0, range(5, 10), t0=1700, client="c2")
 
     took = check_takeover(run_with([], [[B, 0]]).history(spark), config())
     assert took.valid is True and took.measurements[0]["cause"] == "partition", took.examples
-    gave_up = check_takeover(run_with([[B, 0]], []).history(spark), config())
+    gave_up = check_takeover(run_with([[B, 0]], [], cut=False).history(spark), config())
     assert gave_up.measurements[0]["cause"] == "rebalance" and gave_up.counts["slow"] == 1
 
 

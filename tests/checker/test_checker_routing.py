@@ -1,6 +1,6 @@
 """read-routing: pull targets against rules R1-R6, failover and switch-back times."""
 
-from checker.builders import Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_read_routing
 
@@ -88,3 +88,34 @@ def test_retry_queues_get_a_heartbeat_more_to_come_back_to_the_master(spark):
                        status="FOUND", next_begin_offset=1, commit_flag=False)
     assert check_read_routing(run("%RETRY%G").history(spark), config()).counts["wrong target"]["violations"] == 0
     assert check_read_routing(run("Orders").history(spark), config()).counts["wrong target"]["violations"] == 1
+
+
+def _switch_back_rewound(reopened_at: int | None, *, sent_at: int = 830) -> Run:
+    # c1 reads 2..3 from the slave while the master is down, its last slave pull (sent at
+    # `sent_at`) answers at 850; back on the master it pulls from 2 again instead of 4
+    run = Run().pull(100, offset=0).pull(250, offset=1)
+    run.fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=2, answered=1)
+    run.event("pull-route", 850, "consumer-1", group=G, client_id="c1", topic=T, broker_name=B, queue_id=0,
+              queue_offset=3, requested_broker_id=1, broker_id=1, suggest_which_broker_id=0, status="FOUND",
+              next_begin_offset=4, commit_flag=False, sent_mono_ms=sent_at)
+    if reopened_at is not None:  # the client's lock came back: the queue starts afresh from the master's offset
+        run.event("rebalance", reopened_at, "consumer-1", group=G, client_id="c1", topic=T, before=[[B, 0]],
+                  after=[[B, 0]], removed=[[B, 0]], reason="lock-regained")
+    return run.pull(1000, offset=2).pull(1100, offset=3)
+
+
+def test_a_read_that_goes_back_after_a_switch_is_non_monotonic(spark):
+    r = check_read_routing(_switch_back_rewound(None).history(spark), config())
+    assert r.valid is False and r.counts["non-monotonic read"] == {"violations": 1, "excused": 0}
+    bad = next(e for e in r.examples if e["rule"] == "non-monotonic read")
+    assert (bad["expected_offset"], bad["pulled_offset"]) == (4, 2)
+
+
+def test_a_queue_reopened_while_its_last_pull_was_out_may_read_again(spark):
+    # the re-open (840) comes after that pull was sent (830), though before its answer (850)
+    r = check_read_routing(_switch_back_rewound(840).history(spark), config())
+    assert r.counts["non-monotonic read"] == {"violations": 0, "excused": 1}, r.examples
+    # a re-open before the pull was even sent does not explain why its answer was not followed
+    late = check_read_routing(_switch_back_rewound(820, sent_at=830).history(spark), config())
+    assert late.counts["non-monotonic read"]["violations"] == 1

@@ -5,13 +5,14 @@ chaos-anchors §3.2. Intervals and leases are compared on CLOCK_MONOTONIC (`mono
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from chaos.checker.checks._common import collect_parts, examples_of, queue_name, rel_s, s
-from chaos.checker.config import CheckerConfig
+from chaos.checker.config import Bounds, CheckerConfig
 from chaos.checker.faults import SILENT_OPS, FaultWindow
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import LOCK_GONE_ACTIONS, LOCK_HELD_ACTIONS
@@ -282,7 +283,11 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
             # A giving the queue up, or B taking it; A *taking* it (or B giving it up) frees nothing
             if (client, gained) in ((r["prev_client"], False), (r["client_id"], True)) and lo - b.U_d <= t <= hi:
                 causes.append((t, "rebalance", f"rebalance of {client}"))
-        m = _measure(h, cfg, r, causes)
+        # another consumer of the group going silent can hold the queue too: the allocation may
+        # hand it to that consumer, which cannot lock it until its channel expires
+        others = [w for w in h.faults if w.op in SILENT_OPS and w.start_ms <= hi and w.end_ms >= lo
+                  and any(t != r["prev_node"] and not h.is_broker(t) for t in w.targets)]
+        m = _measure(h, cfg, r, causes, others)
         measurements.append(m)
     stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
     slow = [m for m in measurements if m["verdict"] == "slow"]
@@ -364,27 +369,33 @@ def _int(v: Any) -> int | None:
         return None
 
 
-def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tuple[int, str, str]]) -> dict[str, Any]:
+def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tuple[int, str, str]],
+             others: Sequence[FaultWindow] = ()) -> dict[str, Any]:
     b = cfg.bounds
     out: dict[str, Any] = {"queue": queue_name(r), "group": r["group"], "from": r["prev_client"], "to": r["client_id"],
                            "taken_over_s": s(h, r["start"])}
     if not causes:
         bound, ref, kind, label = b.takeover_rebalance(), r["prev_end"], "unrecorded", "no recorded cause"
+        first_kind, first_ref = kind, ref
     else:
-        t, kind, label = min(causes, key=lambda c: (c[0], _CAUSE_RANK.get(c[1], 9)))
-        ref = t
-        if kind in ("kill", "exit"):
-            bound = b.takeover_kill()
-            if r["t_L"] is not None and r["t_L"] <= t:
-                ref = r["t_L"]
-        elif kind in ("stop", "released"):
-            bound = b.takeover_graceful()
-        elif kind in SILENT_OPS:
-            bound = b.takeover_silent()
-        elif kind in ("lost", "expired"):
-            bound = b.takeover_lost()
-        else:
-            bound = b.takeover_rebalance()
+        # The first cause sets the deadline; a later one that starts before that deadline can
+        # only push it out (a consumer killed, then the queue's next owner cut off before it could
+        # lock: the partition's bound applies from the cut). One starting after it excuses nothing.
+        ordered = sorted(causes, key=lambda c: (c[0], _CAUSE_RANK.get(c[1], 9)))
+        t, kind, label = ordered[0]
+        ref, bound = _cause_bound(b, kind, t, r["t_L"])
+        first_kind, first_ref, first_label = kind, ref, label
+        for t2, kind2, label2 in ordered[1:]:
+            if t2 > ref + bound + b.slack(bound):
+                break
+            ref2, bound2 = _cause_bound(b, kind2, t2, r["t_L"])
+            if ref2 + bound2 > ref + bound:
+                ref, bound, kind, label = ref2, bound2, kind2, f"{label2}, after {first_label}"
+        for w in sorted(others, key=lambda w: w.start_ms):
+            if w.start_ms > ref + bound + b.slack(bound) or w.end_ms < first_ref:
+                continue
+            if w.start_ms + b.takeover_silent() > ref + bound:
+                ref, bound, kind, label = w.start_ms, b.takeover_silent(), w.op, f"{w.label}, after {first_label}"
     # The master holds every lock: while it is down (or cut off) nobody can take a queue over, and
     # when it returns its lock table is empty; the takeover is then due a lock round after its return.
     outage = [w for w in h.broker_fault_windows
@@ -399,12 +410,25 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
     measured = r["start"] - start_from
     limit = bound + b.slack(bound)
     verdict = "ok" if measured <= limit else "slow"
-    if kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= ref + 1 \
+    if first_kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= first_ref + 1 \
             and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
         verdict = "early"
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), measured_ms=measured, bound_ms=bound,
                limit_ms=round(limit), verdict=verdict, t_L_s=s(h, r["t_L"]))
     return out
+
+
+def _cause_bound(b: Bounds, kind: str, t: int, t_L: int | None) -> tuple[int, int]:
+    """(reference time, bound) of one takeover cause: a kill counts from A's last lock renewal."""
+    if kind in ("kill", "exit"):
+        return (t_L if t_L is not None and t_L <= t else t), b.takeover_kill()
+    if kind in ("stop", "released"):
+        return t, b.takeover_graceful()
+    if kind in SILENT_OPS:
+        return t, b.takeover_silent()
+    if kind in ("lost", "expired"):
+        return t, b.takeover_lost()
+    return t, b.takeover_rebalance()
 
 
 def _master_out(h: History, w: FaultWindow) -> bool:

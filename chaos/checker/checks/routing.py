@@ -126,7 +126,8 @@ def _violation_candidates(h: History) -> DataFrame:
     w = Window.partitionBy("node", "client_id", *GQ).orderBy("t")
     p = h.pulls.withColumns({"p_suggest": F.lag("suggest_which_broker_id").over(w),
                              "p_next": F.lag("next_begin_offset").over(w), "p_status": F.lag("status").over(w),
-                             "p_broker": F.lag("broker_id").over(w), "p_t": F.lag("t").over(w)})
+                             "p_broker": F.lag("broker_id").over(w), "p_t": F.lag("t").over(w),
+                             "p_sent_t": F.lag("sent_t").over(w)})
     commit_slave = F.coalesce("commit_flag", F.lit(False)) & (F.col("broker_id") != 0)
     ignored = F.col("requested_broker_id").isNotNull() & (
         F.col("requested_broker_id") != F.coalesce("p_suggest", F.lit(0)))
@@ -134,7 +135,7 @@ def _violation_candidates(h: History) -> DataFrame:
     nonmono = ((F.col("broker_id") != F.col("p_broker")) & (F.col("p_status") == "FOUND")
                & (F.col("queue_offset") != F.col("p_next")))
     return p.filter(commit_slave | ignored | wrong | nonmono).select(
-        "node", "client_id", *GQ, "t", "p_t", "queue_offset", "p_next", "requested_broker_id", "broker_id",
+        "node", "client_id", *GQ, "t", "p_t", "p_sent_t", "queue_offset", "p_next", "requested_broker_id", "broker_id",
         "p_broker", "p_suggest", "commit_flag", commit_slave.alias("r5"), ignored.alias("r2"), wrong.alias("r4"),
         nonmono.alias("r6"))
 
@@ -163,8 +164,11 @@ def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str
             why = "requested broker not in the cluster" if node is None else (down.label if down else None)
             out.append({"rule": "wrong target", **base, "excused_by": why})
         if r["r6"]:
+            # the queue re-opened after the previous pull was *sent*: its answer went to a dropped
+            # ProcessQueue, and the new one starts where the master's offset says
+            since = r["p_sent_t"] if r["p_sent_t"] is not None else lo
             moved = next((x for x in reb if x["node"] == r["node"] and x["group"] == r["group"]
-                          and lo <= x["t"] <= r["t"]), None)
+                          and since <= x["t"] <= r["t"]), None)
             out.append({"rule": "non-monotonic read", **base, "previous_broker": r["p_broker"],
                         "expected_offset": r["p_next"], "pulled_offset": r["queue_offset"],
                         "excused_by": client_fault or ("rebalance" if moved else None)})
