@@ -119,3 +119,19 @@ def test_a_queue_reopened_while_its_last_pull_was_out_may_read_again(spark):
     # a re-open before the pull was even sent does not explain why its answer was not followed
     late = check_read_routing(_switch_back_rewound(820, sent_at=830).history(spark), config())
     assert late.counts["non-monotonic read"]["violations"] == 1
+
+
+def test_the_late_answer_of_a_pull_sent_before_the_queue_reopened_is_not_followed(spark):
+    # c1's queue re-opens at 990 while a long poll to the slave (sent at 700) is out; the new
+    # ProcessQueue reads 2.. from the master, then the old poll's answer for 3 arrives at 1010
+    run = Run().pull(100, offset=0).pull(250, offset=1)
+    run.fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=2, answered=1)
+    run.event("rebalance", 990, "consumer-1", group=G, client_id="c1", topic=T, before=[[B, 0]], after=[[B, 0]],
+              removed=[[B, 0]], reason="lock-regained")
+    run.pull(1000, offset=2, next_offset=5)
+    run.event("pull-route", 1010, "consumer-1", group=G, client_id="c1", topic=T, broker_name=B, queue_id=0,
+              queue_offset=3, requested_broker_id=1, broker_id=1, suggest_which_broker_id=0, status="FOUND",
+              next_begin_offset=5, commit_flag=False, sent_mono_ms=700)
+    r = check_read_routing(run.pull(1100, offset=5).history(spark), config())
+    assert r.counts["non-monotonic read"]["violations"] == 0, r.examples

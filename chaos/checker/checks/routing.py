@@ -135,7 +135,7 @@ def _violation_candidates(h: History) -> DataFrame:
     nonmono = ((F.col("broker_id") != F.col("p_broker")) & (F.col("p_status") == "FOUND")
                & (F.col("queue_offset") != F.col("p_next")))
     return p.filter(commit_slave | ignored | wrong | nonmono).select(
-        "node", "client_id", *GQ, "t", "p_t", "p_sent_t", "queue_offset", "p_next", "requested_broker_id", "broker_id",
+        "node", "client_id", *GQ, "t", "sent_t", "p_t", "p_sent_t", "queue_offset", "p_next", "requested_broker_id", "broker_id",
         "p_broker", "p_suggest", "commit_flag", commit_slave.alias("r5"), ignored.alias("r2"), wrong.alias("r4"),
         nonmono.alias("r6"))
 
@@ -164,14 +164,31 @@ def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str
             why = "requested broker not in the cluster" if node is None else (down.label if down else None)
             out.append({"rule": "wrong target", **base, "excused_by": why})
         if r["r6"]:
-            # the queue re-opened after the previous pull was *sent*: its answer went to a dropped
-            # ProcessQueue, and the new one starts where the master's offset says
-            since = r["p_sent_t"] if r["p_sent_t"] is not None else lo
+            # the queue re-opened after the previous pull, or this one, was *sent*: that pull's answer
+            # went to a dropped ProcessQueue, and the new one starts where the master's offset says
+            since = min(x for x in (r["p_sent_t"], r["sent_t"], lo) if x is not None)
             moved = next((x for x in reb if x["node"] == r["node"] and x["group"] == r["group"]
                           and since <= x["t"] <= r["t"]), None)
             out.append({"rule": "non-monotonic read", **base, "previous_broker": r["p_broker"],
                         "expected_offset": r["p_next"], "pulled_offset": r["queue_offset"],
                         "excused_by": client_fault or ("rebalance" if moved else None)})
+    return out
+
+
+def _queues_given_up(h: History) -> dict[tuple[Any, ...], list[int]]:
+    """(client, group, topic, broker, queue id) -> when the client stopped pulling it on its own
+    account: a rebalance removed it (or re-opened it after a regained lock), or its lock was lost or
+    released (an orderly queue is pulled only while locked)."""
+    if not h.has("events"):
+        return {}
+    out: dict[tuple[Any, ...], list[int]] = {}
+    for r in h.rebalances.filter(F.col("removed").isNotNull() & (F.size("removed") > 0)).collect():
+        for q in r["removed"]:
+            if q and len(q) >= 2 and str(q[1]).lstrip("-").isdigit():
+                out.setdefault((r["client_id"], r["group"], r["topic"], q[0], int(q[1])), []).append(r["t"])
+    for r in h.locks.filter((F.col("side") == "client") & F.col("action").isin("lost", "released")).select(
+            "client_id", *GQ, "t").collect():
+        out.setdefault((r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"]), []).append(r["t"])
     return out
 
 
@@ -204,6 +221,7 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
         .select(*keys).distinct(),
     }, cap=200_000)
     recent = {tuple(r[k] for k in keys) for r in got["recent"]}
+    gave_up = _queues_given_up(h)
     spans = got["spans"]
     to_slave = {tuple(r[k] for k in keys): r["t"] for r in got["to_slave"]}
     back = {tuple(r[k] for k in keys): r["t"] for r in got["back"]}
@@ -222,6 +240,9 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
             key = (i, sp["node"], sp["client_id"], sp["group"], sp["topic"], sp["queue_id"])
             if key not in recent:
                 continue  # not pulling this queue when the fault began (another client owned it)
+            drops = gave_up.get((sp["client_id"], sp["group"], sp["topic"], sp["broker_name"], sp["queue_id"]), ())
+            if any(w.start_ms - max(b.R_b, b.N_r) <= t <= w.start_ms + limit for t in drops):
+                continue  # it gave the queue up (rebalance, lock lost or released) around the fault
             base = {"client": sp["client_id"], "queue": queue_name(sp), "group": sp["group"], "fault": w.label,
                     "fault_s": s(h, w.start_ms)}
             t_slave = to_slave.get(key)
@@ -234,8 +255,10 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
             elif w.op != "partition" and w.end_ms - w.start_ms > limit and sp["last_t"] > w.start_ms + limit \
                     and not _client_fault(h, sp["node"], w.start_ms, w.start_ms + limit):
                 fo_bad.append({"rule": "no failover", **base, "bound_ms": bound})
-            if not w.recovered or t_slave is None or _client_fault(h, sp["node"], w.end_ms, w.end_ms + back_limit):
-                continue  # a client that was itself paused, cut off or restarted meanwhile is not timed
+            if not w.recovered or t_slave is None or _client_fault(h, sp["node"], w.end_ms, w.end_ms + back_limit) \
+                    or any(w.start_ms <= t <= w.end_ms + back_limit for t in drops):
+                continue  # a client that was itself paused, cut off or restarted meanwhile, or gave the
+                # queue up, is not timed
             t_back = back.get(key)
             if t_back is not None:
                 m = {"what": "switch back", **base, "measured_ms": t_back - w.end_ms, "bound_ms": b.switch_back()}
