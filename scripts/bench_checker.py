@@ -182,10 +182,14 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated run dir")
     parser.add_argument("--spark-master", default=None)
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark setting (repeatable), to compare settings on the same history")
     args = parser.parse_args()
+    conf = dict(item.split("=", 1) for item in args.conf)
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="bench-checker-")) / "run"
     t0 = time.monotonic()
-    spark = make_spark(args.spark_master, app_name="mqlab-bench-checker", driver_memory=args.driver_memory)
+    spark = make_spark(args.spark_master, app_name="mqlab-bench-checker", driver_memory=args.driver_memory,
+                       conf=conf)
     started = time.monotonic() - t0
     print(f"spark started in {started:.1f} s ({spark.sparkContext.master}, {spark.sparkContext.defaultParallelism} cores)")
     try:

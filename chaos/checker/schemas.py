@@ -54,7 +54,8 @@ is accepted instead.
                      released|lost), lease_end_mono_ms (client: the deadline it believes;
                      broker: the lease it granted)
     rebalance        client: group, client_id, topic, before / after / removed as lists of
-                     [broker_name, queue_id], reason
+                     [broker_name, queue_id], reason (`lock-regained`: an orderly queue re-opened
+                     after its lock came back; it is in removed and in after)
     ha-connected / ha-refused, consumer-join / consumer-leave: shown, not checked
 
 `nemesis.jsonl` (harness), `event` = `nemesis`: `op` (kill|stop|pause|resume|partition|heal|
