@@ -96,6 +96,10 @@ class Bounds:
     def takeover_silent(self) -> int:
         return max(self.L_b, self.X_c + self.K_c) + self.R_b + self.W_p
 
+    def takeover_after_restart(self) -> int:
+        """A restarted consumer's warm-up: route, rebalance, lock, first pull."""
+        return self.N_r + self.R_b + self.R_l + self.W_p
+
     def first_consume(self) -> int:
         return self.R_l + self.W_p
 

@@ -284,9 +284,10 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
             if (client, gained) in ((r["prev_client"], False), (r["client_id"], True)) and lo - b.U_d <= t <= hi:
                 causes.append((t, "rebalance", f"rebalance of {client}"))
         # another consumer of the group going silent can hold the queue too: the allocation may
-        # hand it to that consumer, which cannot lock it until its channel expires
-        others = [w for w in h.faults if w.op in SILENT_OPS and w.start_ms <= hi and w.end_ms >= lo
-                  and any(t != r["prev_node"] and not h.is_broker(t) for t in w.targets)]
+        # hand it to that consumer, which cannot lock it until its channel expires; one killed or
+        # stopped and restarted may be handed it after its warm-up
+        others = [w for w in h.faults if w.op in (*SILENT_OPS, "kill", "stop") and w.start_ms <= hi
+                  and w.end_ms >= lo and any(t != r["prev_node"] and not h.is_broker(t) for t in w.targets)]
         m = _measure(h, cfg, r, causes, others)
         measurements.append(m)
     stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
@@ -376,35 +377,39 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
                            "taken_over_s": s(h, r["start"])}
     if not causes:
         bound, ref, kind, label = b.takeover_rebalance(), r["prev_end"], "unrecorded", "no recorded cause"
-        first_kind, first_ref = kind, ref
+        extenders: list[tuple[int, int, int, str, str]] = []
     else:
-        # The first cause sets the deadline; a later one that starts before that deadline can
-        # only push it out (a consumer killed, then the queue's next owner cut off before it could
-        # lock: the partition's bound applies from the cut). One starting after it excuses nothing.
         ordered = sorted(causes, key=lambda c: (c[0], _CAUSE_RANK.get(c[1], 9)))
         t, kind, label = ordered[0]
         ref, bound = _cause_bound(b, kind, t, r["t_L"])
-        first_kind, first_ref, first_label = kind, ref, label
-        for t2, kind2, label2 in ordered[1:]:
-            if t2 > ref + bound + b.slack(bound):
-                break
-            ref2, bound2 = _cause_bound(b, kind2, t2, r["t_L"])
-            if ref2 + bound2 > ref + bound:
-                ref, bound, kind, label = ref2, bound2, kind2, f"{label2}, after {first_label}"
-        for w in sorted(others, key=lambda w: w.start_ms):
-            if w.start_ms > ref + bound + b.slack(bound) or w.end_ms < first_ref:
-                continue
-            if w.start_ms + b.takeover_silent() > ref + bound:
-                ref, bound, kind, label = w.start_ms, b.takeover_silent(), w.op, f"{w.label}, after {first_label}"
-    # The master holds every lock: while it is down (or cut off) nobody can take a queue over, and
-    # when it returns its lock table is empty; the takeover is then due a lock round after its return.
-    outage = [w for w in h.broker_fault_windows
-              if w.start_ms < r["start"] and w.end_ms > ref and _master_out(h, w)]
-    if outage:
-        back = max(w.end_ms for w in outage)
-        if back + b.takeover_lost() > ref + bound:
-            ref, bound, kind = back, b.takeover_lost(), "master-return"
-            label = f"{label}, then the master was back after {outage[-1].label}"
+        extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")
+                     for t2, kind2, label2 in ordered[1:]]
+    first_kind, first_ref, first_label = kind, ref, label
+    # The first cause sets the deadline; anything else that starts before that deadline can only
+    # push it out, never pull it in; what starts after it excuses nothing. Besides A's other faults:
+    # - another consumer going silent (the allocation may hand it the queue, which it cannot lock
+    #   until its channel expires) or restarted (handed it after its warm-up);
+    # - the master down or cut off: nobody can lock meanwhile, and the returned master's table is
+    #   empty, so the takeover is due a lock round after its return;
+    # - A granted the queue again after the cause (by the returned master, or a queue it was still
+    #   giving up): the broker honours that lease as any other.
+    for w in others:
+        if w.op in SILENT_OPS:
+            extenders.append((w.start_ms, w.start_ms, b.takeover_silent(), w.op, f"{w.label}, after {first_label}"))
+        else:
+            extenders.append((w.start_ms, w.end_ms, b.takeover_after_restart(), w.op,
+                              f"{w.label} (restarted), after {first_label}"))
+    for w in h.broker_fault_windows:
+        if w.start_ms < r["start"] and w.end_ms > first_ref and _master_out(h, w):
+            extenders.append((w.start_ms, w.end_ms, b.takeover_lost(), "master-return",
+                              f"{first_label}, then the master was back after {w.label}"))
+    released_after = any(k == "released" and t >= (r["t_L"] or 0) for t, k, _ in causes)
+    if r["t_L"] is not None and r["t_L"] > first_ref and not released_after:
+        extenders.append((r["t_L"], r["t_L"], b.takeover_kill(), "lease",
+                          f"lease granted to {r['prev_client']} again, after {first_label}"))
+    for t2, ref2, bound2, kind2, label2 in sorted(extenders, key=lambda e: e[0]):
+        if t2 <= ref + bound + b.slack(bound) and ref2 + bound2 > ref + bound:
+            ref, bound, kind, label = ref2, bound2, kind2, label2
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None else ref
     measured = r["start"] - start_from
