@@ -171,6 +171,7 @@ class History:
             F.first("seq", ignorenulls=True).alias("seq"),
             F.min(F.when(F.col("type") == "invoke", F.col("mono_ms"))).alias("invoke_ms"),
             F.min(F.when(acked, F.col("mono_ms"))).alias("ack_ms"),
+            F.min(F.when(F.col("type").isin("ok", "fail", "info"), F.col("mono_ms"))).alias("done_ms"),
             F.max(F.when(acked, F.col("broker_name"))).alias("broker_name"),
             F.max(F.when(acked, F.col("queue_id"))).alias("queue_id"),
             F.max(F.when(acked, F.col("queue_offset"))).alias("queue_offset"),
@@ -181,10 +182,12 @@ class History:
 
     @cached_property
     def per_msg(self) -> DataFrame:
-        """One row per (group, msg_id) delivered: deliveries `n` and successful ones `n_success`
-        (lost, unexpected and duplicates all start from it; one shuffle instead of one each)."""
+        """One row per (group, msg_id) delivered: deliveries `n`, successful ones `n_success` and the
+        first successful one's time `t_first` (lost, unexpected, duplicates and the report's
+        end-to-end latency all start from it; one shuffle instead of one each)."""
         return self.persist(self.deliv.groupBy("group", "msg_id").agg(
-            F.count(F.lit(1)).alias("n"), F.sum(F.col("success").cast("long")).alias("n_success")))
+            F.count(F.lit(1)).alias("n"), F.sum(F.col("success").cast("long")).alias("n_success"),
+            F.min(F.when(F.col("success"), F.col("t"))).alias("t_first")))
 
     @cached_property
     def ev(self) -> DataFrame:

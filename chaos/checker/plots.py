@@ -104,13 +104,12 @@ def plot_data(h: History) -> dict[str, Any]:
 
 def _latencies(h: History) -> DataFrame | None:
     frames = []
+    # both from the per-message views the checks already built (no new shuffle of the histories)
     if h.has("sends"):
-        ops = h.sends.filter(F.col("op_id").isNotNull()).groupBy("op_id").agg(
-            F.min(F.when(F.col("type") == "invoke", F.col("mono_ms"))).alias("t"),
-            F.min(F.when(F.col("type").isin("ok", "fail", "info"), F.col("mono_ms"))).alias("t_done"))
-        frames.append(ops.select(F.lit("send").alias("kind"), "t", (F.col("t_done") - F.col("t")).alias("lat")))
+        frames.append(h.outcomes.select(F.lit("send").alias("kind"), F.col("invoke_ms").alias("t"),
+                                        (F.col("done_ms") - F.col("invoke_ms")).alias("lat")))
     if h.has("sends") and h.has("deliveries"):
-        first = h.deliv.filter("success").groupBy("msg_id").agg(F.min("t").alias("t_first"))
+        first = h.per_msg.filter(F.col("t_first").isNotNull()).select("msg_id", "t_first")
         frames.append(h.outcomes.filter("acked").join(first, "msg_id").select(
             F.lit("end-to-end").alias("kind"), F.col("ack_ms").alias("t"), (F.col("t_first") - F.col("ack_ms")).alias("lat")))
     if not frames:
@@ -204,7 +203,7 @@ def render_rates(h: History, data: dict[str, Any]) -> bytes:
 def render_latency(h: History, data: dict[str, Any]) -> bytes:
     points = data["latency"]
     if not points:
-        return _empty("latency", "no send outcomes with an op_id")
+        return _empty("latency", "no send outcomes with an invoke and an answer")
     kinds = sorted({p["kind"] for p in points})
     fig = Figure(figsize=(10, 2.8 * len(kinds)))
     axes = fig.subplots(len(kinds), 1, squeeze=False)[:, 0]
