@@ -58,6 +58,18 @@ def queue_name(r: dict[str, Any]) -> str:
     return f"{r.get('topic')}/{r.get('broker_name')}/{r.get('queue_id')}"
 
 
+def queue_refs(queues: Iterable[Any] | None) -> set[tuple[str, int | None]]:
+    """A rebalance event's queue list ([broker_name, queue_id] pairs) as a set of (broker, queue id)."""
+    out: set[tuple[str, int | None]] = set()
+    for q in queues or ():
+        if q and len(q) >= 2:
+            try:
+                out.add((q[0], int(q[1])))
+            except (TypeError, ValueError):
+                out.add((q[0], None))
+    return out
+
+
 def collect_n(df: DataFrame, cap: int = 10_000) -> tuple[list[dict[str, Any]], int]:
     """All rows of a frame expected to be small (violations), and their count, in one job when under `cap`."""
     got = df.limit(cap + 1).collect()

@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, examples_of, queue_name, rel_s, s
+from chaos.checker.checks._common import collect_parts, examples_of, queue_name, queue_refs, rel_s, s
 from chaos.checker.config import Bounds, CheckerConfig
 from chaos.checker.faults import SILENT_OPS, FaultWindow
 from chaos.checker.loader import GQ, History
@@ -34,7 +34,11 @@ TAKEOVER = (
     "last batch and B's first. The time from the cause (for a kill: from A's last lock grant or renewal t_L) "
     "to B's first delivery, less any wait for that message to be sent, must stay within the bound for the "
     "cause (kill: L_b + max(R_b, R_l) + W_p from t_L; stop or release: R_b + W_p; pause/partition: "
-    "max(L_b, X_c + K_c) + R_b + W_p; lost lock: R_b + R_l + W_p; rebalance: U_d + R_b + W_p) plus slack. "
+    "max(L_b, X_c + K_c) + R_b + W_p; lost lock: R_b + R_l + W_p; rebalance (A dropping the queue or B "
+    "taking it): U_d + R_b + W_p) plus slack. Whatever starts before that deadline can only push it out: A's "
+    "other causes, another consumer of the group going silent (its bound from then) or restarted (its warm-up "
+    "N_r + R_b + R_l + W_p after the restart), the master down (R_b + R_l + W_p after its return), a lease "
+    "granted to A again (the kill bound from that grant). "
     "After a kill, B must not start before t_L + L_b (the lease). A holder fault after which nobody consumes "
     "the queue again although acknowledged messages wait on it, for longer than the bound, is a stuck queue.")
 
@@ -353,21 +357,12 @@ def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tu
     (t, client id, gained: True when the client took the queue, False when it gave it up)."""
     out: dict[tuple[Any, ...], list[tuple[int, str, bool]]] = {}
     for r in reb:
-        before = {(q[0], _int(q[1])) for q in r["before"] or [] if q and len(q) >= 2}
-        after = {(q[0], _int(q[1])) for q in r["after"] or [] if q and len(q) >= 2}
-        removed = {(q[0], _int(q[1])) for q in r["removed"] or [] if q and len(q) >= 2}
+        before, after, removed = queue_refs(r["before"]), queue_refs(r["after"]), queue_refs(r["removed"])
         for broker, qid in (before - after) | removed:
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], False))
         for broker, qid in after - before:
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], True))
     return out
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tuple[int, str, str]],

@@ -7,7 +7,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, examples_of, overlapping, rel_s, s
+from chaos.checker.checks._common import collect_parts, examples_of, overlapping, queue_refs, rel_s, s
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import GQ, History
 from chaos.checker.verdict import CheckResult, combine_parts, unknown
@@ -171,15 +171,7 @@ def _lock_releases(h: History, rewinds: list[dict[str, Any]]) -> list[tuple[Any,
     drops = h.rebalances.filter(F.col("client_id").isin(*clients) & F.col("removed").isNotNull()
                                 & (F.size("removed") > 0)).collect()
     for r in drops:
-        for q in r["removed"]:
-            if q and len(q) >= 2:
-                out.append((r["client_id"], r["group"], r["topic"], q[0], _queue_id(q[1]),
-                            f"queue dropped ({r['reason'] or 'rebalance'})", r["t"]))
+        for broker, queue_id in queue_refs(r["removed"]):
+            out.append((r["client_id"], r["group"], r["topic"], broker, queue_id,
+                        f"queue dropped ({r['reason'] or 'rebalance'})", r["t"]))
     return out
-
-
-def _queue_id(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None

@@ -7,7 +7,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, examples_of, queue_name, rel_s, s
+from chaos.checker.checks._common import collect_parts, examples_of, queue_name, queue_refs, rel_s, s
 from chaos.checker.config import CheckerConfig
 from chaos.checker.faults import SILENT_OPS, FaultWindow, broker_identity
 from chaos.checker.loader import GQ, History
@@ -183,9 +183,8 @@ def _queues_given_up(h: History) -> dict[tuple[Any, ...], list[int]]:
         return {}
     out: dict[tuple[Any, ...], list[int]] = {}
     for r in h.rebalances.filter(F.col("removed").isNotNull() & (F.size("removed") > 0)).collect():
-        for q in r["removed"]:
-            if q and len(q) >= 2 and str(q[1]).lstrip("-").isdigit():
-                out.setdefault((r["client_id"], r["group"], r["topic"], q[0], int(q[1])), []).append(r["t"])
+        for broker, queue_id in queue_refs(r["removed"]):
+            out.setdefault((r["client_id"], r["group"], r["topic"], broker, queue_id), []).append(r["t"])
     for r in h.locks.filter((F.col("side") == "client") & F.col("action").isin("lost", "released")).select(
             "client_id", *GQ, "t").collect():
         out.setdefault((r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"]), []).append(r["t"])
