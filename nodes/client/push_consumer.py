@@ -1,12 +1,11 @@
 """PushConsumer: subscribe, register a listener, start; messages arrive on a thread pool.
 
 The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners (DESIGN §5, §8).
-Owns argument checks, the wiring of the parts, the lifecycle (start / shutdown order) and
-the broker calls rebalance needs but does not own: the consumer list of a group (one random
-broker of the topic) and the queue-offset queries behind consume-from-where.
+Owns argument checks, the wiring of the parts and the lifecycle (start / shutdown order).
 
     heartbeat.HeartbeatService      heartbeats, notification streams, unregister
     rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
+    push_rebalance.*                what rebalance asks of this consumer: consumer list, offsets, locks
     pull_service.PullService        one long-polling pull loop per owned queue
     consume_concurrently.*          the listener pool, ack index, offsets, expired messages
     consume_orderly.*               orderly listeners: one call at a time per locked queue
@@ -43,18 +42,17 @@ from nodes.client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
     RemoteBrokerOffsetStore,
-    query_queue_offset,
 )
 from nodes.client.process_queue import ProcessQueue
-from nodes.client.pull_api import PullApi, code_name
-from nodes.client.pull_service import PullRequest, PullService
-from nodes.client.rebalance import RebalanceImpl, RebalanceService, StartKind
-from nodes.client.routes import subscribe_queues
+from nodes.client.pull_api import PullApi
+from nodes.client.pull_service import PullService
+from nodes.client.push_rebalance import PushOrderlyLocks, PushRebalanceDeps
+from nodes.client.rebalance import RebalanceImpl, RebalanceService
 from nodes.client.send_back import MessageSender
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import Timing
-from nodes.common.errors import InvalidMessageError, MqError, for_code
+from nodes.common.errors import InvalidMessageError, MqError
 from nodes.common.service import CrashHandler, Lifecycle, LifecycleState, Service
 from nodes.common.types import (
     ConsumeFromWhere,
@@ -63,7 +61,7 @@ from nodes.common.types import (
     MessageQueue,
     validate_topic,
 )
-from proto import broker_pb2, common_pb2, consumer_pb2
+from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -278,9 +276,9 @@ class PushConsumer:
                                            mq, pq, sent_ms))
         self._rebalance = RebalanceImpl(
             group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
-            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=_Deps(self),
+            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=PushRebalanceDeps(self),
             clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event,
-            orderly=_OrderlyLocks(self) if self._locker is not None else None,
+            orderly=PushOrderlyLocks(self) if self._locker is not None else None,
             consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
         self._rebalance.copy_subscription(self._subscriptions)
         self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
@@ -498,92 +496,3 @@ class PushConsumer:
         self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
                     "orderly": True, "reconsume_times": msg.reconsume_times, "ok": True})
         return True
-
-
-class _OrderlyLocks:
-    """The queue locks rebalance needs (`rebalance.OrderlyLocks`), served by the push consumer (loop)."""
-
-    def __init__(self, consumer: PushConsumer) -> None:
-        self._c = consumer
-
-    async def lock(self, mq: MessageQueue, *, reason: str) -> int | None:
-        assert self._c._locker is not None
-        return await self._c._locker.lock(mq, reason=reason)
-
-    async def wait_consume_idle(self, pq: ProcessQueue, timeout_ms: int) -> bool:
-        consume = self._c._consume
-        assert isinstance(consume, ConsumeMessageOrderlyService)
-        return await consume.wait_consume_idle(pq, timeout_ms)
-
-    async def unlock(self, mq: MessageQueue, *, oneway: bool, reason: str) -> None:
-        assert self._c._locker is not None
-        await self._c._locker.unlock(mq, oneway=oneway, reason=reason)
-
-    def unlock_later(self, mq: MessageQueue, delay_ms: int) -> None:
-        assert self._c._locker is not None
-        self._c._locker.unlock_later(mq, delay_ms)
-
-    def holds_lock(self, pq: ProcessQueue) -> bool:
-        now_ms = self._c._clock.monotonic_ms()
-        return pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=self._c.timing.client_lock_lease_ms)
-
-class _Deps:
-    """The I/O `RebalanceImpl` needs, served by the push consumer (loop)."""
-
-    def __init__(self, consumer: PushConsumer) -> None:
-        self._c = consumer
-
-    async def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
-        routes = self._c._instance.routes
-        route = routes.route(topic)
-        if route is None:
-            try:
-                await routes.update_topic(topic)
-            except MqError as err:
-                log.debug("route of %s: %s", topic, err)
-                return None
-            route = routes.route(topic)
-        return subscribe_queues(topic, route) if route is not None else None
-
-    async def consumer_ids(self, topic: str) -> list[str] | None:
-        """findConsumerIdList: GetConsumerList from one random broker of the topic (master if it has one)."""
-        consumer = self._c
-        route = consumer._instance.routes.route(topic)
-        brokers = [bd for bd in route.broker_datas if bd.addrs] if route is not None else []
-        if not brokers:
-            return None
-        bd = consumer._rng.choice(brokers)
-        addr = bd.addrs.get(c.MASTER_ID) or consumer._rng.choice(sorted(bd.addrs.values()))
-        request = consumer_pb2.GetConsumerListRequest(consumer_group=consumer.group)
-        try:
-            resp = await consumer._instance.unary(consumer._instance.consumer_stub(addr).GetConsumerList, request,
-                                                  c.CONSUMER_LIST_TIMEOUT_MS, f"consumer list of {consumer.group} at {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
-        except MqError as err:
-            log.warning("consumer list of %s from %s failed: %s", consumer.group, addr, err)
-            return None
-        return list(resp.client_ids)
-
-    async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
-        consumer = self._c
-        if kind is StartKind.MAX_OFFSET:
-            return await query_queue_offset(consumer._instance, mq, broker_pb2.MAX,
-                                            timeout_ms=consumer.timing.rpc_timeout_ms)
-        return await query_queue_offset(consumer._instance, mq, broker_pb2.BY_TIMESTAMP,
-                                        timestamp_ms=consumer.consume_timestamp_ms,
-                                        timeout_ms=consumer.timing.rpc_timeout_ms)
-
-    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int, *,
-                      resume_floor: int | None = None) -> None:
-        self._c._pull.execute_pull_request_immediately(PullRequest(mq, pq, next_offset, resume_floor=resume_floor))
-
-    async def message_queue_changed(self, topic: str, mq_all: Sequence[MessageQueue],
-                                    mq_divided: Sequence[MessageQueue]) -> None:
-        """RebalancePushImpl#messageQueueChanged: new sub version, thresholds, heartbeat now."""
-        consumer = self._c
-        subscription = consumer._rebalance.subscriptions.get(topic)
-        if subscription is not None:
-            subscription.sub_version = consumer._clock.wall_ms()
-        consumer._thresholds = consumer.flow_thresholds.for_queue_count(len(consumer._rebalance.process_queue_table))
-        await consumer._heartbeat.send_heartbeat_to_all_brokers()
