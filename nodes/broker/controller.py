@@ -108,7 +108,9 @@ class NamesrvRegistrar:
         self.master_addr = ""
         self.registered_ok = 0
 
-    async def register_all(self) -> None:
+    async def register_all(self, links: list[_NamesrvLink] | None = None) -> None:
+        """RegisterBroker with every name server (or only `links`), in parallel."""
+        links = self._links if links is None else links
         version = self._topics.data_version
         request = namesrv_pb2.RegisterBrokerRequest(
             cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
@@ -116,7 +118,7 @@ class NamesrvRegistrar:
             topic_configs=[wire.topic_config_to_pb(t) for t in self._topics.all()],
             data_version=namesrv_pb2.DataVersion(timestamp_ms=version[0], counter=version[1]),
             node_id=self._config.node_id)
-        results = await asyncio.gather(*(self._register_one(link, request) for link in self._links),
+        results = await asyncio.gather(*(self._register_one(link, request) for link in links),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         answers = [r for r in results
@@ -178,7 +180,7 @@ class NamesrvRegistrar:
                     await asyncio.sleep(backoff_ms / 1000)
                     backoff_ms = min(backoff_ms * 2, timing.register_interval_ms)
                     try:
-                        await self.register_all()
+                        await self.register_all([link])  # only this name server lost its channel
                     except Exception as exc:  # the name server may be down; keep trying, never crash
                         log.info("re-registration with name server %s failed: %s", link.addr, exc)
             finally:
