@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import grpc
 
 from nodes.client.msg_id import local_ipv4
-from nodes.client.pull_api import code_name
+from nodes.client.pull_api import raise_unless_success
 from nodes.common import constants as c
 from nodes.common import rpc
-from nodes.common.errors import MqError, for_code
+from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageModel
-from proto import common_pb2, consumer_pb2
+from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -105,8 +105,7 @@ class HeartbeatService(Service):
         try:
             resp = await self._instance.unary(self._instance.consumer_stub(addr).Heartbeat, request,
                                               self.timeout_ms, f"heartbeat to {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             self.heartbeats_failed += 1
             log.warning("heartbeat of %s to %s failed: %s", self.client_id, addr, err)
@@ -157,8 +156,7 @@ class HeartbeatService(Service):
             try:
                 resp = await self._instance.unary(self._instance.consumer_stub(addr).UnregisterClient, request,
                                                   self.timeout_ms, f"unregister at {addr}")
-                if resp.code != common_pb2.SUCCESS:
-                    raise for_code(code_name(resp.code), resp.remark)
+                raise_unless_success(resp)
             except MqError as err:
                 log.warning("unregistering %s from %s failed: %s", self.client_id, addr, err)
 

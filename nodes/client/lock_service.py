@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from nodes.client.errors import BrokerNotFoundError
 from nodes.client.process_queue import ProcessQueue
-from nodes.client.pull_api import code_name
+from nodes.client.pull_api import raise_unless_success
 from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import Clock
-from nodes.common.errors import MqError, for_code
+from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from proto import common_pb2, consumer_pb2
+from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -179,8 +179,7 @@ class QueueLocker:
                                                     queues=[wire.mq_to_pb(mq) for mq in mqs])
             resp = await self._instance.unary(self._instance.consumer_stub(addr).LockBatchMQ, request,
                                               self.timeout_ms, f"lock {len(mqs)} queues of {broker_name} at {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             self.stats["lock_failures"] += 1
             log.warning("%s: locking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
@@ -254,8 +253,7 @@ class QueueLocker:
                                                       queues=[wire.mq_to_pb(mq) for mq in mqs])
             resp = await self._instance.unary(self._instance.consumer_stub(addr).UnlockBatchMQ, request,
                                               self.timeout_ms, f"unlock {len(mqs)} queues of {broker_name} at {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             log.warning("%s: unlocking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nodes.client.errors import BrokerNotFoundError
-from nodes.client.pull_api import code_name
+from nodes.client.pull_api import raise_unless_success
 from nodes.client.routes import FoundBroker
 from nodes.common import constants as c
-from nodes.common.errors import MqError, RemoteError, for_code
+from nodes.common.errors import MqError, RemoteError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from proto import broker_pb2, common_pb2
+from proto import broker_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -195,8 +195,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
                                                              client_id=self.client_id, commit_seq=commit_seq)
             resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
                                               self.timeout_ms, f"update offset {mq} at {found.addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             log.warning("persisting offset %d of %s failed: %s", offset, mq, err)
             self._emit(mq, offset, found, error=str(err))
@@ -211,8 +210,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
                                                         queue_id=mq.queue_id)
         resp = await self._instance.unary(self._instance.broker_stub(found.addr).QueryConsumerOffset, request,
                                           self.timeout_ms, f"query offset {mq} at {found.addr}")
-        if resp.code != common_pb2.SUCCESS:
-            raise for_code(code_name(resp.code), resp.remark)
+        raise_unless_success(resp)
         return resp.offset
 
     def _emit(self, mq: MessageQueue, offset: int, found: FoundBroker | None, *, error: str | None = None) -> None:
@@ -277,8 +275,7 @@ async def query_queue_offset(instance: ClientInstance, mq: MessageQueue, kind: i
                                                timestamp_ms=timestamp_ms)
     resp = await instance.unary(instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
                                 f"queue offset of {mq} at {addr}")
-    if resp.code != common_pb2.SUCCESS:
-        raise for_code(code_name(resp.code), resp.remark)
+    raise_unless_success(resp)
     return resp.offset
 
 

@@ -62,13 +62,6 @@ SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
 ASYNC_RETRY_CODES: frozenset[str] = frozenset()
 
 
-def _code_name(code: int) -> str:
-    try:
-        return wire.code_name(code)
-    except ValueError:
-        return f"CODE_{code}"
-
-
 def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, broker_name: str,
                               uniq_ids: Sequence[str]) -> SendResult:
     """processSendResponse: a SendResult for a storing code, else the code's RemoteError.
@@ -78,7 +71,7 @@ def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, 
     """
     status = SEND_STATUS_BY_CODE.get(resp.code)
     if status is None:
-        raise for_code(_code_name(resp.code), resp.remark)
+        raise for_code(wire.code_name(resp.code), resp.remark)
     queue_offsets, offset_msg_ids = answered_offsets(resp)
     if len(queue_offsets) != len(uniq_ids):
         raise InvariantViolation(

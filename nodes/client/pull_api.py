@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 from nodes.common import constants as c
 from nodes.common.errors import CorruptRecordError, for_code
 from nodes.common.types import MessageExt, MessageQueue, PullResult, PullStatus
+from nodes.common.wire import code_name
 from nodes.store import record  # the one store module the client may read
 from proto import broker_pb2, common_pb2
 
@@ -35,11 +36,10 @@ PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
 }
 
 
-def code_name(code: int) -> str:
-    try:
-        return common_pb2.Code.Name(code)
-    except ValueError:
-        return f"CODE_{code}"
+def raise_unless_success(resp: Any) -> None:
+    """A broker answer's `code` other than SUCCESS, raised as its error (with the answer's remark)."""
+    if resp.code != common_pb2.SUCCESS:
+        raise for_code(code_name(resp.code), resp.remark)
 
 
 def pull_status_for_code(code: int, remark: str = "") -> PullStatus:

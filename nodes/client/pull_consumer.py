@@ -14,7 +14,7 @@ from typing import Any
 
 from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
-from nodes.client.pull_api import PullApi, code_name
+from nodes.client.pull_api import PullApi, code_name, raise_unless_success
 from nodes.client.routes import FoundBroker
 from nodes.common import constants as c
 from nodes.common.config import Timing
@@ -222,8 +222,7 @@ class PullConsumer:
                                                          queue_id=mq.queue_id, offset=offset)
         resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
                                           timeout_ms, f"update_offset {mq} at {found.addr}")
-        if resp.code != common_pb2.SUCCESS:
-            raise for_code(code_name(resp.code), resp.remark)
+        raise_unless_success(resp)
 
     # --- queue offsets (MQAdminImpl: masters only) ------------------------------------------
     def min_offset(self, mq: MessageQueue) -> int:
@@ -256,8 +255,7 @@ class PullConsumer:
                                                    timestamp_ms=timestamp_ms)
         resp = await self._instance.unary(self._instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
                                           f"{what} at {addr}")
-        if resp.code != common_pb2.SUCCESS:
-            raise for_code(code_name(resp.code), resp.remark)
+        raise_unless_success(resp)
         return resp.offset
 
     @staticmethod

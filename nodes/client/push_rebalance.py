@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 from nodes.client.consume_orderly import ConsumeMessageOrderlyService
 from nodes.client.offset_store import query_queue_offset
 from nodes.client.process_queue import ProcessQueue
-from nodes.client.pull_api import code_name
+from nodes.client.pull_api import raise_unless_success
 from nodes.client.pull_service import PullRequest
 from nodes.client.rebalance import StartKind
 from nodes.client.routes import subscribe_queues
 from nodes.common import constants as c
-from nodes.common.errors import MqError, for_code
+from nodes.common.errors import MqError
 from nodes.common.types import MessageQueue
-from proto import broker_pb2, common_pb2, consumer_pb2
+from proto import broker_pb2, consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.push_consumer import PushConsumer
@@ -89,8 +89,7 @@ class PushRebalanceDeps:
         try:
             resp = await consumer._instance.unary(consumer._instance.consumer_stub(addr).GetConsumerList, request,
                                                   c.CONSUMER_LIST_TIMEOUT_MS, f"consumer list of {consumer.group} at {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             log.warning("consumer list of %s from %s failed: %s", consumer.group, addr, err)
             return None

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.client.errors import BrokerNotFoundError
 from nodes.client.producer import Producer
-from nodes.client.pull_api import code_name
+from nodes.client.pull_api import raise_unless_success
 from nodes.client.rebalance import retry_topic
 from nodes.common import constants as c
-from nodes.common.errors import MqError, for_code
+from nodes.common.errors import MqError
 from nodes.common.types import Message, MessageExt
-from proto import common_pb2, consumer_pb2
+from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -76,8 +76,7 @@ class MessageSender:
                 origin_msg_id=msg.msg_id, origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
             resp = await self._instance.unary(self._instance.consumer_stub(addr).ConsumerSendMsgBack, request,
                                               c.CONSUMER_SEND_BACK_TIMEOUT_MS, f"send back {msg.msg_id} to {addr}")
-            if resp.code != common_pb2.SUCCESS:
-                raise for_code(code_name(resp.code), resp.remark)
+            raise_unless_success(resp)
         except MqError as err:
             log.warning("send back of %s via %s failed (%s); sending it to %s with the internal producer",
                         msg.msg_id, broker_name, err, retry_topic(self.group))

@@ -7,7 +7,11 @@ from proto import broker_pb2, common_pb2
 
 
 def code_name(code: int) -> str:
-    return common_pb2.Code.Name(code)
+    """The name of a response code; `CODE_<n>` for one this build does not know (a newer peer)."""
+    try:
+        return common_pb2.Code.Name(code)
+    except ValueError:
+        return f"CODE_{code}"
 
 
 def code_value(name: str) -> int:
