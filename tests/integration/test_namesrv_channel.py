@@ -40,6 +40,16 @@ async def _open_channel(stub, token: str):
     return call, event
 
 
+async def _broker_connection(app: NamesrvApp, token: str):
+    """A broker's side: its own connection, a registration with `token`, its channel open on it.
+    Returns (connection, the channel's first event)."""
+    connection = grpc.aio.insecure_channel(app.addr)
+    stub = namesrv_pb2_grpc.NameServerStub(connection)
+    await _register(stub, token)
+    _, event = await _open_channel(stub, token)
+    return connection, event
+
+
 async def _until(predicate, budget_s: float, what: str) -> float:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -53,10 +63,7 @@ def test_closing_the_connection_removes_the_route_at_once(tmp_path):
     async def run():
         app = await _namesrv(tmp_path)
         try:
-            channel = grpc.aio.insecure_channel(app.addr)
-            stub = namesrv_pb2_grpc.NameServerStub(channel)
-            await _register(stub, "p1-0")
-            _, event = await _open_channel(stub, "p1-0")
+            channel, event = await _broker_connection(app, "p1-0")
             assert event.registered
             assert app.table.route("T") is not None
             await channel.close()  # the broker's connection goes away
@@ -74,15 +81,9 @@ def test_late_end_of_an_old_channel_keeps_the_new_registration(tmp_path):
     async def run():
         app = await _namesrv(tmp_path)
         try:
-            old = grpc.aio.insecure_channel(app.addr)
-            old_stub = namesrv_pb2_grpc.NameServerStub(old)
-            await _register(old_stub, "old-0")
-            await _open_channel(old_stub, "old-0")
+            old, _ = await _broker_connection(app, "old-0")
             # a process restarted at the same address registers with its own token first
-            new = grpc.aio.insecure_channel(app.addr)
-            new_stub = namesrv_pb2_grpc.NameServerStub(new)
-            await _register(new_stub, "new-0")
-            _, event = await _open_channel(new_stub, "new-0")
+            new, event = await _broker_connection(app, "new-0")
             assert event.registered
             await old.close()
             await _until(lambda: app.status().details["open_channels"] == 1, 5, "the old channel's end")
@@ -98,10 +99,7 @@ def test_late_end_of_an_old_channel_keeps_the_new_registration(tmp_path):
 def test_name_server_shutdown_is_not_a_broker_channel_close(tmp_path):
     async def run():
         app = await _namesrv(tmp_path)
-        channel = grpc.aio.insecure_channel(app.addr)
-        stub = namesrv_pb2_grpc.NameServerStub(channel)
-        await _register(stub, "p1-0")
-        await _open_channel(stub, "p1-0")
+        channel, _ = await _broker_connection(app, "p1-0")
         await app.stop()
         assert BROKER_ADDR in app.table.live
         await channel.close()
