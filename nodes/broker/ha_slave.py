@@ -29,9 +29,6 @@ from proto import replication_pb2, replication_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-_END = object()
-
-
 class HaClientState(enum.Enum):
     NO_MASTER = "NO_MASTER"
     CONNECTING = "CONNECTING"
@@ -115,20 +112,26 @@ class HaClient:
         """One connection; returns whether any data or heartbeat arrived."""
         if self.state is not HaClientState.REFUSED:  # a refusal stays visible while we retry
             self.state = HaClientState.CONNECTING
-        reports: asyncio.Queue[Any] = asyncio.Queue()
-        reports.put_nowait(self._report(first=True))
+        # Reports coalesce: appending a chunk only asks for one, and the writer builds it from
+        # the store when the stream is ready to send, so chunks that land while a report is on
+        # its way are acked by the next one (RocketMQ's HAClient likewise reports once per
+        # socket read, after every frame it read). The offset in a report is never stale.
+        report_wanted = asyncio.Event()
+        ended = False
 
         async def outgoing() -> AsyncIterator[replication_pb2.SlaveReport]:
+            yield self._report(first=True)
             while True:
-                item = await reports.get()
-                if item is _END:
+                await report_wanted.wait()
+                report_wanted.clear()
+                if ended:
                     return
-                yield item
+                yield self._report()
 
         async def heartbeat() -> None:
             while True:
                 await asyncio.sleep(self._config.timing.ha_heartbeat_ms / 1000.0)
-                reports.put_nowait(self._report())
+                report_wanted.set()
 
         received_any = False
         channel = make_channel(addr, self._config.dial_overrides)
@@ -162,9 +165,10 @@ class HaClient:
                     return received_any
                 self._store.append_commitlog(chunk.phys_offset, chunk.data)
                 self.bytes_received += len(chunk.data)
-                reports.put_nowait(self._report())
+                report_wanted.set()
         finally:
-            reports.put_nowait(_END)
+            ended = True
+            report_wanted.set()
             beats.cancel()
             await channel.close()
             if self.state is HaClientState.STREAMING:
