@@ -200,19 +200,21 @@ class SendBatcher:
 
     def _cut(self, waiting: collections.deque[PendingSend]) -> list[PendingSend]:
         """The next batch off the front of `waiting`: as many as fit, or one that goes alone.
-        Messages whose future was cancelled before they left are dropped (never sent)."""
+
+        A message taken is marked running (its future can no longer be cancelled: it is on its
+        way); one whose future was cancelled before it left is dropped (never sent)."""
         batch: list[PendingSend] = []
         total_bytes = 0
         while waiting and len(batch) < self.batch_count_max:
             nxt = waiting[0]
-            if nxt.future.cancelled():
-                waiting.popleft()
-                self._release(1)
-                continue
             if batch and (nxt.solo or batch[0].solo or total_bytes + nxt.body_bytes > self.batch_bytes_max):
                 break
+            waiting.popleft()
+            if not nxt.future.set_running_or_notify_cancel():
+                self._release(1)
+                continue
             total_bytes += nxt.body_bytes
-            batch.append(waiting.popleft())
+            batch.append(nxt)
         return batch
 
     async def _run(self, topic: str, lane: _Lane, batch: list[PendingSend]) -> None:
@@ -258,14 +260,13 @@ class SendBatcher:
         return None
 
     def _settle(self, pending: PendingSend, result: SendResult | None, exc: BaseException | None) -> None:
-        """Resolve one message's future (the caller releases its room in the window)."""
-        future = pending.future
+        """Resolve the future of a message that left (`_cut` marked it running); the caller
+        releases its room in the window."""
         try:
-            if future.set_running_or_notify_cancel():
-                if exc is None:
-                    future.set_result(result)  # type: ignore[arg-type]
-                else:
-                    future.set_exception(exc)
+            if exc is None:
+                pending.future.set_result(result)  # type: ignore[arg-type]
+            else:
+                pending.future.set_exception(exc)
         except Exception:  # a done-callback's failure must not strand the rest of the batch
             log.exception("send_async: resolving the future of %s failed", pending.uid)
 
@@ -275,7 +276,9 @@ class SendBatcher:
         for topic, lane in list(self._lanes.items()):
             failed = 0
             while lane.waiting:
-                self._settle(lane.waiting.popleft(), None, exc)
+                pending = lane.waiting.popleft()
+                if pending.future.set_running_or_notify_cancel():  # not cancelled by its caller
+                    self._settle(pending, None, exc)
                 failed += 1
             self._release(failed)
             if not lane.in_flight:

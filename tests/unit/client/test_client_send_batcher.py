@@ -201,6 +201,25 @@ def test_a_cancelled_message_is_never_sent():
     assert [uids for _, uids in fake.batches] == [["m0"], ["m1", "m3"]]
 
 
+def test_a_message_on_its_way_cannot_be_cancelled():
+    items = [pending("m0"), pending("m1")]
+
+    async def scenario(batcher, fake):
+        fake.queues = QUEUES[:1]
+        batcher.submit(items[0])
+        await settle(batcher)  # m0 is in flight, held by the fake
+        batcher.submit(items[1])
+        assert not items[0].future.cancel() and items[0].future.running()
+        fake.release.set()
+        for _ in range(5):
+            await settle(batcher)
+        assert batcher.wait_idle(0)
+
+    fake = run_batcher(scenario)
+    assert [uids for _, uids in fake.batches] == [["m0"], ["m1"]]
+    assert items[0].future.result().msg_id == "m0" and items[1].future.result().msg_id == "m1"
+
+
 def test_split_result_picks_one_message():
     batch = SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a,b", QUEUES[2], 7, offset_msg_id="X,Y",
                        msg_ids=("a", "b"), queue_offsets=(7, 8))
