@@ -3,7 +3,7 @@
     runner   the run: cluster, preload, the case matrix, the client processes
     worker   one measured client process (pull, push, send, or a limit's bare gRPC client)
     limits   the limits server (bare gRPC, no storage) and the raw mmap scan of the commitlog
-    results  the numbers: fractions of the limits, issue 8's targets, the JSON shape
+    results  the numbers: fractions of the limits, the targets, the JSON shape
     report   rich tables and the PNG plot
     cli      the `mqlab bench` sub-app
 """

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.bench.results import DEFAULT_SEND_BATCH, DEFAULT_SEND_WINDOW
+
 app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Benchmarks against a fresh local cluster.")
 
@@ -48,6 +50,8 @@ def pull(
     window: Annotated[int, typer.Option("--window", min=1, max=256, help="Pulls in flight per consumer process.")] = 8,
     push: Annotated[bool, typer.Option("--push/--no-push", help="Measure the push consumer.")] = True,
     send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
+    send_batch: Annotated[int, typer.Option("--send-batch", min=1, help="Messages per send_batch call.")] = DEFAULT_SEND_BATCH,
+    send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
     tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run every process (nodes, clients, limits) with glibc's mmap threshold raised, so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Cluster run dir (default: a fresh ./runs/<utc>-<pid>/).")] = None,
 ) -> None:
@@ -57,13 +61,15 @@ def pull(
 
     options = dict(messages=messages, body_bytes=body_bytes, queues=queues, batches=batches, consumers=consumers,
                    quick=quick, json_path=json_path, plot=plot, time_scale=time_scale, seconds=seconds, windows=windows,
-                   window=window, push=push, send=send, tune_malloc=tune_malloc, run_dir=run_dir)
+                   window=window, push=push, send=send, send_batch=send_batch, send_window=send_window,
+                   tune_malloc=tune_malloc, run_dir=run_dir)
     mqlab.cli_command(_pull)(mqlab, **options)
 
 
 def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, batches: str, consumers: str | None,
           quick: bool, json_path: Path | None, plot: Path | None, time_scale: float, seconds: float | None,
-          windows: int | None, window: int, push: bool, send: bool, tune_malloc: bool, run_dir: Path | None) -> None:
+          windows: int | None, window: int, push: bool, send: bool, send_batch: int, send_window: int,
+          tune_malloc: bool, run_dir: Path | None) -> None:
     from harness.bench import report as bench_report
     from harness.bench.results import report_json
     from harness.bench.runner import BenchConfig, run_bench
@@ -74,7 +80,8 @@ def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, bat
         raise mqlab.CliError(str(exc)) from None
     base = BenchConfig.quick() if quick else BenchConfig()
     overrides: dict[str, Any] = {"body_bytes": body_bytes, "queues": queues, "batches": _int_list(batches, "--batches"),
-                                 "window": window, "push": push, "send": send, "tune_malloc": tune_malloc,
+                                 "window": window, "push": push, "send": send, "send_batch": send_batch,
+                                 "send_window": send_window, "tune_malloc": tune_malloc,
                                  "time_scale": time_scale, "run_dir": run_dir}
     if messages is not None:
         overrides["messages"] = messages
@@ -92,6 +99,7 @@ def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, bat
     finally:
         hooks.close_bar()
     console.print(bench_report.results_table(report))
+    console.print(bench_report.cpu_table(report))
     console.print(bench_report.limits_table(report))
     console.print(bench_report.targets_table(report))
     data = report_json(report)

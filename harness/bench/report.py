@@ -35,7 +35,7 @@ def _pct(value: float | None) -> str:
 def results_table(report: BenchReport) -> Table:
     table = Table(title="results (MB/s of message bodies)")
     for col in ("case", "window", "msgs/s", "MB/s", "of gRPC", "of scan", "errors"):
-        table.add_column(col, justify="left" if col == "case" else "right", no_wrap=col == "case")
+        table.add_column(col, justify="left" if col == "case" else "right", no_wrap=col != "case")
     for case in report.results:
         m = case.measured
         table.add_row(case.label, str(case.window or "-"), f"{m.msgs_per_s:,.0f}", f"{m.mb_per_s:,.1f}",
@@ -44,11 +44,28 @@ def results_table(report: BenchReport) -> Table:
     return table
 
 
+CPU_PROCESSES = ("clients", "master", "slave")
+
+
+def cpu_table(report: BenchReport) -> Table:
+    """Where each case's cost is paid: CPU microseconds per message, by process."""
+    table = Table(title="CPU per message (us, over the measuring windows)")
+    table.add_column("case")
+    for name in ("client processes", "master", "slave", "total"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for case in report.results:
+        cpu = case.cpu_us_per_msg
+        cells = [f"{cpu[name]:,.1f}" if name in cpu else "-" for name in CPU_PROCESSES]
+        total = f"{sum(cpu.values()):,.1f}" if cpu else "-"
+        table.add_row(case.label, *cells, total)
+    return table
+
+
 def limits_table(report: BenchReport) -> Table:
     limits = report.limits
     table = Table(title=f"same-run limits ({limits.record_bytes}-byte records)")
     for col in ("limit", "batch", "window", "msgs/s", "MB/s"):
-        table.add_column(col, justify="left" if col == "limit" else "right", no_wrap=col == "limit")
+        table.add_column(col, justify="left" if col == "limit" else "right", no_wrap=col != "limit")
     for stream in sorted(limits.grpc_stream.values(), key=lambda s: s.batch):
         m = stream.measured
         table.add_row("gRPC stream (Pull)", str(stream.batch), str(stream.window), f"{m.msgs_per_s:,.0f}",
@@ -64,7 +81,7 @@ def limits_table(report: BenchReport) -> Table:
 
 
 def targets_table(report: BenchReport) -> Table:
-    table = Table(title="issue 8 targets")
+    table = Table(title="targets")
     table.add_column("target")
     table.add_column("met", justify="center")
     table.add_column("this run")

@@ -1,7 +1,7 @@
 """The benchmark's numbers: measured cases, same-run limits, fractions, targets, the JSON shape.
 
 Pure: no processes, no clock. The runner fills a `BenchReport`; `report_json` renders the
-shape of issue 8 (`{"results": [...], "limits": {...}, "machine": {...}}`, plus the run's
+benchmark's shape (`{"results": [...], "limits": {...}, "machine": {...}}`, plus the run's
 parameters and the target verdicts), and `evaluate_targets` judges it.
 
 Which limit a case is a fraction of:
@@ -19,10 +19,15 @@ from typing import Any
 
 PUSH_PULL_BATCH = 32  # PushConsumer's default pull_batch_size (DefaultMQPushConsumer.pullBatchSize)
 
-# issue 8's targets (benchmark, not tests)
+# The targets (benchmark, not tests)
 PULL_TARGET_FRACTION = {32: 0.5, 1024: 0.7}  # single PullConsumer from the master, of the gRPC limit
 SLAVE_WITHIN_FRACTION = 0.10  # a slave within 10% of the master
 SEND_TARGET_MSGS_PER_S = 50_000.0  # one producer, send_batch or send_async
+
+DEFAULT_SEND_BATCH = 100  # messages per send_batch call
+# send_async coalesces what is submitted while batches are in flight: a window of 1024 lets
+# the batches grow to the producer's batch cap, where a call's fixed cost is spread thin.
+DEFAULT_SEND_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class CaseResult:
     measured: Measured
     mode: str = ""  # send: sync | batch | async; pull: "" or first-read (one pass, cold); push: ""
     window: int = 0  # pulls (or async sends) in flight per process
+    # CPU microseconds per message over the measuring windows, by process ("clients" is the
+    # case's worker processes together): where a message's cost is paid.
+    cpu_us_per_msg: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -84,6 +92,14 @@ class CaseResult:
             return f"push {self.source}"
         suffix = f" ({self.mode})" if self.mode else ""
         return f"pull {self.source} b{self.batch} x{self.consumers}{suffix}"
+
+
+def cpu_per_message(cpu_s_by_process: dict[str, float | None], messages: int) -> dict[str, float]:
+    """CPU microseconds per message of each process, from its CPU seconds over the windows in
+    which `messages` completed; a process whose CPU is unknown is left out."""
+    if messages <= 0:
+        return {}
+    return {name: round(cpu_s * 1e6 / messages, 1) for name, cpu_s in cpu_s_by_process.items() if cpu_s is not None}
 
 
 @dataclass(frozen=True)
@@ -160,7 +176,7 @@ class TargetVerdict:
 
 
 def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
-    """issue 8's targets against this run's numbers."""
+    """The targets against this run's numbers."""
     verdicts: list[TargetVerdict] = []
     for batch, wanted in PULL_TARGET_FRACTION.items():
         name = f"pull master b{batch} x1 >= {wanted:.0%} of gRPC limit"
@@ -201,7 +217,7 @@ def _measured_json(m: Measured) -> dict[str, Any]:
 
 
 def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
-    """One entry of "results": issue 8's keys first, then what tells the rows apart."""
+    """One entry of "results": the documented keys first, then what tells the rows apart."""
     return {
         "client": case.client,
         "source": case.source,
@@ -217,6 +233,7 @@ def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
         "messages": case.measured.messages,
         "seconds": round(case.measured.seconds, 3),
         "errors": case.measured.errors,
+        "cpu_us_per_msg": dict(case.cpu_us_per_msg),
     }
 
 

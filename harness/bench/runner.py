@@ -34,12 +34,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
+import psutil
 
 from harness.bench.limits import scan_commitlog
 from harness.bench.results import (
+    DEFAULT_SEND_BATCH,
+    DEFAULT_SEND_WINDOW,
     PUSH_PULL_BATCH,
     BenchReport,
     CaseResult,
@@ -47,6 +50,7 @@ from harness.bench.results import (
     StreamLimit,
     UnaryLimit,
     best_window,
+    cpu_per_message,
 )
 from harness.cluster import LocalCluster
 from harness.errors import HarnessError
@@ -91,8 +95,8 @@ class BenchConfig:
     seconds: float = 2.0  # one measuring window
     windows: int = 3  # windows per case and limit; the best one counts
     window: int = 8  # pulls in flight per consumer process (and in the stream limit)
-    send_batch: int = 100  # messages per send_batch call
-    send_window: int = 64  # send_async's bounded window
+    send_batch: int = DEFAULT_SEND_BATCH  # messages per send_batch call
+    send_window: int = DEFAULT_SEND_WINDOW  # send_async's bounded window
     push: bool = True
     send: bool = True
     tune_malloc: bool = False  # run every process with MALLOC_TUNING
@@ -101,7 +105,7 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        """issue 8's --quick: 1 KiB bodies, batch 32 and 1024, master and slave, one consumer."""
+        """--quick: 1 KiB bodies, batch 32 and 1024, master and slave, one consumer."""
         base = cls(messages=20_000, body_bytes=1024, batches=(32, 1024), consumers=(1,), seconds=1.0, windows=3)
         return dataclasses.replace(base, **overrides)
 
@@ -205,6 +209,66 @@ def _worker_argv(job: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", "harness.bench.worker", json.dumps(job)]
 
 
+class WorkersRun(NamedTuple):
+    measured: Measured
+    error_samples: list[str]
+    cpu_us_per_msg: dict[str, float]  # see CaseResult.cpu_us_per_msg
+
+
+BROKER_NODES = {"master": "broker-a-0", "slave": "broker-a-1"}  # the default topology's broker a
+
+
+class BrokerCpu:
+    """The master's and slave's CPU seconds between `start` and `seconds` later (a timer
+    thread takes the second reading, so it lines up with the workers' windows), or `finish`
+    if that comes first."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self._procs: dict[str, psutil.Process] = {}
+        for role, node_id in BROKER_NODES.items():
+            try:
+                pid = cluster.node(node_id).pid
+                if pid is not None:
+                    self._procs[role] = psutil.Process(pid)
+            except (HarnessError, psutil.Error):
+                continue
+        self._first: dict[str, float] = {}
+        self._used: dict[str, float] | None = None
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def _read(self) -> dict[str, float]:
+        now: dict[str, float] = {}
+        for role, proc in self._procs.items():
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:  # gone meanwhile: its CPU is unknown
+                continue
+            now[role] = times.user + times.system
+        return now
+
+    def start(self, seconds: float) -> None:
+        self._first = self._read()
+        self._timer = threading.Timer(seconds, self.finish)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def finish(self) -> None:
+        """Take the second reading now unless the timer took it."""
+        with self._lock:
+            if self._used is None:
+                last = self._read()
+                self._used = {role: last[role] - first for role, first in self._first.items() if role in last}
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def used_s(self) -> dict[str, float]:
+        """CPU seconds of each broker over the windows; {} before `finish`."""
+        return dict(self._used or {})
+
+
 class Run:
     """One benchmark run's state: cluster, children, report."""
 
@@ -230,24 +294,32 @@ class Run:
             proc.close()
 
     # ---- running workers ---------------------------------------------------------------
-    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float) -> tuple[Measured, list[str]]:
+    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float) -> WorkersRun:
         """Start one worker per job, wait until all are READY, GO, and combine their results
-        (`seconds`: how long they measure in all)."""
+        (`seconds`: how long they measure in all). The brokers' CPU is read at GO and when the
+        windows end, the workers' own over their windows: per message, where the cost is paid."""
         workers = [self.child(_worker_argv(job), name) for job in jobs]
+        brokers = BrokerCpu(self.cluster)
         try:
             for worker in workers:
                 worker.expect("READY", WORKER_READY_BUDGET_S)
             for worker in workers:
                 worker.go()
+            brokers.start(seconds)
             results = [json.loads(w.expect("RESULT", seconds + WORKER_RESULT_SLACK_S)) for w in workers]
+            brokers.finish()  # the work ended before `seconds` (one pass, push): read the brokers now
         finally:
+            brokers.cancel()
             for worker in workers:
                 worker.close()
                 self._children.remove(worker)
         samples = [s for r in results for s in r.get("error_samples", [])]
         measured = best_window([(r["windows"], r["window_seconds"]) for r in results], self.config.body_bytes,
                                sum(r["errors"] for r in results))
-        return measured, samples
+        worker_cpu = [r.get("cpu_s") for r in results]
+        cpu_s = {"clients": None if None in worker_cpu else sum(worker_cpu), **brokers.used_s()}
+        cpu = cpu_per_message(cpu_s, sum(sum(r["windows"]) for r in results))
+        return WorkersRun(measured, samples, cpu)
 
     def record(self, case: CaseResult, samples: list[str]) -> None:
         self.report.results.append(case)
@@ -344,7 +416,7 @@ def measure_stream_limit(run: Run, addr: str, batch: int) -> None:
     config = run.config
     job = {"role": "grpc-stream", "addr": addr, "batch": batch, "window": config.window, "seconds": config.seconds,
            "windows": config.windows, "body_bytes": config.body_bytes}
-    measured, _ = run.run_workers(f"limit-stream-b{batch}", [job], config.measuring_seconds)
+    measured = run.run_workers(f"limit-stream-b{batch}", [job], config.measuring_seconds).measured
     known = run.report.limits.grpc_stream.get(batch)
     if known is None or measured.msgs_per_s > known.measured.msgs_per_s:
         run.report.limits.grpc_stream[batch] = StreamLimit(batch, config.window, measured)
@@ -360,9 +432,10 @@ def measure_pull(run: Run, source: str, batch: int, consumers: int, *, first_rea
              "batch": batch, "window": config.window, "source": source, "seconds": seconds, "windows": windows,
              "one_pass": first_read, "body_bytes": config.body_bytes} for i in range(consumers)]
     name = f"pull-{source}-b{batch}-x{consumers}" + ("-first" if first_read else "")
-    measured, samples = run.run_workers(name, jobs, seconds * windows)
+    measured, samples, cpu = run.run_workers(name, jobs, seconds * windows)
     run.record(CaseResult("pull", source, batch, config.body_bytes, consumers, measured,
-                          mode="first-read" if first_read else "", window=config.window), samples)
+                          mode="first-read" if first_read else "", window=config.window,
+                          cpu_us_per_msg=cpu), samples)
 
 
 def measure_push(run: Run, expected: int) -> None:
@@ -370,8 +443,9 @@ def measure_push(run: Run, expected: int) -> None:
     job = {"role": "push", "namesrv": run.cluster.namesrv_addr, "timing": run.timing, "topic": PULL_TOPIC,
            "group": "bench_push", "batch": PUSH_PULL_BATCH, "expected": expected,
            "seconds": max(10.0, 10 * config.seconds), "body_bytes": config.body_bytes}
-    measured, samples = run.run_workers("push", [job], job["seconds"])
-    run.record(CaseResult("push", "master", PUSH_PULL_BATCH, config.body_bytes, 1, measured), samples)
+    measured, samples, cpu = run.run_workers("push", [job], job["seconds"])
+    run.record(CaseResult("push", "master", PUSH_PULL_BATCH, config.body_bytes, 1, measured, cpu_us_per_msg=cpu),
+               samples)
 
 
 SEND_MODES = ("sync", "batch", "async")
@@ -387,7 +461,7 @@ def measure_unary_limit(run: Run, addr: str, mode: str) -> None:
     batch, window = _send_shape(config, mode)
     job = {"role": "grpc-unary", "addr": addr, "mode": mode, "batch": batch, "window": window,
            "seconds": config.seconds, "windows": config.windows, "body_bytes": config.body_bytes}
-    measured, _ = run.run_workers(f"limit-unary-{mode}", [job], config.measuring_seconds)
+    measured = run.run_workers(f"limit-unary-{mode}", [job], config.measuring_seconds).measured
     run.report.limits.grpc_unary[mode] = UnaryLimit(mode, batch, window, measured)
 
 
@@ -397,9 +471,9 @@ def measure_send(run: Run, mode: str) -> None:
     job = {"role": "send", "namesrv": run.cluster.namesrv_addr, "timing": run.timing, "topic": SEND_TOPIC,
            "group": "bench_send", "mode": mode, "batch": batch, "window": window, "seconds": config.seconds,
            "windows": config.windows, "body_bytes": config.body_bytes}
-    measured, samples = run.run_workers(f"send-{mode}", [job], config.measuring_seconds)
-    run.record(CaseResult("send", "master", batch, config.body_bytes, 1, measured, mode=mode, window=window),
-               samples)
+    measured, samples, cpu = run.run_workers(f"send-{mode}", [job], config.measuring_seconds)
+    run.record(CaseResult("send", "master", batch, config.body_bytes, 1, measured, mode=mode, window=window,
+                          cpu_us_per_msg=cpu), samples)
 
 
 def machine_info() -> dict[str, Any]:

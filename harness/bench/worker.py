@@ -79,6 +79,13 @@ class Windows:
         self.seconds = seconds
         self.messages = [0] * count
         self.end = start + seconds * count
+        self._cpu_start_s = time.process_time()
+        self.cpu_s: float | None = None  # this process's CPU (every thread) over the windows
+
+    def close(self) -> None:
+        """The windows are over: take the process's CPU time spent in them."""
+        if self.cpu_s is None:
+            self.cpu_s = time.process_time() - self._cpu_start_s
 
     @classmethod
     def from_now(cls, job: dict[str, Any]) -> Windows:
@@ -93,8 +100,9 @@ class Windows:
             self.messages[index] += count
 
 
-def _result(windows: list[int], window_seconds: float, errors: int = 0, **extra: Any) -> dict[str, Any]:
-    return {"windows": windows, "window_seconds": window_seconds, "errors": errors, **extra}
+def _result(windows: list[int], window_seconds: float, errors: int = 0, *, cpu_s: float | None = None,
+            **extra: Any) -> dict[str, Any]:
+    return {"windows": windows, "window_seconds": window_seconds, "errors": errors, "cpu_s": cpu_s, **extra}
 
 
 # ---- pull -------------------------------------------------------------------------------
@@ -209,9 +217,12 @@ def run_pull(job: dict[str, Any]) -> dict[str, Any]:
         _await_go()
         windows = Windows.from_now(job)
         end = loop.run(windows)
+        windows.close()
         if one_pass:  # the rate of the pass itself, however long it took
-            return _result([loop.messages], end - windows.start, loop.errors, error_samples=loop.error_samples)
-        return _result(windows.messages, windows.seconds, loop.errors, error_samples=loop.error_samples)
+            return _result([loop.messages], end - windows.start, loop.errors, cpu_s=windows.cpu_s,
+                           error_samples=loop.error_samples)
+        return _result(windows.messages, windows.seconds, loop.errors, cpu_s=windows.cpu_s,
+                       error_samples=loop.error_samples)
     finally:
         consumer.shutdown()
 
@@ -245,9 +256,11 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
     _emit("READY")
     _await_go()
     start = time.monotonic()
+    cpu_start_s = time.process_time()
     consumer.start()
     try:
         done.wait(job["seconds"])
+        cpu_s = time.process_time() - cpu_start_s  # start-up and rebalance included: small next to the rest
     finally:
         with lock:
             messages, first, last = seen["messages"], seen["first"], seen["last"]
@@ -255,7 +268,7 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
     if not messages:
         return _result([0], time.monotonic() - start, 1, error_samples=["no message arrived"])
     # From the first delivery to the last: rebalance and start-up are not consumption.
-    return _result([messages], last - first, 0, started_after_s=first - start)
+    return _result([messages], last - first, 0, cpu_s=cpu_s, started_after_s=first - start)
 
 
 # ---- send -------------------------------------------------------------------------------
@@ -309,11 +322,12 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
                         pending = [f for f in pending if not f.done()]
             except Exception as exc:  # counted and sampled
                 settle(batch if mode == "batch" else 1, None, exc)
+        windows.close()
         cf.wait(pending)
     finally:
         producer.shutdown()
     assert windows is not None
-    return _result(windows.messages, windows.seconds, counts["errors"], error_samples=samples)
+    return _result(windows.messages, windows.seconds, counts["errors"], cpu_s=windows.cpu_s, error_samples=samples)
 
 
 # ---- the limits' clients --------------------------------------------------------------------

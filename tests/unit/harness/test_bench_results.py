@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from harness.bench.results import (
     StreamLimit,
     UnaryLimit,
     best_window,
+    cpu_per_message,
     evaluate_targets,
     report_json,
 )
@@ -112,3 +114,30 @@ def test_case_labels():
     assert pull("slave", 1024, 1, consumers=4).label == "pull slave b1024 x4"
     assert pull("master", 1024, 1, mode="first-read").label == "pull master b1024 x1 (first-read)"
     assert send("batch", 1, 100).label == "send batch b100"
+
+
+def test_cpu_per_message_divides_each_process_by_the_messages_and_leaves_unknowns_out():
+    assert cpu_per_message({"clients": 0.5, "master": 1.25, "slave": None}, 25_000) == {"clients": 20.0,
+                                                                                           "master": 50.0}
+    assert cpu_per_message({"clients": 0.5}, 0) == {}
+
+
+def test_a_case_reports_its_cpu_per_message_in_the_json():
+    case = dataclasses.replace(send("batch", 20_000, 100), cpu_us_per_msg={"clients": 25.0, "master": 40.0})
+    entry = report_json(report_with(case))["results"][0]
+    assert entry["cpu_us_per_msg"] == {"clients": 25.0, "master": 40.0}
+    assert report_json(report_with(send("batch", 1)))["results"][0]["cpu_us_per_msg"] == {}
+
+
+def test_the_cpu_table_shows_each_process_and_the_total_and_a_dash_for_unknowns():
+    from rich.console import Console
+
+    from harness.bench.report import cpu_table
+
+    known = dataclasses.replace(send("batch", 20_000, 100),
+                                cpu_us_per_msg={"clients": 21.5, "master": 33.0, "slave": 22.5})
+    console = Console(width=120, record=True)
+    console.print(cpu_table(report_with(known, send("sync", 500))))
+    rows = [line for line in console.export_text().splitlines() if "send" in line]
+    assert [cell.strip() for cell in rows[0].split("│")[1:-1]] == ["send batch b100", "21.5", "33.0", "22.5", "77.0"]
+    assert [cell.strip() for cell in rows[1].split("│")[1:-1]] == ["send sync b1", "-", "-", "-", "-"]

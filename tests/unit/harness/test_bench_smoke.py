@@ -42,7 +42,14 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     assert [c.measured.messages for c in first_reads] == [400, 400]  # one pass, every message once
     assert set(report.limits.grpc_stream) == {8, 32} and set(report.limits.grpc_unary) == {"sync", "batch", "async"}
     assert report.limits.mmap_scan is not None and report.limits.record_bytes > 100
+    # Where the cost is paid: every case knows its clients' CPU per message, and a send case the
+    # master's too (it stored every message).
+    for case in report.results:
+        assert case.cpu_us_per_msg.get("clients", 0) > 0, case
+    sends = [c for c in report.results if c.client == "send"]
+    assert all(c.cpu_us_per_msg.get("master", 0) > 0 for c in sends), sends
     data = json.loads(json.dumps(report_json(report)))
+    assert set(data["results"][-1]["cpu_us_per_msg"]) >= {"clients", "master"}
     assert data["results"][2]["client"] == "pull" and data["results"][2]["fraction_of_grpc_limit"] > 0
     assert write_plot(report, tmp_path / "plot.png").stat().st_size > 1000
     assert any("first read" in stage for stage in stages)
