@@ -7,7 +7,9 @@ parameters and the target verdicts), and `evaluate_targets` judges it.
 Which limit a case is a fraction of:
     pull (batch B)      the bare gRPC stream at batch B (same window, one stream message per pull)
     push                the bare gRPC stream at the push consumer's pull batch (32)
-    send (mode M)       the bare gRPC unary call of mode M (sync, batch, async), same request bytes
+    send (mode M)       bare gRPC unary calls of mode M's shape, same request bytes: sync one
+                        message per call; batch `send_batch` messages per call; async the
+                        batches send_async coalesces under load (up to 256 messages, 4 in flight)
 A pull or push case is also a fraction of the raw mmap scan of the commitlog.
 """
 

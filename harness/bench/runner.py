@@ -456,9 +456,18 @@ def _send_shape(config: BenchConfig, mode: str) -> tuple[int, int]:
     return (config.send_batch if mode == "batch" else 1), (config.send_window if mode == "async" else 1)
 
 
+def _unary_limit_shape(config: BenchConfig, mode: str) -> tuple[int, int]:
+    """(messages per call, calls in flight) of the bare unary limit for a send mode. send_async
+    coalesces: under load it sends full batches, a few in flight, so its limit is that shape
+    (not `window` one-message calls, which would measure a send path it does not take)."""
+    if mode == "async":
+        return min(config.send_window, c.SEND_ASYNC_BATCH_COUNT_MAX), c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX
+    return _send_shape(config, mode)
+
+
 def measure_unary_limit(run: Run, addr: str, mode: str) -> None:
     config = run.config
-    batch, window = _send_shape(config, mode)
+    batch, window = _unary_limit_shape(config, mode)
     job = {"role": "grpc-unary", "addr": addr, "mode": mode, "batch": batch, "window": window,
            "seconds": config.seconds, "windows": config.windows, "body_bytes": config.body_bytes}
     measured = run.run_workers(f"limit-unary-{mode}", [job], config.measuring_seconds).measured

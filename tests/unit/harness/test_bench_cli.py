@@ -11,7 +11,7 @@ from harness.bench import report as bench_report
 from harness.bench.runner import BenchConfig
 
 OPTIONS = ["--messages", "--body-bytes", "--queues", "--batches", "--consumers", "--quick", "--json", "--plot",
-           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc"]
+           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc", "--send-batch", "--send-window"]
 
 
 @pytest.fixture
@@ -56,8 +56,19 @@ def test_missing_matplotlib_says_what_to_install(runner, monkeypatch):
     assert "needs matplotlib" in result.output and "[dev]" in result.output
 
 
-def test_quick_is_the_issue_matrix():
+def test_quick_is_the_documented_matrix():
     quick = BenchConfig.quick()
     assert (quick.body_bytes, quick.batches, quick.sources, quick.consumers) == (1024, (32, 1024),
                                                                                 ("master", "slave"), (1,))
     assert quick.measuring_seconds <= 3.0
+
+
+def test_send_async_is_measured_against_the_batches_it_coalesces_into():
+    from harness.bench.runner import _send_shape, _unary_limit_shape
+    from nodes.common import constants as c
+
+    config = BenchConfig(send_batch=50, send_window=1024)
+    assert _send_shape(config, "async") == (1, 1024)  # one message per send_async call, 1024 in the window
+    assert _unary_limit_shape(config, "async") == (c.SEND_ASYNC_BATCH_COUNT_MAX, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
+    assert _unary_limit_shape(BenchConfig(send_window=16), "async") == (16, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
+    assert _unary_limit_shape(config, "batch") == (50, 1) and _unary_limit_shape(config, "sync") == (1, 1)
