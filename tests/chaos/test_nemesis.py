@@ -238,7 +238,7 @@ def test_play_fires_a_schedule_and_leaves_everything_running(cluster, tmp_path):
         t0 = time.monotonic()
         result = play(schedule, nemesis, SYSTEM_CLOCK, threading.Event(), on_progress=progress.append)
         took_ms = (time.monotonic() - t0) * 1000
-    assert short_ms * 5 <= took_ms
+    assert short_ms * 5 - 1 <= took_ms  # the phase is timed on a clock of whole milliseconds
     assert not result.stopped_early and all(o.ok for o in result.outcomes + result.recovered)
     assert [o.op for o in result.outcomes] == ["kill", "restart", "partition", "heal", "pause"]
     assert [o.op for o in result.recovered] == ["resume"]
