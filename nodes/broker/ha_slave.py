@@ -140,7 +140,10 @@ class HaClient:
             call = replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing())
             chunks = aiter(call)
             housekeeping_s = self._config.timing.ha_housekeeping_ms / 1000.0
-            while True:
+            # Checked per chunk, not only left to cancellation: on Python 3.11 wait_for can
+            # swallow a cancel that lands as a chunk arrives, and a slave catching up always has
+            # the next chunk ready, so stop() would wait for this loop forever.
+            while not self._stopping.is_set():
                 try:
                     chunk = await asyncio.wait_for(anext(chunks), housekeeping_s)
                 except StopAsyncIteration:
@@ -166,6 +169,7 @@ class HaClient:
                 self._store.append_commitlog(chunk.phys_offset, chunk.data)
                 self.bytes_received += len(chunk.data)
                 report_wanted.set()
+            return received_any
         finally:
             ended = True
             report_wanted.set()

@@ -126,3 +126,23 @@ def test_divergence_guard_refuses_a_slave_that_is_ahead_or_different(tmp_path, t
         assert max_phys_offset(slave) == slave_end  # it applied nothing
         report = verify_store(slave.addr)
         assert report.invalid_units == 0 and report.units_checked == 200
+
+
+def test_a_slave_catching_up_exits_on_sigterm_by_itself(tmp_path, time_scale):
+    """SIGTERM while the master streams a backlog: a slave always has the next chunk ready, and
+    its stop must not depend on the cancel landing between two chunks (no SIGKILL needed)."""
+    with LocalCluster(ClusterSpec.default(time_scale=time_scale), run_dir=tmp_path / "run") as cluster:
+        master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
+        assert cluster.stop("broker-a-1") == 0
+        body = b"x" * 1024
+        with Producer(cluster.namesrv_addr) as producer:
+            for _ in range(80):  # ~95 MB of records: seconds of catching up
+                assert producer.send_batch([Message("Backlog", body) for _ in range(1000)]).status is SendStatus.SEND_OK
+        master_end = max_phys_offset(master)
+        cluster.restart("broker-a-1")
+        behind = wait_for(lambda: 0 < max_phys_offset(slave) < master_end, budget_s=30,
+                          what="the slave streaming its backlog", interval_s=0.01)
+        assert behind is True
+        started = time.monotonic()
+        assert cluster.stop("broker-a-1", grace_ms=5_000) == 0  # -9 if it had to be killed
+        assert time.monotonic() - started < 5.0
