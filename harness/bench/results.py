@@ -9,7 +9,7 @@ Which limit a case is a fraction of:
     push                the bare gRPC stream at the push consumer's pull batch (32)
     send (mode M)       bare gRPC unary calls of mode M's shape, same request bytes: sync one
                         message per call; batch `send_batch` messages per call; async the
-                        batches send_async coalesces under load (up to 256 messages, 4 in flight)
+                        batches send_async coalesces under load (its count and byte caps, 4 in flight)
 A pull or push case is also a fraction of the raw mmap scan of the commitlog.
 """
 

@@ -461,7 +461,9 @@ def _unary_limit_shape(config: BenchConfig, mode: str) -> tuple[int, int]:
     coalesces: under load it sends full batches, a few in flight, so its limit is that shape
     (not `window` one-message calls, which would measure a send path it does not take)."""
     if mode == "async":
-        return min(config.send_window, c.SEND_ASYNC_BATCH_COUNT_MAX), c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX
+        batch = min(config.send_window, c.SEND_ASYNC_BATCH_COUNT_MAX,
+                    max(1, c.SEND_ASYNC_BATCH_BYTES_MAX // config.body_bytes))
+        return batch, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX
     return _send_shape(config, mode)
 
 

@@ -114,9 +114,14 @@ NODE_STOP_GRACE_MS = 10_000
 # ---------------------------------------------------------------------------
 SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
 SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
-SEND_ASYNC_WINDOW_MAX = 128  # in-flight async sends before send_async blocks: more only queues at the broker and turns into timeouts
-# send_async coalesces the messages submitted while a batch is in flight into the next batch:
-SEND_ASYNC_BATCH_COUNT_MAX = 256  # messages in one coalesced batch
+# Messages submitted and not yet answered before send_async blocks (RocketMQ bounds async
+# requests with a 65535-permit semaphore). send_async coalesces the messages submitted while a
+# batch is in flight into the next batch, so a window this size leaves as a few large batches.
+SEND_ASYNC_WINDOW_MAX = 1024
+# Messages in one coalesced batch: with the byte cap below, 1 KiB messages fill a batch of about
+# a thousand, where a call's fixed cost (most of it gRPC's and replication's per-message work
+# on the brokers) is spread over many messages.
+SEND_ASYNC_BATCH_COUNT_MAX = 1024
 SEND_ASYNC_BATCH_BYTES_MAX = 1024 * 1024  # body bytes in one coalesced batch (the broker allows 4 MiB)
 SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, each to its own queue
 

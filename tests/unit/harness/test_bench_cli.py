@@ -69,6 +69,8 @@ def test_send_async_is_measured_against_the_batches_it_coalesces_into():
 
     config = BenchConfig(send_batch=50, send_window=1024)
     assert _send_shape(config, "async") == (1, 1024)  # one message per send_async call, 1024 in the window
-    assert _unary_limit_shape(config, "async") == (c.SEND_ASYNC_BATCH_COUNT_MAX, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
+    assert _unary_limit_shape(config, "async") == (c.SEND_ASYNC_BATCH_BYTES_MAX // 1024, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
+    big = BenchConfig(body_bytes=64 * 1024, send_batch=10, send_window=1024)
+    assert _unary_limit_shape(big, "async") == (c.SEND_ASYNC_BATCH_BYTES_MAX // (64 * 1024), c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
     assert _unary_limit_shape(BenchConfig(send_window=16), "async") == (16, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
     assert _unary_limit_shape(config, "batch") == (50, 1) and _unary_limit_shape(config, "sync") == (1, 1)
