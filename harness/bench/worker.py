@@ -299,8 +299,12 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
                     samples.append(repr(exc) if exc is not None else result.status.value)
 
     def done(fut: cf.Future[Any]) -> None:
-        exc = fut.exception()
-        settle(1, None if exc else fut.result(), exc)
+        try:  # one look at the future (each takes its lock)
+            result = fut.result()
+        except Exception as exc:
+            settle(1, None, exc)
+        else:
+            settle(1, result, None)
 
     try:
         producer.send(Message(topic, body))  # warm up: route, channel

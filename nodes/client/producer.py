@@ -286,8 +286,7 @@ class Producer:
         """Validate, stamp UNIQ_KEY (kept if the message already has one) and encode."""
         if not isinstance(msg, Message):
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
-        if not validated:
-            validate_message(msg, self.body_bytes_max)
+        properties = msg.all_properties() if validated else validate_message(msg, self.body_bytes_max)
         if self._ids is None:
             raise ClientStateError("the producer is not started; call start() first")
         if msg.properties is None:
@@ -297,7 +296,8 @@ class Producer:
         if not uid:
             uid = self._ids.next_id()
             msg.properties[c.PROPERTY_UNIQ_KEY] = uid
-        return Outgoing(msg.body, msg.flag, msg.all_properties(), self._clock.wall_ms()), uid
+            properties[c.PROPERTY_UNIQ_KEY] = uid  # the sent copy, built before the id was set
+        return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
 
     def _run(self, coro: Any, what: str) -> SendResult:
         return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)

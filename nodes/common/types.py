@@ -151,8 +151,16 @@ class ConsumeFromWhere(enum.Enum):
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
+# Topic names that passed validate_topic: a producer or a broker sees few, and checks one per
+# message. Bounded; cleared when full (a set's add and clear are atomic under the GIL).
+_VALID_TOPICS: set[str] = set()
+_VALID_TOPICS_MAX = 1024
+
+
 def validate_topic(topic: str) -> None:
     """RocketMQ's Validators#checkTopic: non-empty, [%|a-zA-Z0-9_-], at most 127 bytes."""
+    if topic in _VALID_TOPICS:
+        return
     if not topic or not topic.strip():
         raise InvalidMessageError("topic name is empty")
     if len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
@@ -160,10 +168,16 @@ def validate_topic(topic: str) -> None:
     if not _TOPIC_RE.match(topic):
         raise InvalidMessageError(
             f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]; rename the topic")
+    if len(_VALID_TOPICS) >= _VALID_TOPICS_MAX:
+        _VALID_TOPICS.clear()
+    _VALID_TOPICS.add(topic)
 
 
-def validate_message(msg: Message, body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> None:
-    """RocketMQ's Validators#checkMessage, run by the producer before anything is sent."""
+def validate_message(msg: Message, body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> dict[str, str]:
+    """RocketMQ's Validators#checkMessage, run by the producer before anything is sent.
+
+    Returns the message's properties as sent (`all_properties`), which it had to build anyway.
+    """
     validate_topic(msg.topic)
     if msg.topic == c.AUTO_CREATE_TOPIC_KEY:
         raise InvalidMessageError(f"topic {c.AUTO_CREATE_TOPIC_KEY} is reserved for auto-creation; send elsewhere")
@@ -174,7 +188,8 @@ def validate_message(msg: Message, body_bytes_max: int = c.MESSAGE_BODY_BYTES_MA
     if len(msg.body) > body_bytes_max:
         raise InvalidMessageError(
             f"message body is {len(msg.body)} bytes, over the {body_bytes_max}-byte limit; split it")
-    for name, value in msg.all_properties().items():
+    properties = msg.all_properties()
+    for name, value in properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidMessageError(f"property {name!r} must map a str to a str")
         if name == c.PROPERTY_RECORD_CRC:
@@ -182,6 +197,7 @@ def validate_message(msg: Message, body_bytes_max: int = c.MESSAGE_BODY_BYTES_MA
         for text in (name, value):
             if c.PROPERTY_NAME_SEPARATOR in text or c.PROPERTY_SEPARATOR in text:
                 raise InvalidMessageError(f"property {name!r} contains a reserved \\x01 or \\x02 character")
+    return properties
 
 
 @dataclass(frozen=True, slots=True)
