@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import grpc
 
 from nodes.client.msg_id import local_ipv4
-from nodes.client.pull_api import raise_unless_success
 from nodes.common import constants as c
 from nodes.common import rpc
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageModel
+from nodes.common.wire import raise_unless_success
 from proto import consumer_pb2
 
 if TYPE_CHECKING:

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from nodes.client.errors import BrokerNotFoundError
 from nodes.client.process_queue import ProcessQueue
-from nodes.client.pull_api import raise_unless_success
 from nodes.common import constants as c
 from nodes.common import wire
 from nodes.common.clock import Clock
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
+from nodes.common.wire import raise_unless_success
 from proto import consumer_pb2
 
 if TYPE_CHECKING:

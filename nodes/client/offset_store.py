@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nodes.client.errors import BrokerNotFoundError
-from nodes.client.pull_api import raise_unless_success
 from nodes.client.routes import FoundBroker
 from nodes.common import constants as c
 from nodes.common.errors import MqError, RemoteError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
+from nodes.common.wire import raise_unless_success
 from proto import broker_pb2
 
 if TYPE_CHECKING:

@@ -36,12 +36,6 @@ PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
 }
 
 
-def raise_unless_success(resp: Any) -> None:
-    """A broker answer's `code` other than SUCCESS, raised as its error (with the answer's remark)."""
-    if resp.code != common_pb2.SUCCESS:
-        raise for_code(code_name(resp.code), resp.remark)
-
-
 def pull_status_for_code(code: int, remark: str = "") -> PullStatus:
     """The PullStatus of a response code; any other code raises its RemoteError."""
     status = PULL_STATUS_BY_CODE.get(code)

@@ -14,12 +14,13 @@ from typing import Any
 
 from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
-from nodes.client.pull_api import PullApi, code_name, raise_unless_success
+from nodes.client.pull_api import PullApi
 from nodes.client.routes import FoundBroker
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import InvalidMessageError, RouteNotFoundError, for_code
 from nodes.common.types import MessageQueue, PullResult, validate_topic
+from nodes.common.wire import code_name, raise_unless_success
 from proto import broker_pb2, common_pb2
 
 CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer.consumerPullTimeoutMillis (candidate for constants)

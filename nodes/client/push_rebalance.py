@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from nodes.client.consume_orderly import ConsumeMessageOrderlyService
 from nodes.client.offset_store import query_queue_offset
 from nodes.client.process_queue import ProcessQueue
-from nodes.client.pull_api import raise_unless_success
 from nodes.client.pull_service import PullRequest
 from nodes.client.rebalance import StartKind
 from nodes.client.routes import subscribe_queues
 from nodes.common import constants as c
 from nodes.common.errors import MqError
 from nodes.common.types import MessageQueue
+from nodes.common.wire import raise_unless_success
 from proto import broker_pb2, consumer_pb2
 
 if TYPE_CHECKING:

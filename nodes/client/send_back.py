@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.client.errors import BrokerNotFoundError
 from nodes.client.producer import Producer
-from nodes.client.pull_api import raise_unless_success
 from nodes.client.rebalance import retry_topic
 from nodes.common import constants as c
 from nodes.common.errors import MqError
 from nodes.common.types import Message, MessageExt
+from nodes.common.wire import raise_unless_success
 from proto import consumer_pb2
 
 if TYPE_CHECKING:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from nodes.common.errors import for_code
 from nodes.common.types import Message, MessageQueue, TopicConfig
 from proto import broker_pb2, common_pb2
 
@@ -12,6 +15,12 @@ def code_name(code: int) -> str:
         return common_pb2.Code.Name(code)
     except ValueError:
         return f"CODE_{code}"
+
+
+def raise_unless_success(resp: Any) -> None:
+    """An answer's `code` other than SUCCESS, raised as its error (with the answer's remark)."""
+    if resp.code != common_pb2.SUCCESS:
+        raise for_code(code_name(resp.code), resp.remark)
 
 
 def code_value(name: str) -> int:
