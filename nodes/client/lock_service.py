@@ -106,7 +106,7 @@ class QueueLocker:
         nothing (RocketMQ's lock(mq) never clears the flag).
         """
         asked = self._process_queues().get(mq)
-        held_before = asked is not None and self._holds(asked)
+        held_before = asked is not None and self.holds(asked)
         locked, sent_ms = await self._lock_batch(mq.broker_name, [mq], reason=reason,
                                                  held_before=[mq] if held_before else ())
         if locked is None or mq not in locked:
@@ -116,7 +116,8 @@ class QueueLocker:
             self._granted(mq, pq, sent_ms, held_before=held_before or pq is not asked)
         return sent_ms
 
-    def _holds(self, pq: ProcessQueue) -> bool:
+    def holds(self, pq: ProcessQueue) -> bool:
+        """Whether the client holds `pq`'s lock: granted, and its believed lease not run out."""
         return pq.locked and not pq.is_lock_expired(self._clock.monotonic_ms(), lock_max_live_ms=self.client_lease_ms)
 
     def _granted(self, mq: MessageQueue, pq: ProcessQueue, sent_ms: int, *, held_before: bool) -> None:
@@ -147,7 +148,7 @@ class QueueLocker:
     async def _lock_all_of(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         table = self._process_queues()
         asked = {mq: table.get(mq) for mq in mqs}
-        held_before = {mq for mq, pq in asked.items() if pq is not None and self._holds(pq)}
+        held_before = {mq for mq, pq in asked.items() if pq is not None and self.holds(pq)}
         locked, sent_ms = await self._lock_batch(broker_name, mqs, reason="renew", held_before=held_before)
         if locked is None:
             return

@@ -55,8 +55,9 @@ class PushOrderlyLocks:
         self._c._locker.unlock_later(mq, delay_ms)
 
     def holds_lock(self, pq: ProcessQueue) -> bool:
-        now_ms = self._c._clock.monotonic_ms()
-        return pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=self._c.timing.client_lock_lease_ms)
+        assert self._c._locker is not None
+        return self._c._locker.holds(pq)
+
 
 class PushRebalanceDeps:
     """The I/O `RebalanceImpl` needs, served by the push consumer (loop)."""
