@@ -30,13 +30,13 @@ log = logging.getLogger(__name__)
 
 CQ_UNIT = struct.Struct(">qiq")
 assert CQ_UNIT.size == c.CQ_UNIT_SIZE_BYTES == 20
-HOLE_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE, as RocketMQ's fillPreBlank writes. TODO(lead): move to constants
-HOLE_UNIT = CQ_UNIT.pack(0, HOLE_SIZE, 0)
+_HOLE_SIZE = c.CQ_HOLE_SIZE_MARK
+HOLE_UNIT = CQ_UNIT.pack(0, _HOLE_SIZE, 0)
 _UNIT = c.CQ_UNIT_SIZE_BYTES
 
 
 def is_hole(phys_offset: int, size: int) -> bool:
-    return size == HOLE_SIZE and phys_offset == 0
+    return size == _HOLE_SIZE and phys_offset == 0
 
 
 class ConsumeQueue:
@@ -124,7 +124,7 @@ class ConsumeQueue:
         """
         if phys_offset + size <= self.max_phys_end:
             return False
-        if phys_offset < 0 or size <= 0 or size == HOLE_SIZE:
+        if phys_offset < 0 or size <= 0 or size == _HOLE_SIZE:
             raise InvariantViolation(f"{self.topic}-{self.queue_id}: bad unit ({phys_offset}, {size})")
         next_queue_offset = self.max_queue_offset
         was_empty = self.max_phys_end == 0  # true iff no real unit yet (a real one ends past 0)
@@ -152,7 +152,7 @@ class ConsumeQueue:
             return ()
         phys_offset, size, _ = units[0]
         if first_queue_offset != self.max_queue_offset or phys_offset + size <= self.max_phys_end or any(
-                unit_phys_offset < 0 or unit_size <= 0 or unit_size == HOLE_SIZE
+                unit_phys_offset < 0 or unit_size <= 0 or unit_size == _HOLE_SIZE
                 for unit_phys_offset, unit_size, _ in units):
             return [i for i, unit in enumerate(units) if self.put(first_queue_offset + i, *unit)]
         was_empty = self.max_phys_end == 0

@@ -41,7 +41,7 @@ from nodes.common.errors import DataDirError, StoreError
 from nodes.store import record
 from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from nodes.store.commitlog import AppendResult, CommitLog
-from nodes.store.consume_queue import CQ_UNIT, HOLE_SIZE, ConsumeQueue
+from nodes.store.consume_queue import CQ_UNIT, ConsumeQueue
 from nodes.store.delay import (
     DEFAULT_DELAY_LEVELS_MS,
     schedule_tag_code_of,
@@ -66,6 +66,7 @@ __all__ = ["GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus", "
 log = logging.getLogger(__name__)
 
 _UNIT = c.CQ_UNIT_SIZE_BYTES
+_HOLE_SIZE = c.CQ_HOLE_SIZE_MARK
 _TOTAL_SIZE = struct.Struct(">i")
 
 
@@ -155,7 +156,7 @@ class MessageStore:
         self._running = False
         self._recovery: RecoveryReport | None = None
         self.corrupt_records_skipped = 0
-        self._checked_extents = _CheckedExtents(CHECKED_EXTENTS_MAX)
+        self._checked_extents = _CheckedExtents(c.CHECKED_EXTENTS_MAX)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -453,7 +454,7 @@ class MessageStore:
         bytes_max_in_memory = caps.bytes_in_memory
         try:
             for phys_offset, size, unit_tag_hash in CQ_UNIT.iter_unpack(units):
-                if size == HOLE_SIZE and phys_offset == 0:  # = is_hole, inlined on this hot path
+                if size == _HOLE_SIZE and phys_offset == 0:  # = is_hole, inlined on this hot path
                     scanned_bytes += _UNIT
                     continue
                 last_phys_offset = phys_offset
@@ -601,7 +602,7 @@ class MessageStore:
         }
 
 
-CHECKED_EXTENTS_MAX = 100_000  # ranges of checked records remembered (~7 MB) before starting over
+
 
 
 class _CheckedExtents:

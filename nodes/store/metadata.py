@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from nodes.common import constants as c
 from nodes.common.errors import DataDirError, StoreError
 
 log = logging.getLogger(__name__)
 
 TABLES = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets")
-MAP_SIZE_BYTES = 1024**3  # reserved address space; the file grows only as data does. TODO(lead): move to constants
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ class MetadataStore:
 
     def _open(self) -> tuple[lmdb.Environment, dict[str, Any]]:
         self.directory.mkdir(parents=True, exist_ok=True)
-        env = lmdb.open(str(self.directory), map_size=MAP_SIZE_BYTES, max_dbs=len(TABLES), sync=True,
+        env = lmdb.open(str(self.directory), map_size=c.METADATA_MAP_SIZE_BYTES, max_dbs=len(TABLES), sync=True,
                         subdir=True)
         dbs = {table: env.open_db(table.encode()) for table in TABLES}
         return env, dbs

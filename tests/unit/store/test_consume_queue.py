@@ -1,7 +1,8 @@
 import pytest
 
+from nodes.common import constants as c
 from nodes.common.errors import InvariantViolation
-from nodes.store.consume_queue import CQ_UNIT, HOLE_SIZE, ConsumeQueue
+from nodes.store.consume_queue import CQ_UNIT, ConsumeQueue
 
 UNITS_PER_FILE = 16
 
@@ -49,7 +50,7 @@ def test_a_gap_is_filled_with_hole_units(tmp_path):
     queue.put(0, 0, 100, 0)
     queue.put(3, 500, 100, 0)
     assert queue.max_queue_offset == 4
-    assert queue.unit_at(1) == (0, HOLE_SIZE, 0) == queue.unit_at(2)
+    assert queue.unit_at(1) == (0, c.CQ_HOLE_SIZE_MARK, 0) == queue.unit_at(2)
     assert queue.unit_at(3) == (500, 100, 0)
     queue = _reopen(queue, tmp_path)
     assert (queue.min_queue_offset, queue.max_queue_offset, queue.max_phys_end) == (0, 4, 600)
