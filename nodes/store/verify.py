@@ -31,7 +31,7 @@ def verify_consume_queues(store: MessageStore) -> VerifyReport:
     report = VerifyReport()
     for topic in store.topics():
         for queue_id in store.queue_ids(topic):
-            queue = store._consume_queues.get((topic, queue_id))  # same package: the store owns its queues
+            queue = store._files.consume_queues.get((topic, queue_id))  # same package: the store owns its queues
             if queue is None:
                 continue
             queue_offset = queue.min_queue_offset

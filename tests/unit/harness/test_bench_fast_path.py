@@ -1,6 +1,5 @@
-"""The pull fast path the benchmark drives (issue 8): the store's in-place record check and its
-memory of checked records, the batched pull stream on both ends, lazily decoded messages,
-pull_async and the pinned broker id.
+"""The pull fast path the benchmark drives (issue 8): the batched pull stream on both ends, lazily
+decoded messages, pull_async and the pinned broker id (the store's side: tests/unit/store/test_read_path.py).
 
 The last tests run a name server and broker in this process over real gRPC (support.inprocess).
 """
@@ -8,7 +7,6 @@ The last tests run a name server and broker in this process over real gRPC (supp
 from __future__ import annotations
 
 import asyncio
-import random
 
 import grpc
 import pytest
@@ -18,116 +16,14 @@ from support.rpc import create_topic
 from nodes.client import Producer, PullConsumer
 from nodes.client.pull_api import MessageBatch, decode_messages
 from nodes.client.pull_stream import PullStream
-from nodes.common.config import StoreConfig
 from nodes.common.types import Message, PullStatus
-from nodes.store import message_store
-from nodes.store.message_store import MessageStore, _CheckedExtents, _record_checks
-from nodes.store.record import MessageToStore, RecordKind, check_at, encode_record
+from nodes.store.record import MessageToStore, encode_record
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
-
-# ---- the store's read path -----------------------------------------------------------------
 
 
 def _record(phys_offset: int = 4096, body: bytes = b"hello body", **props: str) -> bytes:
     msg = MessageToStore("Topic", 3, body, properties={"TAGS": "a", **props})
     return encode_record(msg, queue_offset=7, phys_offset=phys_offset, store_timestamp_ms=1_700_000_000_000)
-
-
-def _fast(data: bytes, size: int, phys_offset: int) -> bool:
-    with memoryview(data) as view:
-        return _record_checks(view, 0, size, phys_offset)
-
-
-def _slow(data: bytes, size: int, phys_offset: int) -> bool:
-    return check_at(data[:size], 0, base_phys_offset=phys_offset) == (RecordKind.RECORD, size)
-
-
-def test_fast_check_accepts_good_records():
-    for body in (b"", b"x", b"y" * 3000):
-        data = _record(body=body, KEYS="k1 k2")
-        assert _fast(data, len(data), 4096) and _slow(data, len(data), 4096)
-
-
-def test_fast_check_is_never_looser_than_check_at():
-    rng = random.Random(8)
-    data = _record(body=bytes(range(256)) * 2)
-    size = len(data)
-    cases = [(data, size, 4096), (data, size, 4097), (data, size - 1, 4096), (data + b"\0", size + 1, 4096)]
-    for position in range(size):  # every byte flipped once, some bits at random
-        damaged = bytearray(data)
-        damaged[position] ^= 1 << rng.randrange(8)
-        cases.append((bytes(damaged), size, 4096))
-    for damaged, claimed_size, phys_offset in cases:
-        if _fast(damaged, claimed_size, phys_offset):
-            assert _slow(damaged, claimed_size, phys_offset)
-    assert sum(_fast(*case) for case in cases) == 1  # only the undamaged record passes
-
-
-def test_checked_extents_merge_and_answer_for_ranges():
-    extents = _CheckedExtents(extents_max=10)
-    assert extents.around(50) == (False, 0, 1 << 62)
-    extents.add(100, 200)
-    extents.add(300, 400)
-    assert extents.around(150) == (True, 100, 200)
-    assert extents.around(250) == (False, 200, 300)
-    assert extents.around(50) == (False, 0, 100)
-    extents.add(200, 300)  # bridges the two
-    assert len(extents) == 1 and extents.around(399) == (True, 100, 400)
-    extents.add(50, 120)
-    extents.add(390, 500)
-    assert len(extents) == 1 and extents.around(60) == (True, 50, 500)
-
-
-def test_checked_extents_forget_everything_past_their_bound():
-    extents = _CheckedExtents(extents_max=3)
-    for start in range(0, 400, 100):
-        extents.add(start, start + 10)
-    assert len(extents) == 0 and extents.around(5)[0] is False
-
-
-@pytest.fixture
-def store(tmp_path):
-    config = StoreConfig(commitlog_segment_bytes=1024 * 1024, cq_units_per_file=1_000,
-                         transfer_count_max_in_memory=1024, transfer_bytes_max_in_memory=4 * 1024 * 1024)
-    store = MessageStore(tmp_path / "store", config)
-    store.open()
-    yield store
-    store.close()
-
-
-def _put(store, count, queue_id=0, body=b"payload"):
-    for i in range(count):
-        store.put_messages([MessageToStore("T", queue_id, body + str(i).encode())])
-
-
-def test_a_pull_is_the_records_back_to_back_and_reads_repeat_exactly(store):
-    _put(store, 5, queue_id=0)
-    _put(store, 5, queue_id=1)  # interleaved: queue 0's records are not all adjacent
-    _put(store, 5, queue_id=0)
-    first = store.get_messages("T", 0, 0, 32, None)
-    assert first.records_bytes == len(first.record_data) == sum(first.record_sizes)
-    assert b"".join(first.records) == first.record_data and len(first.records) == 10
-    again = store.get_messages("T", 0, 0, 32, None)  # from the memory of checked records
-    assert (again.record_data, again.next_begin_offset) == (first.record_data, 10)
-    assert [m.body for m in decode_messages(again.record_data, broker_name="b", min_offset=0, max_offset=10,
-                                            tags=None)][:2] == [b"payload0", b"payload1"]
-
-
-def test_transfer_caps_come_from_the_config(tmp_path):
-    store = MessageStore(tmp_path / "s", StoreConfig(commitlog_segment_bytes=1024 * 1024, cq_units_per_file=1_000))
-    store.open()
-    try:
-        _put(store, 40)
-        assert len(store.get_messages("T", 0, 0, 1024, None).record_sizes) == 32  # RocketMQ's in-memory cap
-    finally:
-        store.close()
-    assert message_store.DEFAULT_TRANSFER_CAPS.count_in_memory == 32
-
-
-def test_a_raised_transfer_cap_gives_whole_batches(store):
-    _put(store, 300)
-    assert len(store.get_messages("T", 0, 0, 1024, None).record_sizes) == 300
-
 
 # ---- the batched pull stream, client side --------------------------------------------------------------
 

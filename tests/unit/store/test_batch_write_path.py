@@ -107,7 +107,7 @@ def test_units_dispatched_from_the_append_equal_units_dispatched_from_the_bytes(
     arrivals = []
     master.on_arrival = lambda *args: arrivals.append(args)
     _workload(master, clock)
-    assert len(master._commitlog.segments) > 2
+    assert len(master._files.commitlog.segments) > 2
     # A slave indexes the same commitlog bytes by walking, checking and decoding them.
     slave = open_store(tmp_path / "slave", is_slave=True)
     slave_arrivals = []
@@ -115,21 +115,21 @@ def test_units_dispatched_from_the_append_equal_units_dispatched_from_the_bytes(
     while slave.max_phys_offset < master.max_phys_offset:
         slave.append_commitlog(slave.max_phys_offset, master.read_commitlog(slave.max_phys_offset, 32 * 1024))
     queues = [("T", 0), ("T", 1), ("U", 0), ("U", 1), ("U", 2), (c.SCHEDULE_TOPIC, 2)]
-    assert sorted(master._consume_queues) == sorted(slave._consume_queues) == sorted(queues)
+    assert sorted(master._files.consume_queues) == sorted(slave._files.consume_queues) == sorted(queues)
     for topic, queue_id in queues:
         assert _units(master, topic, queue_id) == _units(slave, topic, queue_id), (topic, queue_id)
     tagged = _units(master, "T", 1)[0]
     assert tagged[2] == tag_hash("tag1") or tagged[2] == 0
     assert arrivals == slave_arrivals
-    assert master._dispatcher.last_store_timestamp_ms == slave._dispatcher.last_store_timestamp_ms
+    assert master._files.dispatcher.last_store_timestamp_ms == slave._files.dispatcher.last_store_timestamp_ms
 
 
 def test_dispatch_from_the_append_survives_a_crash_and_recovery(open_store, clock, tmp_path):
     store = open_store()
     _workload(store, clock)
-    queues = {key: _units(store, *key) for key in store._consume_queues}
+    queues = {key: _units(store, *key) for key in store._files.consume_queues}
     reopened = open_store(crash_copy(store, tmp_path / "crashed"))
-    assert {key: _units(reopened, *key) for key in reopened._consume_queues} == queues
+    assert {key: _units(reopened, *key) for key in reopened._files.consume_queues} == queues
     result = reopened.put_messages([msg(body=b"after", properties={"TAGS": "tag0"})])
     assert result.appended[0].queue_offset == len(queues[("T", 0)])
 
@@ -137,7 +137,7 @@ def test_dispatch_from_the_append_survives_a_crash_and_recovery(open_store, cloc
 def test_a_lagging_walk_falls_back_to_the_bytes(open_store):
     store = open_store()
     store.put_messages([msg(body=b"a")])
-    dispatcher = store._dispatcher
+    dispatcher = store._files.dispatcher
     start = store.max_phys_offset
     assert not dispatcher.dispatch_appended(start + 1, start + 2, "T", 0, 1, [(start, 1, 0)], 0)
     assert dispatcher.reput_from_phys_offset == start  # untouched

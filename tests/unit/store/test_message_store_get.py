@@ -67,7 +67,7 @@ def test_message_was_removing_when_the_commitlog_segment_went_away(open_store):
     store = open_store()
     put_many(store, 700, body_bytes=200)
     # retention deleting the oldest segment while the consume queue still points into it
-    store._commitlog.segments.pop(0).destroy()
+    store._files.commitlog.segments.pop(0).destroy()
     result = store.get_messages("T", 0, 0, 32, None)
     assert (result.status, result.next_begin_offset, result.records) == (GetStatus.MESSAGE_WAS_REMOVING, 16, [])
 
@@ -139,7 +139,7 @@ def test_a_corrupt_record_is_skipped_and_counted(open_store):
     store = open_store()
     results = put_many(store, 5)
     victim = results[2]
-    segment = store._commitlog.segment_for(victim.phys_offset)
+    segment = store._files.commitlog.segment_for(victim.phys_offset)
     segment.buffer[victim.phys_offset + victim.size - 30] ^= 0xFF  # inside the body
     result = store.get_messages("T", 0, 0, 32, None)
     assert result.status is GetStatus.FOUND and result.next_begin_offset == 5
@@ -203,7 +203,7 @@ def test_search_steps_over_unreadable_records(open_store, clock):
     start_ms = clock.wall_ms()
     results = put_many(store, 20, clock=clock)
     for victim in results[5:9]:
-        store._commitlog.segment_for(victim.phys_offset).buffer[victim.phys_offset + victim.size - 30] ^= 0xFF
+        store._files.commitlog.segment_for(victim.phys_offset).buffer[victim.phys_offset + victim.size - 30] ^= 0xFF
     assert store.search_queue_offset("T", 0, start_ms + 60) == 4  # 5..8 unreadable; 4 is nearer than 9
     assert store.search_queue_offset("T", 0, start_ms + 80) == 9
     assert store.search_queue_offset("T", 0, start_ms + 150) == 15

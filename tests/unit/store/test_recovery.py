@@ -62,7 +62,7 @@ def _damage(root, phys_offset, position_in_record, xor=0xFF):
 
 
 def _locate(store, queue, queue_offset):
-    phys_offset, size, _ = store._consume_queues[queue].unit_at(queue_offset)
+    phys_offset, size, _ = store._files.consume_queues[queue].unit_at(queue_offset)
     return phys_offset, size
 
 
@@ -255,7 +255,7 @@ def test_one_lost_consume_queue_is_rebuilt_even_beyond_the_recovery_window(open_
     root = tmp_path / "store"
     store = open_store(root)
     expected = fill(store, clock, rounds=400)  # more than three segments: older ones are not walked
-    assert len(store._commitlog.segments) > 4
+    assert len(store._files.commitlog.segments) > 4
     store.close()
     shutil.rmtree(root / "consumequeue" / "T" / "1")
     rebuilt = open_store(root)

@@ -1,0 +1,180 @@
+"""The files of one store directory and their life: open (with recovery), flush, close.
+
+Owns: the directory layout, the abort file, loading the consume queues and creating them on
+demand, the metadata environment, the lock the write path appends under, and whether the store
+is running. The write path (write_path.py) and the read path (read_path.py) share one
+`StoreFiles`; the recovery policy itself is recovery.py's.
+
+Layout under `root`:
+    commitlog/<20-digit phys offset>                 the messages (commitlog.py)
+    consumequeue/<topic>/<queue_id>/<20-digit byte>  the per-queue indexes (consume_queue.py)
+    checkpoint                                       flush timestamps (checkpoint.py)
+    abort                                            exists while open: its presence at open
+                                                     means the last stop was not clean
+    metadata/                                        LMDB (metadata.py)
+
+Threading: everything but `flush` runs on one thread (the broker's event loop); `flush` may
+run on a worker thread at the same time. `lock` serialises appends and dispatch against the
+flusher's snapshot; the disk syncs run outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from nodes.common.config import StoreConfig
+from nodes.common.errors import DataDirError, StoreError
+from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from nodes.store.commitlog import CommitLog
+from nodes.store.consume_queue import ConsumeQueue
+from nodes.store.delay import schedule_tag_code_of
+from nodes.store.dispatch import ArrivalListener, Dispatcher
+from nodes.store.metadata import MetadataStore
+from nodes.store.recovery import RecoveryReport, recover
+
+log = logging.getLogger(__name__)
+
+
+def is_path_safe(topic: str) -> bool:
+    """A topic names a directory: it must be one plain path component."""
+    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
+
+
+class StoreFiles:
+    def __init__(self, root: Path, config: StoreConfig, delay_levels_ms: Sequence[int], *, is_slave: bool) -> None:
+        self.root = root
+        self.config = config
+        # A slave's commitlog is written only by replication (append_commitlog), never by put.
+        self.is_slave = is_slave
+        self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.dispatcher = Dispatcher(self.commitlog, self.consume_queue_for,
+                                     tag_code=lambda topic, properties, store_timestamp_ms: schedule_tag_code_of(
+                                         topic, properties, store_timestamp_ms, delay_levels_ms))
+        self.metadata: MetadataStore
+        self.lock = threading.Lock()
+        self.running = False
+        self._consume_queue_root = root / "consumequeue"
+        self._flush_lock = threading.Lock()
+        self._opened = False
+
+    def open(self, on_arrival: ArrivalListener) -> RecoveryReport:
+        """Create or recover the store under `root`; from then on every newly indexed record is
+        reported to `on_arrival` (recovery's own re-dispatch is not).
+
+        Raises:
+            DataDirError: `root` is not a usable directory.
+        """
+        if self._opened:
+            raise StoreError(f"the store at {self.root} was opened before; make a new MessageStore")
+        self._opened = True
+        try:
+            self._prepare_root()
+            abort = self.root / "abort"
+            clean_shutdown = not abort.exists()
+            self._mark_in_use(abort)
+            checkpoint = read_checkpoint(self.root / "checkpoint")
+            self.commitlog.load()
+            self._load_consume_queues()
+            report = recover(self.commitlog, self.consume_queues, self.dispatcher,
+                             clean_shutdown=clean_shutdown, checkpoint=checkpoint,
+                             trust_checkpoint=self.config.recovery_trust_checkpoint)
+            self.metadata = MetadataStore(self.root / "metadata")
+        except OSError as exc:
+            raise DataDirError(f"cannot open the store at {self.root}: {exc}; check that it is a writable "
+                               "directory, or move it aside") from exc
+        self.dispatcher.on_arrival = on_arrival
+        self.running = True
+        return report
+
+    def _prepare_root(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise DataDirError(f"the store path {self.root} is a file, not a directory: point the store at a "
+                               "directory (created if missing) or move the file away")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataDirError(f"cannot create the store directory {self.root}: {exc}; create it or choose "
+                               "another path") from exc
+        for name in ("commitlog", "consumequeue", "metadata"):
+            path = self.root / name
+            if path.exists() and not path.is_dir():
+                raise DataDirError(f"{path} should be a directory but is a file: this is not a store "
+                                   "directory; move it aside")
+
+    def _mark_in_use(self, abort: Path) -> None:
+        """Create the abort file before recovery touches anything: a crash during recovery must
+        lead to another (abnormal) recovery. Also the first write, so it tells an unwritable
+        directory."""
+        try:
+            abort.write_bytes(b"")
+        except OSError as exc:
+            raise DataDirError(f"the store directory {self.root} is not writable ({exc}): fix its "
+                               "permissions or choose another path") from exc
+
+    def _load_consume_queues(self) -> None:
+        if not self._consume_queue_root.is_dir():
+            return
+        for topic_dir in sorted(self._consume_queue_root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.name.isdigit():
+                    log.warning("ignoring %s: not a queue id directory", queue_dir)
+                    continue
+                queue = ConsumeQueue(self._consume_queue_root, topic_dir.name, int(queue_dir.name),
+                                     self.config.cq_units_per_file)
+                queue.load()
+                self.consume_queues[(topic_dir.name, int(queue_dir.name))] = queue
+
+    def consume_queue_for(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue dispatch indexes a record into, created on first use; None for a name that
+        cannot be a directory."""
+        key = (topic, queue_id)
+        queue = self.consume_queues.get(key)
+        if queue is None:
+            if not is_path_safe(topic) or queue_id < 0:
+                log.error("not indexing a record of topic %r queue %d: not a valid queue name", topic, queue_id)
+                return None
+            queue = ConsumeQueue(self._consume_queue_root, topic, queue_id, self.config.cq_units_per_file)
+            self.consume_queues[key] = queue
+        return queue
+
+    def check_open(self) -> None:
+        if not self.running:
+            raise StoreError(f"the store at {self.root} is not open")
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, close the files and remove the abort file."""
+        with self._flush_lock:
+            if not self.running:
+                return
+            with self.lock:
+                self.running = False
+            self._flush_files()
+            self.commitlog.close()
+            for queue in self.consume_queues.values():
+                queue.close()
+            self.metadata.close()
+            (self.root / "abort").unlink(missing_ok=True)
+
+    def flush(self) -> None:
+        """Sync the commitlog and consume queues to disk, then write the checkpoint (any thread)."""
+        with self._flush_lock:
+            if self.running:
+                self._flush_files()
+
+    def _flush_files(self) -> None:
+        with self.lock:
+            store_timestamp_ms = self.dispatcher.last_store_timestamp_ms
+            queues = list(self.consume_queues.values())
+        # Everything dispatched by now is appended, so after these syncs the checkpoint's
+        # timestamp is a lower bound for both the commitlog and the consume queues.
+        self.commitlog.flush()
+        for queue in queues:
+            queue.flush()
+        if store_timestamp_ms:
+            write_checkpoint(self.root / "checkpoint", Checkpoint(store_timestamp_ms, store_timestamp_ms, 0))

@@ -1,0 +1,157 @@
+"""The store's write path: put (RocketMQ's putMessage / putMessages) and the slave's raw append.
+
+Owns: delay conversion into SCHEDULE_TOPIC_XXXX at put time (delay.py), validation, assigning
+queue offsets, the append, dispatch at once so a pull right after PUT_OK finds the message (the
+units' tag codes), and the arrival notices, which are handed to `on_arrival` outside the lock,
+after the put, so a listener may call back into the store.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from nodes.common import constants as c
+from nodes.common.clock import Clock
+from nodes.store.commitlog import AppendResult
+from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
+from nodes.store.record import MessageToStore, PropertiesTooLargeError, tag_hash
+from nodes.store.store_files import StoreFiles, is_path_safe
+
+# (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
+Arrival = tuple[str, int, int, int]
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass
+class PutResult:
+    status: PutStatus
+    appended: list[AppendResult] = field(default_factory=list)
+    remark: str = ""
+
+
+class StoreWriter:
+    def __init__(self, files: StoreFiles, clock: Clock, delay_levels_ms: Sequence[int]) -> None:
+        self._files = files
+        self._commitlog = files.commitlog
+        self._dispatcher = files.dispatcher
+        self._clock = clock
+        self._delay_levels_ms = delay_levels_ms
+        # Fired for every newly indexed record, on a slave too: the broker leaves it None there
+        # to keep RocketMQ's behaviour.
+        self.on_arrival: Callable[[str, int, int, int], None] | None = None
+        self._arrivals: list[Arrival] = []
+
+    def put_messages(self, msgs: Sequence[MessageToStore]) -> PutResult:
+        """Store one message, or a batch for ONE topic and queue, with consecutive queue offsets.
+
+        All or nothing: the batch is one write into one segment. Returns PUT_OK with one
+        AppendResult per message, or the reason nothing was stored.
+        """
+        files = self._files
+        if not files.running or files.is_slave:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             remark="the store is a slave" if files.is_slave else "the store is not open")
+        if any(wants_delay(msg) for msg in msgs):
+            if len(msgs) > 1:  # CommitLog#asyncPutMessages refuses delayed batches
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot carry delayed messages")
+            # Delay conversion at store time: the message waits in SCHEDULE_TOPIC_XXXX.
+            msgs = [to_schedule_topic(msgs[0], len(self._delay_levels_ms))]
+        rejected = self._validate(msgs)
+        if rejected is not None:
+            return rejected
+        topic, queue_id = msgs[0].topic, msgs[0].queue_id
+        commitlog = self._commitlog
+        with files.lock:
+            if not files.running:  # closed while this call was on its way in
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is closed")
+            queue = files.consume_queues.get((topic, queue_id))
+            first_queue_offset = queue.max_queue_offset if queue is not None else 0
+            start_phys_offset = commitlog.max_phys_offset
+            store_timestamp_ms = self._clock.wall_ms()
+            try:
+                appended = commitlog.append(msgs, first_queue_offset=first_queue_offset,
+                                            store_timestamp_ms=store_timestamp_ms)
+            except PropertiesTooLargeError as exc:
+                return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, remark=str(exc))
+            except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
+            end_phys_offset = commitlog.max_phys_offset
+            units = [(a.phys_offset, a.size, self._tag_code_of(msg, store_timestamp_ms))
+                     for msg, a in zip(msgs, appended, strict=True)]
+            if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
+                                                      first_queue_offset, units, store_timestamp_ms):
+                self._dispatcher.dispatch_until(end_phys_offset)
+            arrivals = self._take_arrivals()
+        self._fire(arrivals)
+        return PutResult(PutStatus.PUT_OK, appended)
+
+    def _tag_code_of(self, msg: MessageToStore, store_timestamp_ms: int) -> int:
+        """The consume-queue tag code dispatch would derive from the stored record of `msg`."""
+        properties = msg.properties
+        if msg.topic == c.SCHEDULE_TOPIC:
+            code = schedule_tag_code_of(msg.topic, properties, store_timestamp_ms, self._delay_levels_ms)
+            if code is not None:
+                return code
+        return tag_hash(properties.get(c.PROPERTY_TAGS))
+
+    def _validate(self, msgs: Sequence[MessageToStore]) -> PutResult | None:
+        if not msgs:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no message to store")
+        topic, queue_id = msgs[0].topic, msgs[0].queue_id
+        if not is_path_safe(topic) or len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {topic!r} cannot be stored")
+        if queue_id < 0:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"queue id {queue_id} is negative")
+        body_bytes_max = self._files.config.message_body_bytes_max
+        for i, msg in enumerate(msgs):
+            if msg.topic != topic or msg.queue_id != queue_id:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch must be for one topic and queue")
+            if len(msg.body) > body_bytes_max:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
+                    f"message {i} body is {len(msg.body)} bytes, over the {body_bytes_max}-byte limit"))
+        # RocketMQ checks a batch's encoded body against maxMessageSize as one message.
+        batch_body_bytes = sum(len(msg.body) for msg in msgs)
+        if len(msgs) > 1 and batch_body_bytes > body_bytes_max:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=(
+                f"the batch carries {batch_body_bytes} body bytes, over the {body_bytes_max}-byte limit"))
+        return None
+
+    def append_commitlog(self, phys_offset: int, data: bytes) -> None:
+        """Append raw bytes from a master at `phys_offset` (== max_phys_offset), then dispatch.
+
+        Raises:
+            StoreError: the offset does not continue this commitlog, or crosses a segment end.
+        """
+        files = self._files
+        with files.lock:
+            files.check_open()
+            was_empty = not self._commitlog.segments
+            self._commitlog.append_bytes(phys_offset, data)
+            if was_empty:
+                self._dispatcher.reput_from_phys_offset = phys_offset
+            self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+            arrivals = self._take_arrivals()
+        self._fire(arrivals)
+
+    def note_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, _store_ms: int) -> None:
+        """Dispatch's listener (under the lock): keeps the notice for `_fire`."""
+        self._arrivals.append((topic, queue_id, max_queue_offset, tag_hash))
+
+    def _take_arrivals(self) -> list[Arrival]:
+        arrivals, self._arrivals = self._arrivals, []
+        return arrivals
+
+    def _fire(self, arrivals: list[Arrival]) -> None:
+        """Call the listener outside the lock, so it may call back into the store (even put)."""
+        if self.on_arrival is not None:
+            for arrival in arrivals:
+                self.on_arrival(*arrival)
