@@ -1,5 +1,6 @@
 """The pull fast path the benchmark drives (issue 8): the batched pull stream on both ends, lazily
-decoded messages, pull_async and the pinned broker id (the store's side: tests/unit/store/test_read_path.py).
+decoded messages, pull_async and the pinned broker id (the store's side: tests/unit/store/test_read_check.py
+and test_read_path.py).
 
 The last tests run a name server and broker in this process over real gRPC (support.inprocess).
 """
