@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.bounds import Bounds
-from chaos.nemesis import Kill, Op, Outcome, Partition, Pause, Stop, describe_op, op_from_dict, op_to_dict
+from chaos.nemesis_ops import Kill, Op, Outcome, Partition, Pause, Stop, describe_op, op_from_dict, op_to_dict
 
 SCHEDULE_VERSION = 1
 # How often a waiting `play` reports progress: a display refresh rate, not a system timer.
@@ -64,7 +64,7 @@ class FaultChoice:
     weight: float = 1.0
     duration_of: str = "L_c"
     duration_x: float = 1.5
-    partition: str | None = None  # the partition kind (chaos.nemesis.PARTITION_KINDS)
+    partition: str | None = None  # the partition kind (chaos.nemesis_ops.PARTITION_KINDS)
     mode: str = "DROP"  # partitions: DROP or REJECT
 
 

@@ -15,21 +15,10 @@ import psutil
 import pytest
 
 from chaos.bounds import derive_bounds
-from chaos.nemesis import (
-    ActiveFault,
-    Heal,
-    Kill,
-    NemesisRunner,
-    Partition,
-    Pause,
-    Stop,
-    consumer_locked_queues,
-    locked_queues,
-    nemesis_history_path,
-    op_from_dict,
-    op_to_dict,
-    read_nemesis,
-)
+from chaos.nemesis import ActiveFault, NemesisRunner
+from chaos.nemesis_journal import nemesis_history_path, read_nemesis
+from chaos.nemesis_ops import Heal, Kill, Partition, Pause, Stop, op_from_dict, op_to_dict
+from chaos.nemesis_targets import consumer_locked_queues, locked_queues
 from chaos.schedule import Entry, Schedule, play
 from harness import LocalCluster, NodeState
 from harness.spec import ClusterSpec

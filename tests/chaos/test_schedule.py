@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from chaos.bounds import derive_bounds
-from chaos.nemesis import Kill, Op, Outcome, Partition, Pause, Stop
+from chaos.nemesis_ops import Kill, Op, Outcome, Partition, Pause, Stop
 from chaos.schedule import (
     Entry,
     FaultChoice,

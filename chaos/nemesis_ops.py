@@ -1,0 +1,138 @@
+"""Nemesis ops as data, and what performing one did.
+
+An op is a frozen dataclass naming a symbolic target (chaos.nemesis_targets resolves it);
+`chaos.nemesis.NemesisRunner` performs it through the harness:
+
+    Kill("lock-holder:3", restart_after_ms=...)   SIGKILL, later a restart from the same store
+    Stop("master", restart_after_ms=...)           SIGTERM (graceful), later a restart
+    Pause("slave", duration_ms=...)                SIGSTOP, later SIGCONT
+    Partition("isolate", "master", mode="DROP")    cut links (needs LocalCluster(links=True)), later heal
+    Heal()                                         every link OPEN again, every partition closed
+
+Durations belong to the op (a schedule derives them from `chaos.bounds`). Ops travel in
+schedules as `op_to_dict` / `op_from_dict` dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from harness.netproxy import LinkMode
+
+PARTITION_KINDS = ("isolate", "halves", "master-slave", "consumer-master", "one-way")
+LINK_MODES = (LinkMode.DROP.value, LinkMode.REJECT.value)
+RECOVERY_OP = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}
+
+
+@dataclass(frozen=True)
+class Kill:
+    """SIGKILL the target's process group; restart it (same port, same store) `restart_after_ms` later."""
+
+    op: ClassVar[str] = "kill"
+    target: str = "random-consumer"
+    restart_after_ms: int | None = None  # None: down until recover_all
+
+    @property
+    def duration_ms(self) -> int | None:
+        return self.restart_after_ms
+
+
+@dataclass(frozen=True)
+class Stop:
+    """SIGTERM (graceful: a consumer unlocks and persists), SIGKILL after `grace_ms`; restart later."""
+
+    op: ClassVar[str] = "stop"
+    target: str = "random-consumer"
+    restart_after_ms: int | None = None
+    grace_ms: int | None = None  # None: the harness's stop grace
+
+    @property
+    def duration_ms(self) -> int | None:
+        return self.restart_after_ms
+
+
+@dataclass(frozen=True)
+class Pause:
+    """SIGSTOP the target's process group; SIGCONT `duration_ms` later."""
+
+    op: ClassVar[str] = "pause"
+    target: str = "random-consumer"
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Cut links; heal them `duration_ms` later.
+
+    kind: `isolate` the target from everyone; `halves` every node shuffled into two halves;
+    `master-slave` the target (a master) from `peer` (its slave); `consumer-master` the target
+    (a consumer) from `peer` (the master) only; `one-way` the target's bytes to `peer` (the
+    master) dropped, the other direction open. mode: DROP (silent) or REJECT (connections reset).
+    """
+
+    op: ClassVar[str] = "partition"
+    kind: str = "isolate"
+    target: str = "master"
+    peer: str | None = None
+    mode: str = LinkMode.DROP.value
+    duration_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in PARTITION_KINDS:
+            raise ValueError(f"partition kind must be one of {PARTITION_KINDS}, got {self.kind!r}")
+        if self.mode not in LINK_MODES:
+            raise ValueError(f"partition mode must be one of {LINK_MODES}, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class Heal:
+    """Every link OPEN again; closes every partition fault."""
+
+    op: ClassVar[str] = "heal"
+    target: str = "all-links"
+
+    @property
+    def duration_ms(self) -> int | None:
+        return None
+
+
+Op = Kill | Stop | Pause | Partition | Heal
+OP_TYPES: dict[str, type[Kill | Stop | Pause | Partition | Heal]] = {
+    t.op: t for t in (Kill, Stop, Pause, Partition, Heal)}
+
+
+def op_to_dict(op: Op) -> dict[str, Any]:
+    """`{"op": "kill", "target": "master", "params": {"restart_after_ms": 1500}}`."""
+    return {"op": op.op, "target": op.target,
+            "params": {f.name: getattr(op, f.name) for f in fields(op) if f.name != "target"}}
+
+
+def op_from_dict(data: Mapping[str, Any]) -> Op:
+    cls = OP_TYPES.get(str(data.get("op")))
+    if cls is None:
+        raise ValueError(f"unknown nemesis op {data.get('op')!r}; known: {', '.join(OP_TYPES)}")
+    return cls(target=data["target"], **dict(data.get("params") or {}))
+
+
+def describe_op(op: Op) -> str:
+    """One short line: `kill master`, `partition consumer-master lock-holder DROP`."""
+    if isinstance(op, Partition):
+        return f"partition {op.kind} {op.target}{f'->{op.peer}' if op.peer else ''} {op.mode}"
+    return f"{op.op} {op.target}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one action did: the fault it opened or closed, the nodes named, its error."""
+
+    op: str
+    fault_id: str | None
+    targets: tuple[str, ...]
+    detail: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
