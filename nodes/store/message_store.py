@@ -90,11 +90,11 @@ class MessageStore:
         return self._recovery
 
     def close(self) -> None:
-        """Flush everything, write the checkpoint, close the files and remove the abort file."""
+        """Flush, write the checkpoint, close the files and remove the abort file."""
         self._files.close()
 
     def flush(self) -> None:
-        """Sync the commitlog and consume queues to disk, then write the checkpoint (any thread)."""
+        """Sync the files to disk and write the checkpoint; callable from any thread."""
         self._files.flush()
 
     # --- writing -------------------------------------------------------------------------------

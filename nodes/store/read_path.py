@@ -252,7 +252,6 @@ class StoreReader:
         return queue.max_queue_offset if queue is not None else 0
 
     def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The queue offset whose store time is nearest `timestamp_ms` (ConsumeQueue.search_offset)."""
         queue = self._consume_queues.get((topic, queue_id))
         if queue is None:
             return 0
@@ -263,7 +262,6 @@ class StoreReader:
         return record.store_timestamp_ms if record is not None else None
 
     def lookup_message(self, phys_offset: int, size: int | None = None) -> Record | None:
-        """The record at `phys_offset`, or None if nothing valid is there."""
         if size is None:
             head = self._commitlog.read(phys_offset, _TOTAL_SIZE.size)
             if head is None:
@@ -277,8 +275,6 @@ class StoreReader:
         return decode_record(data, check_crc=False)
 
     def queue_unit(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int] | None:
-        """(phys_offset, size, tag code) of one consume-queue unit, or None if it is not there;
-        a hole unit is returned as is (`consume_queue.is_hole` tells it)."""
         queue = self._consume_queues.get((topic, queue_id))
         return queue.unit_at(queue_offset) if queue is not None else None
 
@@ -290,7 +286,6 @@ class StoreReader:
         return unit[0] if unit is not None else None
 
     def read_commitlog(self, phys_offset: int, max_bytes: int) -> bytes:
-        """Raw commitlog bytes from `phys_offset` (never across a segment end); b"" if none yet."""
         self._files.check_open()
         return self._commitlog.read_bytes(phys_offset, max_bytes)
 

@@ -51,11 +51,8 @@ class StoreWriter:
         self._arrivals: list[Arrival] = []
 
     def put_messages(self, msgs: Sequence[MessageToStore]) -> PutResult:
-        """Store one message, or a batch for ONE topic and queue, with consecutive queue offsets.
-
-        All or nothing: the batch is one write into one segment. Returns PUT_OK with one
-        AppendResult per message, or the reason nothing was stored.
-        """
+        """MessageStore.put_messages: refuse, convert a delayed message, validate, then under the
+        lock assign offsets, append and dispatch; arrivals fire after the lock is released."""
         files = self._files
         if not files.running or files.is_slave:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
@@ -126,11 +123,7 @@ class StoreWriter:
         return None
 
     def append_commitlog(self, phys_offset: int, data: bytes) -> None:
-        """Append raw bytes from a master at `phys_offset` (== max_phys_offset), then dispatch.
-
-        Raises:
-            StoreError: the offset does not continue this commitlog, or crosses a segment end.
-        """
+        """MessageStore.append_commitlog: append and dispatch under the lock, then fire arrivals."""
         files = self._files
         with files.lock:
             files.check_open()
