@@ -30,11 +30,11 @@ import grpc
 
 from harness.errors import HarnessError
 from harness.links import DIALED_ROLES, ClusterLinks
-from harness.ports import PortAllocator
+from harness.ports import LOCALHOST, PortAllocator
 from harness.process import LIVE_STATES, NodeProcess, NodeState, UnexpectedExit
-from harness.spec import ClusterSpec, NodeSpec
+from harness.spec import ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
-from nodes.common.config import Timing
+from nodes.common.config import NamesrvConfig, Timing
 from nodes.common.rpc import make_sync_channel
 from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 CLUSTER_JSON = "cluster.json"
 RUNS_DIR = Path("runs")
 LATEST_LINK = "latest"
+LATEST_RUN_DIR = RUNS_DIR / LATEST_LINK  # the run dir `mqlab` commands use without --run-dir
 NAMESRV_RPC_TIMEOUT_MS = 2_000
 
 # (node spec, path of its config.json) -> argv; the default runs `python -m nodes <role> ...`.
@@ -87,13 +88,14 @@ class LocalCluster:
         self._detached = False
         self._namesrv_channel: grpc.Channel | None = None
         self._ports = PortAllocator()
+        self.links: ClusterLinks | None = None
         try:
             ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
             self._port_of = ports
             configs = spec.render_all(ports=ports, run_dir=self.run_dir)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
-            self.links = ClusterLinks() if links else None
-            if self.links is not None:
+            if links:
+                self.links = ClusterLinks()
                 configs = {node_id: self._wire_links(node_id, config) for node_id, config in configs.items()}
             self._nodes: dict[str, NodeProcess] = {}
             for n in spec.start_order():
@@ -105,18 +107,18 @@ class LocalCluster:
             self.write_cluster_json()
         except BaseException:
             self._ports.release()
-            if getattr(self, "links", None) is not None:
+            if self.links is not None:
                 self.links.close()
             raise
         if start:
             self.start()
 
     def _dialed_addrs(self) -> dict[str, str]:
-        return {n.id: f"127.0.0.1:{self._port_of[n.id]}" for n in self.spec.nodes if n.role in DIALED_ROLES}
+        return {n.id: f"{LOCALHOST}:{self._port_of[n.id]}" for n in self.spec.nodes if n.role in DIALED_ROLES}
 
-    def _wire_links(self, node_id: str, config: Any) -> Any:
-        if self.links is None or self.spec.node(node_id).role == "namesrv" or not hasattr(config, "dial_overrides"):
-            return config
+    def _wire_links(self, node_id: str, config: NodeConfig) -> NodeConfig:
+        if self.links is None or isinstance(config, NamesrvConfig):
+            return config  # name servers dial no one
         overrides = self.links.overrides_for(node_id, self._dialed_addrs())
         return dataclasses.replace(config, dial_overrides={**config.dial_overrides, **overrides})
 
@@ -343,8 +345,8 @@ class LocalCluster:
         return rows
 
     def cluster_info(self) -> dict[str, Any]:
-        """The contents of cluster.json (DESIGN §8)."""
-        return cluster_json(self.namesrv_addr, self._nodes.values())
+        """The contents of cluster.json."""
+        return cluster_json(self.namesrv_addr, self.spec.time_scale, self._nodes.values())
 
     def write_cluster_json(self) -> Path:
         path = self.run_dir / CLUSTER_JSON
@@ -411,11 +413,12 @@ class LocalCluster:
         return gaps
 
 
-def cluster_json(namesrv_addr: str, procs: Any) -> dict[str, Any]:
-    """`{"namesrv": addr, "nodes": [{"id","role","addr","pid","run_dir"}...]}`; pid is null
-    for a node that is not running."""
+def cluster_json(namesrv_addr: str, time_scale: float, procs: Iterable[NodeProcess]) -> dict[str, Any]:
+    """`{"namesrv": addr, "time_scale": f, "nodes": [{"id","role","addr","pid","run_dir"}...]}`;
+    pid is null for a node that is not running; every timer of the run is scaled by time_scale."""
     return {
         "namesrv": namesrv_addr,
+        "time_scale": time_scale,
         "nodes": [{"id": p.node_id, "role": p.role, "addr": p.addr,
                    "pid": p.pid if p.state in LIVE_STATES and p.alive else None,
                    "run_dir": str(p.run_dir)} for p in procs],
