@@ -29,9 +29,10 @@ from typing import Any
 import grpc
 
 from harness.errors import HarnessError
+from harness.exits import UnexpectedExit
 from harness.links import DIALED_ROLES, ClusterLinks
 from harness.ports import LOCALHOST, PortAllocator
-from harness.process import LIVE_STATES, NodeProcess, NodeState, UnexpectedExit
+from harness.process import LIVE_STATES, NodeProcess, NodeState
 from harness.spec import ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
 from nodes.common.config import NamesrvConfig, Timing
