@@ -3,7 +3,7 @@
 Owns the set of `NodeProcess`es of one cluster and the run dir they share; does not know
 what a node does inside (it reads state only through Admin and the name server's gRPC API).
 
-    with LocalCluster(time_scale=0.05) as cluster:       # namesrv-0, broker-a-0 (DESIGN §8)
+    with LocalCluster(time_scale=0.05) as cluster:       # namesrv-0 and the broker-a group
         producer = Producer(cluster.namesrv_addr)
         cluster.kill("broker-a-0"); cluster.restart("broker-a-0")   # same address after restart
         assert not cluster.unexpected_exits

@@ -114,7 +114,6 @@ class NodeProcess:
         self.last_exit_code: int | None = None
         self.starts = 0
         self.started_wall_ms = 0  # wall clock at the last spawn (registrations must be newer)
-        self.started_monotonic_ms = 0  # the same instant on CLOCK_MONOTONIC (system-wide on Linux)
         self._argv = list(argv) if argv is not None else None
         self._on_unexpected_exit = on_unexpected_exit
         self._lock = threading.RLock()
@@ -197,7 +196,6 @@ class NodeProcess:
                     stdout = files.enter_context(self.stdout_log.open("ab"))
                     self._stdout = FileLines(self.stdout_log, self.stdout_log.stat().st_size)
                 self.started_wall_ms = time.time_ns() // 1_000_000
-                self.started_monotonic_ms = time.monotonic_ns() // 1_000_000
                 try:
                     proc = subprocess.Popen(
                         self._command(), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
