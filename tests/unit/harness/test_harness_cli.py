@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+import nodes.client
 from harness import cli, client_commands, cluster_commands, terminal
 from harness.cluster import LocalCluster
 from harness.pids import pid_alive
@@ -28,10 +30,28 @@ def runner(monkeypatch):
 
 @pytest.fixture
 def fake_clients(fake_mq, monkeypatch):
-    """The client commands build in-memory clients bound to `fake_mq`'s broker."""
+    """The client commands build in-memory clients bound to `fake_mq`'s broker. Each construction
+    is bound to the real class's signature first (an option the client lacks fails) and recorded
+    in `fake_mq.built` as (class name, args, kwargs)."""
+    fake_mq.built = []
+
+    def checked(name):
+        fake, signature = getattr(fake_mq, name), inspect.signature(getattr(nodes.client, name))
+
+        def build(*args, **kwargs):
+            signature.bind(*args, **kwargs)
+            fake_mq.built.append((name, args, kwargs))
+            return fake(*args, **kwargs)
+        return build
+
     for name in ("Producer", "PullConsumer", "PushConsumer"):
-        monkeypatch.setattr(client_commands, name, getattr(fake_mq, name))
+        monkeypatch.setattr(client_commands, name, checked(name))
     return fake_mq
+
+
+def test_fake_clients_refuse_an_option_the_real_client_lacks(fake_clients):
+    with pytest.raises(TypeError):
+        client_commands.Producer("127.0.0.1:1", group="g", no_such_option=1)
 
 
 def test_top_level_help_lists_every_command(runner):
@@ -123,6 +143,19 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     assert after.exit_code == 1 and "3 of 3 node(s) down" in after.output
     again = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
     assert again.exit_code == 0 and again.output.count("not running") == 3
+
+
+def test_client_commands_with_a_run_dir_use_the_clusters_timing(runner, detached_standins, fake_clients):
+    run_dir = str(detached_standins.run_dir)
+    produced = runner.invoke(cli.app, ["produce", "--run-dir", run_dir, "--topic", "T", "--count", "3"])
+    assert produced.exit_code == 0, produced.output
+    consumed = runner.invoke(cli.app, ["consume", "--run-dir", run_dir, "--topic", "T", "--timeout", "0.3",
+                                       "--batch", "7", "--threads", "3"])
+    assert consumed.exit_code == 0, consumed.output
+    (_, p_args, p_kwargs), (_, c_args, c_kwargs) = fake_clients.built
+    assert p_args == (detached_standins.namesrv_addr,) and c_args == (detached_standins.namesrv_addr, "mqlab_cli_consumer")
+    assert p_kwargs["timing"] == c_kwargs["timing"] == detached_standins.timing  # scaled by 0.05
+    assert (c_kwargs["pull_batch_size"], c_kwargs["consume_thread_min"]) == (7, 3)
 
 
 def test_up_refuses_a_run_dir_with_a_live_cluster(runner, detached_standins):
