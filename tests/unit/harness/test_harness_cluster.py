@@ -143,6 +143,16 @@ def test_wait_until_routable_times_out_naming_the_missing_broker(standin_cluster
         cluster.wait_until_routable(budget_ms=300)
 
 
+def test_wait_until_routable_reports_a_silent_name_server(standin_cluster):
+    cluster = standin_cluster().start()
+    cluster.pause("namesrv-0")
+    try:
+        with pytest.raises(WaitTimeout, match=r"name server \S+ did not answer GetClusterInfo"):
+            cluster.wait_until_routable(budget_ms=300)
+    finally:
+        cluster.resume("namesrv-0")
+
+
 def test_close_stops_everything_and_is_idempotent(standin_cluster):
     cluster = standin_cluster().start()
     pids = [n.pid for n in cluster.nodes()]
