@@ -6,7 +6,8 @@ their processes, their config files and gRPC.
 
 from harness.cluster import LocalCluster
 from harness.errors import HarnessError, NodeStartError, SpecError
-from harness.process import NodeProcess, NodeState, UnexpectedExit
+from harness.exits import UnexpectedExit
+from harness.process import NodeProcess, NodeState
 from harness.spec import ClusterSpec, NodeSpec
 from harness.waiting import WaitTimeout, wait_until
 

@@ -3,7 +3,7 @@
 Owns the set of `NodeProcess`es of one cluster and the run dir they share; does not know
 what a node does inside (it reads state only through Admin and the name server's gRPC API).
 
-    with LocalCluster(time_scale=0.05) as cluster:       # namesrv-0, broker-a-0 (DESIGN §8)
+    with LocalCluster(time_scale=0.05) as cluster:       # namesrv-0 and the broker-a group
         producer = Producer(cluster.namesrv_addr)
         cluster.kill("broker-a-0"); cluster.restart("broker-a-0")   # same address after restart
         assert not cluster.unexpected_exits
@@ -26,24 +26,22 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from harness.errors import HarnessError
+from harness.errors import HarnessError, NamesrvUnreachable
+from harness.exits import UnexpectedExit
 from harness.links import DIALED_ROLES, ClusterLinks
-from harness.ports import PortAllocator
-from harness.process import LIVE_STATES, NodeProcess, NodeState, UnexpectedExit
-from harness.spec import ClusterSpec, NodeSpec
+from harness.namesrv_view import NamesrvView
+from harness.ports import LOCALHOST, PortAllocator
+from harness.process import LIVE_STATES, NodeProcess, NodeState
+from harness.spec import ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
-from nodes.common.config import Timing
-from nodes.common.rpc import make_sync_channel
-from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from nodes.common.config import NamesrvConfig, Timing
 
 log = logging.getLogger(__name__)
 
 CLUSTER_JSON = "cluster.json"
 RUNS_DIR = Path("runs")
 LATEST_LINK = "latest"
-NAMESRV_RPC_TIMEOUT_MS = 2_000
+LATEST_RUN_DIR = RUNS_DIR / LATEST_LINK  # the run dir `mqlab` commands use without --run-dir
 
 # (node spec, path of its config.json) -> argv; the default runs `python -m nodes <role> ...`.
 CommandFactory = Callable[[NodeSpec, Path], Sequence[str]]
@@ -85,15 +83,15 @@ class LocalCluster:
         self._unexpected: list[UnexpectedExit] = []
         self._closed = False
         self._detached = False
-        self._namesrv_channel: grpc.Channel | None = None
         self._ports = PortAllocator()
+        self.links: ClusterLinks | None = None
         try:
             ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
             self._port_of = ports
             configs = spec.render_all(ports=ports, run_dir=self.run_dir)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
-            self.links = ClusterLinks() if links else None
-            if self.links is not None:
+            if links:
+                self.links = ClusterLinks()
                 configs = {node_id: self._wire_links(node_id, config) for node_id, config in configs.items()}
             self._nodes: dict[str, NodeProcess] = {}
             for n in spec.start_order():
@@ -102,21 +100,22 @@ class LocalCluster:
                 self._nodes[n.id] = NodeProcess(
                     n.id, n.role, node_dir, config=configs[n.id], argv=argv, detached=detach,
                     on_unexpected_exit=self._record_exit)
+            self._namesrv = NamesrvView(self.namesrv_addr)
             self.write_cluster_json()
         except BaseException:
             self._ports.release()
-            if getattr(self, "links", None) is not None:
+            if self.links is not None:
                 self.links.close()
             raise
         if start:
             self.start()
 
     def _dialed_addrs(self) -> dict[str, str]:
-        return {n.id: f"127.0.0.1:{self._port_of[n.id]}" for n in self.spec.nodes if n.role in DIALED_ROLES}
+        return {n.id: f"{LOCALHOST}:{self._port_of[n.id]}" for n in self.spec.nodes if n.role in DIALED_ROLES}
 
-    def _wire_links(self, node_id: str, config: Any) -> Any:
-        if self.links is None or self.spec.node(node_id).role == "namesrv" or not hasattr(config, "dial_overrides"):
-            return config
+    def _wire_links(self, node_id: str, config: NodeConfig) -> NodeConfig:
+        if self.links is None or isinstance(config, NamesrvConfig):
+            return config  # name servers dial no one
         overrides = self.links.overrides_for(node_id, self._dialed_addrs())
         return dataclasses.replace(config, dial_overrides={**config.dial_overrides, **overrides})
 
@@ -193,7 +192,7 @@ class LocalCluster:
                     proc.close()
                 except HarnessError as exc:
                     errors.append(str(exc))
-            self._close_namesrv_channel()
+            self._namesrv.close()
             self._ports.release()
             if self.links is not None:
                 self.links.close()
@@ -235,7 +234,7 @@ class LocalCluster:
         self.write_cluster_json()
         for proc in self._nodes.values():
             proc.release()
-        self._close_namesrv_channel()
+        self._namesrv.close()
         self._ports.release()
 
     def __enter__(self) -> LocalCluster:
@@ -318,7 +317,7 @@ class LocalCluster:
         what = f"brokers to register with {self.namesrv_addr}" + (f" and route topic {topic}" if topic else "")
         wait_until(lambda: self._routing_gaps(topic), budget, what, done=lambda gaps: not gaps,
                    interval_ms=max(20, min(200, self.timing.register_interval_ms // 10)),
-                   ignore=(grpc.RpcError,))
+                   ignore=(NamesrvUnreachable,))
 
     def describe(self, timeout_ms: int = 2_000) -> list[dict[str, Any]]:
         """One dict per node: id, role, addr, pid, run_dir, process (harness view), alive,
@@ -343,8 +342,8 @@ class LocalCluster:
         return rows
 
     def cluster_info(self) -> dict[str, Any]:
-        """The contents of cluster.json (DESIGN §8)."""
-        return cluster_json(self.namesrv_addr, self._nodes.values())
+        """The contents of cluster.json."""
+        return cluster_json(self.namesrv_addr, self.spec.time_scale, self._nodes.values())
 
     def write_cluster_json(self) -> Path:
         path = self.run_dir / CLUSTER_JSON
@@ -372,50 +371,34 @@ class LocalCluster:
         for t in threads:
             t.join()
 
-    def _namesrv_stub(self) -> namesrv_pb2_grpc.NameServerStub:
-        with self._lock:
-            if self._namesrv_channel is None:
-                self._namesrv_channel = make_sync_channel(self.namesrv_addr)
-            return namesrv_pb2_grpc.NameServerStub(self._namesrv_channel)
-
-    def _close_namesrv_channel(self) -> None:
-        with self._lock:
-            channel, self._namesrv_channel = self._namesrv_channel, None
-        if channel is not None:
-            channel.close()
-
     def _routing_gaps(self, topic: str | None) -> list[str]:
         """What keeps the cluster from being routable right now ([] when nothing)."""
-        stub = self._namesrv_stub()
-        timeout = NAMESRV_RPC_TIMEOUT_MS / 1000
-        info = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=timeout)
-        registered = {(b.broker_name, bid): addr for b in info.brokers for bid, addr in b.broker_addrs.items()}
-        seen_ms = {live.broker_addr: live.last_update_timestamp_ms for live in info.live}
+        registrations = self._namesrv.registrations()
         gaps = []
         running = [n for n in self.spec.broker_nodes() if self._nodes[n.id].state is NodeState.RUNNING]
         for n in running:
             proc = self._nodes[n.id]
-            if registered.get((n.broker_name, n.broker_id)) != proc.addr:
+            if registrations.addr_of.get((n.broker_name, n.broker_id)) != proc.addr:
                 gaps.append(f"{n.id} not registered")
-            elif 0 < seen_ms.get(proc.addr, 0) < proc.started_wall_ms:
+            elif 0 < registrations.last_seen_ms.get(proc.addr, 0) < proc.started_wall_ms:
                 gaps.append(f"{n.id} not re-registered since its restart")
         if topic is not None and not gaps:
-            resp = stub.GetRouteInfo(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=timeout)
-            if resp.code != common_pb2.SUCCESS:
-                gaps.append(f"topic {topic}: {common_pb2.Code.Name(resp.code)}")
+            route = self._namesrv.route(topic)
+            if route.answer != "SUCCESS":
+                gaps.append(f"topic {topic}: {route.answer}")
             else:
-                with_queues = {q.broker_name for q in resp.route.queue_datas if q.write_queue_nums > 0}
                 for n in running:
-                    if n.is_master and n.broker_name not in with_queues:
+                    if n.is_master and n.broker_name not in route.writable_brokers:
                         gaps.append(f"topic {topic} has no writable queue on {n.broker_name}")
         return gaps
 
 
-def cluster_json(namesrv_addr: str, procs: Any) -> dict[str, Any]:
-    """`{"namesrv": addr, "nodes": [{"id","role","addr","pid","run_dir"}...]}`; pid is null
-    for a node that is not running."""
+def cluster_json(namesrv_addr: str, time_scale: float, procs: Iterable[NodeProcess]) -> dict[str, Any]:
+    """`{"namesrv": addr, "time_scale": f, "nodes": [{"id","role","addr","pid","run_dir"}...]}`;
+    pid is null for a node that is not running; every timer of the run is scaled by time_scale."""
     return {
         "namesrv": namesrv_addr,
+        "time_scale": time_scale,
         "nodes": [{"id": p.node_id, "role": p.role, "addr": p.addr,
                    "pid": p.pid if p.state in LIVE_STATES and p.alive else None,
                    "run_dir": str(p.run_dir)} for p in procs],

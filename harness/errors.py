@@ -2,7 +2,8 @@
 
     HarnessError            misuse of the harness or an environment problem
     ├── SpecError           a cluster spec (TOML or code) that cannot be rendered
-    └── NodeStartError      a node exited or stayed silent before its READY line
+    ├── NodeStartError      a node exited or stayed silent before its READY line
+    └── NamesrvUnreachable  a name server did not answer the harness's query
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ class HarnessError(Exception):
 
 
 class SpecError(HarnessError):
+    pass
+
+
+class NamesrvUnreachable(HarnessError):
     pass
 
 

@@ -18,6 +18,7 @@ from nodes.common import constants as c
 LOG_TAIL_LINES = 50
 LOG_TAIL_BYTES_MAX = 256 * 1024
 POLL_INTERVAL_S = 0.02
+KILL_REAP_BUDGET_MS = 5_000  # after SIGKILL the kernel needs a moment, never this long
 
 
 def describe_exit_code(code: int | None) -> str:
@@ -45,7 +46,6 @@ def tail_lines(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     except OSError:
         return []
     return data.decode("utf-8", "replace").splitlines()[-lines:]
-
 
 
 def pid_alive(pid: int) -> bool:

@@ -3,15 +3,15 @@
 Owns a single OS process (and its process group) and its run dir's log files; does not
 know the topology (`harness.cluster`) or render configs (`harness.spec`).
 
-Process contract (DESIGN §7, nodes/__main__.py):
+Process contract (nodes/__main__.py):
   * started as `python -m nodes <role> --config <run_dir>/config.json` in its own session,
     so `killpg` reaches anything it spawns and a terminal's Ctrl-C never does;
-  * prints exactly one `READY {json}` line on stdout when serving; logs go to node.log
-    (written by the node), stderr to stderr.log, any stray stdout to stdout.log;
+  * prints exactly one `READY {json}` line on stdout when serving (`harness.ready`); logs go to
+    node.log (written by the node), stderr to stderr.log, any stray stdout to stdout.log;
   * exit codes: 0 clean (SIGTERM), 70 broken invariant, 78 bad config.
 
 Supervision without auto-restart: an exit-watcher thread per process records every exit
-nobody asked for as an `UnexpectedExit` (handed to `on_unexpected_exit`); nothing is hidden.
+nobody asked for as an `UnexpectedExit` (`harness.exits`, handed to `on_unexpected_exit`).
 
 State machine (every public method asserts the state it needs):
 
@@ -23,42 +23,42 @@ State machine (every public method asserts the state it needs):
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import enum
-import json
 import logging
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import grpc
 import psutil
 
 import nodes
-from harness.admin import DESCRIBE_TIMEOUT_MS, describe_response_to_dict
+from harness.admin import DESCRIBE_TIMEOUT_MS, AdminClient
 from harness.errors import HarnessError, NodeStartError
-from harness.pids import LOG_TAIL_LINES, describe_exit_code, session_pids, tail_lines, wait_gone
+from harness.exits import UnexpectedExit, mark_gone, mark_live
+from harness.pids import (
+    KILL_REAP_BUDGET_MS,
+    LOG_TAIL_LINES,
+    POLL_INTERVAL_S,
+    describe_exit_code,
+    session_pids,
+    tail_lines,
+    wait_gone,
+)
 from harness.ports import LOCALHOST
+from harness.ready import READY_PREFIX, FileLines, PipeLines, Ready, StdoutLines
 from nodes.common import constants as c
 from nodes.common.config import save_node_config
-from nodes.common.rpc import make_sync_channel
-from proto import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(nodes.__file__).resolve().parent.parent
-READY_PREFIX = "READY "
-POLL_INTERVAL_S = 0.02  # READY / exit polling while starting
-KILL_REAP_BUDGET_MS = 5_000  # after SIGKILL the kernel needs a moment, never this long
 PAUSE_CONFIRM_BUDGET_MS = 2_000  # wait until the kernel reports the group stopped
 
 
@@ -76,65 +76,6 @@ class NodeState(enum.Enum):
 _STOPPABLE = (NodeState.STARTING, NodeState.RUNNING, NodeState.PAUSED)
 LIVE_STATES = (*_STOPPABLE, NodeState.STOPPING)  # the harness believes a process exists
 _STARTABLE = (NodeState.NEW, NodeState.STOPPED, NodeState.EXITED, NodeState.FAILED)
-
-
-@dataclass(frozen=True)
-class Ready:
-    """The node's READY line: `READY {"node_id", "role", "addr", "port", "pid"}`."""
-
-    node_id: str
-    port: int
-    pid: int
-    role: str = ""
-    addr: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, line: str) -> Ready:
-        if not line.startswith(READY_PREFIX):
-            raise ValueError(f"not a READY line: {line[:80]!r}")
-        data = json.loads(line[len(READY_PREFIX):])
-        if not isinstance(data, dict) or not {"node_id", "port", "pid"} <= set(data):
-            raise ValueError(f"READY line lacks node_id/port/pid: {line[:200]!r}")
-        known = {"node_id", "port", "pid", "role", "addr"}
-        return cls(node_id=str(data["node_id"]), port=int(data["port"]), pid=int(data["pid"]),
-                   role=str(data.get("role", "")), addr=str(data.get("addr", "")),
-                   extra={k: v for k, v in data.items() if k not in known})
-
-
-@dataclass(frozen=True)
-class UnexpectedExit:
-    """A node that exited while it was supposed to be running."""
-
-    node_id: str
-    pid: int
-    exit_code: int
-    at_wall_ms: int
-    log_tail: str
-
-    @property
-    def exit_description(self) -> str:
-        return describe_exit_code(self.exit_code)
-
-    def __str__(self) -> str:
-        at = time.strftime("%H:%M:%S", time.localtime(self.at_wall_ms / 1000))
-        return f"{self.node_id} (pid {self.pid}) {self.exit_description} at {at}"
-
-
-# Every attached NodeProcess that may still have a live process group. The atexit hook
-# SIGKILLs them, so an interpreter that dies on an exception leaves no node behind.
-_LIVE: set[NodeProcess] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _kill_live_at_exit() -> None:
-    with _LIVE_LOCK:
-        procs = list(_LIVE)
-    for proc in procs:
-        proc._signal_group(signal.SIGKILL)
-
-
-atexit.register(_kill_live_at_exit)
 
 
 class NodeProcess:
@@ -173,7 +114,6 @@ class NodeProcess:
         self.last_exit_code: int | None = None
         self.starts = 0
         self.started_wall_ms = 0  # wall clock at the last spawn (registrations must be newer)
-        self.started_monotonic_ms = 0  # the same instant on CLOCK_MONOTONIC (system-wide on Linux)
         self._argv = list(argv) if argv is not None else None
         self._on_unexpected_exit = on_unexpected_exit
         self._lock = threading.RLock()
@@ -182,10 +122,8 @@ class NodeProcess:
         self._exited = threading.Event()
         self._expect_exit = False
         self._released = False
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._stdout_offset = 0
-        self._reader: threading.Thread | None = None
-        self._channel: grpc.Channel | None = None
+        self._stdout: StdoutLines | None = None
+        self._admin = AdminClient(self.addr, node_id)
 
     # ---- properties -----------------------------------------------------------------
 
@@ -244,11 +182,10 @@ class NodeProcess:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if self.config is not None:
                 save_node_config(self.config_path, self.role, self.config)
-            self._close_channel()
+            self._admin.close()
             self._expect_exit = False
             self._released = False
             self._exited = threading.Event()
-            self._lines = queue.Queue()
             self.ready = None
             self.last_exit_code = None
             self._state = NodeState.STARTING
@@ -257,9 +194,8 @@ class NodeProcess:
                 stdout: IO[bytes] | int = subprocess.PIPE
                 if self.detached:
                     stdout = files.enter_context(self.stdout_log.open("ab"))
-                    self._stdout_offset = self.stdout_log.stat().st_size
+                    self._stdout = FileLines(self.stdout_log, self.stdout_log.stat().st_size)
                 self.started_wall_ms = time.time_ns() // 1_000_000
-                self.started_monotonic_ms = time.monotonic_ns() // 1_000_000
                 try:
                     proc = subprocess.Popen(
                         self._command(), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
@@ -270,12 +206,9 @@ class NodeProcess:
                                          node_id=self.node_id, exit_code=None, log_tail="") from exc
             self._proc = proc
             self.starts += 1
-            with _LIVE_LOCK:
-                _LIVE.add(self)
+            mark_live(self)
             if not self.detached:
-                self._reader = threading.Thread(target=self._read_stdout, args=(proc,),
-                                                name=f"{self.node_id}-stdout", daemon=True)
-                self._reader.start()
+                self._stdout = PipeLines(proc, self.stdout_log, name=f"{self.node_id}-stdout")
             threading.Thread(target=self._watch, args=(proc, self._exited), name=f"{self.node_id}-watch",
                              daemon=True).start()
         log.info("%s: spawned pid %d (%s)", self.node_id, proc.pid, " ".join(self._command()))
@@ -285,17 +218,15 @@ class NodeProcess:
         deadline = time.monotonic() + self.start_budget_ms / 1000
         with self._lock:
             self._require((NodeState.STARTING,), "wait for READY of")
-            exited = self._exited
-        eof = False
+            exited, stdout = self._exited, self._stdout
+        assert stdout is not None
         while True:
-            line = self._next_line(eof)
-            if line is None and not self.detached:
-                eof = True
+            line = stdout.next_line()
             if line:
                 if line.startswith(READY_PREFIX):
                     return self._on_ready(line)
                 continue
-            if exited.is_set() or eof:
+            if exited.is_set() or line is None:
                 exited.wait(timeout=1.0)  # stdout closed: the exit itself is a moment behind
                 self._fail_start(f"{self.node_id} exited before it was ready: "
                                  f"{describe_exit_code(self.last_exit_code)}")
@@ -363,9 +294,8 @@ class NodeProcess:
         if self._state in _STOPPABLE:
             with contextlib.suppress(HarnessError):
                 self.kill()
-        self._close_channel()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        self._admin.close()
+        mark_gone(self)
         leftovers = self.live_pids()
         if leftovers:
             for pid in leftovers:
@@ -380,9 +310,8 @@ class NodeProcess:
         """Stop supervising without stopping the process (for `mqlab up --detach`)."""
         with self._lock:
             self._released = True
-        self._close_channel()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        self._admin.close()
+        mark_gone(self)
 
     def live_pids(self) -> list[int]:
         """Pids (not zombies) still in this node's session: the node and anything it spawned."""
@@ -392,25 +321,13 @@ class NodeProcess:
 
     # ---- control plane --------------------------------------------------------------
 
-    def admin(self) -> admin_pb2_grpc.AdminStub:
-        """A synchronous Admin stub to this node (channel cached until the next stop)."""
-        with self._lock:
-            if self._channel is None:
-                self._channel = make_sync_channel(self.addr)
-            return admin_pb2_grpc.AdminStub(self._channel)
-
     def describe(self, timeout_ms: int = DESCRIBE_TIMEOUT_MS) -> dict[str, Any]:
         """Admin.Describe as a dict (details parsed from JSON).
 
         Raises:
             HarnessError: the node did not answer within `timeout_ms`.
         """
-        try:
-            resp = self.admin().Describe(admin_pb2.DescribeRequest(), timeout=timeout_ms / 1000)
-        except grpc.RpcError as exc:
-            code = exc.code().name if hasattr(exc, "code") else "error"
-            raise HarnessError(f"{self.node_id} at {self.addr} did not answer Admin.Describe ({code})") from exc
-        return describe_response_to_dict(resp)
+        return self._admin.describe(timeout_ms)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last `lines` lines of node.log, stderr.log and (if any) stdout.log, labelled."""
@@ -441,45 +358,6 @@ class NodeProcess:
             raise HarnessError(f"cannot {action} {self.node_id}: it is {self._state.value} "
                                f"(needs {' or '.join(s.value for s in states)})")
 
-    def _next_line(self, eof: bool) -> str | None:
-        """The next stdout line while starting: '' if none yet, None at end of stdout."""
-        if self.detached:
-            return self._next_file_line()
-        if eof:
-            time.sleep(POLL_INTERVAL_S)
-            return None
-        try:
-            return self._lines.get(timeout=POLL_INTERVAL_S)
-        except queue.Empty:
-            return ""
-
-    def _next_file_line(self) -> str:
-        try:
-            with self.stdout_log.open("rb") as f:
-                f.seek(self._stdout_offset)
-                chunk = f.readline()
-        except OSError:
-            chunk = b""
-        if not chunk.endswith(b"\n"):
-            time.sleep(POLL_INTERVAL_S)
-            return ""
-        self._stdout_offset += len(chunk)
-        return chunk.decode("utf-8", "replace").rstrip("\n")
-
-    def _read_stdout(self, proc: subprocess.Popen[bytes]) -> None:
-        """Forward lines until READY, then drain the rest into stdout.log (so no print blocks)."""
-        assert proc.stdout is not None
-        lines = self._lines
-        ready_seen = False
-        with proc.stdout, self.stdout_log.open("ab", buffering=0) as sink:
-            for raw in proc.stdout:
-                text = raw.decode("utf-8", "replace").rstrip("\n")
-                if not ready_seen:
-                    lines.put(text)
-                    ready_seen = text.startswith(READY_PREFIX)
-                sink.write(raw)
-        lines.put(None)
-
     def _on_ready(self, line: str) -> Ready:
         try:
             ready = Ready.parse(line)
@@ -507,8 +385,7 @@ class NodeProcess:
         with self._lock:
             self._state = NodeState.FAILED
             code = self.last_exit_code
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            mark_gone(self)
         raise NodeStartError(f"{message}; logs in {self.run_dir}", node_id=self.node_id,
                              exit_code=code, log_tail=self.log_tail())
 
@@ -518,9 +395,8 @@ class NodeProcess:
         self._signal_group(signal.SIGKILL, leftovers_only=True)  # anything the node spawned
         with self._lock:
             self._state = NodeState.STOPPED
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
-        self._close_channel()
+            mark_gone(self)
+        self._admin.close()
         assert self.last_exit_code is not None
         log.info("%s: stopped, %s", self.node_id, describe_exit_code(self.last_exit_code))
         return self.last_exit_code
@@ -539,8 +415,7 @@ class NodeProcess:
                     unexpected = not self._released
             if not unexpected:
                 return
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            mark_gone(self)
             self._signal_group(signal.SIGKILL, leftovers_only=True)
             record = UnexpectedExit(self.node_id, proc.pid, code, time.time_ns() // 1_000_000, self.log_tail())
             log.error("%s: unexpected exit: %s\n%s", self.node_id, record, record.log_tail)
@@ -548,6 +423,10 @@ class NodeProcess:
                 self._on_unexpected_exit(record)
         finally:
             exited.set()
+
+    def sigkill_group(self) -> None:
+        """SIGKILL the process group now, without waiting or changing state (the atexit hook)."""
+        self._signal_group(signal.SIGKILL)
 
     def _signal_leader(self, sig: signal.Signals) -> None:
         if self._proc is not None and not self._exited.is_set():
@@ -569,9 +448,3 @@ class NodeProcess:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
-
-    def _close_channel(self) -> None:
-        with self._lock:
-            channel, self._channel = self._channel, None
-        if channel is not None:
-            channel.close()

@@ -139,7 +139,7 @@ class ClusterSpec:
 
     @classmethod
     def default(cls, *, time_scale: float = 1.0) -> ClusterSpec:
-        """namesrv-0 plus the broker-a group (DESIGN §8)."""
+        """namesrv-0 plus the broker-a group."""
         return cls(time_scale=time_scale)
 
     @classmethod

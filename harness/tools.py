@@ -7,7 +7,6 @@ and tests can pass fakes for the client objects (anything with the `nodes.client
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -50,17 +49,6 @@ def body_id(body: bytes) -> tuple[str, int] | None:
     if len(parts) < 3 or not parts[1].isdigit():
         return None
     return parts[0].decode("utf-8", "replace"), int(parts[1])
-
-
-def client_kwargs(cls: type, **wanted: Any) -> dict[str, Any]:
-    """The subset of `wanted` keyword options that `cls(...)` accepts (the client grows options)."""
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(wanted)
-    return {k: v for k, v in wanted.items() if k in params and v is not None}
 
 
 # ---- producing -----------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """`mqlab bench pull`: the pull benchmark's command line (registered by `harness.cli`).
 
-Owns option parsing and what the run prints; the run itself is `harness.bench.runner`. It
-borrows `mqlab`'s console, error handling and exit codes (0 ran, 1 ran with failed cases or a
-node that died, 2 could not run, 130 interrupted) at call time, so this module never imports
-`harness.cli` while that module is loading.
+Owns option parsing and what the run prints; the run itself is `harness.bench.runner`. It shares
+`mqlab`'s consoles, error handling and exit codes (0 ran, 1 ran with failed cases or a node that
+died, 2 could not run, 130 interrupted) through `harness.terminal`; it never imports `harness.cli`.
 """
 
 from __future__ import annotations
@@ -15,7 +14,11 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.bench.results import DEFAULT_SEND_BATCH, DEFAULT_SEND_WINDOW
+from harness import terminal
+from harness.bench import report as bench_report
+from harness.bench.results import DEFAULT_SEND_BATCH, DEFAULT_SEND_WINDOW, report_json
+from harness.bench.runner import BenchConfig, Hooks, run_bench
+from harness.terminal import EXIT_PROBLEM, CliError, cli_command
 
 app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Benchmarks against a fresh local cluster.")
@@ -35,6 +38,7 @@ def _int_list(text: str, option: str) -> tuple[int, ...]:
 
 
 @app.command("pull")
+@cli_command
 def pull(
     messages: Annotated[int | None, typer.Option("--messages", min=1, help="Messages to preload (default 100000; --quick 20000).")] = None,
     body_bytes: Annotated[int, typer.Option("--body-bytes", min=1, help="Body size of every message.")] = 1024,
@@ -57,27 +61,10 @@ def pull(
 ) -> None:
     """Pull throughput (master, slave; batch sizes; consumer processes), push and send, as fractions
     of same-run limits: a bare gRPC stream with no storage and a raw mmap scan of the commitlog."""
-    from harness import cli as mqlab
-
-    options = dict(messages=messages, body_bytes=body_bytes, queues=queues, batches=batches, consumers=consumers,
-                   quick=quick, json_path=json_path, plot=plot, time_scale=time_scale, seconds=seconds, windows=windows,
-                   window=window, push=push, send=send, send_batch=send_batch, send_window=send_window,
-                   tune_malloc=tune_malloc, run_dir=run_dir)
-    mqlab.cli_command(_pull)(mqlab, **options)
-
-
-def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, batches: str, consumers: str | None,
-          quick: bool, json_path: Path | None, plot: Path | None, time_scale: float, seconds: float | None,
-          windows: int | None, window: int, push: bool, send: bool, send_batch: int, send_window: int,
-          tune_malloc: bool, run_dir: Path | None) -> None:
-    from harness.bench import report as bench_report
-    from harness.bench.results import report_json
-    from harness.bench.runner import BenchConfig, run_bench
-
     try:
         bench_report.require_matplotlib()  # fail before a long run, not after it
     except ImportError as exc:
-        raise mqlab.CliError(str(exc)) from None
+        raise CliError(str(exc)) from None
     base = BenchConfig.quick() if quick else BenchConfig()
     overrides: dict[str, Any] = {"body_bytes": body_bytes, "queues": queues, "batches": _int_list(batches, "--batches"),
                                  "window": window, "push": push, "send": send, "send_batch": send_batch,
@@ -92,8 +79,8 @@ def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, bat
     if windows is not None:
         overrides["windows"] = windows
     config = dataclasses.replace(base, **overrides)
-    console = mqlab.console
-    hooks = _Hooks(mqlab)
+    console = terminal.console
+    hooks = _Hooks()
     try:
         report = run_bench(config, hooks.as_hooks())
     finally:
@@ -111,31 +98,28 @@ def _pull(mqlab: Any, *, messages: int | None, body_bytes: int, queues: int, bat
     plot_path = bench_report.write_plot(report, plot if plot is not None else bench_dir / PLOT_NAME)
     console.print(f"json: {json_path or bench_dir / JSON_NAME}   plot: {plot_path}   run dir: {bench_dir}")
     for problem in report.problems:
-        mqlab.err_console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True)
+        terminal.err_console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True)
     if report.problems:
-        raise typer.Exit(mqlab.EXIT_PROBLEM)
+        raise typer.Exit(EXIT_PROBLEM)
 
 
 class _Hooks:
     """Stage lines, and a progress bar while preloading."""
 
-    def __init__(self, mqlab: Any) -> None:
-        self._mqlab = mqlab
+    def __init__(self) -> None:
         self._bar: Any = None
         self._task: Any = None
 
-    def as_hooks(self) -> Any:
-        from harness.bench.runner import Hooks
-
+    def as_hooks(self) -> Hooks:
         return Hooks(stage=self.stage, preloaded=self.preloaded)
 
     def stage(self, text: str) -> None:
         self.close_bar()
-        self._mqlab.console.print(f"[dim]·[/] {text}")
+        terminal.console.print(f"[dim]·[/] {text}")
 
     def preloaded(self, done: int, total: int) -> None:
         if self._bar is None:
-            self._bar = self._mqlab._progress()
+            self._bar = terminal.progress()
             self._bar.start()
             self._task = self._bar.add_task("preloading", total=total)
         self._bar.update(self._task, completed=done)

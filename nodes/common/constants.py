@@ -105,7 +105,6 @@ SEND_TIMEOUT_MS = 3_000  # sendMsgTimeout
 RPC_TIMEOUT_MS = 3_000  # ordinary unary calls (route lookups, offset queries)
 QUERY_OFFSET_TIMEOUT_MS = 5_000  # READ_FROM_STORE timeout
 REGISTER_TIMEOUT_MS = 6_000  # registerBrokerTimeoutMills
-STOP_GRACE_MS = 5_000  # SIGTERM -> SIGKILL grace in the harness
 TIMING_FLOOR_MS = 5  # no scaled timer goes below this
 
 # Unscaled budgets: process start-up is Python imports + gRPC bind, not a RocketMQ timer.

@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from harness import cli
+from harness import cli, terminal
 from harness.bench import report as bench_report
 from harness.bench.runner import BenchConfig
 
@@ -16,8 +16,8 @@ OPTIONS = ["--messages", "--body-bytes", "--queues", "--batches", "--consumers",
 
 @pytest.fixture
 def runner(monkeypatch):
-    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))
-    monkeypatch.setattr(cli, "err_console", Console(width=250, highlight=False, stderr=True))
+    monkeypatch.setattr(terminal, "console", Console(width=250, highlight=False))
+    monkeypatch.setattr(terminal, "err_console", Console(width=250, highlight=False, stderr=True))
     return CliRunner()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -11,7 +12,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from harness import cli
+import nodes.client
+from harness import cli, client_commands, cluster_commands, terminal
 from harness.cluster import LocalCluster
 from harness.pids import pid_alive
 
@@ -21,9 +23,35 @@ COMMANDS = ["up", "status", "down", "produce", "consume", "demo"]
 @pytest.fixture
 def runner(monkeypatch):
     # Wide consoles, so table cells are never wrapped whatever the terminal (or xdist) says.
-    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))
-    monkeypatch.setattr(cli, "err_console", Console(width=250, highlight=False, stderr=True))
+    monkeypatch.setattr(terminal, "console", Console(width=250, highlight=False))
+    monkeypatch.setattr(terminal, "err_console", Console(width=250, highlight=False, stderr=True))
     return CliRunner()
+
+
+@pytest.fixture
+def fake_clients(fake_mq, monkeypatch):
+    """The client commands build in-memory clients bound to `fake_mq`'s broker. Each construction
+    is bound to the real class's signature first (an option the client lacks fails) and recorded
+    in `fake_mq.built` as (class name, args, kwargs)."""
+    fake_mq.built = []
+
+    def checked(name):
+        fake, signature = getattr(fake_mq, name), inspect.signature(getattr(nodes.client, name))
+
+        def build(*args, **kwargs):
+            signature.bind(*args, **kwargs)
+            fake_mq.built.append((name, args, kwargs))
+            return fake(*args, **kwargs)
+        return build
+
+    for name in ("Producer", "PullConsumer", "PushConsumer"):
+        monkeypatch.setattr(client_commands, name, checked(name))
+    return fake_mq
+
+
+def test_fake_clients_refuse_an_option_the_real_client_lacks(fake_clients):
+    with pytest.raises(TypeError):
+        client_commands.Producer("127.0.0.1:1", group="g", no_such_option=1)
 
 
 def test_top_level_help_lists_every_command(runner):
@@ -79,7 +107,7 @@ def test_unexpected_errors_never_show_a_traceback(runner, tmp_path, monkeypatch)
     def boom(*args, **kwargs):
         raise ZeroDivisionError("oops")
 
-    monkeypatch.setattr(cli, "read_cluster_json", boom)
+    monkeypatch.setattr(cluster_commands, "read_cluster_json", boom)
     result = runner.invoke(cli.app, ["status", "--run-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "internal error: ZeroDivisionError: oops" in result.output and "MQLAB_DEBUG=1" in result.output
@@ -88,7 +116,7 @@ def test_unexpected_errors_never_show_a_traceback(runner, tmp_path, monkeypatch)
 @pytest.fixture
 def detached_standins(tmp_path, standin_cmd):
     """A stand-in cluster left running as `mqlab up --detach` leaves one; killed at teardown."""
-    cluster = LocalCluster(run_dir=tmp_path / "run", detach=True,
+    cluster = LocalCluster(run_dir=tmp_path / "run", detach=True, time_scale=0.05,
                            command=lambda n, cfg: standin_cmd("grpc", config=cfg))
     pids = [n.pid for n in cluster.nodes()]
     cluster.detach()
@@ -103,6 +131,7 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     status = runner.invoke(cli.app, ["status", "--run-dir", run_dir])
     assert status.exit_code == 0, status.output
     assert "broker-a-0 stand-in RUNNING" in status.output and "namesrv-0" in status.output
+    assert "time scale 0.05" in status.output
 
     pids = [n["pid"] for n in json.loads((detached_standins.run_dir / "cluster.json").read_text())["nodes"]]
     down = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
@@ -114,6 +143,19 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     assert after.exit_code == 1 and "3 of 3 node(s) down" in after.output
     again = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
     assert again.exit_code == 0 and again.output.count("not running") == 3
+
+
+def test_client_commands_with_a_run_dir_use_the_clusters_timing(runner, detached_standins, fake_clients):
+    run_dir = str(detached_standins.run_dir)
+    produced = runner.invoke(cli.app, ["produce", "--run-dir", run_dir, "--topic", "T", "--count", "3"])
+    assert produced.exit_code == 0, produced.output
+    consumed = runner.invoke(cli.app, ["consume", "--run-dir", run_dir, "--topic", "T", "--timeout", "0.3",
+                                       "--batch", "7", "--threads", "3"])
+    assert consumed.exit_code == 0, consumed.output
+    (_, p_args, p_kwargs), (_, c_args, c_kwargs) = fake_clients.built
+    assert p_args == (detached_standins.namesrv_addr,) and c_args == (detached_standins.namesrv_addr, "mqlab_cli_consumer")
+    assert p_kwargs["timing"] == c_kwargs["timing"] == detached_standins.timing  # scaled by 0.05
+    assert (c_kwargs["pull_batch_size"], c_kwargs["consume_thread_min"]) == (7, 3)
 
 
 def test_up_refuses_a_run_dir_with_a_live_cluster(runner, detached_standins):
@@ -131,8 +173,7 @@ def test_status_marks_a_node_that_stopped_answering(runner, detached_standins):
     assert result.exit_code == 1 and "UNREACHABLE" in result.output
 
 
-def test_produce_and_consume_print_summaries(runner, fake_mq, monkeypatch):
-    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+def test_produce_and_consume_print_summaries(runner, fake_clients):
     produced = runner.invoke(cli.app, ["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", "--count", "40",
                                        "--body-bytes", "100", "--tags", "a"])
     assert produced.exit_code == 0, produced.output
@@ -143,27 +184,25 @@ def test_produce_and_consume_print_summaries(runner, fake_mq, monkeypatch):
     assert "received" in consumed.output and "30" in consumed.output and "queues" in consumed.output
     rest = runner.invoke(cli.app, ["consume", "--namesrv", "127.0.0.1:1", "--topic", "T", "--timeout", "0.3"])
     assert rest.exit_code == 0 and "idle 0.3 s" in rest.output
-    committed = sum(fake_mq.broker.committed.values())
+    committed = sum(fake_clients.broker.committed.values())
     assert committed == 40
 
 
-def test_produce_exits_1_when_sends_fail(runner, fake_mq, monkeypatch):
+def test_produce_exits_1_when_sends_fail(runner, fake_clients):
     from nodes.common.errors import RequestTimeoutError
 
-    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
-    fake_mq.broker.fail = {b"p": RequestTimeoutError("send: no answer")}
+    fake_clients.broker.fail = {b"p": RequestTimeoutError("send: no answer")}
     result = runner.invoke(cli.app, ["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", "--count", "5"])
     assert result.exit_code == 1 and "RequestTimeoutError" in result.output
 
 
-def test_consume_of_an_unknown_topic_says_what_to_do(runner, fake_mq, monkeypatch):
-    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
+def test_consume_of_an_unknown_topic_says_what_to_do(runner, fake_clients):
     result = runner.invoke(cli.app, ["consume", "--namesrv", "127.0.0.1:1", "--topic", "Nope"])
     assert result.exit_code == 2 and "mqlab produce --topic Nope" in result.output
 
 
 @pytest.fixture
-def demo_on_standins(tmp_path, standin_cmd, fake_mq, monkeypatch):
+def demo_on_standins(tmp_path, standin_cmd, fake_clients, monkeypatch):
     """`mqlab demo` on a stand-in cluster with in-memory clients."""
     def cluster(**kwargs):
         kwargs["run_dir"] = tmp_path / "run"
@@ -171,9 +210,8 @@ def demo_on_standins(tmp_path, standin_cmd, fake_mq, monkeypatch):
         c.wait_until_routable = lambda topic=None, budget_ms=None: None  # the stand-in has no routes
         return c
 
-    monkeypatch.setattr(cli, "LocalCluster", cluster)
-    monkeypatch.setattr(cli, "_client_class", lambda name: getattr(fake_mq, name))
-    return fake_mq
+    monkeypatch.setattr(client_commands, "LocalCluster", cluster)
+    return fake_clients
 
 
 def test_demo_exits_0_when_every_acknowledged_message_returns(runner, demo_on_standins):

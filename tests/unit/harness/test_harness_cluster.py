@@ -42,7 +42,8 @@ def _json(cluster):
 def test_cluster_json_matches_the_contract(standin_cluster):
     cluster = standin_cluster().start()
     data = _json(cluster)
-    assert set(data) == {"namesrv", "nodes"}
+    assert set(data) == {"namesrv", "time_scale", "nodes"}
+    assert data["time_scale"] == cluster.spec.time_scale == 1.0
     assert data["namesrv"] == cluster.namesrv_addr == cluster.node("namesrv-0").addr
     assert [n["id"] for n in data["nodes"]] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     for entry, proc in zip(data["nodes"], cluster.nodes(), strict=True):
@@ -50,6 +51,25 @@ def test_cluster_json_matches_the_contract(standin_cluster):
         assert entry == {"id": proc.node_id, "role": proc.role, "addr": proc.addr, "pid": proc.pid,
                          "run_dir": str(cluster.run_dir / proc.node_id)}
     assert read_cluster_json(cluster.run_dir) == data
+
+
+def test_cluster_json_records_the_time_scale_from_construction_to_close(tmp_path, standin_cmd):
+    cluster = LocalCluster(time_scale=0.05, run_dir=tmp_path / "run", start=False)  # real node configs
+    try:
+        assert _json(cluster)["time_scale"] == 0.05
+    finally:
+        cluster.close(graceful=False)
+    assert read_cluster_json(cluster.run_dir)["time_scale"] == 0.05
+
+    spec = ClusterSpec.default().with_time_scale(0.2)
+    started = LocalCluster(spec, run_dir=tmp_path / "started",
+                           command=lambda n, cfg: standin_cmd("grpc", config=cfg))
+    try:
+        assert _json(started)["time_scale"] == 0.2
+        started.restart("broker-a-0")
+        assert _json(started)["time_scale"] == 0.2
+    finally:
+        started.close()
 
 
 def test_start_waits_until_brokers_are_routable_and_describe_reports_admin(standin_cluster):
@@ -121,6 +141,16 @@ def test_wait_until_routable_times_out_naming_the_missing_broker(standin_cluster
     cluster.start(wait_routable=False)
     with pytest.raises(WaitTimeout, match="broker-a-0 not registered"):
         cluster.wait_until_routable(budget_ms=300)
+
+
+def test_wait_until_routable_reports_a_silent_name_server(standin_cluster):
+    cluster = standin_cluster().start()
+    cluster.pause("namesrv-0")
+    try:
+        with pytest.raises(WaitTimeout, match=r"name server \S+ did not answer GetClusterInfo"):
+            cluster.wait_until_routable(budget_ms=300)
+    finally:
+        cluster.resume("namesrv-0")
 
 
 def test_close_stops_everything_and_is_idempotent(standin_cluster):

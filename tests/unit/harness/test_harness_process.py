@@ -12,7 +12,8 @@ import pytest
 
 from harness.errors import HarnessError, NodeStartError
 from harness.pids import describe_exit_code, is_node_process
-from harness.process import NodeProcess, NodeState, Ready
+from harness.process import NodeProcess, NodeState
+from harness.ready import Ready
 from harness.waiting import wait_until
 from nodes.common.config import NamesrvConfig, load_node_config
 

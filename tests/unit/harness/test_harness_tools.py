@@ -129,21 +129,3 @@ def test_delivery_log_verdict_finds_lost_duplicate_corrupt_and_unexpected():
     clean(_ext(tools.make_body("t", 0, 64)))
     assert clean.verdict(sent=1, acked={0}).ok  # duplicates alone are allowed (at least once)
 
-
-def test_client_kwargs_passes_only_accepted_options():
-    class Narrow:
-        def __init__(self, addr, group="g"):
-            pass
-
-    class Wide:
-        def __init__(self, addr, group="g", *, timing=None):
-            pass
-
-    class Anything:
-        def __init__(self, addr, **kwargs):
-            pass
-
-    assert tools.client_kwargs(Narrow, timing=1) == {}
-    assert tools.client_kwargs(Wide, timing=1) == {"timing": 1}
-    assert tools.client_kwargs(Wide, timing=None) == {}
-    assert tools.client_kwargs(Anything, timing=1) == {"timing": 1}
