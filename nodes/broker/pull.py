@@ -22,6 +22,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
+from nodes.common.errors import InvariantViolation
 from nodes.common.events import EventLog
 from nodes.store.message_store import GetStatus, MessageStore
 from nodes.store.record import MessageToStore, tag_hash
@@ -167,7 +168,16 @@ class PullProcessor:
                           records=result.record_data if found else b"")
 
     def _reexecute(self, held: HeldPull) -> PullAnswer:
-        answer = self.process(held.request, allow_suspend=False, respond=held.respond, stream_id=held.stream_id)
+        """A woken pull, run again on the hold service's task. A failure answers that pull
+        SYSTEM_ERROR, as it would have on the request's own path; a broken invariant still
+        ends the node (the service's crash handler)."""
+        try:
+            answer = self.process(held.request, allow_suspend=False, respond=held.respond, stream_id=held.stream_id)
+        except InvariantViolation:
+            raise
+        except Exception as exc:
+            log.exception("re-running a held pull failed")
+            return self._reply(held.request, ResponseCode.SYSTEM_ERROR, f"pull failed on the broker: {exc!r}")
         assert answer is not None  # a re-execution is never parked again
         return answer
 

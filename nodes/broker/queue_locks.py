@@ -11,7 +11,7 @@ In memory only: a restarted master starts with no locks and the first client to 
 lease ends. Slaves hold no locks and refuse lock calls (`QueueLockHandler` with no manager).
 
 Pure apart from the event log: every time is a `now_ms` argument (monotonic). Loop-confined
-(the broker's gRPC handlers run on one event loop), so no mutex is needed.
+(the broker's request handlers run on one event loop), so no mutex is needed.
 """
 
 from __future__ import annotations

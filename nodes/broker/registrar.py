@@ -112,11 +112,11 @@ class NamesrvRegistrar:
     """Registers this broker with every name server (in parallel), keeps one channel open to
     each, and unregisters on stop.
 
-    The channel is a `WatchChannel` server stream on the same gRPC channel as registrations, so
-    it shares their connection (and their link proxy): when this process dies or the connection
-    is reset, the stream ends and the name server drops this broker's route at once (RocketMQ's
-    onChannelDestroy). No keepalive runs on it (see nodes.common.rpc): a silent partition must
-    stay silent and leave the broker to the name server's expiry, as in RocketMQ.
+    The channel shares its name server's connection with the registrations (and their link
+    proxy): when this process dies or the connection is reset, the channel ends and the name
+    server drops this broker's route at once (RocketMQ's onChannelDestroy). No keepalive runs on
+    it (see nodes.common.rpc): a silent partition must stay silent and leave the broker to the
+    name server's expiry, as in RocketMQ.
     """
 
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager, apis: Iterable[NamesrvApi],
