@@ -4,6 +4,12 @@ The controller fills one table; every transport adapter takes its handlers from 
 request kind is handled by the same code whatever protocol carried it. Each kind's handler
 has one calling shape, given beside the kind below; requests and answers are the handlers'
 plain values.
+
+Why plain values and not the protobuf messages: the RocketMQ remoting protocol carries the
+same requests as JSON headers with string fields, and a second adapter must reach the same
+handlers without building protobuf first; frozen dataclasses also make a handler testable
+with no transport at all, and keep wire details (field presence, enum numbering, batching
+of pull answers) in the adapter that owns that wire.
 """
 
 from __future__ import annotations

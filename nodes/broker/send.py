@@ -64,7 +64,6 @@ class SendRequest:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     sys_flag: int = 0
     reconsume_times: int = 0
-    producer_group: str = ""
 
 
 class AppendedMessage(Protocol):

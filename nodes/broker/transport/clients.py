@@ -5,7 +5,8 @@ MqError here (nodes.common.rpc.map_rpc_error); the decisions stay with the calle
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
@@ -18,6 +19,15 @@ from nodes.common.rpc import make_channel, map_rpc_error, timeout_s
 from proto import namesrv_pb2_grpc, replication_pb2, replication_pb2_grpc
 
 
+@contextlib.contextmanager
+def _mapped_errors(what: str) -> Iterator[None]:
+    """Raise a gRPC failure of the request `what` as our MqError."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        raise map_rpc_error(exc, what) from exc
+
+
 class GrpcNamesrvApi:
     """One name server over one gRPC channel (registrations and the watched channel share it,
     so they share its connection and its link proxy)."""
@@ -27,28 +37,23 @@ class GrpcNamesrvApi:
         self._stub = namesrv_pb2_grpc.NameServerStub(make_channel(addr, config.dial_overrides))
 
     async def register(self, registration: BrokerRegistration, timeout_ms: int) -> RegisterResult:
-        try:
+        with _mapped_errors("register with name server"):
             answer = await self._stub.RegisterBroker(convert.registration_to_pb(registration),
                                                      timeout=timeout_s(timeout_ms))
-        except grpc.RpcError as exc:
-            raise map_rpc_error(exc, "register with name server") from exc
         return convert.register_result_from_pb(answer)
 
     async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncIterator[bool]:
         call = self._stub.WatchChannel(convert.watch_channel_to_pb(broker, channel_token))
         try:
-            async for event in call:
-                yield event.registered
-        except grpc.RpcError as exc:
-            raise map_rpc_error(exc, "name server channel") from exc
+            with _mapped_errors("name server channel"):
+                async for event in call:
+                    yield event.registered
         finally:
             call.cancel()
 
     async def unregister(self, broker: BrokerIdentity, timeout_ms: int) -> None:
-        try:
+        with _mapped_errors("unregister"):
             await self._stub.UnregisterBroker(convert.unregister_broker_to_pb(broker), timeout=timeout_s(timeout_ms))
-        except grpc.RpcError as exc:
-            raise map_rpc_error(exc, "unregister") from exc
 
 
 class GrpcMasterLink:
@@ -64,20 +69,18 @@ class GrpcMasterLink:
 
         channel = make_channel(addr, self._config.dial_overrides)
         try:
-            async for chunk in replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing()):
-                yield convert.log_chunk_from_pb(chunk)
-        except grpc.RpcError as exc:
-            raise map_rpc_error(exc, f"replicate from {addr}") from exc
+            with _mapped_errors(f"replicate from {addr}"):
+                async for chunk in replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing()):
+                    yield convert.log_chunk_from_pb(chunk)
         finally:
             await channel.close()
 
     async def fetch_metadata(self, addr: str) -> MetadataSnapshot:
         channel = make_channel(addr, self._config.dial_overrides)
         try:
-            answer = await replication_pb2_grpc.ReplicationStub(channel).SyncMetadata(
-                replication_pb2.SyncMetadataRequest(), timeout=timeout_s(self._config.timing.rpc_timeout_ms))
-        except grpc.RpcError as exc:
-            raise map_rpc_error(exc, f"sync metadata from {addr}") from exc
+            with _mapped_errors(f"sync metadata from {addr}"):
+                answer = await replication_pb2_grpc.ReplicationStub(channel).SyncMetadata(
+                    replication_pb2.SyncMetadataRequest(), timeout=timeout_s(self._config.timing.rpc_timeout_ms))
         finally:
             await channel.close()
         return convert.metadata_from_pb(answer)

@@ -54,7 +54,7 @@ def send_request_from_pb(pb: broker_pb2.SendMessageRequest) -> SendRequest:
         batch_body=pb.batch_body, born_timestamp_ms=pb.born_timestamp_ms,
         default_topic_queue_nums=pb.default_topic_queue_nums,
         born_host=wire.parse_host_port(pb.born_host) if pb.born_host else ("127.0.0.1", 0),
-        sys_flag=pb.sys_flag, reconsume_times=pb.reconsume_times, producer_group=pb.producer_group)
+        sys_flag=pb.sys_flag, reconsume_times=pb.reconsume_times)
 
 
 def send_response_to_pb(response: SendResponse) -> broker_pb2.SendMessageResponse:
