@@ -13,7 +13,7 @@ import asyncio
 import enum
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from nodes.broker.ha_master import LogChunk, SlaveReport, crc32_of_range, tail_check_range
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Opens a Replicate stream to the master at the address: the slave's reports go out, the
 # master's chunks come back. Raises MqError when the stream breaks.
-Replicate = Callable[[str, AsyncIterator[SlaveReport]], AsyncIterator[LogChunk]]
+Replicate = Callable[[str, AsyncIterator[SlaveReport]], AsyncGenerator[LogChunk, None]]
 
 
 class HaClientState(enum.Enum):
@@ -135,7 +135,7 @@ class HaClient:
 
         received_any = False
         beats = asyncio.create_task(heartbeat(), name="ha-client-heartbeat")
-        chunks = aiter(self._replicate(addr, outgoing()))
+        chunks = self._replicate(addr, outgoing())
         try:
             housekeeping_s = self._config.timing.ha_housekeeping_ms / 1000.0
             # Checked per chunk, not only left to cancellation: on Python 3.11 wait_for can
@@ -172,9 +172,7 @@ class HaClient:
             ended = True
             report_wanted.set()
             beats.cancel()
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await chunks.aclose()
             if self.state is HaClientState.STREAMING:
                 self.state = HaClientState.CONNECTING
 

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,7 +75,7 @@ class NamesrvApi(Protocol):
 
     async def register(self, registration: BrokerRegistration, timeout_ms: int) -> RegisterResult: ...
 
-    def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncIterator[bool]:
+    def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncGenerator[bool, None]:
         """The channel: yields once it is open (whether the token's registration is live),
         then nothing until it ends."""
         ...
@@ -219,9 +219,7 @@ class NamesrvRegistrar:
             return repr(exc)
         finally:
             link.channel_open = False
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await events.aclose()
 
     def _identity(self) -> BrokerIdentity:
         return BrokerIdentity(cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,

@@ -6,7 +6,7 @@ MqError here (nodes.common.rpc.map_rpc_error); the decisions stay with the calle
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import grpc
 
@@ -42,7 +42,7 @@ class GrpcNamesrvApi:
                                                      timeout=timeout_s(timeout_ms))
         return convert.register_result_from_pb(answer)
 
-    async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncIterator[bool]:
+    async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncGenerator[bool, None]:
         call = self._stub.WatchChannel(convert.watch_channel_to_pb(broker, channel_token))
         try:
             with _mapped_errors("name server channel"):
@@ -62,7 +62,7 @@ class GrpcMasterLink:
     def __init__(self, config: BrokerConfig) -> None:
         self._config = config
 
-    async def replicate(self, addr: str, reports: AsyncIterator[SlaveReport]) -> AsyncIterator[LogChunk]:
+    async def replicate(self, addr: str, reports: AsyncIterator[SlaveReport]) -> AsyncGenerator[LogChunk, None]:
         async def outgoing() -> AsyncIterator[replication_pb2.SlaveReport]:
             async for report in reports:
                 yield convert.slave_report_to_pb(report)
