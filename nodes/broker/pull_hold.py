@@ -2,12 +2,13 @@
 
 Owns: the pulls held per queue, the arrival notices the store's listener posts, and the one
 task that wakes held pulls: on a notice for their queue (new offset past theirs and a
-matching tag) or, on the periodic scan (LongPollScanService), once their hold time is over.
+matching tag) or, on its periodic scan (checkHoldRequest), once their hold time is over.
 A writer only posts a notice; it never runs a held pull on its own call stack, so a send
 answers without doing the readers' work. Does not own what a pull answers (pull.py).
 
-Notices may be posted from any thread (the store's put takes its own lock and may be called
-off the loop); everything else is confined to the broker's event loop.
+Every put runs on the broker's event loop today (send, send-back, the schedule service, the
+offset-moved event), but the store's put takes its own lock and may be called from another
+thread, so a notice may come from any thread; everything else is confined to the loop.
 """
 
 from __future__ import annotations
