@@ -49,7 +49,7 @@ def _setup_logging(run_dir: Path, node_id: str) -> None:
 
 def _make_app(role: str, config: Any, shutdown_requested: asyncio.Event) -> Any:
     if role == "namesrv":
-        from nodes.namesrv.servicer import NamesrvApp
+        from nodes.namesrv.app import NamesrvApp
 
         return NamesrvApp(config, shutdown_requested)
     if role == "consumer":

@@ -5,7 +5,7 @@ Owns: group -> members (one channel per client connection, with its last heartbe
 the group's subscriptions by topic (with their sub_version), message model and consume
 type; change detection on heartbeat; the removal paths (unregister, channel closed, silent
 expiry) and which of them raise a CHANGE; consumer join/leave events. Does not own sending
-notifications (the ConsumerManager servicer listens for CHANGE) nor topics or groups configs.
+notifications (client_manage listens for CHANGE) nor topics or groups configs.
 
 A "channel" is one client connection: heartbeats are keyed by (client id, connection), so
 two processes sharing a client id show up twice in `client_ids`, as in RocketMQ. Time is
@@ -54,7 +54,7 @@ class ConsumerRegistration:
 @dataclass(slots=True)
 class ClientChannel:
     client_id: str
-    channel_key: str  # which connection (the gRPC peer); "" when unknown
+    channel_key: str  # which connection (its peer address); "" when unknown
     last_heartbeat_ms: int
 
 

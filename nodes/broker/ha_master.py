@@ -9,20 +9,49 @@ bytes themselves (the store).
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import logging
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import grpc.aio
-
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
 from nodes.store.message_store import MessageStore
-from proto import replication_pb2
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveReport:
+    """What a slave tells its master: how far its commitlog reaches. The first report of a
+    stream also carries the CRC-32 of its tail [tail_check_from, max_phys_offset)."""
+
+    max_phys_offset: int
+    slave_node_id: str = ""
+    broker_id: int = 0
+    tail_check_from: int = 0
+    tail_crc32: int = 0
+
+
+class Refusal(enum.Enum):
+    """Why a master refuses a slave (then ends the stream)."""
+
+    SLAVE_AHEAD = "SLAVE_AHEAD"  # the slave holds bytes past the master's max offset
+    SLAVE_DIVERGED = "SLAVE_DIVERGED"  # the slave's bytes differ from the master's at the same offsets
+    NOT_MASTER = "NOT_MASTER"
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Commitlog bytes from `phys_offset` (none: a heartbeat), or a refusal."""
+
+    phys_offset: int = 0
+    data: bytes = b""
+    master_max_phys_offset: int = 0
+    refusal: Refusal | None = None
+    remark: str = ""
 
 
 @dataclass
@@ -47,7 +76,7 @@ class ReplicationState:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._ids = itertools.count(1)
 
-    def open(self, report: replication_pb2.SlaveReport) -> SlaveConnection:
+    def open(self, report: SlaveReport) -> SlaveConnection:
         now_ms = self._clock.monotonic_ms()
         conn = SlaveConnection(next(self._ids), report.slave_node_id, report.broker_id, report.max_phys_offset,
                                report.max_phys_offset, now_ms, now_ms)
@@ -121,23 +150,23 @@ class ReplicationMaster:
         self.state = state
         self._clock = clock
 
-    def refusal_for(self, report: replication_pb2.SlaveReport) -> tuple[int, str] | None:
+    def refusal_for(self, report: SlaveReport) -> tuple[Refusal, str] | None:
         """The divergence guard (beyond RocketMQ): refuse a slave ahead of or unlike the master."""
         master_max = self._store.max_phys_offset
         if report.max_phys_offset > master_max:
-            return (replication_pb2.SLAVE_AHEAD,
+            return (Refusal.SLAVE_AHEAD,
                     f"slave {report.slave_node_id} holds up to {report.max_phys_offset}, past the master's "
                     f"{master_max}: its log has bytes the master never wrote")
         if report.max_phys_offset > 0:
             start, end = report.tail_check_from, report.max_phys_offset
             ours = crc32_of_range(self._store, start, end)
             if ours is None or ours != report.tail_crc32:
-                return (replication_pb2.SLAVE_DIVERGED,
+                return (Refusal.SLAVE_DIVERGED,
                         f"slave {report.slave_node_id} bytes [{start}, {end}) differ from the master's")
         return None
 
-    async def serve(self, request_iterator: AsyncIterator[replication_pb2.SlaveReport],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[replication_pb2.LogChunk]:
+    async def serve(self, request_iterator: AsyncIterator[SlaveReport]) -> AsyncIterator[LogChunk]:
+        """One slave's stream: its reports in, chunks out. The reports end when its stream does."""
         try:
             first = await anext(aiter(request_iterator))
         except StopAsyncIteration:
@@ -145,7 +174,7 @@ class ReplicationMaster:
         refusal = self.refusal_for(first)
         if refusal is not None:
             log.error("refusing replication: %s", refusal[1])
-            yield replication_pb2.LogChunk(refusal=refusal[0], remark=refusal[1],
+            yield LogChunk(refusal=refusal[0], remark=refusal[1],
                                            master_max_phys_offset=self._store.max_phys_offset)
             return
         conn = self.state.open(first)
@@ -162,21 +191,21 @@ class ReplicationMaster:
                 conn.wakeup.clear()
                 data = self._store.read_commitlog(next_offset, batch_bytes)
                 if data:
-                    yield replication_pb2.LogChunk(phys_offset=next_offset, data=data,
+                    yield LogChunk(phys_offset=next_offset, data=data,
                                                    master_max_phys_offset=self._store.max_phys_offset)
                     next_offset += len(data)
                     continue
                 try:
                     await asyncio.wait_for(conn.wakeup.wait(), heartbeat_s)
                 except TimeoutError:
-                    yield replication_pb2.LogChunk(phys_offset=next_offset,
+                    yield LogChunk(phys_offset=next_offset,
                                                    master_max_phys_offset=self._store.max_phys_offset)
         finally:
             reader.cancel()
             self.state.close(conn)
             log.info("slave %s disconnected (acked %d)", conn.slave_node_id, conn.acked_offset)
 
-    async def _read_reports(self, request_iterator: AsyncIterator[replication_pb2.SlaveReport],
+    async def _read_reports(self, request_iterator: AsyncIterator[SlaveReport],
                             conn: SlaveConnection) -> None:
         housekeeping_s = self._config.timing.ha_housekeeping_ms / 1000.0
         iterator = aiter(request_iterator)
@@ -191,7 +220,7 @@ class ReplicationMaster:
                 self.state.ack(conn, report.max_phys_offset)
         except TimeoutError:
             log.warning("slave %s silent for %.1f s; closing its stream", conn.slave_node_id, housekeeping_s)
-        except (StopAsyncIteration, grpc.aio.AioRpcError, asyncio.CancelledError):
+        except (StopAsyncIteration, asyncio.CancelledError):
             pass
         finally:
             conn.wakeup.set()

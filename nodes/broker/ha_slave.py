@@ -4,7 +4,7 @@ Owns: finding the master (config, or the name server's register result), the Rep
 stream, appending the master's commitlog bytes at the slave's own offset, acking them, and
 reconnecting with bounded, jittered backoff. A refusal by the master's divergence guard is
 kept and reported; a refused slave applies nothing, so its consume queues stay consistent
-with its own commitlog.
+with its own commitlog. The stream itself is the transport's (`Replicate`).
 """
 
 from __future__ import annotations
@@ -13,21 +13,22 @@ import asyncio
 import enum
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-import grpc
-
-from nodes.broker.ha_master import crc32_of_range, tail_check_range
+from nodes.broker.ha_master import LogChunk, SlaveReport, crc32_of_range, tail_check_range
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
-from nodes.common.errors import StoreError
-from nodes.common.rpc import make_channel, map_rpc_error
+from nodes.common.errors import MqError, StoreError
 from nodes.store.message_store import MessageStore
-from proto import replication_pb2, replication_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+# Opens a Replicate stream to the master at the address: the slave's reports go out, the
+# master's chunks come back. Raises MqError when the stream breaks.
+Replicate = Callable[[str, AsyncIterator[SlaveReport]], AsyncGenerator[LogChunk, None]]
+
 
 class HaClientState(enum.Enum):
     NO_MASTER = "NO_MASTER"
@@ -41,8 +42,10 @@ class HaClient:
     """Keeps this slave's commitlog following its master's."""
 
     def __init__(self, config: BrokerConfig, store: MessageStore, master_addr: Callable[[], str], clock: Clock,
-                 rng: random.Random | None = None, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 replicate: Replicate, rng: random.Random | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._config = config
+        self._replicate = replicate
         self._store = store
         self._master_addr = master_addr
         self._clock = clock
@@ -86,9 +89,8 @@ class HaClient:
                     streamed = await self._stream(addr)
                     if streamed:
                         backoff_ms = timing.ha_reconnect_min_ms
-                except (grpc.RpcError, StoreError, TimeoutError) as exc:
-                    err = map_rpc_error(exc, f"replicate from {addr}") if isinstance(exc, grpc.RpcError) else exc
-                    log.warning("replication from %s broke: %s", addr, err)
+                except (MqError, StoreError, TimeoutError) as exc:
+                    log.warning("replication from %s broke: %s", addr, exc)
             # Bounded, jittered, doubling: a flapping master is not hammered in lock step.
             delay_ms = backoff_ms * (0.5 + self._rng.random())
             backoff_ms = min(backoff_ms * 2, timing.ha_reconnect_max_ms)
@@ -97,16 +99,14 @@ class HaClient:
             except TimeoutError:
                 pass
 
-    def _report(self, first: bool = False) -> replication_pb2.SlaveReport:
+    def _report(self, first: bool = False) -> SlaveReport:
         max_offset = self._store.max_phys_offset
-        report = replication_pb2.SlaveReport(max_phys_offset=max_offset, slave_node_id=self._config.node_id,
-                                             broker_id=self._config.broker_id)
         if first and max_offset > 0:
             start, end = tail_check_range(max_offset, self._config.store.commitlog_segment_bytes,
                                           c.HA_TAIL_CHECK_BYTES)
-            report.tail_check_from = start
-            report.tail_crc32 = crc32_of_range(self._store, start, end) or 0
-        return report
+            return SlaveReport(max_offset, self._config.node_id, self._config.broker_id, tail_check_from=start,
+                               tail_crc32=crc32_of_range(self._store, start, end) or 0)
+        return SlaveReport(max_offset, self._config.node_id, self._config.broker_id)
 
     async def _stream(self, addr: str) -> bool:
         """One connection; returns whether any data or heartbeat arrived."""
@@ -119,7 +119,7 @@ class HaClient:
         report_wanted = asyncio.Event()
         ended = False
 
-        async def outgoing() -> AsyncIterator[replication_pb2.SlaveReport]:
+        async def outgoing() -> AsyncIterator[SlaveReport]:
             yield self._report(first=True)
             while True:
                 await report_wanted.wait()
@@ -134,11 +134,9 @@ class HaClient:
                 report_wanted.set()
 
         received_any = False
-        channel = make_channel(addr, self._config.dial_overrides)
         beats = asyncio.create_task(heartbeat(), name="ha-client-heartbeat")
+        chunks = self._replicate(addr, outgoing())
         try:
-            call = replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing())
-            chunks = aiter(call)
             housekeeping_s = self._config.timing.ha_housekeeping_ms / 1000.0
             # Checked per chunk, not only left to cancellation: on Python 3.11 wait_for can
             # swallow a cancel that lands as a chunk arrives, and a slave catching up always has
@@ -148,7 +146,7 @@ class HaClient:
                     chunk = await asyncio.wait_for(anext(chunks), housekeeping_s)
                 except StopAsyncIteration:
                     return received_any
-                if chunk.refusal:
+                if chunk.refusal is not None:
                     self._refused(addr, chunk)
                     return received_any
                 if not received_any:
@@ -174,13 +172,14 @@ class HaClient:
             ended = True
             report_wanted.set()
             beats.cancel()
-            await channel.close()
+            await chunks.aclose()
             if self.state is HaClientState.STREAMING:
                 self.state = HaClientState.CONNECTING
 
-    def _refused(self, addr: str, chunk: replication_pb2.LogChunk) -> None:
+    def _refused(self, addr: str, chunk: LogChunk) -> None:
+        assert chunk.refusal is not None
         self.state = HaClientState.REFUSED
-        self.refusal = replication_pb2.ReplicationRefusal.Name(chunk.refusal)
+        self.refusal = chunk.refusal.name
         self.refusal_remark = chunk.remark
         self.connected_to = addr
         log.error("master %s refused this slave (%s): %s; applying nothing until an operator repairs the log",

@@ -8,10 +8,10 @@ end on the node's CLOCK_MONOTONIC, so the chaos checker can line it up with the 
 
 In memory only: a restarted master starts with no locks and the first client to ask wins
 (reference gap 9). There is no link to consumer liveness: a dead client's lock lives until its
-lease ends. Slaves hold no locks and refuse lock calls (`lock_batch_response` with no manager).
+lease ends. Slaves hold no locks and refuse lock calls (`QueueLockHandler` with no manager).
 
 Pure apart from the event log: every time is a `now_ms` argument (monotonic). Loop-confined
-(the broker's gRPC handlers run on one event loop), so no mutex is needed.
+(the broker's request handlers run on one event loop), so no mutex is needed.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from nodes.common import wire
+from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from proto import common_pb2, consumer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class LockEntry:
 class QueueLockManager:
     """The lock table of one master.
 
-    Caller: the ConsumerManager servicer (LockBatchMQ / UnlockBatchMQ) and `LockExpiryScanService`.
+    Caller: `QueueLockHandler` (LockBatchMQ / UnlockBatchMQ) and `LockExpiryScanService`.
     Affects: only this table and the event log.
     """
 
@@ -177,42 +176,63 @@ class QueueLockManager:
                                  "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
 
 
-# --- the RPCs ------------------------------------------------------------------------------------
+# --- the requests --------------------------------------------------------------------------------
 
-def _check(request: consumer_pb2.LockBatchRequest | consumer_pb2.UnlockBatchRequest) -> str | None:
+@dataclass(frozen=True, slots=True)
+class LockBatchRequest:
+    """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ (the same fields)."""
+
+    consumer_group: str
+    client_id: str
+    queues: tuple[MessageQueue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchResponse:
+    """`locked`: the queues the caller holds after a lock call (empty for an unlock)."""
+
+    code: ResponseCode
+    remark: str = ""
+    locked: tuple[MessageQueue, ...] = ()
+
+
+def _refusal(locks: QueueLockManager | None, request: LockBatchRequest, node_id: str) -> LockBatchResponse | None:
+    if locks is None:
+        return LockBatchResponse(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                 f"{node_id} is a slave; queue locks live on the master")
     if not request.consumer_group:
-        return "consumer_group is required"
+        return LockBatchResponse(ResponseCode.INVALID_ARGUMENT, "consumer_group is required")
     if not request.client_id:
-        return "client_id is required"
+        return LockBatchResponse(ResponseCode.INVALID_ARGUMENT, "client_id is required")
     return None
 
 
-def lock_batch_response(locks: QueueLockManager | None, request: consumer_pb2.LockBatchRequest, now_ms: int, *,
-                        node_id: str) -> consumer_pb2.LockBatchResponse:
-    """LockBatchMQ: SUCCESS with the queues the caller now holds; a slave refuses."""
-    if locks is None:
-        return consumer_pb2.LockBatchResponse(
-            code=common_pb2.SERVICE_NOT_AVAILABLE, remark=f"{node_id} is a slave; queue locks live on the master")
-    problem = _check(request)
-    if problem is not None:
-        return consumer_pb2.LockBatchResponse(code=common_pb2.INVALID_ARGUMENT, remark=problem)
-    locked = locks.try_lock_batch(request.consumer_group, [wire.mq_from_pb(q) for q in request.queues],
-                                  request.client_id, now_ms)
-    return consumer_pb2.LockBatchResponse(code=common_pb2.SUCCESS, locked=[wire.mq_to_pb(mq) for mq in locked])
+class QueueLockHandler:
+    """LockBatchMQ / UnlockBatchMQ. `locks` None on a slave: it refuses both."""
 
+    def __init__(self, locks: QueueLockManager | None, monotonic_ms: Callable[[], int], node_id: str) -> None:
+        self._locks = locks
+        self._monotonic_ms = monotonic_ms
+        self._node_id = node_id
 
-def unlock_batch_response(locks: QueueLockManager | None, request: consumer_pb2.UnlockBatchRequest, now_ms: int, *,
-                          node_id: str) -> consumer_pb2.UnlockBatchResponse:
-    """UnlockBatchMQ: always SUCCESS on a master (locks of other clients are kept); a slave refuses."""
-    if locks is None:
-        return consumer_pb2.UnlockBatchResponse(
-            code=common_pb2.SERVICE_NOT_AVAILABLE, remark=f"{node_id} is a slave; queue locks live on the master")
-    problem = _check(request)
-    if problem is not None:
-        return consumer_pb2.UnlockBatchResponse(code=common_pb2.INVALID_ARGUMENT, remark=problem)
-    locks.unlock_batch(request.consumer_group, [wire.mq_from_pb(q) for q in request.queues], request.client_id,
-                       now_ms)
-    return consumer_pb2.UnlockBatchResponse(code=common_pb2.SUCCESS)
+    def lock_batch(self, request: LockBatchRequest) -> LockBatchResponse:
+        """SUCCESS with the queues the caller now holds."""
+        refusal = _refusal(self._locks, request, self._node_id)
+        if refusal is not None:
+            return refusal
+        assert self._locks is not None
+        locked = self._locks.try_lock_batch(request.consumer_group, request.queues, request.client_id,
+                                            self._monotonic_ms())
+        return LockBatchResponse(ResponseCode.SUCCESS, locked=tuple(locked))
+
+    def unlock_batch(self, request: LockBatchRequest) -> LockBatchResponse:
+        """Always SUCCESS on a master (locks of other clients are kept)."""
+        refusal = _refusal(self._locks, request, self._node_id)
+        if refusal is not None:
+            return refusal
+        assert self._locks is not None
+        self._locks.unlock_batch(request.consumer_group, request.queues, request.client_id, self._monotonic_ms())
+        return LockBatchResponse(ResponseCode.SUCCESS)
 
 
 class LockExpiryScanService(Service):

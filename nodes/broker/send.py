@@ -1,9 +1,11 @@
 """The broker send path (RocketMQ SendMessageProcessor#sendMessage / sendBatchMessage).
 
 Owns: request checks (permission, topic name, topic existence and auto-creation, queue
-id), turning the request (its `messages`, or RocketMQ's batch body) into store records, and
-mapping put statuses to response codes (compact for a batch body).
-Does not own queue offset assignment or durability (the store does).
+id), turning the request (its messages, or RocketMQ's batch body) into store records,
+mapping put statuses to answer codes, and what follows a stored put: waking the slaves'
+streams, registering an auto-created topic before answering, and the SYNC_MASTER wait for
+a slave's ack. Does not own queue offset assignment or durability (the store does), nor
+any wire format: requests and answers are the plain values below.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ from __future__ import annotations
 import logging
 import random
 import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
+from nodes.broker.ha_master import ReplicationState
 from nodes.broker.send_back import (
     RETRY_HEADER_PROPERTIES,
     create_topic_in_send_back,
@@ -21,35 +27,83 @@ from nodes.broker.send_back import (
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
+from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
 from nodes.common.errors import InvalidMessageError
 from nodes.common.types import validate_topic
-from nodes.common.wire import parse_host_port
 from nodes.store import message_batch
 from nodes.store.message_batch import MalformedBatchError
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore
-from proto import broker_pb2, common_pb2
 
 log = logging.getLogger(__name__)
 
 _CODE_BY_PUT_STATUS = {
-    PutStatus.PUT_OK: common_pb2.SUCCESS,
-    PutStatus.MESSAGE_ILLEGAL: common_pb2.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: common_pb2.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: common_pb2.SERVICE_NOT_AVAILABLE,
-    PutStatus.UNKNOWN_ERROR: common_pb2.SYSTEM_ERROR,
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
+
+# (body, flag, properties, born_timestamp_ms) of one message of a request. A tuple, not a
+# dataclass: the adapter builds one per message and the store input is made from it directly.
+IncomingMessage = tuple[bytes, int, dict[str, str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """SEND_MESSAGE / SEND_BATCH_MESSAGE: `messages`, or RocketMQ's batch body (one born time)."""
+
+    topic: str
+    queue_id: int
+    messages: Sequence[IncomingMessage] = ()
+    batch_body: bytes = b""
+    born_timestamp_ms: int = 0  # of every message in batch_body
+    default_topic_queue_nums: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    sys_flag: int = 0
+    reconsume_times: int = 0
+
+
+class AppendedMessage(Protocol):
+    """Where the store put one message (the store's append result)."""
+
+    @property
+    def offset_msg_id(self) -> str: ...
+    @property
+    def queue_offset(self) -> int: ...
+    @property
+    def phys_offset(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SendResponse:
+    """The answer. `appended` holds the store's results, one per message, in request order;
+    `compact` asks for RocketMQ's batch answer (first queue offset, phys offsets and the offset
+    msg id prefix) instead of one entry per message."""
+
+    code: ResponseCode
+    remark: str = ""
+    queue_id: int = 0
+    appended: Sequence[AppendedMessage] = ()
+    compact: bool = False
+
+    @property
+    def offset_msg_id_prefix(self) -> str:
+        return self.appended[0].offset_msg_id[:_OFFSET_MSG_ID_PREFIX_CHARS] if self.appended else ""
 
 
 class SendProcessor:
+    """The store-facing half of a send: checks, records, put (synchronous, no waiting)."""
+
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, clock: Clock,
                  groups: SubscriptionGroupManager | None = None, rng: random.Random | None = None) -> None:
         self._config = config
         self._groups = groups  # for sends to %RETRY% topics (handleRetryAndDLQ)
         self._rng = rng or random.Random()
         self._store = store
-        self._topics = topics
+        self.topics = topics
         self._clock = clock
         self._store_host = (_ipv4_of(config.listen_host), config.port)
         self.config = config
@@ -59,63 +113,62 @@ class SendProcessor:
     def bind_port(self, port: int) -> None:
         self._store_host = (_ipv4_of(self._config.listen_host), port)
 
-    def process(self, req: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+    def process(self, req: SendRequest) -> SendResponse:
         if not self._config.is_master:
-            return _reply(common_pb2.SERVICE_NOT_AVAILABLE,
+            return _reply(ResponseCode.SERVICE_NOT_AVAILABLE,
                           f"{self._config.node_id} is a slave; send to the master of {self._config.broker_name}")
         if not self._config.broker_perm & c.PERM_WRITE:
-            return _reply(common_pb2.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
+            return _reply(ResponseCode.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
         try:
             validate_topic(req.topic)
         except InvalidMessageError as exc:
-            return _reply(common_pb2.MESSAGE_ILLEGAL, str(exc))
+            return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if req.topic == c.AUTO_CREATE_TOPIC_KEY:
-            return _reply(common_pb2.MESSAGE_ILLEGAL, f"{req.topic} is the auto-create template; send elsewhere")
+            return _reply(ResponseCode.MESSAGE_ILLEGAL, f"{req.topic} is the auto-create template; send elsewhere")
         try:
             messages = _messages_of(req)
         except MalformedBatchError as exc:
-            return _reply(common_pb2.MESSAGE_ILLEGAL, str(exc))
+            return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if not messages:
-            return _reply(common_pb2.MESSAGE_ILLEGAL, "the request carries no message")
+            return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
         body_bytes_max = self._config.store.message_body_bytes_max
         for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
             if not body:
-                return _reply(common_pb2.MESSAGE_ILLEGAL, f"message {i} has an empty body")
+                return _reply(ResponseCode.MESSAGE_ILLEGAL, f"message {i} has an empty body")
             if len(body) > body_bytes_max:
-                return _reply(common_pb2.MESSAGE_ILLEGAL,
+                return _reply(ResponseCode.MESSAGE_ILLEGAL,
                               f"message {i} body is {len(body)} bytes, over the {body_bytes_max}-byte limit")
 
-        topic = self._topics.get(req.topic)
+        topic = self.topics.get(req.topic)
         if topic is None:
-            topic = self._topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
+            topic = self.topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
             if topic is None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
                 # msgCheck creates a retry topic even when auto-creation is off
-                topic = create_topic_in_send_back(self._topics, req.topic, 1, c.PERM_DEFAULT, self._clock.wall_ms())
+                topic = create_topic_in_send_back(self.topics, req.topic, 1, c.PERM_DEFAULT, self._clock.wall_ms())
             if topic is None:
-                return _reply(common_pb2.TOPIC_NOT_EXIST,
+                return _reply(ResponseCode.TOPIC_NOT_EXIST,
                               f"topic {req.topic!r} does not exist on {self._config.broker_name} and "
                               "auto-creation is off; create it first")
         if not topic.writable:
-            return _reply(common_pb2.NO_PERMISSION, f"topic {req.topic} is not writable")
+            return _reply(ResponseCode.NO_PERMISSION, f"topic {req.topic} is not writable")
         if not 0 <= req.queue_id < topic.write_queue_nums:
-            return _reply(common_pb2.SYSTEM_ERROR,
+            return _reply(ResponseCode.SYSTEM_ERROR,
                           f"queue id {req.queue_id} is outside [0, {topic.write_queue_nums}) of {req.topic}")
 
         store_topic, store_queue_id, reconsume_times = req.topic, req.queue_id, req.reconsume_times
         dropped: tuple[str, ...] = ()  # properties not stored
         if self._groups is not None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
             reconsume_times, max_times = retry_send_header(req.reconsume_times, messages[0][2])
-            route = route_retry_send(groups=self._groups, topics=self._topics, topic=req.topic,
+            route = route_retry_send(groups=self._groups, topics=self.topics, topic=req.topic,
                                      queue_id=req.queue_id, reconsume_times=reconsume_times,
                                      max_reconsume_times=max_times, now_ms=self._clock.wall_ms(), rng=self._rng)
-            if route.code != common_pb2.SUCCESS:
+            if route.code != ResponseCode.SUCCESS:
                 return _reply(route.code, route.remark)
             store_topic, store_queue_id = route.topic, route.queue_id
             # a dead letter is stored at once, whatever delay level it asked for
             dropped = RETRY_HEADER_PROPERTIES + ((c.PROPERTY_DELAY,) if route.dead_letter else ())
 
-        born_host = parse_host_port(req.born_host) if req.born_host else ("127.0.0.1", 0)
-        store_host, sys_flag = self._store_host, req.sys_flag
+        born_host, store_host, sys_flag = req.born_host, self._store_host, req.sys_flag
         records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
                                   properties=_without(properties, dropped), born_timestamp_ms=born_ms,
                                   born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
@@ -123,21 +176,49 @@ class SendProcessor:
                    for body, flag, properties, born_ms in messages]
         result = self._store.put_messages(records)
         code = _CODE_BY_PUT_STATUS[result.status]
-        if code != common_pb2.SUCCESS:
+        if code != ResponseCode.SUCCESS:
             return _reply(code, result.remark or result.status.name)
         appended = result.appended
         last = appended[-1]
         self.last_put_end_offset = last.phys_offset + last.size
-        if req.batch_body:
-            first = appended[0]
-            return broker_pb2.SendMessageResponse(
-                code=code, queue_id=req.queue_id, first_queue_offset=first.queue_offset,
-                phys_offsets=[a.phys_offset for a in appended],
-                offset_msg_id_prefix=first.offset_msg_id[:_OFFSET_MSG_ID_PREFIX_CHARS])
-        return broker_pb2.SendMessageResponse(
-            code=code, queue_id=req.queue_id,
-            entries=[broker_pb2.SendEntry(offset_msg_id=a.offset_msg_id, queue_offset=a.queue_offset,
-                                          phys_offset=a.phys_offset) for a in appended])
+        return SendResponse(code, queue_id=req.queue_id, appended=appended, compact=bool(req.batch_body))
+
+
+class SendHandler:
+    """SEND_MESSAGE end to end: the put, then what a stored message owes before its answer."""
+
+    def __init__(self, processor: SendProcessor, replication: ReplicationState,
+                 on_topics_changed: Callable[[], Awaitable[None]]) -> None:
+        self.processor = processor
+        self._topics = processor.topics
+        self._replication = replication
+        self._on_topics_changed = on_topics_changed
+
+    async def handle(self, req: SendRequest) -> SendResponse:
+        version = self._topics.data_version
+        response = self.processor.process(req)
+        if response.code != ResponseCode.SUCCESS:
+            return response
+        end_offset = self.processor.last_put_end_offset
+        self._replication.log_grew()
+        if self._topics.data_version != version:
+            # RocketMQ registers an auto-created topic with the name servers before it answers,
+            # so a client that saw SEND_OK can already find the route.
+            await self._on_topics_changed()
+        if self.processor.sync_master:
+            code = await self._wait_for_slave(end_offset)
+            if code != ResponseCode.SUCCESS:
+                return SendResponse(code, response.remark, response.queue_id, response.appended, response.compact)
+        return response
+
+    async def _wait_for_slave(self, end_offset: int) -> ResponseCode:
+        """SYNC_MASTER: any slave's ack within slave_timeout; the message is stored either way."""
+        config = self.processor.config
+        if not self._replication.is_slave_ok(end_offset, config.slave_fall_behind_bytes_max):
+            return ResponseCode.SLAVE_NOT_AVAILABLE
+        if await self._replication.wait_acked(end_offset, config.timing.slave_timeout_ms):
+            return ResponseCode.SUCCESS
+        return ResponseCode.FLUSH_SLAVE_TIMEOUT
 
 
 def _ipv4_of(host: str) -> str:
@@ -150,11 +231,8 @@ def _ipv4_of(host: str) -> str:
 
 _OFFSET_MSG_ID_PREFIX_CHARS = 16  # store host ip and port; the phys offset's 16 hex digits follow
 
-# (body, flag, properties, born_timestamp_ms) of one message of a request
-_Incoming = tuple[bytes, int, dict[str, str], int]
 
-
-def _messages_of(req: broker_pb2.SendMessageRequest) -> list[_Incoming]:
+def _messages_of(req: SendRequest) -> Sequence[IncomingMessage]:
     """The request's messages, from its batch body or its `messages`.
 
     Raises:
@@ -163,7 +241,7 @@ def _messages_of(req: broker_pb2.SendMessageRequest) -> list[_Incoming]:
     if req.batch_body:
         born_ms = req.born_timestamp_ms
         return [(body, flag, properties, born_ms) for body, flag, properties in message_batch.decode(req.batch_body)]
-    return [(m.body, m.flag, dict(m.properties), m.born_timestamp_ms) for m in req.messages]
+    return req.messages
 
 
 def _without(properties: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
@@ -173,5 +251,5 @@ def _without(properties: dict[str, str], names: tuple[str, ...]) -> dict[str, st
     return {k: v for k, v in properties.items() if k not in names}
 
 
-def _reply(code: int, remark: str) -> broker_pb2.SendMessageResponse:
-    return broker_pb2.SendMessageResponse(code=code, remark=remark)
+def _reply(code: ResponseCode, remark: str) -> SendResponse:
+    return SendResponse(code, remark)

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from nodes.broker.topics import SubscriptionGroupConfig, SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
+from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
 from nodes.common.types import TopicConfig
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore
-from proto import common_pb2, consumer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def retry_send_header(reconsume_times: int, properties: Mapping[str, str]) -> tu
 class RetrySendRoute:
     """Where a producer send to a `%RETRY%` topic goes (handleRetryAndDLQ)."""
 
-    code: int
+    code: ResponseCode
     remark: str = ""
     topic: str = ""
     queue_id: int = 0
@@ -108,18 +108,37 @@ def route_retry_send(*, groups: SubscriptionGroupManager, topics: TopicConfigMan
     group_name = topic[len(c.RETRY_GROUP_TOPIC_PREFIX):]
     group = groups.find(group_name)
     if group is None:
-        return RetrySendRoute(common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
+        return RetrySendRoute(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                               f"subscription group {group_name!r} does not exist; create it first")
     max_times = max_reconsume_times_of(group, max_reconsume_times)
     if reconsume_times < max_times:
-        return RetrySendRoute(common_pb2.SUCCESS, topic=topic, queue_id=queue_id)
+        return RetrySendRoute(ResponseCode.SUCCESS, topic=topic, queue_id=queue_id)
     dead = dlq_topic(group_name)
     config = create_topic_in_send_back(topics, dead, c.DLQ_NUMS_PER_GROUP, c.PERM_DEFAULT, now_ms)
     if not config.writable:
-        return RetrySendRoute(common_pb2.NO_PERMISSION, f"the dead-letter topic {dead} is not writable")
+        return RetrySendRoute(ResponseCode.NO_PERMISSION, f"the dead-letter topic {dead} is not writable")
     log.info("send to %s with reconsume times %d >= %d goes to %s", topic, reconsume_times, max_times, dead)
-    return RetrySendRoute(common_pb2.SUCCESS, topic=dead, queue_id=rng.randrange(_QUEUE_PICK_RANGE) % c.DLQ_NUMS_PER_GROUP,
+    return RetrySendRoute(ResponseCode.SUCCESS, topic=dead, queue_id=rng.randrange(_QUEUE_PICK_RANGE) % c.DLQ_NUMS_PER_GROUP,
                           dead_letter=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackRequest:
+    """CONSUMER_SEND_MSG_BACK. `delay_level` 0: 3 + reconsume times; below 0: straight to the
+    DLQ. `max_reconsume_times` 0: the group's."""
+
+    consumer_group: str
+    phys_offset: int
+    delay_level: int = 0
+    origin_msg_id: str = ""
+    origin_topic: str = ""
+    max_reconsume_times: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackResponse:
+    code: ResponseCode
+    remark: str = ""
 
 
 class SendBackProcessor:
@@ -127,7 +146,9 @@ class SendBackProcessor:
 
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, clock: Clock, *, rng: random.Random | None = None,
-                 on_put: Callable[[], None] | None = None) -> None:
+                 on_put: Callable[[], None] | None = None,
+                 on_topics_changed: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._on_topics_changed = on_topics_changed
         self._config = config
         self._store = store
         self._topics = topics
@@ -136,21 +157,29 @@ class SendBackProcessor:
         self._rng = rng or random.Random()
         self._on_put = on_put
 
-    def process(self, req: consumer_pb2.ConsumerSendMsgBackRequest) -> consumer_pb2.ConsumerSendMsgBackResponse:
+    async def handle(self, req: SendBackRequest) -> SendBackResponse:
+        """`process`, then registering a topic it created (a retry or dead-letter topic)."""
+        version = self._topics.data_version
+        response = self.process(req)
+        if self._topics.data_version != version and self._on_topics_changed is not None:
+            await self._on_topics_changed()
+        return response
+
+    def process(self, req: SendBackRequest) -> SendBackResponse:
         # 1. group and broker checks
         group = self._groups.find(req.consumer_group)
         if group is None:
-            return _reply(common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
+            return _reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                           f"subscription group {req.consumer_group!r} does not exist; create it first")
         if not self._config.broker_perm & c.PERM_WRITE:
-            return _reply(common_pb2.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
+            return _reply(ResponseCode.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
         # 2. no retry queues: the message is dropped, and the consumer told it went fine
         if group.retry_queue_nums <= 0:
             log.info("group %s has no retry queues; dropping the message sent back from %d",
                      req.consumer_group, req.phys_offset)
-            return _reply(common_pb2.SUCCESS, "dropped: the group has no retry queues")
+            return _reply(ResponseCode.SUCCESS, "dropped: the group has no retry queues")
         if not self._config.is_master:
-            return _reply(common_pb2.SYSTEM_ERROR, f"{self._config.node_id} is a slave; send back to the master "
+            return _reply(ResponseCode.SYSTEM_ERROR, f"{self._config.node_id} is a slave; send back to the master "
                                                    f"of {self._config.broker_name}")
         # 3. the retry topic
         now_ms = self._clock.wall_ms()
@@ -158,11 +187,11 @@ class SendBackProcessor:
         queue_id = self._rng.randrange(_QUEUE_PICK_RANGE) % group.retry_queue_nums
         retry_config = create_topic_in_send_back(self._topics, topic, group.retry_queue_nums, c.PERM_DEFAULT, now_ms)
         if not retry_config.writable:
-            return _reply(common_pb2.NO_PERMISSION, f"the retry topic {topic} is not writable")
+            return _reply(ResponseCode.NO_PERMISSION, f"the retry topic {topic} is not writable")
         # 4. the original, from this broker's commitlog (so its stored reconsume times count)
         original = self._store.lookup_message(req.phys_offset) if req.phys_offset >= 0 else None
         if original is None:
-            return _reply(common_pb2.SYSTEM_ERROR,
+            return _reply(ResponseCode.SYSTEM_ERROR,
                           f"no message at commitlog offset {req.phys_offset} on {self._config.node_id}")
         # 5. the first hop remembers where the message came from
         properties = dict(original.properties)
@@ -174,7 +203,7 @@ class SendBackProcessor:
             queue_id = self._rng.randrange(_QUEUE_PICK_RANGE) % c.DLQ_NUMS_PER_GROUP
             dlq_config = create_topic_in_send_back(self._topics, topic, c.DLQ_NUMS_PER_GROUP, c.PERM_DEFAULT, now_ms)
             if not dlq_config.writable:
-                return _reply(common_pb2.NO_PERMISSION, f"the dead-letter topic {topic} is not writable")
+                return _reply(ResponseCode.NO_PERMISSION, f"the dead-letter topic {topic} is not writable")
             properties.pop(c.PROPERTY_DELAY, None)
             log.info("message at %d of %s reconsumed %d times (max %d, level %d): to %s", req.phys_offset,
                      original.topic, original.reconsume_times, max_times, req.delay_level, topic)
@@ -191,12 +220,12 @@ class SendBackProcessor:
         # 9. the store's answer
         result = self._store.put_messages([msg])
         if result.status is not PutStatus.PUT_OK:
-            return _reply(common_pb2.SYSTEM_ERROR, f"storing the message for {topic} failed: "
+            return _reply(ResponseCode.SYSTEM_ERROR, f"storing the message for {topic} failed: "
                                                    f"{result.remark or result.status.name}")
         if self._on_put is not None:
             self._on_put()
-        return _reply(common_pb2.SUCCESS)
+        return _reply(ResponseCode.SUCCESS)
 
 
-def _reply(code: int, remark: str = "") -> consumer_pb2.ConsumerSendMsgBackResponse:
-    return consumer_pb2.ConsumerSendMsgBackResponse(code=code, remark=remark)
+def _reply(code: ResponseCode, remark: str = "") -> SendBackResponse:
+    return SendBackResponse(code, remark)

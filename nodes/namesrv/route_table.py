@@ -1,7 +1,7 @@
 """The name server's route table (RocketMQ RouteInfoManager): pure state, no I/O.
 
 Owns: topic -> broker name -> queue data; broker name -> addresses by broker_id; broker
-liveness by address. Does not talk to anyone: the servicer feeds it registrations, asks it
+liveness by address. Does not talk to anyone: the handler feeds it registrations, asks it
 to expire silent brokers with `expire(now_ms)` and reports a broker's ended channel with
 `on_channel_destroy(addr, token)`.
 """

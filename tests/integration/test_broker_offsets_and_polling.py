@@ -119,14 +119,14 @@ def test_client_disconnecting_during_a_long_poll_leaves_the_broker_serving(clust
 
     call = stub.Pull(requests(), timeout=30)
     deadline = time.monotonic() + 5
-    while cluster.call(lambda: cluster.broker.pull.holds.count()) == 0:
+    while cluster.call(lambda: cluster.broker.pull_hold.holds.count()) == 0:
         assert time.monotonic() < deadline, "the pull was never held"
         time.sleep(0.02)
     call.cancel()
     stop.set()
     channel.close()
     deadline = time.monotonic() + 5
-    while cluster.call(lambda: cluster.broker.pull.holds.count()) != 0:
+    while cluster.call(lambda: cluster.broker.pull_hold.holds.count()) != 0:
         assert time.monotonic() < deadline, "the held pull of a vanished client was never dropped"
         time.sleep(0.02)
     with Producer(cluster.namesrv_addr) as producer:

@@ -12,7 +12,7 @@ from support.inprocess import TEST_STORE
 
 from nodes.broker.controller import BrokerController
 from nodes.common.config import BrokerConfig, NamesrvConfig, Timing
-from nodes.namesrv.servicer import NamesrvApp
+from nodes.namesrv.app import NamesrvApp
 from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 TIMING = Timing().scaled(0.05)

@@ -14,7 +14,7 @@ from typing import Any
 
 from nodes.broker.controller import BrokerController
 from nodes.common.config import BrokerConfig, NamesrvConfig, StoreConfig, Timing
-from nodes.namesrv.servicer import NamesrvApp
+from nodes.namesrv.app import NamesrvApp
 
 TEST_STORE = StoreConfig(commitlog_segment_bytes=4 * 1024 * 1024, message_body_bytes_max=1024 * 1024,
                          cq_units_per_file=1_000)

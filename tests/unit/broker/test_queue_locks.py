@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nodes.broker.queue_locks import QueueLockManager, lock_batch_response, unlock_batch_response
-from nodes.common import wire
+from nodes.broker.queue_locks import LockBatchRequest, QueueLockHandler, QueueLockManager
+from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
 from nodes.common.types import MessageQueue
-from proto import common_pb2, consumer_pb2
 
 LEASE_MS = 60_000
 Q = [MessageQueue("T", "broker-a", i) for i in range(4)]
@@ -106,29 +105,31 @@ def test_a_restart_frees_every_lock(events_path):
     assert after.try_lock_batch(G, Q, "B", 1) == Q
 
 
-def _lock_request(client_id: str, queues: list[MessageQueue], group: str = G) -> consumer_pb2.LockBatchRequest:
-    return consumer_pb2.LockBatchRequest(consumer_group=group, client_id=client_id,
-                                         queues=[wire.mq_to_pb(mq) for mq in queues])
+def _handler(locks: QueueLockManager | None, now_ms: int, node_id: str = "broker-a-0") -> QueueLockHandler:
+    return QueueLockHandler(locks, lambda: now_ms, node_id)
 
 
-def test_the_rpc_answers_with_the_locked_queues(locks):
-    resp = lock_batch_response(locks, _lock_request("A", Q[:2]), 0, node_id="broker-a-0")
-    assert resp.code == common_pb2.SUCCESS and [wire.mq_from_pb(q) for q in resp.locked] == Q[:2]
-    resp = lock_batch_response(locks, _lock_request("B", Q[:3]), 1, node_id="broker-a-0")
-    assert [wire.mq_from_pb(q) for q in resp.locked] == [Q[2]]
-    unlock = consumer_pb2.UnlockBatchRequest(consumer_group=G, client_id="A", queues=[wire.mq_to_pb(Q[0])])
-    assert unlock_batch_response(locks, unlock, 2, node_id="broker-a-0").code == common_pb2.SUCCESS
+def _lock_request(client_id: str, queues: list[MessageQueue], group: str = G) -> LockBatchRequest:
+    return LockBatchRequest(consumer_group=group, client_id=client_id, queues=tuple(queues))
+
+
+def test_the_request_answers_with_the_locked_queues(locks):
+    resp = _handler(locks, 0).lock_batch(_lock_request("A", Q[:2]))
+    assert resp.code == ResponseCode.SUCCESS and list(resp.locked) == Q[:2]
+    resp = _handler(locks, 1).lock_batch(_lock_request("B", Q[:3]))
+    assert list(resp.locked) == [Q[2]]
+    assert _handler(locks, 2).unlock_batch(_lock_request("A", Q[:1])).code == ResponseCode.SUCCESS
     assert locks.holder(G, Q[0], 3) is None
 
 
-def test_the_rpc_refuses_bad_requests_and_slaves_refuse_everything(locks):
-    assert lock_batch_response(locks, _lock_request("", Q[:1]), 0, node_id="m").code == common_pb2.INVALID_ARGUMENT
-    assert lock_batch_response(locks, _lock_request("A", Q[:1], group=""), 0,
-                               node_id="m").code == common_pb2.INVALID_ARGUMENT
-    slave = lock_batch_response(None, _lock_request("A", Q[:1]), 0, node_id="broker-a-1")
-    assert slave.code == common_pb2.SERVICE_NOT_AVAILABLE and "slave" in slave.remark and not slave.locked
-    unlock = consumer_pb2.UnlockBatchRequest(consumer_group=G, client_id="A")
-    assert unlock_batch_response(None, unlock, 0, node_id="broker-a-1").code == common_pb2.SERVICE_NOT_AVAILABLE
+def test_the_request_refuses_bad_requests_and_slaves_refuse_everything(locks):
+    assert _handler(locks, 0, "m").lock_batch(_lock_request("", Q[:1])).code == ResponseCode.INVALID_ARGUMENT
+    assert _handler(locks, 0, "m").lock_batch(_lock_request("A", Q[:1], group="")).code == \
+        ResponseCode.INVALID_ARGUMENT
+    slave = _handler(None, 0, "broker-a-1").lock_batch(_lock_request("A", Q[:1]))
+    assert slave.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in slave.remark and not slave.locked
+    assert _handler(None, 0, "broker-a-1").unlock_batch(_lock_request("A", [])).code == \
+        ResponseCode.SERVICE_NOT_AVAILABLE
 
 
 def test_fault_switch_lock_no_exclusion_grants_over_a_live_lease(events_path):

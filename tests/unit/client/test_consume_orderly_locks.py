@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nodes.broker.queue_locks import QueueLockManager, lock_batch_response, unlock_batch_response
+from nodes.broker.queue_locks import QueueLockHandler, QueueLockManager
+from nodes.broker.request_table import RequestKind, RequestTable
+from nodes.broker.transport.consumer_servicer import ConsumerManagerServicer
 from nodes.client.allocate import AllocateAveragely
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.lock_service import QueueLocker
@@ -39,6 +41,12 @@ class FakeBroker:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.locks = QueueLockManager(lease_ms=60_000)
+        # the broker's real gRPC adapter over a request table holding only the lock handlers
+        handler = QueueLockHandler(self.locks, clock.monotonic_ms, "m")
+        table = RequestTable()
+        table.register(RequestKind.LOCK_BATCH_MQ, handler.lock_batch)
+        table.register(RequestKind.UNLOCK_BATCH_MQ, handler.unlock_batch)
+        self.servicer = ConsumerManagerServicer(table)
         self.calls: list[tuple[str, str]] = []  # (addr, method)
         self.down = False
 
@@ -50,13 +58,13 @@ class FakeBroker:
                 broker.calls.append((addr, "LockBatchMQ"))
                 if broker.down:
                     raise TransportError("peer unavailable")
-                return lock_batch_response(broker.locks, request, broker.clock.monotonic_ms(), node_id="m")
+                return await broker.servicer.LockBatchMQ(request, None)
 
             async def UnlockBatchMQ(self, request: Any, timeout: float | None = None) -> Any:
                 broker.calls.append((addr, "UnlockBatchMQ"))
                 if broker.down:
                     raise TransportError("peer unavailable")
-                return unlock_batch_response(broker.locks, request, broker.clock.monotonic_ms(), node_id="m")
+                return await broker.servicer.UnlockBatchMQ(request, None)
 
         return Stub()
 

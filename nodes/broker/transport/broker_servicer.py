@@ -1,0 +1,185 @@
+"""The Broker gRPC servicer: decode, call the handler from the request table, encode.
+
+Errors map in one place (nodes.common.grpc_guard). The pull streams are the only plumbing
+here: each stream is one `PullSession`; answers queue up and are written as the stream can
+take them, a batch stream packing every ready answer into one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc.aio
+
+from nodes.broker.pull import PullAnswer, PullSession
+from nodes.broker.request_table import RequestKind, RequestTable
+from nodes.broker.transport import convert
+from nodes.common.codes import ResponseCode
+from nodes.common.grpc_adapter import CODE_TO_PB, answers_errors, failure_remark
+from proto import broker_pb2, broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_STREAM_END = object()
+# A batched pull stream message takes ready answers until it holds this many record bytes:
+# small answers share a message, large ones go one by one (grpc moves multi-MiB messages
+# markedly slower per byte than ~1 MiB ones; rpc.MESSAGE_BYTES_MAX is the hard limit).
+BATCH_RECORD_BYTES_MAX = 1024 * 1024
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, table: RequestTable) -> None:
+        self._send = table[RequestKind.SEND_MESSAGE]
+        self._open_pull_session = table[RequestKind.PULL_MESSAGE]
+        self._query_offset = table[RequestKind.QUERY_CONSUMER_OFFSET]
+        self._update_offset = table[RequestKind.UPDATE_CONSUMER_OFFSET]
+        self._queue_offset = table[RequestKind.GET_QUEUE_OFFSET]
+        self._create_topic = table[RequestKind.CREATE_TOPIC]
+        self.open_pull_streams = 0
+
+    @answers_errors(broker_pb2.SendMessageResponse, "send")
+    async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+                          ) -> broker_pb2.SendMessageResponse:
+        return convert.send_response_to_pb(await self._send(convert.send_request_from_pb(request)))
+
+    @contextlib.asynccontextmanager
+    async def _pull_stream(self, requests: AsyncIterator[broker_pb2.PullRequest], name: str
+                           ) -> AsyncIterator[_PullStream]:
+        """A stream fed from `requests` by a reader task, counted open until it ends."""
+        stream = _PullStream()
+        stream.session = self._open_pull_session(stream.respond)
+
+        async def read_requests() -> None:
+            try:
+                async for req in requests:
+                    stream.handle(req)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                pass
+            finally:
+                stream.out.put_nowait(_STREAM_END)
+
+        self.open_pull_streams += 1
+        reader = asyncio.create_task(read_requests(), name=f"{name}-{stream.session.stream_id}")
+        try:
+            yield stream
+        finally:
+            self.open_pull_streams -= 1
+            stream.close(reader)
+
+    async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
+        async with self._pull_stream(request_iterator, "pull-stream") as stream:
+            while (answer := await stream.next_answer()) is not None:
+                response = broker_pb2.PullResponse()
+                convert.fill_pull_response(response, answer)
+                yield response
+
+    async def PullBatch(self, request_iterator: AsyncIterator[broker_pb2.PullRequestBatch],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponseBatch]:
+        """Pull's semantics; every answer ready when the stream can write goes out in one message."""
+        async def requests() -> AsyncIterator[broker_pb2.PullRequest]:
+            async for batch in request_iterator:
+                for req in batch.requests:
+                    yield req
+
+        async with self._pull_stream(requests(), "pull-batch-stream") as stream:
+            while (first := await stream.next_answer()) is not None:
+                yield stream.batch_of_ready_answers(first)
+
+    @answers_errors(broker_pb2.QueryConsumerOffsetResponse, "query consumer offset")
+    async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,
+                                  context: grpc.aio.ServicerContext) -> broker_pb2.QueryConsumerOffsetResponse:
+        answer = self._query_offset(convert.query_offset_from_pb(request))
+        return broker_pb2.QueryConsumerOffsetResponse(**convert.offset_answer_fields(answer))
+
+    @answers_errors(broker_pb2.UpdateConsumerOffsetResponse, "update consumer offset")
+    async def UpdateConsumerOffset(self, request: broker_pb2.UpdateConsumerOffsetRequest,
+                                   context: grpc.aio.ServicerContext) -> broker_pb2.UpdateConsumerOffsetResponse:
+        answer = self._update_offset(convert.update_offset_from_pb(request))
+        return broker_pb2.UpdateConsumerOffsetResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+
+    @answers_errors(broker_pb2.GetQueueOffsetResponse, "get queue offset")
+    async def GetQueueOffset(self, request: broker_pb2.GetQueueOffsetRequest,
+                             context: grpc.aio.ServicerContext) -> broker_pb2.GetQueueOffsetResponse:
+        answer = self._queue_offset(convert.queue_offset_from_pb(request))
+        return broker_pb2.GetQueueOffsetResponse(**convert.offset_answer_fields(answer))
+
+    @answers_errors(broker_pb2.CreateTopicResponse, "create topic")
+    async def CreateTopic(self, request: broker_pb2.CreateTopicRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.CreateTopicResponse:
+        answer = await self._create_topic(convert.create_topic_from_pb(request))
+        return broker_pb2.CreateTopicResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+
+
+class _PullStream:
+    """One open pull stream: requests are handled as they arrive, answers queue up in `out`.
+
+    A held request answers later through `respond`, from the hold service's task. After the
+    client half-closes, held pulls still get their answers; when the stream ends, what is
+    still held for it is dropped. Loop-confined.
+    """
+
+    session: PullSession
+
+    def __init__(self) -> None:
+        self.out: asyncio.Queue[Any] = asyncio.Queue()
+        self._open = True
+        self._reading = True
+
+    def respond(self, answer: PullAnswer) -> None:
+        if self._open:
+            self.out.put_nowait(answer)
+
+    def handle(self, req: broker_pb2.PullRequest) -> None:
+        try:
+            answer = self.session.handle(convert.pull_request_from_pb(req))
+        except Exception as exc:
+            answer = PullAnswer(request_id=req.request_id, code=ResponseCode.SYSTEM_ERROR,
+                                remark=failure_remark("pull", exc))
+        if answer is not None:
+            self.out.put_nowait(answer)
+
+    def _more_to_come(self) -> bool:
+        return self._reading or not self.out.empty() or bool(self.session.held())
+
+    async def next_answer(self) -> PullAnswer | None:
+        """The next answer to write, or None once the client is done and nothing is held."""
+        while self._more_to_come():
+            item = await self.out.get()
+            if item is _STREAM_END:
+                self._reading = False
+                continue
+            return item
+        return None
+
+    def batch_of_ready_answers(self, first: PullAnswer) -> broker_pb2.PullResponseBatch:
+        """`first` and every answer already queued behind it, up to BATCH_RECORD_BYTES_MAX of
+        records, built in place (each record blob is copied once, into this message)."""
+        batch = broker_pb2.PullResponseBatch()
+        add = batch.responses.add
+        fill = convert.fill_pull_response
+        out = self.out
+        answer: Any = first
+        size = 0
+        while True:
+            fill(add(), answer)
+            size += len(answer.records)
+            if size >= BATCH_RECORD_BYTES_MAX or out.empty():
+                return batch
+            answer = out.get_nowait()
+            while answer is _STREAM_END:
+                self._reading = False
+                if out.empty():
+                    return batch
+                answer = out.get_nowait()
+
+    def close(self, reader: asyncio.Task[None]) -> None:
+        self._open = False
+        reader.cancel()
+        dropped = self.session.close()
+        if dropped:
+            log.info("pull stream %d closed with %d held pulls; dropped them", self.session.stream_id, dropped)

@@ -1,0 +1,91 @@
+"""The name server process: its wiring (route table, handler, gRPC adapter) and broker expiry.
+
+Owns the RouteTable of this process. Does not persist anything: like RocketMQ's name
+server, it rebuilds its state from broker registrations after a restart.
+
+A broker's liveness has two signals, as in RocketMQ: its periodic registration (silence past
+`broker_expiry_ms` expires it) and its channel (see nodes.namesrv.transport.servicer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc.aio
+
+from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.config import NamesrvConfig
+from nodes.common.node import NodeStatus, add_control_plane, set_serving
+from nodes.common.rpc import bind, make_server
+from nodes.common.service import Lifecycle, LifecycleState, Service
+from nodes.namesrv.handlers import NameServerHandler
+from nodes.namesrv.route_table import RouteTable
+from nodes.namesrv.transport.servicer import NameServerServicer
+from proto import namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class BrokerExpiryService(Service):
+    """RocketMQ scanNotActiveBroker: drop brokers silent for longer than broker_expiry_ms."""
+
+    name = "broker-expiry"
+
+    def __init__(self, table: RouteTable, clock: Clock, scan_ms: int, expiry_ms: int) -> None:
+        super().__init__(scan_ms)
+        self._table = table
+        self._clock = clock
+        self._expiry_ms = expiry_ms
+
+    async def tick(self) -> None:
+        self._table.expire(self._clock.monotonic_ms(), self._expiry_ms)
+
+
+class NamesrvApp:
+    role = "namesrv"
+
+    def __init__(self, config: NamesrvConfig, shutdown_requested: asyncio.Event,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._clock = clock
+        self._shutdown_requested = shutdown_requested
+        self.table = RouteTable()
+        self.lifecycle = LifecycleState(f"namesrv {config.node_id}", clock)
+        self._server: grpc.aio.Server | None = None
+        self.handler = NameServerHandler(self.table, clock)
+        self._expiry = BrokerExpiryService(self.table, clock, config.timing.broker_expiry_scan_ms,
+                                           config.timing.broker_expiry_ms)
+        self.addr = ""
+
+    async def start(self) -> str:
+        self.lifecycle.transition(Lifecycle.STARTING)
+        server = make_server()
+        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerServicer(self.handler), server)
+        health_servicer = add_control_plane(server, self, self._shutdown_requested)
+        port = bind(server, self.config.listen_host, self.config.port)
+        await server.start()
+        self._server = server
+        self.addr = f"{self.config.listen_host}:{port}"
+        self._expiry.start()
+        await set_serving(health_servicer, True)
+        self.lifecycle.transition(Lifecycle.RUNNING)
+        return self.addr
+
+    async def stop(self) -> None:
+        self.lifecycle.transition(Lifecycle.STOPPING)
+        await self._expiry.stop()
+        self.handler.close_channels()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+        self.lifecycle.transition(Lifecycle.STOPPED)
+
+    def status(self) -> NodeStatus:
+        brokers = {name: {str(k): v for k, v in b.broker_addrs.items()} for name, b in self.table.brokers.items()}
+        return NodeStatus(
+            node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
+            status_line=f"{self.node_id} N {self.lifecycle.state.name} brokers={len(self.table.live)} "
+                        f"topics={len(self.table.topic_queues)}",
+            details={"addr": self.addr, "brokers": brokers, "topics": self.table.topics(),
+                     "open_channels": self.handler.open_channels})
