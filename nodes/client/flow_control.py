@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from nodes.client.errors import InvalidArgumentError
+from nodes.common.errors import InvalidArgumentError
 
 # Candidates for nodes/common/constants.py (reference §2.1); the lead moves them there.
 PULL_THRESHOLD_COUNT_PER_QUEUE = 1_000  # pullThresholdForQueue: cached messages per queue before pausing

@@ -15,18 +15,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
-
-import grpc
+from typing import TYPE_CHECKING, ClassVar
 
 from nodes.client.msg_id import local_ipv4
+from nodes.client.rpc.api import ConsumerData
 from nodes.common import constants as c
-from nodes.common import rpc
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageModel
-from nodes.common.wire import raise_unless_success
-from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -63,7 +59,7 @@ class HeartbeatService(Service):
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
     def __init__(self, instance: ClientInstance, client_id: str, *,
-                 consumer_data: Callable[[], list[consumer_pb2.ConsumerData]], topics: Callable[[], Iterable[str]],
+                 consumer_data: Callable[[], list[ConsumerData]], topics: Callable[[], Iterable[str]],
                  on_notification: Callable[[str], None], interval_ms: int, timeout_ms: int,
                  on_crash: CrashHandler | None = None) -> None:
         super().__init__(interval_ms, on_crash=on_crash)
@@ -96,16 +92,14 @@ class HeartbeatService(Service):
     async def send_heartbeat_to_all_brokers(self) -> int:
         """One heartbeat to every broker, in parallel; returns how many accepted it."""
         async with self._lock:
-            request = consumer_pb2.HeartbeatRequest(client_id=self.client_id, consumers=self._consumer_data())
+            consumers = self._consumer_data()
             addrs = self.broker_addrs()
-            results = await asyncio.gather(*(self._heartbeat(addr, request) for addr in addrs))
+            results = await asyncio.gather(*(self._heartbeat(addr, consumers) for addr in addrs))
             return sum(results)
 
-    async def _heartbeat(self, addr: str, request: consumer_pb2.HeartbeatRequest) -> bool:
+    async def _heartbeat(self, addr: str, consumers: list[ConsumerData]) -> bool:
         try:
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).Heartbeat, request,
-                                              self.timeout_ms, f"heartbeat to {addr}")
-            raise_unless_success(resp)
+            await self._instance.api.heartbeat(addr, self.client_id, consumers, self.timeout_ms)
         except MqError as err:
             self.heartbeats_failed += 1
             log.warning("heartbeat of %s to %s failed: %s", self.client_id, addr, err)
@@ -122,18 +116,14 @@ class HeartbeatService(Service):
 
     async def _watch_routine(self, addr: str) -> None:
         """Read one broker's notification stream until it ends; the next heartbeat re-opens it."""
-        call: Any = self._instance.consumer_stub(addr).Notifications(
-            consumer_pb2.NotificationsRequest(client_id=self.client_id))
         try:
-            async for note in call:
+            async for group in self._instance.api.notifications(addr, self.client_id):
                 self.notifications += 1
-                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, note.consumer_group, addr)
-                self._on_notification(note.consumer_group)
+                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, group, addr)
+                self._on_notification(group)
             log.info("notification stream from %s ended", addr)
-        except grpc.RpcError as exc:
-            log.info("notification stream from %s closed: %s", addr, rpc.map_rpc_error(exc, "notifications"))
-        finally:
-            call.cancel()
+        except MqError as err:
+            log.info("notification stream from %s closed: %s", addr, err)
 
     async def close_notifications(self) -> None:
         """End every notification stream (the brokers then forget this client's channel)."""
@@ -150,13 +140,9 @@ class HeartbeatService(Service):
     # --- leaving ------------------------------------------------------------------------------
     async def unregister(self, group: str) -> None:
         """UnregisterClient at every broker, in parallel; failures are only logged."""
-        request = consumer_pb2.UnregisterClientRequest(client_id=self.client_id, consumer_group=group)
-
         async def one(addr: str) -> None:
             try:
-                resp = await self._instance.unary(self._instance.consumer_stub(addr).UnregisterClient, request,
-                                                  self.timeout_ms, f"unregister at {addr}")
-                raise_unless_success(resp)
+                await self._instance.api.unregister(addr, self.client_id, group, self.timeout_ms)
             except MqError as err:
                 log.warning("unregistering %s from %s failed: %s", self.client_id, addr, err)
 

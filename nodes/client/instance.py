@@ -1,8 +1,8 @@
-"""ClientInstance: the background event loop, channels and routes behind one client facade.
+"""ClientInstance: the background event loop, connections and routes behind client facades.
 
-Owns one daemon asyncio loop thread, the grpc.aio channels and stubs (one channel per peer
-address, cached), the `RouteCache` with its polling service and the pull streams. Does not
-own any sending or pulling policy: `Producer` and `PullConsumer` bring that.
+Owns one daemon asyncio loop thread, the `ClientApi` (channels, pull streams, every broker and
+name-server call), and the `RouteCache` with its polling service. Does not own any sending
+or pulling policy: `Producer` and the consumers bring that.
 
 The public client API is synchronous (DESIGN §5); everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
@@ -18,21 +18,15 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-import grpc
-import grpc.aio
-
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
-from nodes.client.pull_stream import PullStream
-from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot, route_from_pb
+from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
+from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
-from nodes.common import rpc, wire
 from nodes.common.config import Timing
-from nodes.common.errors import RequestTimeoutError, TransportError, for_code
+from nodes.common.errors import ClientStateError, InvalidArgumentError, RequestTimeoutError, TransportError
 from nodes.common.service import Lifecycle, LifecycleState
-from proto import broker_pb2_grpc, common_pb2, consumer_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +67,6 @@ def parse_namesrv_addrs(namesrv_addr: str) -> list[str]:
     return addrs
 
 
-# gRPC core's wording when no connection could be made: the request never left the client.
-_NOT_SENT_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
-
-
-def never_sent(exc: grpc.RpcError) -> bool:
-    """Whether a failed call certainly did not reach the peer (connection never established)."""
-    code = exc.code() if hasattr(exc, "code") else None
-    details = (exc.details() if hasattr(exc, "details") else str(exc)) or ""
-    return code == grpc.StatusCode.UNAVAILABLE and any(s in details.lower() for s in _NOT_SENT_DETAILS)
-
-
 class ClientInstance:
     """One background loop plus the connections and routes a client facade needs."""
 
@@ -94,7 +77,7 @@ class ClientInstance:
         self.timing = timing or Timing()
         self.timing.validate()
         self.name = f"{name}-{next(_instance_ids)}"
-        self.dial_overrides = dict(dial_overrides or {})
+        self.api = ClientApi(dial_overrides)
         self.lifecycle = LifecycleState(f"client {self.name}")
         kwargs = {} if producer_default_queue_nums is None else {
             "producer_default_queue_nums": producer_default_queue_nums}
@@ -104,11 +87,6 @@ class ClientInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._route_service: RouteRefreshService | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._broker_stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
-        self._namesrv_stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
-        self._consumer_stubs: dict[str, consumer_pb2_grpc.ConsumerManagerStub] = {}
-        self._pull_streams: dict[str, PullStream] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     @property
@@ -164,20 +142,13 @@ class ClientInstance:
     async def _aclose(self) -> None:
         if self._route_service is not None:
             await self._route_service.stop()
-        for stream in list(self._pull_streams.values()):
-            await stream.close()
-        self._pull_streams.clear()
+        await self.api.close_streams()
         current = asyncio.current_task()
         others = [t for t in asyncio.all_tasks() if t is not current]
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        for channel in list(self._channels.values()):
-            await channel.close()
-        self._channels.clear()
-        self._broker_stubs.clear()
-        self._namesrv_stubs.clear()
-        self._consumer_stubs.clear()
+        await self.api.close()
         loop = asyncio.get_running_loop()
         await loop.shutdown_asyncgens()
         await loop.shutdown_default_executor()
@@ -229,82 +200,28 @@ class ClientInstance:
                 fut.cancel()
             raise
 
-    # --- connections (loop only) -------------------------------------------------------
-    def channel(self, addr: str) -> grpc.aio.Channel:
-        channel = self._channels.get(addr)
-        if channel is None:
-            channel = rpc.make_channel(addr, self.dial_overrides)
-            self._channels[addr] = channel
-        return channel
-
-    def broker_stub(self, addr: str) -> broker_pb2_grpc.BrokerStub:
-        stub = self._broker_stubs.get(addr)
-        if stub is None:
-            stub = broker_pb2_grpc.BrokerStub(self.channel(addr))
-            self._broker_stubs[addr] = stub
-        return stub
-
-    def namesrv_stub(self, addr: str) -> namesrv_pb2_grpc.NameServerStub:
-        stub = self._namesrv_stubs.get(addr)
-        if stub is None:
-            stub = namesrv_pb2_grpc.NameServerStub(self.channel(addr))
-            self._namesrv_stubs[addr] = stub
-        return stub
-
-    def consumer_stub(self, addr: str) -> consumer_pb2_grpc.ConsumerManagerStub:
-        stub = self._consumer_stubs.get(addr)
-        if stub is None:
-            stub = consumer_pb2_grpc.ConsumerManagerStub(self.channel(addr))
-            self._consumer_stubs[addr] = stub
-        return stub
+    @property
+    def dial_overrides(self) -> Mapping[str, str]:
+        return self.api.dial_overrides
 
     def next_commit_seq(self) -> int:
         """The next offset-commit sequence number; take it when reading the value to commit, so the
         broker can drop a commit that overtook a later one on another stream (UpdateConsumerOffsetRequest)."""
         return next(self._commit_seqs)
 
-    def pull_stream(self, addr: str) -> PullStream:
-        stream = self._pull_streams.get(addr)
-        if stream is None:
-            stream = PullStream(addr, lambda: self.broker_stub(addr).PullBatch, batched=True)
-            self._pull_streams[addr] = stream
-        return stream
-
-    async def unary(self, method: Callable[..., Awaitable[T]], request: Any, timeout_ms: int, what: str, *,
-                    side_effects: bool = False) -> T:
-        """One unary call with a deadline; grpc failures come out as TransportError.
-
-        With `side_effects` (a send), a failure that may have come after the peer got the
-        request is an OutcomeUnknownError (indeterminate); only a failure to connect at all
-        stays a plain, determinate TransportError.
-        """
-        try:
-            return await method(request, timeout=rpc.timeout_s(timeout_ms))
-        except grpc.RpcError as exc:
-            err = rpc.map_rpc_error(exc, what)
-            if side_effects and not err.indeterminate and not never_sent(exc):
-                raise OutcomeUnknownError(f"{err}; the request may have been applied") from None
-            raise err from None
-
     async def _fetch_route(self, topic: str) -> RouteSnapshot | None:
         """GetRouteInfo from the name servers, starting with the last one that answered."""
-        request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
         last_error: TransportError | None = None
         n = len(self.namesrv_addrs)
         for i in range(n):
             index = (self._namesrv_index + i) % n
             addr = self.namesrv_addrs[index]
             try:
-                resp = await self.unary(self.namesrv_stub(addr).GetRouteInfo, request,
-                                        self.timing.rpc_timeout_ms, f"GetRouteInfo({topic}) at {addr}")
+                route = await self.api.get_route(addr, topic, self.timing.rpc_timeout_ms)
             except TransportError as err:
                 last_error = err
                 continue
             self._namesrv_index = index
-            if resp.code == common_pb2.SUCCESS:
-                return route_from_pb(resp.route)
-            if resp.code == common_pb2.TOPIC_ROUTE_NOT_EXIST:
-                return None
-            raise for_code(wire.code_name(resp.code), resp.remark)
+            return route
         assert last_error is not None
         raise last_error

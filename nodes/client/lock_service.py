@@ -32,16 +32,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from nodes.client.errors import BrokerNotFoundError
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
-from nodes.common import wire
 from nodes.common.clock import Clock
-from nodes.common.errors import MqError
+from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from nodes.common.wire import raise_unless_success
-from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -176,18 +172,13 @@ class QueueLocker:
         try:
             if addr is None:
                 raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
-            request = consumer_pb2.LockBatchRequest(consumer_group=self.group, client_id=self.client_id,
-                                                    queues=[wire.mq_to_pb(mq) for mq in mqs])
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).LockBatchMQ, request,
-                                              self.timeout_ms, f"lock {len(mqs)} queues of {broker_name} at {addr}")
-            raise_unless_success(resp)
+            locked = await self._instance.api.lock_batch(addr, self.group, self.client_id, mqs, self.timeout_ms)
         except MqError as err:
             self.stats["lock_failures"] += 1
             log.warning("%s: locking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:
                 self._emit_failed("lock", mq, reason=reason, error=str(err))
             return None, sent_ms
-        locked = {wire.mq_from_pb(q) for q in resp.locked}
         rtt_ms = self._clock.monotonic_ms() - sent_ms
         held = set(held_before)
         for mq in mqs:
@@ -250,11 +241,7 @@ class QueueLocker:
         try:
             if addr is None:
                 raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
-            request = consumer_pb2.UnlockBatchRequest(consumer_group=self.group, client_id=self.client_id,
-                                                      queues=[wire.mq_to_pb(mq) for mq in mqs])
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).UnlockBatchMQ, request,
-                                              self.timeout_ms, f"unlock {len(mqs)} queues of {broker_name} at {addr}")
-            raise_unless_success(resp)
+            await self._instance.api.unlock_batch(addr, self.group, self.client_id, mqs, self.timeout_ms)
         except MqError as err:
             log.warning("%s: unlocking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:

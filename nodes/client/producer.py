@@ -24,26 +24,23 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
+from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
-from nodes.client.send_wire import Outgoing, answered_offsets, build_request, may_overflow_properties
 from nodes.common import constants as c
-from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
 from nodes.common.config import Timing
 from nodes.common.errors import (
+    ClientStateError,
+    InvalidArgumentError,
     InvalidMessageError,
-    InvariantViolation,
     MqError,
-    RemoteError,
+    OutcomeUnknownError,
     TransportError,
-    for_code,
 )
-from nodes.common.types import Message, MessageQueue, SendResult, SendStatus, validate_message
-from proto import broker_pb2, common_pb2
+from nodes.common.types import Message, MessageQueue, SendResult, validate_message
 
 log = logging.getLogger(__name__)
 
@@ -51,40 +48,15 @@ T = TypeVar("T")
 
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
 
-# processSendResponse: these codes mean "stored on the master"; anything else is an exception.
-SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
-    common_pb2.SUCCESS: SendStatus.SEND_OK,
-    common_pb2.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    common_pb2.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    common_pb2.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
-}
-# sendMessageAsync retries only failures to get an answer, never a broker's refusal.
-ASYNC_RETRY_CODES: frozenset[str] = frozenset()
+def retries_send(err: MqError, *, asynchronous: bool) -> bool:
+    """Whether a failed send attempt is tried again (on another broker), from the error alone.
 
-
-def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, broker_name: str,
-                              uniq_ids: Sequence[str]) -> SendResult:
-    """processSendResponse: a SendResult for a storing code, else the code's RemoteError.
-
-    A batch's `msg_id` is the comma-joined ids as in RocketMQ's MessageBatch; `msg_ids` and
-    `queue_offsets` list them one per message, in send order.
+    sendDefaultImpl retries every failure to get an answer and the broker refusals marked
+    `retriable` (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION); any other
+    refusal is raised at once. sendMessageAsync retries only failures to get an answer, never
+    a refusal (`answered`).
     """
-    status = SEND_STATUS_BY_CODE.get(resp.code)
-    if status is None:
-        raise for_code(wire.code_name(resp.code), resp.remark)
-    queue_offsets, offset_msg_ids = answered_offsets(resp)
-    if len(queue_offsets) != len(uniq_ids):
-        raise InvariantViolation(
-            f"broker answered {status.name} for {len(uniq_ids)} messages to {topic} with {len(queue_offsets)} entries")
-    return SendResult(
-        status=status,
-        msg_id=",".join(uniq_ids),
-        message_queue=MessageQueue(topic, broker_name, resp.queue_id),
-        queue_offset=queue_offsets[0],
-        offset_msg_id=",".join(offset_msg_ids),
-        msg_ids=tuple(uniq_ids),
-        queue_offsets=queue_offsets,
-    )
+    return err.retriable and not (asynchronous and err.answered)
 
 
 def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> str:
@@ -219,7 +191,7 @@ class Producer:
     def send(self, msg: Message) -> SendResult:
         """Send one message; retried on another broker when the failure allows it."""
         out, uid = self._prepare(msg)
-        coro = self._send_default(msg.topic, [out], [uid], self.retry_times, c.RETRIABLE_SEND_CODES)
+        coro = self._send_default(msg.topic, [out], [uid], self.retry_times)
         return self._run(coro, f"send to {msg.topic}")
 
     def send_orderly(self, msg: Message, sharding_key: object) -> SendResult:
@@ -236,7 +208,7 @@ class Producer:
         topic = validate_batch(msgs, self.body_bytes_max)
         prepared = [self._prepare(m, validated=True) for m in msgs]
         coro = self._send_default(topic, [out for out, _ in prepared], [uid for _, uid in prepared],
-                                  self.retry_times, c.RETRIABLE_SEND_CODES)
+                                  self.retry_times)
         return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
@@ -278,7 +250,7 @@ class Producer:
 
     async def _send_coalesced(self, topic: str, outs: list[Outgoing], uids: list[str],
                               queue: MessageQueue | None, deadline: Deadline) -> SendResult:
-        return await self._send_default(topic, outs, uids, self.retry_times_async, ASYNC_RETRY_CODES,
+        return await self._send_default(topic, outs, uids, self.retry_times_async, asynchronous=True,
                                         first_queue=queue, deadline=deadline)
 
     # --- preparation (caller thread) ---------------------------------------------------
@@ -313,11 +285,11 @@ class Producer:
                                  "the request was sent; nothing was stored") from None
 
     async def _send_default(self, topic: str, outs: list[Outgoing], uids: list[str],
-                            retry_times: int, retry_codes: frozenset[str], *, first_queue: MessageQueue | None = None,
+                            retry_times: int, *, asynchronous: bool = False, first_queue: MessageQueue | None = None,
                             deadline: Deadline | None = None) -> SendResult:
         """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout.
 
-        `first_queue` is where the first attempt goes (default: the selector's next queue);
+        Which failures are retried: `retries_send`. `first_queue` is where the first attempt goes (default: the selector's next queue);
         `deadline` the end of the send timeout (default: one send timeout from now).
         """
         what = f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}"
@@ -338,10 +310,8 @@ class Producer:
             last_broker = mq.broker_name
             try:
                 return await self._send_kernel(mq, outs, uids, deadline, what)
-            except TransportError as err:
-                last_error = err
-            except RemoteError as err:
-                if err.code not in retry_codes:
+            except MqError as err:
+                if not retries_send(err, asynchronous=asynchronous):
                     final = _final_error(err, maybe_stored, what)
                     if final is err:
                         raise
@@ -387,8 +357,6 @@ class Producer:
         remaining_ms = deadline.remaining_ms()
         if remaining_ms <= 0:
             raise TransportError(f"{what}: the send timeout passed before the request was sent")
-        request = build_request(outs, producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                                default_topic_queue_nums=self.default_topic_queue_nums, born_host=self._born_host)
-        resp = await self._instance.unary(self._instance.broker_stub(addr).SendMessage, request, remaining_ms,
-                                          f"{what} at {mq.broker_name}/{addr}", side_effects=True)
-        return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
+        return await self._instance.api.send(
+            addr, mq, outs, uids, group=self.group, default_topic_queue_nums=self.default_topic_queue_nums,
+            born_host=self._born_host, timeout_ms=remaining_ms, what=f"{what} at {mq.broker_name}/{addr}")

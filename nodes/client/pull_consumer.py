@@ -12,16 +12,19 @@ import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.offset_store import offset_store_address, query_queue_offset
 from nodes.client.pull_api import PullApi
-from nodes.client.routes import FoundBroker
+from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
 from nodes.common.config import Timing
-from nodes.common.errors import InvalidMessageError, RouteNotFoundError, for_code
+from nodes.common.errors import (
+    InvalidArgumentError,
+    InvalidMessageError,
+    QueryNotFoundError,
+    RouteNotFoundError,
+)
 from nodes.common.types import MessageQueue, PullResult, validate_topic
-from nodes.common.wire import code_name, raise_unless_success
-from proto import broker_pb2, common_pb2
 
 CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer.consumerPullTimeoutMillis (candidate for constants)
 
@@ -192,72 +195,37 @@ class PullConsumer:
         timeout_ms = self.timing.rpc_timeout_ms
         self._run(self._update_offset(mq, offset, timeout_ms), timeout_ms * 2, f"update_offset {mq}")
 
-    async def _offset_store_address(self, mq: MessageQueue) -> FoundBroker:
-        """The offset-store lookup: the master only, then after a route refresh any broker."""
-        routes = self._instance.routes
-        if routes.route(mq.topic) is None:
-            await routes.ensure_route(mq.topic)
-        found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, True)
-        if found is None:
-            await routes.update_topic(mq.topic)
-            found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, False)
-        if found is None:
-            raise BrokerNotFoundError(f"broker {mq.broker_name} is not in the route of {mq.topic}")
-        return found
-
     async def _query_offset(self, mq: MessageQueue, timeout_ms: int) -> int:
-        found = await self._offset_store_address(mq)
-        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                        queue_id=mq.queue_id)
-        resp = await self._instance.unary(self._instance.broker_stub(found.addr).QueryConsumerOffset, request,
-                                          timeout_ms, f"query_offset {mq} at {found.addr}")
-        if resp.code == common_pb2.SUCCESS:
-            return resp.offset
-        if resp.code == common_pb2.QUERY_NOT_FOUND:
+        found = await offset_store_address(self._instance, mq)
+        try:
+            return await self._instance.api.query_consumer_offset(found.addr, self.group, mq, timeout_ms)
+        except QueryNotFoundError:
             return -1
-        raise for_code(code_name(resp.code), resp.remark)
 
     async def _update_offset(self, mq: MessageQueue, offset: int, timeout_ms: int) -> None:
-        found = await self._offset_store_address(mq)
-        request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                         queue_id=mq.queue_id, offset=offset)
-        resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
-                                          timeout_ms, f"update_offset {mq} at {found.addr}")
-        raise_unless_success(resp)
+        found = await offset_store_address(self._instance, mq)
+        await self._instance.api.update_consumer_offset(found.addr, self.group, mq, offset, timeout_ms)
 
     # --- queue offsets (MQAdminImpl: masters only) ------------------------------------------
     def min_offset(self, mq: MessageQueue) -> int:
         """The smallest queue offset still stored in `mq`."""
-        return self._queue_offset(mq, broker_pb2.MIN, 0, "min_offset")
+        return self._queue_offset(mq, OffsetKind.MIN, 0, "min_offset")
 
     def max_offset(self, mq: MessageQueue) -> int:
         """One past the last queue offset of `mq` (the next offset to be written)."""
-        return self._queue_offset(mq, broker_pb2.MAX, 0, "max_offset")
+        return self._queue_offset(mq, OffsetKind.MAX, 0, "max_offset")
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The queue offset of the first message stored at or after `timestamp_ms`."""
         if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool) or timestamp_ms < 0:
             raise InvalidArgumentError(f"timestamp_ms must be ms since the epoch, got {timestamp_ms!r}")
-        return self._queue_offset(mq, broker_pb2.BY_TIMESTAMP, timestamp_ms, "search_offset")
+        return self._queue_offset(mq, OffsetKind.BY_TIMESTAMP, timestamp_ms, "search_offset")
 
-    def _queue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, what: str) -> int:
+    def _queue_offset(self, mq: MessageQueue, kind: OffsetKind, timestamp_ms: int, what: str) -> int:
         self._check_mq(mq)
         timeout_ms = self.timing.rpc_timeout_ms
-        return self._run(self._aqueue_offset(mq, kind, timestamp_ms, timeout_ms, f"{what} {mq}"),
+        return self._run(query_queue_offset(self._instance, mq, kind, timestamp_ms=timestamp_ms, timeout_ms=timeout_ms),
                          timeout_ms * 2, f"{what} {mq}")
-
-    async def _aqueue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, timeout_ms: int,
-                             what: str) -> int:
-        routes = self._instance.routes
-        if routes.route(mq.topic) is None:
-            await routes.ensure_route(mq.topic)
-        addr = await routes.publish_address(mq.topic, mq.broker_name)
-        request = broker_pb2.GetQueueOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, kind=kind,
-                                                   timestamp_ms=timestamp_ms)
-        resp = await self._instance.unary(self._instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
-                                          f"{what} at {addr}")
-        raise_unless_success(resp)
-        return resp.offset
 
     @staticmethod
     def _check_mq(mq: object) -> None:

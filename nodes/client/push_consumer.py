@@ -32,7 +32,6 @@ from nodes.client.consume_orderly import (
     OrderlyListener,
     orderly_send_back_message,
 )
-from nodes.client.errors import ClientStateError, InvalidArgumentError
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.heartbeat import HeartbeatService, make_client_id
 from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
@@ -48,11 +47,12 @@ from nodes.client.pull_api import PullApi
 from nodes.client.pull_service import PullService
 from nodes.client.push_rebalance import PushOrderlyLocks, PushRebalanceDeps
 from nodes.client.rebalance import RebalanceImpl, RebalanceService
+from nodes.client.rpc.api import ConsumerData
 from nodes.client.send_back import MessageSender
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import Timing
-from nodes.common.errors import InvalidMessageError, MqError
+from nodes.common.errors import ClientStateError, InvalidArgumentError, InvalidMessageError, MqError
 from nodes.common.service import CrashHandler, Lifecycle, LifecycleState, Service
 from nodes.common.types import (
     ConsumeFromWhere,
@@ -61,7 +61,6 @@ from nodes.common.types import (
     MessageQueue,
     validate_topic,
 )
-from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -434,12 +433,11 @@ class PushConsumer:
         }
 
     # --- wiring callbacks (loop) ---------------------------------------------------------------
-    def _consumer_data(self) -> list[consumer_pb2.ConsumerData]:
-        subs = [consumer_pb2.SubscriptionData(topic=s.topic, expression=s.expression, sub_version=s.sub_version)
-                for s in self._rebalance.subscriptions.values()]
-        return [consumer_pb2.ConsumerData(
-            group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY, message_model=self.message_model.value,
-            consume_from_where=self.consume_from_where.value, subscriptions=subs)]
+    def _consumer_data(self) -> list[ConsumerData]:
+        subs = [(s.topic, s.expression, s.sub_version) for s in self._rebalance.subscriptions.values()]
+        return [ConsumerData(group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY,
+                             message_model=self.message_model.value,
+                             consume_from_where=self.consume_from_where.value, subscriptions=subs)]
 
     def _on_notification(self, group: str) -> None:
         if group == self.group:

@@ -19,11 +19,10 @@ from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_service import PullRequest
 from nodes.client.rebalance import StartKind
 from nodes.client.routes import subscribe_queues
+from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
 from nodes.common.errors import MqError
 from nodes.common.types import MessageQueue
-from nodes.common.wire import raise_unless_success
-from proto import broker_pb2, consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.push_consumer import PushConsumer
@@ -86,22 +85,18 @@ class PushRebalanceDeps:
             return None
         bd = consumer._rng.choice(brokers)
         addr = bd.addrs.get(c.MASTER_ID) or consumer._rng.choice(sorted(bd.addrs.values()))
-        request = consumer_pb2.GetConsumerListRequest(consumer_group=consumer.group)
         try:
-            resp = await consumer._instance.unary(consumer._instance.consumer_stub(addr).GetConsumerList, request,
-                                                  c.CONSUMER_LIST_TIMEOUT_MS, f"consumer list of {consumer.group} at {addr}")
-            raise_unless_success(resp)
+            return await consumer._instance.api.consumer_list(addr, consumer.group, c.CONSUMER_LIST_TIMEOUT_MS)
         except MqError as err:
             log.warning("consumer list of %s from %s failed: %s", consumer.group, addr, err)
             return None
-        return list(resp.client_ids)
 
     async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
         consumer = self._c
         if kind is StartKind.MAX_OFFSET:
-            return await query_queue_offset(consumer._instance, mq, broker_pb2.MAX,
+            return await query_queue_offset(consumer._instance, mq, OffsetKind.MAX,
                                             timeout_ms=consumer.timing.rpc_timeout_ms)
-        return await query_queue_offset(consumer._instance, mq, broker_pb2.BY_TIMESTAMP,
+        return await query_queue_offset(consumer._instance, mq, OffsetKind.BY_TIMESTAMP,
                                         timestamp_ms=consumer.consume_timestamp_ms,
                                         timeout_ms=consumer.timing.rpc_timeout_ms)
 

@@ -20,12 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-from nodes.client.errors import BrokerNotFoundError
 from nodes.common import constants as c
-from nodes.common.errors import MqError, RouteNotFoundError
+from nodes.common.errors import BrokerNotFoundError, MqError, RouteNotFoundError
 from nodes.common.service import Service
 from nodes.common.types import MessageQueue
-from proto import namesrv_pb2
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +76,6 @@ class FoundBroker:
     addr: str
     slave: bool
     broker_id: int = c.MASTER_ID  # the id whose address was chosen
-
-
-def route_from_pb(pb: namesrv_pb2.TopicRouteData) -> RouteSnapshot:
-    # A converter that belongs in nodes/common/wire.py; kept here while common is not ours.
-    return RouteSnapshot(
-        queue_datas=tuple(
-            QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-            for q in pb.queue_datas),
-        broker_datas=tuple(
-            BrokerData(b.broker_name, dict(b.broker_addrs), b.cluster) for b in pb.broker_datas),
-        order_topic_conf=pb.order_topic_conf,
-    )
 
 
 def publish_queues(topic: str, route: RouteSnapshot) -> list[MessageQueue]:

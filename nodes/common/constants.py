@@ -126,11 +126,6 @@ SEND_ASYNC_BATCH_BYTES_MAX = 1024 * 1024  # body bytes in one coalesced batch (t
 SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, each to its own queue
 
 # ---------------------------------------------------------------------------
-# Response codes (RocketMQ ResponseCode); the proto enum mirrors these names.
-# ---------------------------------------------------------------------------
-RETRIABLE_SEND_CODES = frozenset({"TOPIC_NOT_EXIST", "SERVICE_NOT_AVAILABLE", "SYSTEM_ERROR", "NO_PERMISSION"})
-
-# ---------------------------------------------------------------------------
 # Process exit codes
 # ---------------------------------------------------------------------------
 EXIT_OK = 0

@@ -8,7 +8,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from nodes.client.pull_stream import PullStream
+from nodes.client.rpc.pull_stream import PullStream
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2, common_pb2
 

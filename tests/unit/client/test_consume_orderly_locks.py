@@ -15,6 +15,7 @@ from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_service import PullRequest, PullService
 from nodes.client.rebalance import RebalanceImpl, SubscriptionData
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
+from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.clock import FakeClock
 from nodes.common.config import Timing
@@ -71,12 +72,8 @@ class FakeInstance:
             return route
 
         self.routes = RouteCache(fetch)
-
-    def consumer_stub(self, addr: str) -> Any:
-        return self.broker.stub(addr)
-
-    async def unary(self, method: Any, request: Any, timeout_ms: int, what: str) -> Any:
-        return await method(request, timeout=timeout_ms / 1000)
+        self.api = ClientApi()
+        self.api.consumer_stub = broker.stub  # type: ignore[method-assign]
 
 
 def setup(addrs: dict[int, str] | None = None, client_id: str = "A"

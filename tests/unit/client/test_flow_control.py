@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodes.client.errors import InvalidArgumentError
 from nodes.client.flow_control import (
     MIB_BYTES,
     PULL_DELAY_WHEN_FLOW_CONTROL_MS,
@@ -17,6 +16,7 @@ from nodes.client.flow_control import (
     thresholds_for_queue_count,
 )
 from nodes.client.process_queue import ProcessQueue
+from nodes.common.errors import InvalidArgumentError
 from nodes.common.types import MessageExt
 
 NOW = 5_000

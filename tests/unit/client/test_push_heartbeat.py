@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from nodes.client.heartbeat import HeartbeatService, make_client_id
+from nodes.client.rpc.api import ConsumerData
 from nodes.common import constants as c
 from nodes.common.errors import TransportError
 from nodes.common.types import MessageModel
@@ -71,8 +72,9 @@ def make_service(fakes, handler, notified):
                              ("broker-b", 4, 4, c.PERM_DEFAULT, {0: "b0:1"}))
     inst = fakes.FakeInstance({"T": route}, handler)
     inst.streams = {}
-    inst.consumer_stub = lambda addr: ConsumerStub(inst, addr)
-    data = [consumer_pb2.ConsumerData(group="g", consume_type=c.CONSUME_TYPE_PASSIVELY)]
+    inst.api.consumer_stub = lambda addr: ConsumerStub(inst, addr)
+    data = [ConsumerData(group="g", consume_type=c.CONSUME_TYPE_PASSIVELY, message_model="", consume_from_where="",
+                         subscriptions=())]
     svc = HeartbeatService(inst, "cid", consumer_data=lambda: data, topics=lambda: ["T", "%RETRY%g"],
                            on_notification=notified.append, interval_ms=1000, timeout_ms=1000)
     return inst, svc

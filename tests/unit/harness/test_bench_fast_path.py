@@ -16,8 +16,8 @@ from support.inprocess import InProcessCluster
 from support.rpc import create_topic
 
 from nodes.client import Producer, PullConsumer
-from nodes.client.pull_api import MessageBatch, decode_messages
-from nodes.client.pull_stream import PullStream
+from nodes.client.pull_decode import MessageBatch, decode_messages
+from nodes.client.rpc.pull_stream import PullStream
 from nodes.common.config import StoreConfig
 from nodes.common.types import Message, PullStatus
 from nodes.store import message_store

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.common import rpc
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2
@@ -162,9 +163,8 @@ class PullStream:
                     if fut is not None and not fut.done():
                         fut.set_result(resp)
         except grpc.RpcError as exc:
-            error = rpc.map_rpc_error(exc, f"pull stream to {self.addr}")  # type: ignore[assignment]
-            if not isinstance(error, TransportError):
-                error = TransportError(str(error))
+            mapped = rpc_error(exc, f"pull stream to {self.addr}")
+            error = mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
         except asyncio.CancelledError:
             error = TransportError(f"pull stream to {self.addr} closed")
             raise
