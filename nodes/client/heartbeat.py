@@ -1,28 +1,25 @@
-"""Client heartbeats, membership notifications and the client id (reference §13).
+"""Client heartbeats and membership notifications of one client instance (reference §13).
 
-Owns: the client id (`ip@instanceName`, where CLUSTERING replaces the default instance name
-by `pid#nanos`), the periodic heartbeat to every broker of the consumer's topics (RocketMQ
-`sendHeartbeatToAllBrokerWithLock`), one `ConsumerManager.Notifications` stream per broker
-address (a NOTIFY_CONSUMER_IDS_CHANGED for our group wakes rebalance; the stream's end is the
-broker's "channel closed" for this client), and unregistering on shutdown. Does not decide
-anything about queues; what the heartbeat carries comes from the facade.
+Owns: the consumers registered on the instance (group -> what its heartbeat carries, its
+topics, whom to tell about a notification), the periodic heartbeat to every broker of their
+topics, all groups in one request (RocketMQ `sendHeartbeatToAllBrokerWithLock`), one
+`ConsumerManager.Notifications` stream per broker address (a NOTIFY_CONSUMER_IDS_CHANGED for a
+group wakes that consumer's rebalance; the stream's end is the broker's "channel closed" for
+this client), and unregistering a group on its consumer's shutdown. Does not decide anything
+about queues; what a heartbeat carries comes from each consumer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from nodes.client.msg_id import local_ipv4
 from nodes.client.rpc.api import ConsumerData
-from nodes.common import constants as c
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
-from nodes.common.types import MessageModel
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -30,69 +27,74 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def make_client_id(instance_name: str, message_model: MessageModel, *, ip: str | None = None,
-                   pid: int | None = None, nanos: int | None = None) -> str:
-    """`ip@instanceName`; in CLUSTERING the default instance name becomes `pid#nanoTime`.
+@dataclass(frozen=True, slots=True)
+class RegisteredConsumer:
+    """What the heartbeat needs of one consumer group on this instance."""
 
-    BROADCASTING keeps the instance name, so a restarted broadcasting consumer finds its local
-    offset file again (the file lives under the client id).
-    """
-    name = instance_name
-    if message_model is MessageModel.CLUSTERING and instance_name == c.CLIENT_INSTANCE_NAME_DEFAULT:
-        name = f"{os.getpid() if pid is None else pid}#{time.monotonic_ns() if nanos is None else nanos}"
-    return f"{local_ipv4() if ip is None else ip}@{name}"
+    consumer_data: Callable[[], ConsumerData]  # called on the loop, once per heartbeat
+    topics: Callable[[], Iterable[str]]  # whose brokers get heartbeats (retry topic included)
+    on_notification: Callable[[], None]  # the broker says the group's consumer ids changed
+    on_crash: CrashHandler | None = None
 
 
 class HeartbeatService(Service):
-    """Heartbeats every `client_heartbeat_ms` and keeps the notification streams open.
+    """Heartbeats every `interval_ms` for every registered group and keeps the notification streams open.
 
     Args:
         instance: connections and routes.
-        client_id: this client's id.
-        consumer_data: builds the ConsumerData list of one heartbeat (called on the loop).
-        topics: the topics whose brokers get heartbeats (the subscribed ones, retry included).
-        on_notification: called with the group named by a NOTIFY_CONSUMER_IDS_CHANGED.
+        client_id: the instance's client id.
         timeout_ms: deadline of one heartbeat or unregister call.
     """
 
     name: ClassVar[str] = "client-heartbeat"
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
-    def __init__(self, instance: ClientInstance, client_id: str, *,
-                 consumer_data: Callable[[], list[ConsumerData]], topics: Callable[[], Iterable[str]],
-                 on_notification: Callable[[str], None], interval_ms: int, timeout_ms: int,
-                 on_crash: CrashHandler | None = None) -> None:
-        super().__init__(interval_ms, on_crash=on_crash)
+    def __init__(self, instance: ClientInstance, client_id: str, *, interval_ms: int, timeout_ms: int) -> None:
+        super().__init__(interval_ms, on_crash=self._crashed)
         self._instance = instance
         self.client_id = client_id
-        self._consumer_data = consumer_data
-        self._topics = topics
-        self._on_notification = on_notification
         self.timeout_ms = timeout_ms
+        self.consumers: dict[str, RegisteredConsumer] = {}
         self._lock = asyncio.Lock()
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self.heartbeats_ok = 0
         self.heartbeats_failed = 0
         self.notifications = 0
 
+    def register(self, group: str, consumer: RegisteredConsumer) -> None:
+        self.consumers[group] = consumer
+
+    def forget(self, group: str) -> None:
+        """Leave `group` out of later heartbeats (its consumer is shutting down)."""
+        self.consumers.pop(group, None)
+
+    def _crashed(self, err: BaseException) -> None:
+        for consumer in list(self.consumers.values()):
+            if consumer.on_crash is not None:
+                consumer.on_crash(err)
+
     async def tick(self) -> None:
         await self.send_heartbeat_to_all_brokers()
 
     def broker_addrs(self) -> list[str]:
-        """Every address (masters and slaves) in the routes of the consumer's topics."""
+        """Every address (masters and slaves) in the routes of the registered groups' topics."""
+        return self._addrs_of({topic for consumer in self.consumers.values() for topic in consumer.topics()})
+
+    def _addrs_of(self, topics: Iterable[str]) -> list[str]:
         addrs: set[str] = set()
-        for topic in self._topics():
+        for topic in topics:
             route = self._instance.routes.route(topic)
-            if route is None:
-                continue
-            for bd in route.broker_datas:
-                addrs.update(bd.addrs.values())
+            if route is not None:
+                for bd in route.broker_datas:
+                    addrs.update(bd.addrs.values())
         return sorted(addrs)
 
     async def send_heartbeat_to_all_brokers(self) -> int:
         """One heartbeat to every broker, in parallel; returns how many accepted it."""
         async with self._lock:
-            consumers = self._consumer_data()
+            if not self.consumers:
+                return 0
+            consumers = [consumer.consumer_data() for consumer in self.consumers.values()]
             addrs = self.broker_addrs()
             results = await asyncio.gather(*(self._heartbeat(addr, consumers) for addr in addrs))
             return sum(results)
@@ -120,7 +122,9 @@ class HeartbeatService(Service):
             async for group in self._instance.api.notifications(addr, self.client_id):
                 self.notifications += 1
                 log.info("%s: consumer ids of %s changed (from %s)", self.client_id, group, addr)
-                self._on_notification(group)
+                consumer = self.consumers.get(group)
+                if consumer is not None:
+                    consumer.on_notification()
             log.info("notification stream from %s ended", addr)
         except MqError as err:
             log.info("notification stream from %s closed: %s", addr, err)
@@ -138,8 +142,8 @@ class HeartbeatService(Service):
         return sorted(addr for addr, task in self._watchers.items() if not task.done())
 
     # --- leaving ------------------------------------------------------------------------------
-    async def unregister(self, group: str) -> None:
-        """UnregisterClient at every broker, in parallel; failures are only logged."""
+    async def unregister(self, group: str, topics: Iterable[str]) -> None:
+        """UnregisterClient of `group` at every broker of `topics`, in parallel; failures are only logged."""
         async def one(addr: str) -> None:
             try:
                 await self._instance.api.unregister(addr, self.client_id, group, self.timeout_ms)
@@ -147,4 +151,4 @@ class HeartbeatService(Service):
                 log.warning("unregistering %s from %s failed: %s", self.client_id, addr, err)
 
         async with self._lock:
-            await asyncio.gather(*(one(addr) for addr in self.broker_addrs()))
+            await asyncio.gather(*(one(addr) for addr in self._addrs_of(topics)))

@@ -1,8 +1,14 @@
-"""ClientInstance: the background event loop, connections and routes behind client facades.
+"""ClientInstance: one per process and client id, shared by the facades using that id.
 
-Owns one daemon asyncio loop thread, the `ClientApi` (channels, pull streams, every broker and
-name-server call), and the `RouteCache` with its polling service. Does not own any sending
-or pulling policy: `Producer` and the consumers bring that.
+Like RocketMQ's MQClientInstance (handed out by `MQClientManager`, here `CLIENT_MANAGER`), it
+owns one daemon asyncio loop thread, the `ClientApi` (channels, pull streams, every broker and
+name-server call), the `RouteCache` with its polling service, the heartbeats of the consumers
+using it, and the registry of the producer and consumer groups using it (one facade per
+group and role). Facades `acquire` it on start and `release` it on shutdown; the last release
+closes it. Does not own any sending or pulling policy: `Producer` and the consumers bring that.
+
+The client id is `ip@instanceName`; the default instance name becomes `pid#nanos`, so only
+facades given the same instance name share an instance (RocketMQ's changeInstanceNameToPID).
 
 The public client API is synchronous (DESIGN §5); everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
@@ -16,17 +22,22 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import os
 import re
 import threading
+import time
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
+from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
+from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, RequestTimeoutError, TransportError
 from nodes.common.service import Lifecycle, LifecycleState
+from nodes.common.types import MessageModel
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +53,22 @@ GROUP_NAME_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH
 _GROUP_RE = re.compile(c.TOPIC_NAME_PATTERN)
 
 _instance_ids = itertools.count()
+
+ROLE_PRODUCER = "producer"
+ROLE_CONSUMER = "consumer"
+
+
+def make_client_id(instance_name: str, message_model: MessageModel = MessageModel.CLUSTERING, *,
+                   ip: str | None = None, pid: int | None = None, nanos: int | None = None) -> str:
+    """`ip@instanceName`; in CLUSTERING the default instance name becomes `pid#nanoTime`.
+
+    BROADCASTING keeps the instance name, so a restarted broadcasting consumer finds its local
+    offset file again (the file lives under the client id).
+    """
+    name = instance_name
+    if message_model is MessageModel.CLUSTERING and instance_name == c.CLIENT_INSTANCE_NAME_DEFAULT:
+        name = f"{os.getpid() if pid is None else pid}#{time.monotonic_ns() if nanos is None else nanos}"
+    return f"{local_ipv4() if ip is None else ip}@{name}"
 
 
 def validate_group(group: str, role: str) -> None:
@@ -68,15 +95,21 @@ def parse_namesrv_addrs(namesrv_addr: str) -> list[str]:
 
 
 class ClientInstance:
-    """One background loop plus the connections and routes a client facade needs."""
+    """One background loop plus the connections, routes and heartbeats client facades share."""
 
-    def __init__(self, namesrv_addr: str, *, name: str = "client", timing: Timing | None = None,
-                 dial_overrides: Mapping[str, str] | None = None,
-                 producer_default_queue_nums: int | None = None) -> None:
+    def __init__(self, namesrv_addr: str, *, name: str = "client", client_id: str = "",
+                 timing: Timing | None = None, dial_overrides: Mapping[str, str] | None = None,
+                 producer_default_queue_nums: int | None = None, manager: ClientManager | None = None) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timing = timing or Timing()
         self.timing.validate()
         self.name = f"{name}-{next(_instance_ids)}"
+        self.client_id = client_id or self.name
+        self._manager = manager
+        self._users = 0  # facades that acquired the instance and have not released it
+        self._users_lock = threading.Lock()
+        self._groups: set[tuple[str, str]] = set()  # (role, group) of the facades using it
+        self._heartbeat: HeartbeatService | None = None
         self.api = ClientApi(dial_overrides)
         self.lifecycle = LifecycleState(f"client {self.name}")
         kwargs = {} if producer_default_queue_nums is None else {
@@ -119,6 +152,8 @@ class ClientInstance:
 
     def close(self) -> None:
         """Stop polling, close pull streams and channels, stop the loop and join its thread."""
+        if self._manager is not None:
+            self._manager.forget(self)
         if self.lifecycle.state in (Lifecycle.STOPPING, Lifecycle.STOPPED, Lifecycle.INIT):
             if self.lifecycle.state == Lifecycle.INIT:
                 self.lifecycle.transition(Lifecycle.STOPPED)
@@ -142,6 +177,9 @@ class ClientInstance:
     async def _aclose(self) -> None:
         if self._route_service is not None:
             await self._route_service.stop()
+        if self._heartbeat is not None:
+            await self._heartbeat.stop()
+            await self._heartbeat.close_notifications()
         await self.api.close_streams()
         current = asyncio.current_task()
         others = [t for t in asyncio.all_tasks() if t is not current]
@@ -204,6 +242,86 @@ class ClientInstance:
     def dial_overrides(self) -> Mapping[str, str]:
         return self.api.dial_overrides
 
+    # --- sharing ------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """A facade starts using the instance: the first one starts it."""
+        with self._users_lock:
+            if self._users == 0 and self.lifecycle.state == Lifecycle.INIT:
+                self.start()
+            elif not self.running:
+                raise ClientStateError(f"{self.name} is {self.lifecycle.state.name}; it cannot be used again")
+            self._users += 1
+
+    def release(self) -> None:
+        """A facade stops using the instance: the last one closes it."""
+        with self._users_lock:
+            self._users = max(0, self._users - 1)
+            if self._users:
+                return
+        self.close()
+
+    def register_group(self, role: str, group: str) -> None:
+        """registerProducer / registerConsumer: one facade per role and group on an instance."""
+        with self._users_lock:
+            if (role, group) in self._groups:
+                raise ClientStateError(
+                    f"a {role} of group {group} already uses client {self.client_id}; give this one another "
+                    "instance_name or another group")
+            self._groups.add((role, group))
+
+    def unregister_group(self, role: str, group: str) -> None:
+        with self._users_lock:
+            self._groups.discard((role, group))
+
+    def attach(self, role: str, group: str) -> None:
+        """A facade (`role` producer or consumer, of `group`) starts using the instance."""
+        self.acquire()
+        try:
+            self.register_group(role, group)
+        except BaseException:
+            self.release()
+            raise
+
+    def detach(self, role: str, group: str) -> None:
+        """The facade that attached as (`role`, `group`) stops using the instance."""
+        self.unregister_group(role, group)
+        self.release()
+
+    def same_settings(self, namesrv_addr: str, timing: Timing | None, dial_overrides: Mapping[str, str] | None,
+                      producer_default_queue_nums: int | None) -> bool:
+        return (parse_namesrv_addrs(namesrv_addr) == self.namesrv_addrs and (timing or Timing()) == self.timing
+                and dict(dial_overrides or {}) == dict(self.dial_overrides)
+                and producer_default_queue_nums in (None, self.routes.producer_default_queue_nums))
+
+    # --- consumers' heartbeats (loop only) ------------------------------------------------
+    @property
+    def heartbeat(self) -> HeartbeatService | None:
+        return self._heartbeat
+
+    async def register_consumer(self, group: str, consumer: RegisteredConsumer) -> HeartbeatService:
+        """Include `group` in the instance's heartbeats (started with the first consumer)."""
+        if self._heartbeat is None:
+            self._heartbeat = HeartbeatService(self, self.client_id, interval_ms=self.timing.client_heartbeat_ms,
+                                               timeout_ms=self.timing.rpc_timeout_ms)
+            self._heartbeat.register(group, consumer)
+            self._heartbeat.start()
+        else:
+            self._heartbeat.register(group, consumer)
+        return self._heartbeat
+
+    async def unregister_consumer(self, group: str, topics: list[str]) -> None:
+        """Leave `group` out of the heartbeats and unregister it at its brokers; after the last
+        consumer, stop heartbeating and close the notification streams."""
+        heartbeat = self._heartbeat
+        if heartbeat is None:
+            return
+        heartbeat.forget(group)
+        await heartbeat.unregister(group, topics)
+        if not heartbeat.consumers:
+            self._heartbeat = None
+            await heartbeat.stop()
+            await heartbeat.close_notifications()
+
     def next_commit_seq(self) -> int:
         """The next offset-commit sequence number; take it when reading the value to commit, so the
         broker can drop a commit that overtook a later one on another stream (UpdateConsumerOffsetRequest)."""
@@ -225,3 +343,42 @@ class ClientInstance:
             return route
         assert last_error is not None
         raise last_error
+
+
+class ClientManager:
+    """MQClientManager: the one ClientInstance per client id in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._instances: dict[str, ClientInstance] = {}
+
+    def instance(self, client_id: str, namesrv_addr: str, *, name: str, timing: Timing | None = None,
+                 dial_overrides: Mapping[str, str] | None = None,
+                 producer_default_queue_nums: int | None = None) -> ClientInstance:
+        """The instance of `client_id`, created (not started) if there is none in use.
+
+        Raises:
+            InvalidArgumentError: the instance exists with other settings (name servers, timing,
+                dial overrides): one client id cannot talk two ways.
+        """
+        with self._lock:
+            inst = self._instances.get(client_id)
+            if inst is not None and inst.lifecycle.state not in (Lifecycle.STOPPING, Lifecycle.STOPPED):
+                if not inst.same_settings(namesrv_addr, timing, dial_overrides, producer_default_queue_nums):
+                    raise InvalidArgumentError(
+                        f"client id {client_id} is in use with other settings (name servers, timing, dial "
+                        "overrides); give this client another instance_name")
+                return inst
+            inst = ClientInstance(namesrv_addr, name=name, client_id=client_id, timing=timing,
+                                  dial_overrides=dial_overrides, producer_default_queue_nums=producer_default_queue_nums,
+                                  manager=self)
+            self._instances[client_id] = inst
+            return inst
+
+    def forget(self, inst: ClientInstance) -> None:
+        with self._lock:
+            if self._instances.get(inst.client_id) is inst:
+                del self._instances[inst.client_id]
+
+
+CLIENT_MANAGER = ClientManager()

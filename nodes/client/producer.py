@@ -24,7 +24,13 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_PRODUCER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
@@ -116,6 +122,8 @@ class Producer:
             `send_async` coalesces into one batch request.
         async_batches_in_flight_max: coalesced batches in flight per topic (each to its own queue).
         dial_overrides: address -> address to dial instead (harness link proxies).
+        instance_name: the client id's instance name; facades given the same one share one
+            client instance (the default gives every producer its own).
     """
 
     def __init__(self, namesrv_addr: str, group: str = c.DEFAULT_PRODUCER_GROUP, *,
@@ -127,7 +135,8 @@ class Producer:
                  selector: QueueSelector | None = None, clock: Clock = SYSTEM_CLOCK,
                  async_batch_count_max: int = c.SEND_ASYNC_BATCH_COUNT_MAX,
                  async_batch_bytes_max: int = c.SEND_ASYNC_BATCH_BYTES_MAX,
-                 async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX) -> None:
+                 async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX,
+                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:
         validate_group(group, "producer")
         timing = timing or Timing()
         self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
@@ -144,9 +153,13 @@ class Producer:
         self.retry_times_async = retry_times_async
         self.default_topic_queue_nums = default_topic_queue_nums
         self.body_bytes_max = body_bytes_max
-        self._instance = ClientInstance(namesrv_addr, name=f"producer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides,
-                                        producer_default_queue_nums=default_topic_queue_nums)
+        if not isinstance(instance_name, str) or not instance_name:
+            raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        self.client_id = make_client_id(instance_name)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"producer-{group}", timing=timing,
+                                                 dial_overrides=dial_overrides,
+                                                 producer_default_queue_nums=default_topic_queue_nums)
+        self._attached = False
         self._ids = id_generator
         self._selector = selector or QueueSelector()
         self._clock = clock
@@ -162,7 +175,8 @@ class Producer:
         if self._ids is None:
             self._ids = default_generator()
         self._born_host = f"{local_ipv4()}:0"
-        self._instance.start()
+        self._instance.attach(ROLE_PRODUCER, self.group)
+        self._attached = True
 
     def shutdown(self) -> None:
         """Wait (boundedly) for asynchronous sends in flight, then close everything.
@@ -170,17 +184,19 @@ class Producer:
         Messages still waiting for their batch after that resolve with ClientStateError
         (never sent); batches cut off in flight with OutcomeUnknownError.
         """
-        if (self._instance.running and not self._instance.in_loop_thread()
+        if (self._attached and self._instance.running and not self._instance.in_loop_thread()
                 and not self._batcher.wait_idle(self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S)):
             closing = ClientStateError("send_async: the producer shut down before the message was sent")
             try:
                 self._instance.run(self._fail_waiting(closing), SYNC_WAIT_SLACK_S, "shutdown")
             except MqError as err:
                 log.warning("shutdown: could not fail the waiting async sends: %s", err)
-        self._instance.close()
+        if self._attached:
+            self._attached = False
+            self._instance.detach(ROLE_PRODUCER, self.group)
 
     def __enter__(self) -> Producer:
-        if not self._instance.running:
+        if not self._attached:
             self.start()
         return self
 
@@ -223,7 +239,7 @@ class Producer:
         retried, within one send timeout counted from this call.
         """
         out, uid = self._prepare(msg)
-        if not self._instance.running:
+        if not self._attached or not self._instance.running:
             raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
         fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
         # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone, as
@@ -272,6 +288,9 @@ class Producer:
         return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
 
     def _run(self, coro: Any, what: str) -> SendResult:
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"{what}: the producer is not running; call start() first")
         return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
     # --- the send path (loop) ----------------------------------------------------------

@@ -12,13 +12,20 @@ import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_CONSUMER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
 from nodes.client.offset_store import offset_store_address, query_queue_offset
 from nodes.client.pull_api import PullApi
 from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import (
+    ClientStateError,
     InvalidArgumentError,
     InvalidMessageError,
     QueryNotFoundError,
@@ -77,6 +84,8 @@ class PullConsumer:
             decision: the broker id asked for, the one that answered, the suggestion.
         pull_from_broker_id: beyond RocketMQ: pull from this broker id (e.g. 1, a slave) whatever
             the brokers suggest; None (the default) follows the suggestions as RocketMQ does.
+        instance_name: the client id's instance name; facades given the same one share one
+            client instance (the default gives every consumer its own).
 
     Pulled messages come as a sequence decoded on first use (`pull_api.MessageBatch`), so
     decoding runs in the thread that reads them and `len(result.messages)` costs nothing.
@@ -85,7 +94,8 @@ class PullConsumer:
     def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
                  dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS,
                  on_routing_event: Callable[[dict[str, Any]], None] | None = None,
-                 pull_from_broker_id: int | None = None) -> None:
+                 pull_from_broker_id: int | None = None,
+                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:
         validate_group(group, "consumer")
         if not isinstance(pull_timeout_ms, int) or pull_timeout_ms <= 0:
             raise InvalidArgumentError(f"pull_timeout_ms must be a positive integer, got {pull_timeout_ms!r}")
@@ -95,21 +105,28 @@ class PullConsumer:
                                        f"got {pull_from_broker_id!r}")
         self.group = group
         self.pull_timeout_ms = pull_timeout_ms
-        self._instance = ClientInstance(namesrv_addr, name=f"pull-consumer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides)
+        if not isinstance(instance_name, str) or not instance_name:
+            raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        self.client_id = make_client_id(instance_name)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"pull-consumer-{group}",
+                                                 timing=timing, dial_overrides=dial_overrides)
+        self._attached = False
         self.timing = self._instance.timing
         self._api = PullApi(self._instance, group, on_routing_event)
         self._api.pinned_broker_id = pull_from_broker_id
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        self._instance.start()
+        self._instance.attach(ROLE_CONSUMER, self.group)
+        self._attached = True
 
     def shutdown(self) -> None:
-        self._instance.close()
+        if self._attached:
+            self._attached = False
+            self._instance.detach(ROLE_CONSUMER, self.group)
 
     def __enter__(self) -> PullConsumer:
-        if not self._instance.running:
+        if not self._attached:
             self.start()
         return self
 
@@ -117,6 +134,9 @@ class PullConsumer:
         self.shutdown()
 
     def _run(self, coro: Any, timeout_ms: int, what: str) -> Any:
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"{what}: the consumer is not running; call start() first")
         return self._instance.run(coro, timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
     # --- queues and pulls --------------------------------------------------------------
@@ -157,6 +177,9 @@ class PullConsumer:
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
         coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
                                      suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"pull_async {mq}@{offset}: the consumer is not running; call start() first")
         return self._instance.submit(coro, f"pull_async {mq}@{offset}")
 
     def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,

@@ -3,7 +3,7 @@
 The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners (DESIGN §5, §8).
 Owns argument checks, the wiring of the parts and the lifecycle (start / shutdown order).
 
-    heartbeat.HeartbeatService      heartbeats, notification streams, unregister
+    instance.ClientInstance         shared per client id: routes, RPCs, heartbeats (heartbeat.*)
     rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
     push_rebalance.*                what rebalance asks of this consumer: consumer list, offsets, locks
     pull_service.PullService        one long-polling pull loop per owned queue
@@ -33,8 +33,14 @@ from nodes.client.consume_orderly import (
     orderly_send_back_message,
 )
 from nodes.client.flow_control import FlowThresholds
-from nodes.client.heartbeat import HeartbeatService, make_client_id
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.heartbeat import RegisteredConsumer
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_CONSUMER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
 from nodes.client.lock_service import LockRenewalService, QueueLocker
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
@@ -146,8 +152,9 @@ class PushConsumer:
                                      if consume_timestamp_ms is None else consume_timestamp_ms)
         self._on_event = on_event
         self._on_crash = on_crash
-        self._instance = ClientInstance(namesrv_addr, name=f"push-consumer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides)
+        self.client_id = make_client_id(instance_name, message_model)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"push-consumer-{group}",
+                                                 timing=timing, dial_overrides=dial_overrides)
         self.timing = self._instance.timing
         self.lifecycle = LifecycleState(f"push consumer {group}", clock)
         self._subscriptions: dict[str, str] = {}
@@ -157,7 +164,6 @@ class PushConsumer:
         self._thresholds = self.flow_thresholds
         self._rng = random.Random()
         self._sender: MessageSender | None = None
-        self.client_id = ""
         self._services: list[Service] = []
 
     # --- configuration ------------------------------------------------------------------
@@ -239,13 +245,16 @@ class PushConsumer:
         if not self._subscriptions:
             raise ClientStateError("no subscription: call subscribe(topic) before start()")
         self.lifecycle.transition(Lifecycle.STARTING)
-        self.client_id = make_client_id(self.instance_name, self.message_model)
         try:
-            self._instance.start()
+            self._instance.attach(ROLE_CONSUMER, self.group)
+        except BaseException:
+            self.lifecycle.transition(Lifecycle.FAILED)
+            raise
+        try:
             self._instance.run(self._astart(), self._rpc_budget_s() * 2 + 10, f"start push consumer {self.group}")
         except BaseException:
             self.lifecycle.transition(Lifecycle.FAILED)
-            self._instance.close()
+            self._instance.detach(ROLE_CONSUMER, self.group)
             raise
         self.lifecycle.transition(Lifecycle.RUNNING)
         log.info("push consumer %s started as %s (%s, %s)", self.group, self.client_id, self.message_model.value,
@@ -312,11 +321,10 @@ class PushConsumer:
                 self._consume, ConsumeMessageOrderlyService) else None,
             compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None,
             on_pulled=self._offset_store.note_pulled if commit_pulled else None)
-        self._heartbeat = HeartbeatService(
-            instance, self.client_id, consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
-            on_notification=self._on_notification, interval_ms=timing.client_heartbeat_ms,
-            timeout_ms=timing.rpc_timeout_ms, on_crash=self._on_crash)
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
+        self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
+            consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
+            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash))
         for topic in self._rebalance.subscriptions:
             try:
                 await instance.routes.update_topic(topic)
@@ -324,7 +332,6 @@ class PushConsumer:
                 log.warning("route of %s: %s", topic, err)
         await self._heartbeat.send_heartbeat_to_all_brokers()
         self._services = [
-            self._heartbeat,
             ConsumerOffsetPersistService(self._offset_store, self._offsets_to_persist,
                                          timing.consumer_offset_persist_ms, timing.consumer_offset_persist_first_ms,
                                          on_crash=self._on_crash),
@@ -355,15 +362,14 @@ class PushConsumer:
         except (MqError, TimeoutError) as err:
             log.warning("push consumer %s did not shut down cleanly: %s", self.group, err)
         finally:
-            self._instance.close()
+            self._instance.detach(ROLE_CONSUMER, self.group)
             if self._sender is not None:
                 self._sender.close()
             self.lifecycle.transition(Lifecycle.STOPPED)
 
     async def _ashutdown(self) -> None:
         for service in self._services:
-            if service is not self._heartbeat:
-                await service.stop()
+            await service.stop()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         if self._locker is not None:
@@ -374,9 +380,7 @@ class PushConsumer:
         await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
         await self._rebalance.close()
-        await self._heartbeat.stop()
-        await self._heartbeat.unregister(self.group)
-        await self._heartbeat.close_notifications()
+        await self._instance.unregister_consumer(self.group, list(self._rebalance.subscriptions))
 
     def __enter__(self) -> PushConsumer:
         if self.lifecycle.state == Lifecycle.INIT:
@@ -393,15 +397,19 @@ class PushConsumer:
         Raises:
             RouteNotFoundError: the topic has no route.
         """
-        if not self._instance.running:
+        if not self._started():
             raise ClientStateError("fetch_subscribe_message_queues needs a started consumer; call start() first")
         budget_s = self._rpc_budget_s() * len(self._instance.namesrv_addrs)
         return self._instance.run(self._instance.routes.subscribe_info(topic, refresh=True), budget_s,
                                   f"fetch_subscribe_message_queues({topic})")
 
+    def _started(self) -> bool:
+        """Started and not yet shut down (the instance may be shared: its own state is not enough)."""
+        return self.lifecycle.state in (Lifecycle.RUNNING, Lifecycle.STOPPING) and self._instance.running
+
     def owned_queues(self) -> list[MessageQueue]:
         """The queues this consumer holds now (all topics, the retry topic included), sorted."""
-        if not self._instance.running:
+        if not self._started():
             return []
         return self._instance.run(self._aowned(), self._rpc_budget_s(), "owned_queues")
 
@@ -433,15 +441,11 @@ class PushConsumer:
         }
 
     # --- wiring callbacks (loop) ---------------------------------------------------------------
-    def _consumer_data(self) -> list[ConsumerData]:
+    def _consumer_data(self) -> ConsumerData:
         subs = [(s.topic, s.expression, s.sub_version) for s in self._rebalance.subscriptions.values()]
-        return [ConsumerData(group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY,
-                             message_model=self.message_model.value,
-                             consume_from_where=self.consume_from_where.value, subscriptions=subs)]
-
-    def _on_notification(self, group: str) -> None:
-        if group == self.group:
-            self._rebalance_service.wakeup()
+        return ConsumerData(group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY,
+                            message_model=self.message_model.value,
+                            consume_from_where=self.consume_from_where.value, subscriptions=subs)
 
     def _routing_event(self, event: dict[str, Any]) -> None:
         """Every pull's routing: who pulled which queue from which broker, and when, is what the

@@ -177,7 +177,7 @@ class RouteCache:
     def __init__(self, fetch_route: FetchRoute, *,
                  producer_default_queue_nums: int = c.PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS) -> None:
         self._fetch_route = fetch_route
-        self._producer_default_queue_nums = producer_default_queue_nums
+        self.producer_default_queue_nums = producer_default_queue_nums
         self._topics: dict[str, _TopicEntry] = {}
         self._used: set[str] = set()  # topics to keep polling
         self._broker_addrs: dict[str, dict[int, str]] = {}
@@ -194,7 +194,7 @@ class RouteCache:
             default = await self._fetch_route(c.AUTO_CREATE_TOPIC_KEY)
             if default is None:
                 return False
-            route = auto_create_route(default, self._producer_default_queue_nums)
+            route = auto_create_route(default, self.producer_default_queue_nums)
         else:
             fetched = await self._fetch_route(topic)
             if fetched is None:

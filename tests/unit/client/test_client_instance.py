@@ -188,3 +188,44 @@ def test_never_sent_only_for_connection_failures():
     assert never_sent(FakeRpcError(grpc.StatusCode.UNAVAILABLE, REFUSED))
     assert not never_sent(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "Connection reset by peer"))
     assert not never_sent(FakeRpcError(grpc.StatusCode.INTERNAL, REFUSED))
+
+
+# --- one instance per client id -------------------------------------------------------------------
+
+def test_facades_with_one_client_id_share_one_instance_until_the_last_shuts_down():
+    from nodes.client import Producer, PullConsumer
+
+    producer = Producer("127.0.0.1:9876", "ga", instance_name="shared-x")
+    consumer = PullConsumer("127.0.0.1:9876", "gb", instance_name="shared-x")
+    inst = producer._instance
+    assert consumer._instance is inst and producer.client_id == consumer.client_id == inst.client_id
+    assert producer.client_id.endswith("@shared-x")
+    assert Producer("127.0.0.1:9876", "gc")._instance is not inst  # the default name is unique
+    producer.start()
+    consumer.start()
+    assert len([t for t in loop_threads() if inst.name in t.name]) == 1
+    producer.shutdown()
+    assert inst.running
+    with pytest.raises(ClientStateError, match="not running"):
+        consumer_alone = PullConsumer("127.0.0.1:9876", "gd", instance_name="shared-x")
+        consumer_alone.fetch_queues("T")  # not started, although its instance runs
+    consumer.shutdown()
+    assert not inst.running
+    again = Producer("127.0.0.1:9876", "ga", instance_name="shared-x")
+    assert again._instance is not inst
+    again.shutdown()
+
+
+def test_one_client_id_has_one_set_of_settings_and_one_facade_per_group_and_role():
+    from nodes.client import Producer
+
+    first = Producer("127.0.0.1:9876", "g", instance_name="shared-y")
+    with pytest.raises(InvalidArgumentError, match="other settings"):
+        Producer("127.0.0.1:9876", "g2", instance_name="shared-y", dial_overrides={"a:1": "b:1"})
+    twin = Producer("127.0.0.1:9876", "g", instance_name="shared-y")
+    first.start()
+    with pytest.raises(ClientStateError, match="already uses client"):
+        twin.start()
+    assert first._instance.running
+    first.shutdown()
+    assert not first._instance.running
