@@ -5,7 +5,8 @@ Owns argument checks, the wiring of the parts and the lifecycle (start / shutdow
 
     instance.ClientInstance         shared per client id: routes, RPCs, heartbeats (heartbeat.*)
     rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
-    push_rebalance.*                what rebalance asks of this consumer: consumer list, offsets, locks
+    consumer_state.ConsumerState    subscriptions, owned queues, the lock-validity rule
+    push_rebalance.*                what rebalance asks for: consumer list, offsets, locks, pull loops
     pull_service.PullService        one long-polling pull loop per owned queue
     consume_concurrently.*          the listener pool, ack index, offsets, expired messages
     consume_orderly.*               orderly listeners: one call at a time per locked queue
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from nodes.client.consume_orderly import (
     OrderlyListener,
     orderly_send_back_message,
 )
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.heartbeat import RegisteredConsumer
 from nodes.client.instance import (
@@ -162,7 +163,8 @@ class PushConsumer:
         self._orderly = False
         self._locker: QueueLocker | None = None
         self._thresholds = self.flow_thresholds
-        self._rng = random.Random()
+        self._state = ConsumerState(group=group, message_model=message_model, clock=clock,
+                                    client_lock_lease_ms=self.timing.client_lock_lease_ms)
         self._sender: MessageSender | None = None
         self._services: list[Service] = []
 
@@ -195,7 +197,7 @@ class PushConsumer:
             self._instance.run(self._asubscribe(topic, expression), self._rpc_budget_s(), f"subscribe {topic}")
 
     async def _asubscribe(self, topic: str, expression: str) -> None:
-        self._rebalance.subscribe(topic, expression)
+        self._state.subscribe(topic, expression)
         try:
             await self._instance.routes.update_topic(topic)
         except MqError as err:
@@ -276,19 +278,13 @@ class PushConsumer:
                                                       on_event=self._on_event, commit_pulled_offset=commit_pulled)
         self._offset_store.load()
         orderly = self._orderly
+        state = self._state
+        state.orderly = orderly
+        state.copy_subscription(self._subscriptions)
         if orderly and self.message_model is MessageModel.CLUSTERING:
-            self._locker = QueueLocker(instance, self.group, self.client_id, client_lease_ms=timing.client_lock_lease_ms,
-                                       clock=self._clock, process_queues=lambda: self._rebalance.process_queue_table,
-                                       on_event=self._on_event,
+            self._locker = QueueLocker(instance, state, self.client_id, on_event=self._on_event,
                                        on_regained=lambda mq, pq, sent_ms: self._rebalance.resume_regained(
                                            mq, pq, sent_ms))
-        self._rebalance = RebalanceImpl(
-            group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
-            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=PushRebalanceDeps(self),
-            clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event,
-            orderly=PushOrderlyLocks(self) if self._locker is not None else None,
-            consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
-        self._rebalance.copy_subscription(self._subscriptions)
         self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
                                      on_event=self._on_event)
         assert self._listener is not None
@@ -296,9 +292,9 @@ class PushConsumer:
         if orderly:
             locker = self._locker
             self._consume = ConsumeMessageOrderlyService(
-                group=self.group, listener=self._listener, message_model=self.message_model,
+                state=state, listener=self._listener,
                 offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._orderly_send_back,
-                clock=self._clock, timing=timing, thread_count=self.consume_thread_min,
+                timing=timing, thread_count=self.consume_thread_min,
                 batch_max_size=self.consume_message_batch_max_size, max_reconsume_times=self.max_reconsume_times,
                 suspend_ms=self.suspend_current_queue_time_ms,
                 on_lock_expired=locker.note_expired if locker is not None else None)
@@ -308,12 +304,24 @@ class PushConsumer:
                 offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
                 thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
+        orderly_locks = None
+        if self._locker is not None:
+            assert isinstance(self._consume, ConsumeMessageOrderlyService)
+            orderly_locks = PushOrderlyLocks(self._locker, self._consume)
+        deps = PushRebalanceDeps(
+            instance=instance, state=state, dispatch=lambda request: self._pull.execute_pull_request_immediately(request),
+            queues_changed=self._queues_changed, consume_timestamp_ms=self.consume_timestamp_ms,
+            rpc_timeout_ms=timing.rpc_timeout_ms)
+        self._rebalance = RebalanceImpl(
+            state=state, client_id=self.client_id, allocate=self.allocate,
+            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=deps,
+            pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event, orderly=orderly_locks,
+            consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
         self._consume.start()
         self._pull = PullService(
             api=PullApi(instance, self.group, self._routing_event, client_id=self.client_id,
                         ignore_pull_suggestion=c.FAULT_IGNORE_PULL_SUGGESTION in self.fault_switches),
-            subscriptions=self._rebalance.subscriptions,
-            offset_store=self._offset_store, submit=self._submit_concurrently,
+            state=state, offset_store=self._offset_store, submit=self._submit_concurrently,
             remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
             message_model=self.message_model, timing=timing, clock=self._clock,
             pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull,
@@ -323,21 +331,21 @@ class PushConsumer:
             on_pulled=self._offset_store.note_pulled if commit_pulled else None)
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
         self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
-            consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
+            consumer_data=self._consumer_data, topics=state.topics,
             on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash))
-        for topic in self._rebalance.subscriptions:
+        for topic in state.topics():
             try:
                 await instance.routes.update_topic(topic)
             except MqError as err:
                 log.warning("route of %s: %s", topic, err)
         await self._heartbeat.send_heartbeat_to_all_brokers()
         self._services = [
-            ConsumerOffsetPersistService(self._offset_store, self._offsets_to_persist,
+            ConsumerOffsetPersistService(self._offset_store, state.queues_to_persist,
                                          timing.consumer_offset_persist_ms, timing.consumer_offset_persist_first_ms,
                                          on_crash=self._on_crash),
         ]
         if isinstance(self._consume, ConsumeMessageConcurrentlyService):  # cleanExpiredMsg skips orderly queues
-            self._services.append(CleanExpiredService(self._consume, lambda: self._rebalance.process_queue_table,
+            self._services.append(CleanExpiredService(self._consume, lambda: state.process_queue_table,
                                                       timing.consume_timeout_ms, on_crash=self._on_crash))
         if self._locker is not None:  # lockMQPeriodically
             self._services.append(LockRenewalService(self._locker, timing.lock_renew_interval_ms,
@@ -376,11 +384,11 @@ class PushConsumer:
             # orderly: unlock before persisting offsets, as RocketMQ does (reference gap 11)
             await self._locker.unlock_all()
             await self._locker.close()
-        owned = list(self._rebalance.process_queue_table)
+        owned = list(self._state.process_queue_table)
         await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
         await self._rebalance.close()
-        await self._instance.unregister_consumer(self.group, list(self._rebalance.subscriptions))
+        await self._instance.unregister_consumer(self.group, self._state.topics())
 
     def __enter__(self) -> PushConsumer:
         if self.lifecycle.state == Lifecycle.INIT:
@@ -414,7 +422,7 @@ class PushConsumer:
         return self._instance.run(self._aowned(), self._rpc_budget_s(), "owned_queues")
 
     async def _aowned(self) -> list[MessageQueue]:
-        return sorted(mq for mq, pq in self._rebalance.process_queue_table.items() if not pq.dropped)
+        return self._state.owned_queues()
 
     def describe(self) -> dict[str, Any]:
         """A snapshot for status lines: owned queues, caches, offsets, counters."""
@@ -423,7 +431,7 @@ class PushConsumer:
         return self._instance.run(self._adescribe(), self._rpc_budget_s(), "describe")
 
     async def _adescribe(self) -> dict[str, Any]:
-        table = self._rebalance.process_queue_table
+        table = self._state.process_queue_table
         offsets = self._offset_store.offsets()
         return {
             "client_id": self.client_id, "state": self.lifecycle.state.name, "group": self.group,
@@ -442,7 +450,7 @@ class PushConsumer:
 
     # --- wiring callbacks (loop) ---------------------------------------------------------------
     def _consumer_data(self) -> ConsumerData:
-        subs = [(s.topic, s.expression, s.sub_version) for s in self._rebalance.subscriptions.values()]
+        subs = [(s.topic, s.expression, s.sub_version) for s in self._state.subscriptions.values()]
         return ConsumerData(group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY,
                             message_model=self.message_model.value,
                             consume_from_where=self.consume_from_where.value, subscriptions=subs)
@@ -458,16 +466,10 @@ class PushConsumer:
         if self._on_event is not None:
             self._on_event(event)
 
-    def _offsets_to_persist(self) -> list[MessageQueue]:
-        """persistAllConsumerOffset's queues: every owned one; beyond RocketMQ, an orderly consumer
-        leaves out queues whose client lock ran out (a resumed consumer must not rewind the offset
-        another consumer is moving meanwhile)."""
-        table = self._rebalance.process_queue_table
-        if self._locker is None:
-            return list(table)
-        now_ms = self._clock.monotonic_ms()
-        lease_ms = self.timing.client_lock_lease_ms
-        return [mq for mq, pq in table.items() if pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=lease_ms)]
+    async def _queues_changed(self, queue_count: int) -> None:
+        """After a rebalance changed the owned queues: per-queue thresholds, and a heartbeat now."""
+        self._thresholds = self.flow_thresholds.for_queue_count(queue_count)
+        await self._heartbeat.send_heartbeat_to_all_brokers()
 
     def _submit_concurrently(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         consume = self._consume

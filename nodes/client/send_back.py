@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nodes.client.consumer_state import retry_topic
 from nodes.client.producer import Producer
-from nodes.client.rebalance import retry_topic
 from nodes.common import constants as c
 from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.types import Message, MessageExt
