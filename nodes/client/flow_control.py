@@ -22,7 +22,6 @@ PULL_THRESHOLD_OFF = -1  # topic-level thresholds are off unless set
 PULL_THRESHOLD_COUNT_PER_TOPIC = PULL_THRESHOLD_OFF  # pullThresholdForTopic: split over the owned queues
 PULL_THRESHOLD_SIZE_PER_TOPIC_MIB = PULL_THRESHOLD_OFF  # pullThresholdSizeForTopic: split likewise
 CONSUME_CONCURRENTLY_SPAN_MAX = 2_000  # consumeConcurrentlyMaxSpan: one stuck message stops pulls this far ahead
-PULL_DELAY_WHEN_FLOW_CONTROL_MS = 50  # PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL: retry soon, cheaply
 MIB_BYTES = 1024 * 1024  # sizes are compared in whole MiB (integer division)
 
 # Valid ranges, inclusive (DefaultMQPushConsumerImpl#checkConfig).
@@ -133,7 +132,7 @@ class PullDecision:
 
 
 def decide_pull(pq: CachedQueue, *, now_ms: int, orderly: bool, thresholds: FlowThresholds,
-                delay_ms: int = PULL_DELAY_WHEN_FLOW_CONTROL_MS) -> PullDecision:
+                delay_ms: int) -> PullDecision:
     """Steps 5-7 of pullMessage, in order; the first that trips decides.
 
     Args:

@@ -147,7 +147,8 @@ class ClientInstance:
         self._loop.run_forever()
 
     async def _astart(self) -> None:
-        self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms)
+        self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms,
+                                                  self.timing.route_poll_first_ms)
         self._route_service.start()
 
     def close(self) -> None:

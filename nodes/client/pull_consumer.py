@@ -33,8 +33,6 @@ from nodes.common.errors import (
 )
 from nodes.common.types import MessageQueue, PullResult, validate_topic
 
-CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer.consumerPullTimeoutMillis (candidate for constants)
-
 
 def check_pull_args(mq: object, queue_offset: object, max_nums: object, sub_expression: object) -> str:
     """Validate a pull's arguments; returns the expression to send ("*" for None).
@@ -92,7 +90,7 @@ class PullConsumer:
     """
 
     def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
-                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS,
+                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = c.CONSUMER_PULL_TIMEOUT_MS,
                  on_routing_event: Callable[[dict[str, Any]], None] | None = None,
                  pull_from_broker_id: int | None = None,
                  instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:

@@ -72,7 +72,6 @@ from nodes.common.types import (
 log = logging.getLogger(__name__)
 
 DEFAULT_OFFSET_STORE_DIR = Path.home() / ".mqlab_offsets"  # rocketmq.client.localOffsetStoreDir
-CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000  # consumeTimestamp defaults to half an hour before construction
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -149,7 +148,7 @@ class PushConsumer:
         self.flow_thresholds = flow_thresholds or FlowThresholds()
         self.post_subscription_when_pull = post_subscription_when_pull
         self._clock = clock
-        self.consume_timestamp_ms = (clock.wall_ms() - CONSUME_TIMESTAMP_BACK_MS
+        self.consume_timestamp_ms = (clock.wall_ms() - c.CONSUME_TIMESTAMP_BACK_MS
                                      if consume_timestamp_ms is None else consume_timestamp_ms)
         self._on_event = on_event
         self._on_crash = on_crash

@@ -160,8 +160,7 @@ class RebalanceImpl:
     def __init__(self, *, state: ConsumerState, client_id: str, allocate: AllocateStrategy,
                  consume_from_where: ConsumeFromWhere, offset_store: OffsetStore, deps: RebalanceDeps,
                  pull_max_idle_ms: int, on_event: EventSink | None = None,
-                 orderly: OrderlyLocks | None = None, consume_lock_try_ms: int = c.CONSUME_LOCK_TRY_MS,
-                 unlock_delay_ms: int = c.UNLOCK_DELAY_MS) -> None:
+                 orderly: OrderlyLocks | None = None, consume_lock_try_ms: int, unlock_delay_ms: int) -> None:
         self.state = state
         self.group = state.group
         self.client_id = client_id

@@ -27,8 +27,6 @@ from nodes.common.types import MessageQueue
 
 log = logging.getLogger(__name__)
 
-ROUTE_POLL_INITIAL_DELAY_MS = 10  # MQClientInstance#startScheduledTask: first route refresh after 10 ms
-
 
 @dataclass(frozen=True, slots=True)
 class QueueData:
@@ -311,13 +309,14 @@ class RouteCache:
 
 
 class RouteRefreshService(Service):
-    """Polls the name server for every used topic every `route_poll_ms` (pollNameServerInterval)."""
+    """Polls the name server for every used topic every `interval_ms` (pollNameServerInterval), the
+    first time `first_ms` after start."""
 
     name: ClassVar[str] = "route-refresh"
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
-    def __init__(self, cache: RouteCache, interval_ms: int) -> None:
-        super().__init__(interval_ms, initial_delay_ms=ROUTE_POLL_INITIAL_DELAY_MS)
+    def __init__(self, cache: RouteCache, interval_ms: int, first_ms: int) -> None:
+        super().__init__(interval_ms, initial_delay_ms=first_ms)
         self.cache = cache
 
     async def tick(self) -> None:

@@ -204,6 +204,11 @@ ALLOCATE_STRATEGY_NAMES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")  # what a 
 CONSUME_FROM_WHERE_NAMES = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
 CONSUMER_WORKLOADS = ("ack", "fail", "fail_keys", "raise")  # the consumer process's listener behaviours
 CONSUMER_AWAIT_TERMINATION_MS = 3_000  # a consumer process lets running listeners finish this long on SIGTERM
+ROUTE_POLL_FIRST_MS = 10  # MQClientInstance#startScheduledTask: the first route refresh this long after start
+CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer consumerPullTimeoutMillis (a transport budget: unscaled)
+# consumeTimestamp's default: this long before the consumer was built (a point in the message history, not a
+# timer: unscaled, so a scaled run starts from the same messages)
+CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000
 
 # --- relationships -----------------------------------------------------------
 assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats

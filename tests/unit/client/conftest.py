@@ -6,6 +6,7 @@ No sockets: `FakeInstance` stands in for `ClientInstance` on an event loop, and
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -67,10 +68,30 @@ class _Stub:
         self._addr = addr
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method == "Notifications":
+            return lambda request: _QuietStream()
+
         async def call(request: Any, timeout: float | None = None) -> Any:
             return self._owner.answer(self._addr, method, request)
 
         return call
+
+
+class _QuietStream:
+    """A server stream that stays open and says nothing until it is cancelled."""
+
+    def __init__(self) -> None:
+        self._cancelled = asyncio.Event()
+
+    def __aiter__(self) -> _QuietStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        await self._cancelled.wait()
+        raise StopAsyncIteration
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
 
 class _FakeStream:

@@ -21,6 +21,7 @@ from nodes.client.rebalance import (
 )
 from nodes.common import constants as c
 from nodes.common.clock import FakeClock
+from nodes.common.config import Timing
 from nodes.common.errors import TransportError
 from nodes.common.types import ConsumeFromWhere, MessageModel, MessageQueue
 
@@ -172,7 +173,8 @@ def make_impl(deps: FakeDeps, store: FakeOffsetStore | None = None, *, cid: str 
                           client_lock_lease_ms=c.CLIENT_LOCK_LEASE_MS)
     impl = RebalanceImpl(state=state, client_id=cid, allocate=AllocateAveragely(),
                          consume_from_where=where, offset_store=store or FakeOffsetStore(), deps=deps,
-                         pull_max_idle_ms=120_000, on_event=events.append)
+                         pull_max_idle_ms=120_000, on_event=events.append,
+                         consume_lock_try_ms=Timing().consume_lock_try_ms, unlock_delay_ms=Timing().unlock_delay_ms)
     return impl, events
 
 
