@@ -270,10 +270,6 @@ def offsets_file(root: Path, client_id: str, group: str) -> Path:
     return Path(root) / client_id / group / OFFSETS_FILE_NAME
 
 
-def _mq_key(mq: MessageQueue) -> tuple[str, str, int]:
-    return mq.topic, mq.broker_name, mq.queue_id
-
-
 def read_offsets_file(path: Path) -> dict[MessageQueue, int]:
     """The offsets in `path`; {} if there is no file. A damaged file is logged and read as empty."""
     try:

@@ -192,7 +192,7 @@ class ClientApi:
     def pull_stream(self, addr: str) -> PullStream:
         stream = self._pull_streams.get(addr)
         if stream is None:
-            stream = PullStream(addr, lambda: self.broker_stub(addr).PullBatch, batched=True)
+            stream = PullStream(addr, lambda: self.broker_stub(addr).PullBatch)
             self._pull_streams[addr] = stream
         return stream
 

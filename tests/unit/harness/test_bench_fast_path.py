@@ -159,7 +159,7 @@ def test_batched_stream_sends_queued_pulls_in_one_message_and_matches_batched_an
                 return calls[-1]
             return start
 
-        stream = PullStream("b:1", opener, batched=True)
+        stream = PullStream("b:1", opener)
         fields = {"consumer_group": "g", "topic": "T", "queue_offset": 0, "max_msg_nums": 32}
         pulls = [asyncio.create_task(stream.pull({**fields, "queue_id": q}, 1000)) for q in range(3)]
         while not calls or not calls[0].batches:
