@@ -209,6 +209,24 @@ CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer consumerPullTimeoutMi
 # consumeTimestamp's default: this long before the consumer was built (a point in the message history, not a
 # timer: unscaled, so a scaled run starts from the same messages)
 CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000
+# Push consumer flow control (reference §2.1)
+PULL_THRESHOLD_COUNT_PER_QUEUE = 1_000  # pullThresholdForQueue: cached messages per queue before pausing
+PULL_THRESHOLD_SIZE_PER_QUEUE_MIB = 100  # pullThresholdSizeForQueue: cached body MiB per queue before pausing
+PULL_THRESHOLD_OFF = -1  # topic-level thresholds are off unless set
+PULL_THRESHOLD_COUNT_PER_TOPIC = PULL_THRESHOLD_OFF  # pullThresholdForTopic: split over the owned queues
+PULL_THRESHOLD_SIZE_PER_TOPIC_MIB = PULL_THRESHOLD_OFF  # pullThresholdSizeForTopic: split likewise
+CONSUME_CONCURRENTLY_SPAN_MAX = 2_000  # consumeConcurrentlyMaxSpan: one stuck message stops pulls this far ahead
+
+# Valid ranges, inclusive (DefaultMQPushConsumerImpl#checkConfig).
+PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE = (1, 65_535)
+PULL_THRESHOLD_COUNT_PER_TOPIC_RANGE = (1, 6_553_500)
+PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE = (1, 1_024)
+PULL_THRESHOLD_SIZE_PER_TOPIC_MIB_RANGE = (1, 102_400)
+CONSUME_CONCURRENTLY_SPAN_MAX_RANGE = (1, 65_535)
+
+assert PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[0] <= PULL_THRESHOLD_COUNT_PER_QUEUE <= PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[1]
+assert PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[0] <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[1]
+assert CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[0] <= CONSUME_CONCURRENTLY_SPAN_MAX <= CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[1]
 
 # --- relationships -----------------------------------------------------------
 assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats
