@@ -15,14 +15,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from nodes.client.rpc.api import ConsumerData
+from nodes.client.routes import RouteCache
+from nodes.client.rpc.api import ClientApi, ConsumerData
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
-
-if TYPE_CHECKING:
-    from nodes.client.instance import ClientInstance
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,8 @@ class HeartbeatService(Service):
     """Heartbeats every `interval_ms` for every registered group and keeps the notification streams open.
 
     Args:
-        instance: connections and routes.
+        api: the broker calls.
+        routes: the brokers of each topic.
         client_id: the instance's client id.
         timeout_ms: deadline of one heartbeat or unregister call.
     """
@@ -49,9 +48,11 @@ class HeartbeatService(Service):
     name: ClassVar[str] = "client-heartbeat"
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
-    def __init__(self, instance: ClientInstance, client_id: str, *, interval_ms: int, timeout_ms: int) -> None:
+    def __init__(self, api: ClientApi, routes: RouteCache, client_id: str, *, interval_ms: int,
+                 timeout_ms: int) -> None:
         super().__init__(interval_ms, on_crash=self._crashed)
-        self._instance = instance
+        self._api = api
+        self._routes = routes
         self.client_id = client_id
         self.timeout_ms = timeout_ms
         self.consumers: dict[str, RegisteredConsumer] = {}
@@ -83,7 +84,7 @@ class HeartbeatService(Service):
     def _addrs_of(self, topics: Iterable[str]) -> list[str]:
         addrs: set[str] = set()
         for topic in topics:
-            route = self._instance.routes.route(topic)
+            route = self._routes.route(topic)
             if route is not None:
                 for bd in route.broker_datas:
                     addrs.update(bd.addrs.values())
@@ -101,7 +102,7 @@ class HeartbeatService(Service):
 
     async def _heartbeat(self, addr: str, consumers: list[ConsumerData]) -> bool:
         try:
-            await self._instance.api.heartbeat(addr, self.client_id, consumers, self.timeout_ms)
+            await self._api.heartbeat(addr, self.client_id, consumers, self.timeout_ms)
         except MqError as err:
             self.heartbeats_failed += 1
             log.warning("heartbeat of %s to %s failed: %s", self.client_id, addr, err)
@@ -119,7 +120,7 @@ class HeartbeatService(Service):
     async def _watch_routine(self, addr: str) -> None:
         """Read one broker's notification stream until it ends; the next heartbeat re-opens it."""
         try:
-            async for group in self._instance.api.notifications(addr, self.client_id):
+            async for group in self._api.notifications(addr, self.client_id):
                 self.notifications += 1
                 log.info("%s: consumer ids of %s changed (from %s)", self.client_id, group, addr)
                 consumer = self.consumers.get(group)
@@ -146,7 +147,7 @@ class HeartbeatService(Service):
         """UnregisterClient of `group` at every broker of `topics`, in parallel; failures are only logged."""
         async def one(addr: str) -> None:
             try:
-                await self._instance.api.unregister(addr, self.client_id, group, self.timeout_ms)
+                await self._api.unregister(addr, self.client_id, group, self.timeout_ms)
             except MqError as err:
                 log.warning("unregistering %s from %s failed: %s", self.client_id, addr, err)
 

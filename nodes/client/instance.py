@@ -302,7 +302,7 @@ class ClientInstance:
     async def register_consumer(self, group: str, consumer: RegisteredConsumer) -> HeartbeatService:
         """Include `group` in the instance's heartbeats (started with the first consumer)."""
         if self._heartbeat is None:
-            self._heartbeat = HeartbeatService(self, self.client_id, interval_ms=self.timing.client_heartbeat_ms,
+            self._heartbeat = HeartbeatService(self.api, self.routes, self.client_id, interval_ms=self.timing.client_heartbeat_ms,
                                                timeout_ms=self.timing.rpc_timeout_ms)
             self._heartbeat.register(group, consumer)
             self._heartbeat.start()

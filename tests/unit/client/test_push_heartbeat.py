@@ -76,7 +76,7 @@ def make_service(fakes, handler, notified):
     inst.api.consumer_stub = lambda addr: ConsumerStub(inst, addr)
     data = ConsumerData(group="g", consume_type=c.CONSUME_TYPE_PASSIVELY, message_model="", consume_from_where="",
                         subscriptions=())
-    svc = HeartbeatService(inst, "cid", interval_ms=1000, timeout_ms=1000)
+    svc = HeartbeatService(inst.api, inst.routes, "cid", interval_ms=1000, timeout_ms=1000)
     svc.register("g", RegisteredConsumer(consumer_data=lambda: data, topics=lambda: ["T", "%RETRY%g"],
                                          on_notification=lambda: notified.append("g")))
     return inst, svc
