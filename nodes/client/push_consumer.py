@@ -19,7 +19,6 @@ Everything but the listener runs on the `ClientInstance` loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,6 @@ from nodes.client.consume_concurrently import CleanExpiredService, ConsumeMessag
 from nodes.client.consume_orderly import (
     ConsumeMessageOrderlyService,
     OrderlyListener,
-    orderly_send_back_message,
 )
 from nodes.client.consumer_state import ConsumerState
 from nodes.client.flow_control import FlowThresholds
@@ -292,7 +290,7 @@ class PushConsumer:
             locker = self._locker
             self._consume = ConsumeMessageOrderlyService(
                 state=state, listener=self._listener,
-                offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._orderly_send_back,
+                offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._sender.dead_letter_orderly,
                 timing=timing, thread_count=self.consume_thread_min,
                 batch_max_size=self.consume_message_batch_max_size, max_reconsume_times=self.max_reconsume_times,
                 suspend_ms=self.suspend_current_queue_time_ms,
@@ -481,21 +479,3 @@ class PushConsumer:
         if self._locker is None:
             return True
         return await self._locker.lock(mq, reason="consume") is not None
-
-    async def _orderly_send_back(self, msg: MessageExt) -> bool:
-        """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
-        limit, and the broker dead-letters it (reference §5). False if the send failed."""
-        consume = self._consume
-        assert self._sender is not None and isinstance(consume, ConsumeMessageOrderlyService)
-        copy = orderly_send_back_message(msg, self.group, consume.max_reconsume_times)
-        try:
-            producer = await self._sender._inner_producer()  # the consumer's one internal producer
-            await asyncio.to_thread(producer.send, copy)
-        except MqError as err:
-            log.warning("dead-lettering %s of %s failed: %s", msg.msg_id, self.group, err)
-            self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
-                        "orderly": True, "reconsume_times": msg.reconsume_times, "ok": False, "error": str(err)})
-            return False
-        self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
-                    "orderly": True, "reconsume_times": msg.reconsume_times, "ok": True})
-        return True

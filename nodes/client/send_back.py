@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nodes.client.consume_orderly import orderly_send_back_message
 from nodes.client.consumer_state import retry_topic
 from nodes.client.producer import Producer
 from nodes.common import constants as c
@@ -85,6 +86,20 @@ class MessageSender:
             self._emit(msg, "producer", False, error=str(err))
             return False
         self._emit(msg, "producer", True)
+        return True
+
+    async def dead_letter_orderly(self, msg: MessageExt) -> bool:
+        """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
+        limit, and the broker dead-letters it (reference §5). False if the send failed."""
+        copy = orderly_send_back_message(msg, self.group, self.max_reconsume_times)
+        try:
+            producer = await self._inner_producer()
+            await asyncio.to_thread(producer.send, copy)
+        except MqError as err:
+            log.warning("dead-lettering %s of %s failed: %s", msg.msg_id, self.group, err)
+            self._emit(msg, "producer", False, orderly=True, error=str(err))
+            return False
+        self._emit(msg, "producer", True, orderly=True)
         return True
 
     async def _inner_producer(self) -> Producer:
