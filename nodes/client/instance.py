@@ -35,7 +35,7 @@ from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.config import Timing
-from nodes.common.errors import ClientStateError, InvalidArgumentError, RequestTimeoutError, TransportError
+from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
 from nodes.common.service import Lifecycle, LifecycleState
 from nodes.common.types import MessageModel
 
@@ -330,15 +330,17 @@ class ClientInstance:
 
     async def _fetch_route(self, topic: str) -> RouteSnapshot | None:
         """GetRouteInfo from the name servers, starting with the last one that answered."""
-        last_error: TransportError | None = None
+        last_error: MqError | None = None
         n = len(self.namesrv_addrs)
         for i in range(n):
             index = (self._namesrv_index + i) % n
             addr = self.namesrv_addrs[index]
             try:
                 route = await self.api.get_route(addr, topic, self.timing.rpc_timeout_ms)
-            except TransportError as err:
-                last_error = err
+            except MqError as err:
+                if err.answered:  # a refusal: another name server would not know better
+                    raise
+                last_error = err  # no answer: try the next one
                 continue
             self._namesrv_index = index
             return route

@@ -151,11 +151,13 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         try:
             value = await self._query(mq)
         except MqError as err:
-            if err.answered:  # MQBrokerException (QUERY_NOT_FOUND among them)
+            if err.answered:  # MQBrokerException: the broker refused, which counts as no offset
                 log.debug("query offset of %s: %s", mq, err)
                 return OFFSET_NOT_FOUND
             log.warning("query offset of %s failed: %s", mq, err)
             return OFFSET_READ_FAILED
+        if value is None:  # QUERY_NOT_FOUND
+            return OFFSET_NOT_FOUND
         self.update_offset(mq, value, increase_only=False)
         return value
 
@@ -198,7 +200,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             self._persisted[mq] = offset
             self._emit(mq, offset, found)
 
-    async def _query(self, mq: MessageQueue) -> int:
+    async def _query(self, mq: MessageQueue) -> int | None:
         found = await offset_store_address(self._instance, mq)
         return await self._instance.api.query_consumer_offset(found.addr, self.group, mq, self.timeout_ms)
 

@@ -28,7 +28,6 @@ from nodes.common.errors import (
     ClientStateError,
     InvalidArgumentError,
     InvalidMessageError,
-    QueryNotFoundError,
     RouteNotFoundError,
 )
 from nodes.common.types import MessageQueue, PullResult, validate_topic
@@ -218,10 +217,8 @@ class PullConsumer:
 
     async def _query_offset(self, mq: MessageQueue, timeout_ms: int) -> int:
         found = await offset_store_address(self._instance, mq)
-        try:
-            return await self._instance.api.query_consumer_offset(found.addr, self.group, mq, timeout_ms)
-        except QueryNotFoundError:
-            return -1
+        offset = await self._instance.api.query_consumer_offset(found.addr, self.group, mq, timeout_ms)
+        return -1 if offset is None else offset
 
     async def _update_offset(self, mq: MessageQueue, offset: int, timeout_ms: int) -> None:
         found = await offset_store_address(self._instance, mq)

@@ -273,11 +273,14 @@ class ClientApi:
         return process_pull_response(resp, mq, tags, lazy=lazy)
 
     # --- offsets ------------------------------------------------------------------------------
-    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_ms: int) -> int:
-        """QueryConsumerOffset; a broker without one answers QueryNotFoundError."""
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_ms: int) -> int | None:
+        """QueryConsumerOffset: the group's committed offset, or None if the broker has none."""
         request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=group, topic=mq.topic, queue_id=mq.queue_id)
-        resp = await self._checked(self.broker_stub(addr).QueryConsumerOffset, request, timeout_ms,
-                                   f"query offset {mq} at {addr}")
+        resp = await self.unary(self.broker_stub(addr).QueryConsumerOffset, request, timeout_ms,
+                                f"query offset {mq} at {addr}")
+        if resp.code == common_pb2.QUERY_NOT_FOUND:
+            return None
+        _raise_unless_success(resp)
         return resp.offset
 
     async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int, timeout_ms: int, *,
