@@ -10,7 +10,7 @@ closes it. Does not own any sending or pulling policy: `Producer` and the consum
 The client id is `ip@instanceName`; the default instance name becomes `pid#nanos`, so only
 facades given the same instance name share an instance (RocketMQ's changeInstanceNameToPID).
 
-The public client API is synchronous (DESIGN §5); everything here runs on the loop, and sync
+The public client API is synchronous; everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).

@@ -107,7 +107,7 @@ def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
 
 
 class Producer:
-    """A RocketMQ-style producer with a synchronous API (DESIGN §8).
+    """A RocketMQ-style producer with a synchronous API.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').

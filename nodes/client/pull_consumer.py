@@ -2,7 +2,7 @@
 
 Owns argument checks and the synchronous facade: which queues a topic has, one pull (plain
 or long-polled), and the broker-side offset and queue-offset queries. The pull itself goes
-through `PullApi` on the broker's pipelined `PullStream` (DESIGN §5a). Does not own any pull
+through `PullApi` on the broker's pipelined `PullStream`. Does not own any pull
 loop, flow control or offset caching: the caller decides what to pull and when to commit.
 """
 
@@ -69,7 +69,7 @@ def _check_topic(topic: object) -> str:
 
 
 class PullConsumer:
-    """Pull messages from explicit queues and offsets (DESIGN §8).
+    """Pull messages from explicit queues and offsets.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').

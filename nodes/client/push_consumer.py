@@ -1,6 +1,6 @@
 """PushConsumer: subscribe, register a listener, start; messages arrive on a thread pool.
 
-The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners (DESIGN §5, §8).
+The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners.
 Owns argument checks, the wiring of the parts and the lifecycle (start / shutdown order).
 
     instance.ClientInstance         shared per client id: routes, RPCs, heartbeats (heartbeat.*)
@@ -80,7 +80,7 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 
 
 class PushConsumer:
-    """A RocketMQ-style push consumer with a concurrent or an orderly listener (DESIGN §8).
+    """A RocketMQ-style push consumer with a concurrent or an orderly listener.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
