@@ -23,12 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from nodes.client import Message, Producer, SendStatus
-from nodes.client.errors import BrokerNotFoundError, ClientStateError
 from nodes.client.msg_id import default_generator
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import Timing
-from nodes.common.errors import ClientError, RemoteError, RouteNotFoundError
+from nodes.common.errors import (
+    BrokerNotFoundError,
+    ClientError,
+    ClientStateError,
+    RemoteError,
+    RouteNotFoundError,
+)
 from nodes.common.events import EventLog
 
 SENDS_FILE_NAME = "sends.jsonl"

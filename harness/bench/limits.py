@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc.aio
 
 from harness.bench.results import Measured
-from nodes.client.send_wire import request_message_count
+from nodes.client.rpc.send_wire import request_message_count
 from nodes.common import constants as c
 from nodes.common import rpc
 from proto import broker_pb2, broker_pb2_grpc, common_pb2

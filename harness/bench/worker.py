@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from nodes.client.send_wire import Outgoing, build_request
+from nodes.client.rpc.send_wire import Outgoing, build_request
 from nodes.common import constants as c
 from nodes.common import rpc
 from nodes.common.config import Timing

@@ -1,6 +1,9 @@
-"""nodes.client: the RocketMQ-style client library (DESIGN §5, §8).
+"""nodes.client: the RocketMQ-style client library.
 
-Synchronous public API; a background asyncio loop inside (`instance.ClientInstance`).
+Synchronous public API; a background asyncio loop inside. Facades (`Producer`, `PushConsumer`,
+`PullConsumer`) share one `instance.ClientInstance` per client id, which talks to brokers and
+name servers only through `rpc.ClientApi` (the one module that knows gRPC and the protos). A
+push consumer's subscriptions, owned queues and lock validity live in `consumer_state`.
 """
 
 from nodes.client.allocate import (

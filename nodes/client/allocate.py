@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar, Protocol
 
-from nodes.client.errors import InvalidArgumentError
+from nodes.common.errors import InvalidArgumentError
 from nodes.common.types import MessageQueue
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.client.consume_concurrently import reset_retry_topic
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.offset_store import OffsetStore
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
-from nodes.common.clock import Clock
 from nodes.common.config import Timing
 from nodes.common.types import ConsumeOrderlyStatus, Message, MessageExt, MessageModel, MessageQueue
 
@@ -116,17 +116,18 @@ class ConsumeMessageOrderlyService:
     memory table, locks (through `lock_one`), dead letters (through `send_back`).
     """
 
-    def __init__(self, *, group: str, listener: OrderlyListener, message_model: MessageModel,
-                 offset_store: OffsetStore, lock_one: LockOne, send_back: SendBackOrderly, clock: Clock,
+    def __init__(self, *, state: ConsumerState, listener: OrderlyListener,
+                 offset_store: OffsetStore, lock_one: LockOne, send_back: SendBackOrderly,
                  timing: Timing, thread_count: int, batch_max_size: int, max_reconsume_times: int,
                  suspend_ms: int | None = None, on_lock_expired: OnExpired | None = None) -> None:
-        self.group = group
+        self.state = state
+        self.group = group = state.group
         self.listener = listener
-        self.message_model = message_model
+        self.message_model = state.message_model
         self.offset_store = offset_store
         self.lock_one = lock_one
         self.send_back = send_back
-        self.clock = clock
+        self.clock = state.clock
         self.timing = timing
         self.batch_max_size = batch_max_size
         self.max_reconsume_times = (c.ORDERLY_MAX_RECONSUME_TIMES_DEFAULT if max_reconsume_times == -1
@@ -216,16 +217,12 @@ class ConsumeMessageOrderlyService:
         return lock
 
     def _lock_valid(self, mq: MessageQueue, pq: ProcessQueue, now_ms: int) -> bool:
-        """CLUSTERING: locked and not expired (reporting an expiry once); BROADCASTING: always."""
-        if not self.clustering:
+        """The state's lock-validity rule, reporting a lock that ran out (locked, lease over)."""
+        if self.state.lock_valid(pq, now_ms):
             return True
-        if not pq.locked:
-            return False
-        if pq.is_lock_expired(now_ms, lock_max_live_ms=self.timing.client_lock_lease_ms):
-            if self._on_lock_expired is not None:
-                self._on_lock_expired(mq, pq)
-            return False
-        return True
+        if pq.locked and self._on_lock_expired is not None:
+            self._on_lock_expired(mq, pq)
+        return False
 
     async def _consume_request(self, pq: ProcessQueue, mq: MessageQueue) -> None:
         """ConsumeRequest#run."""

@@ -13,28 +13,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from nodes.client.errors import InvalidArgumentError
+from nodes.common import constants as c
+from nodes.common.errors import InvalidArgumentError
 
-# Candidates for nodes/common/constants.py (reference §2.1); the lead moves them there.
-PULL_THRESHOLD_COUNT_PER_QUEUE = 1_000  # pullThresholdForQueue: cached messages per queue before pausing
-PULL_THRESHOLD_SIZE_PER_QUEUE_MIB = 100  # pullThresholdSizeForQueue: cached body MiB per queue before pausing
-PULL_THRESHOLD_OFF = -1  # topic-level thresholds are off unless set
-PULL_THRESHOLD_COUNT_PER_TOPIC = PULL_THRESHOLD_OFF  # pullThresholdForTopic: split over the owned queues
-PULL_THRESHOLD_SIZE_PER_TOPIC_MIB = PULL_THRESHOLD_OFF  # pullThresholdSizeForTopic: split likewise
-CONSUME_CONCURRENTLY_SPAN_MAX = 2_000  # consumeConcurrentlyMaxSpan: one stuck message stops pulls this far ahead
-PULL_DELAY_WHEN_FLOW_CONTROL_MS = 50  # PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL: retry soon, cheaply
 MIB_BYTES = 1024 * 1024  # sizes are compared in whole MiB (integer division)
-
-# Valid ranges, inclusive (DefaultMQPushConsumerImpl#checkConfig).
-PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE = (1, 65_535)
-PULL_THRESHOLD_COUNT_PER_TOPIC_RANGE = (1, 6_553_500)
-PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE = (1, 1_024)
-PULL_THRESHOLD_SIZE_PER_TOPIC_MIB_RANGE = (1, 102_400)
-CONSUME_CONCURRENTLY_SPAN_MAX_RANGE = (1, 65_535)
-
-assert PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[0] <= PULL_THRESHOLD_COUNT_PER_QUEUE <= PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[1]
-assert PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[0] <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[1]
-assert CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[0] <= CONSUME_CONCURRENTLY_SPAN_MAX <= CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[1]
 
 
 class CachedQueue(Protocol):
@@ -54,11 +36,11 @@ def _check_range(name: str, rocketmq_name: str, value: int, bounds: tuple[int, i
                  off_allowed: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{name} ({rocketmq_name}) must be an int, got {value!r}")
-    if off_allowed and value == PULL_THRESHOLD_OFF:
+    if off_allowed and value == c.PULL_THRESHOLD_OFF:
         return
     low, high = bounds
     if not low <= value <= high:
-        off = f" or {PULL_THRESHOLD_OFF} for off" if off_allowed else ""
+        off = f" or {c.PULL_THRESHOLD_OFF} for off" if off_allowed else ""
         raise InvalidArgumentError(f"{name} ({rocketmq_name}) out of range [{low}, {high}]{off}: {value}")
 
 
@@ -70,23 +52,23 @@ class FlowThresholds:
     the plain setters, so e.g. a topic threshold of 6 553 500 over one queue gives 6 553 500.
     """
 
-    count_per_queue: int = PULL_THRESHOLD_COUNT_PER_QUEUE
-    size_per_queue_mib: int = PULL_THRESHOLD_SIZE_PER_QUEUE_MIB
-    count_per_topic: int = PULL_THRESHOLD_COUNT_PER_TOPIC
-    size_per_topic_mib: int = PULL_THRESHOLD_SIZE_PER_TOPIC_MIB
-    concurrent_span_max: int = CONSUME_CONCURRENTLY_SPAN_MAX
+    count_per_queue: int = c.PULL_THRESHOLD_COUNT_PER_QUEUE
+    size_per_queue_mib: int = c.PULL_THRESHOLD_SIZE_PER_QUEUE_MIB
+    count_per_topic: int = c.PULL_THRESHOLD_COUNT_PER_TOPIC
+    size_per_topic_mib: int = c.PULL_THRESHOLD_SIZE_PER_TOPIC_MIB
+    concurrent_span_max: int = c.CONSUME_CONCURRENTLY_SPAN_MAX
 
     def __post_init__(self) -> None:
         _check_range("concurrent_span_max", "consumeConcurrentlyMaxSpan", self.concurrent_span_max,
-                     CONSUME_CONCURRENTLY_SPAN_MAX_RANGE)
+                     c.CONSUME_CONCURRENTLY_SPAN_MAX_RANGE)
         _check_range("count_per_queue", "pullThresholdForQueue", self.count_per_queue,
-                     PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE)
+                     c.PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE)
         _check_range("count_per_topic", "pullThresholdForTopic", self.count_per_topic,
-                     PULL_THRESHOLD_COUNT_PER_TOPIC_RANGE, off_allowed=True)
+                     c.PULL_THRESHOLD_COUNT_PER_TOPIC_RANGE, off_allowed=True)
         _check_range("size_per_queue_mib", "pullThresholdSizeForQueue", self.size_per_queue_mib,
-                     PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE)
+                     c.PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE)
         _check_range("size_per_topic_mib", "pullThresholdSizeForTopic", self.size_per_topic_mib,
-                     PULL_THRESHOLD_SIZE_PER_TOPIC_MIB_RANGE, off_allowed=True)
+                     c.PULL_THRESHOLD_SIZE_PER_TOPIC_MIB_RANGE, off_allowed=True)
 
     def for_queue_count(self, queues: int) -> FlowThresholds:
         """These thresholds after a rebalance that left the consumer owning `queues` queues."""
@@ -107,8 +89,8 @@ def thresholds_for_queue_count(topic_count: int, topic_size_mib: int, queues: in
     """
     if queues <= 0:
         return None, None
-    count = None if topic_count == PULL_THRESHOLD_OFF else max(1, topic_count // queues)
-    size_mib = None if topic_size_mib == PULL_THRESHOLD_OFF else max(1, topic_size_mib // queues)
+    count = None if topic_count == c.PULL_THRESHOLD_OFF else max(1, topic_count // queues)
+    size_mib = None if topic_size_mib == c.PULL_THRESHOLD_OFF else max(1, topic_size_mib // queues)
     return count, size_mib
 
 
@@ -133,7 +115,7 @@ class PullDecision:
 
 
 def decide_pull(pq: CachedQueue, *, now_ms: int, orderly: bool, thresholds: FlowThresholds,
-                delay_ms: int = PULL_DELAY_WHEN_FLOW_CONTROL_MS) -> PullDecision:
+                delay_ms: int) -> PullDecision:
     """Steps 5-7 of pullMessage, in order; the first that trips decides.
 
     Args:

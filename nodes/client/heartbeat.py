@@ -1,111 +1,108 @@
-"""Client heartbeats, membership notifications and the client id (reference §13).
+"""Client heartbeats and membership notifications of one client instance (reference §13).
 
-Owns: the client id (`ip@instanceName`, where CLUSTERING replaces the default instance name
-by `pid#nanos`), the periodic heartbeat to every broker of the consumer's topics (RocketMQ
-`sendHeartbeatToAllBrokerWithLock`), one `ConsumerManager.Notifications` stream per broker
-address (a NOTIFY_CONSUMER_IDS_CHANGED for our group wakes rebalance; the stream's end is the
-broker's "channel closed" for this client), and unregistering on shutdown. Does not decide
-anything about queues; what the heartbeat carries comes from the facade.
+Owns: the consumers registered on the instance (group -> what its heartbeat carries, its
+topics, whom to tell about a notification), the periodic heartbeat to every broker of their
+topics, all groups in one request (RocketMQ `sendHeartbeatToAllBrokerWithLock`), one
+`ConsumerManager.Notifications` stream per broker address (a NOTIFY_CONSUMER_IDS_CHANGED for a
+group wakes that consumer's rebalance; the stream's end is the broker's "channel closed" for
+this client), and unregistering a group on its consumer's shutdown. Does not decide anything
+about queues; what a heartbeat carries comes from each consumer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
-import grpc
-
-from nodes.client.msg_id import local_ipv4
-from nodes.common import constants as c
-from nodes.common import rpc
+from nodes.client.routes import RouteCache
+from nodes.client.rpc.api import ClientApi, ConsumerData
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
-from nodes.common.types import MessageModel
-from nodes.common.wire import raise_unless_success
-from proto import consumer_pb2
-
-if TYPE_CHECKING:
-    from nodes.client.instance import ClientInstance
 
 log = logging.getLogger(__name__)
 
 
-def make_client_id(instance_name: str, message_model: MessageModel, *, ip: str | None = None,
-                   pid: int | None = None, nanos: int | None = None) -> str:
-    """`ip@instanceName`; in CLUSTERING the default instance name becomes `pid#nanoTime`.
+@dataclass(frozen=True, slots=True)
+class RegisteredConsumer:
+    """What the heartbeat needs of one consumer group on this instance."""
 
-    BROADCASTING keeps the instance name, so a restarted broadcasting consumer finds its local
-    offset file again (the file lives under the client id).
-    """
-    name = instance_name
-    if message_model is MessageModel.CLUSTERING and instance_name == c.CLIENT_INSTANCE_NAME_DEFAULT:
-        name = f"{os.getpid() if pid is None else pid}#{time.monotonic_ns() if nanos is None else nanos}"
-    return f"{local_ipv4() if ip is None else ip}@{name}"
+    consumer_data: Callable[[], ConsumerData]  # called on the loop, once per heartbeat
+    topics: Callable[[], Iterable[str]]  # whose brokers get heartbeats (retry topic included)
+    on_notification: Callable[[], None]  # the broker says the group's consumer ids changed
+    on_crash: CrashHandler | None = None
 
 
 class HeartbeatService(Service):
-    """Heartbeats every `client_heartbeat_ms` and keeps the notification streams open.
+    """Heartbeats every `interval_ms` for every registered group and keeps the notification streams open.
 
     Args:
-        instance: connections and routes.
-        client_id: this client's id.
-        consumer_data: builds the ConsumerData list of one heartbeat (called on the loop).
-        topics: the topics whose brokers get heartbeats (the subscribed ones, retry included).
-        on_notification: called with the group named by a NOTIFY_CONSUMER_IDS_CHANGED.
+        api: the broker calls.
+        routes: the brokers of each topic.
+        client_id: the instance's client id.
         timeout_ms: deadline of one heartbeat or unregister call.
     """
 
     name: ClassVar[str] = "client-heartbeat"
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
-    def __init__(self, instance: ClientInstance, client_id: str, *,
-                 consumer_data: Callable[[], list[consumer_pb2.ConsumerData]], topics: Callable[[], Iterable[str]],
-                 on_notification: Callable[[str], None], interval_ms: int, timeout_ms: int,
-                 on_crash: CrashHandler | None = None) -> None:
-        super().__init__(interval_ms, on_crash=on_crash)
-        self._instance = instance
+    def __init__(self, api: ClientApi, routes: RouteCache, client_id: str, *, interval_ms: int,
+                 timeout_ms: int) -> None:
+        super().__init__(interval_ms, on_crash=self._crashed)
+        self._api = api
+        self._routes = routes
         self.client_id = client_id
-        self._consumer_data = consumer_data
-        self._topics = topics
-        self._on_notification = on_notification
         self.timeout_ms = timeout_ms
+        self.consumers: dict[str, RegisteredConsumer] = {}
         self._lock = asyncio.Lock()
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self.heartbeats_ok = 0
         self.heartbeats_failed = 0
         self.notifications = 0
 
+    def register(self, group: str, consumer: RegisteredConsumer) -> None:
+        self.consumers[group] = consumer
+
+    def forget(self, group: str) -> None:
+        """Leave `group` out of later heartbeats (its consumer is shutting down)."""
+        self.consumers.pop(group, None)
+
+    def _crashed(self, err: BaseException) -> None:
+        for consumer in list(self.consumers.values()):
+            if consumer.on_crash is not None:
+                consumer.on_crash(err)
+
     async def tick(self) -> None:
         await self.send_heartbeat_to_all_brokers()
 
     def broker_addrs(self) -> list[str]:
-        """Every address (masters and slaves) in the routes of the consumer's topics."""
+        """Every address (masters and slaves) in the routes of the registered groups' topics."""
+        return self._addrs_of({topic for consumer in self.consumers.values() for topic in consumer.topics()})
+
+    def _addrs_of(self, topics: Iterable[str]) -> list[str]:
         addrs: set[str] = set()
-        for topic in self._topics():
-            route = self._instance.routes.route(topic)
-            if route is None:
-                continue
-            for bd in route.broker_datas:
-                addrs.update(bd.addrs.values())
+        for topic in topics:
+            route = self._routes.route(topic)
+            if route is not None:
+                for bd in route.broker_datas:
+                    addrs.update(bd.addrs.values())
         return sorted(addrs)
 
     async def send_heartbeat_to_all_brokers(self) -> int:
         """One heartbeat to every broker, in parallel; returns how many accepted it."""
         async with self._lock:
-            request = consumer_pb2.HeartbeatRequest(client_id=self.client_id, consumers=self._consumer_data())
+            if not self.consumers:
+                return 0
+            consumers = [consumer.consumer_data() for consumer in self.consumers.values()]
             addrs = self.broker_addrs()
-            results = await asyncio.gather(*(self._heartbeat(addr, request) for addr in addrs))
+            results = await asyncio.gather(*(self._heartbeat(addr, consumers) for addr in addrs))
             return sum(results)
 
-    async def _heartbeat(self, addr: str, request: consumer_pb2.HeartbeatRequest) -> bool:
+    async def _heartbeat(self, addr: str, consumers: list[ConsumerData]) -> bool:
         try:
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).Heartbeat, request,
-                                              self.timeout_ms, f"heartbeat to {addr}")
-            raise_unless_success(resp)
+            await self._api.heartbeat(addr, self.client_id, consumers, self.timeout_ms)
         except MqError as err:
             self.heartbeats_failed += 1
             log.warning("heartbeat of %s to %s failed: %s", self.client_id, addr, err)
@@ -122,18 +119,16 @@ class HeartbeatService(Service):
 
     async def _watch_routine(self, addr: str) -> None:
         """Read one broker's notification stream until it ends; the next heartbeat re-opens it."""
-        call: Any = self._instance.consumer_stub(addr).Notifications(
-            consumer_pb2.NotificationsRequest(client_id=self.client_id))
         try:
-            async for note in call:
+            async for group in self._api.notifications(addr, self.client_id):
                 self.notifications += 1
-                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, note.consumer_group, addr)
-                self._on_notification(note.consumer_group)
+                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, group, addr)
+                consumer = self.consumers.get(group)
+                if consumer is not None:
+                    consumer.on_notification()
             log.info("notification stream from %s ended", addr)
-        except grpc.RpcError as exc:
-            log.info("notification stream from %s closed: %s", addr, rpc.map_rpc_error(exc, "notifications"))
-        finally:
-            call.cancel()
+        except MqError as err:
+            log.info("notification stream from %s closed: %s", addr, err)
 
     async def close_notifications(self) -> None:
         """End every notification stream (the brokers then forget this client's channel)."""
@@ -148,17 +143,13 @@ class HeartbeatService(Service):
         return sorted(addr for addr, task in self._watchers.items() if not task.done())
 
     # --- leaving ------------------------------------------------------------------------------
-    async def unregister(self, group: str) -> None:
-        """UnregisterClient at every broker, in parallel; failures are only logged."""
-        request = consumer_pb2.UnregisterClientRequest(client_id=self.client_id, consumer_group=group)
-
+    async def unregister(self, group: str, topics: Iterable[str]) -> None:
+        """UnregisterClient of `group` at every broker of `topics`, in parallel; failures are only logged."""
         async def one(addr: str) -> None:
             try:
-                resp = await self._instance.unary(self._instance.consumer_stub(addr).UnregisterClient, request,
-                                                  self.timeout_ms, f"unregister at {addr}")
-                raise_unless_success(resp)
+                await self._api.unregister(addr, self.client_id, group, self.timeout_ms)
             except MqError as err:
                 log.warning("unregistering %s from %s failed: %s", self.client_id, addr, err)
 
         async with self._lock:
-            await asyncio.gather(*(one(addr) for addr in self.broker_addrs()))
+            await asyncio.gather(*(one(addr) for addr in self._addrs_of(topics)))

@@ -1,10 +1,16 @@
-"""ClientInstance: the background event loop, channels and routes behind one client facade.
+"""ClientInstance: one per process and client id, shared by the facades using that id.
 
-Owns one daemon asyncio loop thread, the grpc.aio channels and stubs (one channel per peer
-address, cached), the `RouteCache` with its polling service and the pull streams. Does not
-own any sending or pulling policy: `Producer` and `PullConsumer` bring that.
+Like RocketMQ's MQClientInstance (handed out by `MQClientManager`, here `CLIENT_MANAGER`), it
+owns one daemon asyncio loop thread, the `ClientApi` (channels, pull streams, every broker and
+name-server call), the `RouteCache` with its polling service, the heartbeats of the consumers
+using it, and the registry of the producer and consumer groups using it (one facade per
+group and role). Facades `acquire` it on start and `release` it on shutdown; the last release
+closes it. Does not own any sending or pulling policy: `Producer` and the consumers bring that.
 
-The public client API is synchronous (DESIGN §5); everything here runs on the loop, and sync
+The client id is `ip@instanceName`; the default instance name becomes `pid#nanos`, so only
+facades given the same instance name share an instance (RocketMQ's changeInstanceNameToPID).
+
+The public client API is synchronous; everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).
@@ -16,23 +22,22 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import os
 import re
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import time
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-import grpc
-import grpc.aio
-
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
-from nodes.client.pull_stream import PullStream
-from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot, route_from_pb
+from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
+from nodes.client.msg_id import local_ipv4
+from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
+from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
-from nodes.common import rpc, wire
 from nodes.common.config import Timing
-from nodes.common.errors import RequestTimeoutError, TransportError, for_code
+from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
 from nodes.common.service import Lifecycle, LifecycleState
-from proto import broker_pb2_grpc, common_pb2, consumer_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
+from nodes.common.types import MessageModel
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,22 @@ GROUP_NAME_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH
 _GROUP_RE = re.compile(c.TOPIC_NAME_PATTERN)
 
 _instance_ids = itertools.count()
+
+ROLE_PRODUCER = "producer"
+ROLE_CONSUMER = "consumer"
+
+
+def make_client_id(instance_name: str, message_model: MessageModel = MessageModel.CLUSTERING, *,
+                   ip: str | None = None, pid: int | None = None, nanos: int | None = None) -> str:
+    """`ip@instanceName`; in CLUSTERING the default instance name becomes `pid#nanoTime`.
+
+    BROADCASTING keeps the instance name, so a restarted broadcasting consumer finds its local
+    offset file again (the file lives under the client id).
+    """
+    name = instance_name
+    if message_model is MessageModel.CLUSTERING and instance_name == c.CLIENT_INSTANCE_NAME_DEFAULT:
+        name = f"{os.getpid() if pid is None else pid}#{time.monotonic_ns() if nanos is None else nanos}"
+    return f"{local_ipv4() if ip is None else ip}@{name}"
 
 
 def validate_group(group: str, role: str) -> None:
@@ -73,28 +94,23 @@ def parse_namesrv_addrs(namesrv_addr: str) -> list[str]:
     return addrs
 
 
-# gRPC core's wording when no connection could be made: the request never left the client.
-_NOT_SENT_DETAILS = ("failed to connect", "connection refused", "dns resolution failed")
-
-
-def never_sent(exc: grpc.RpcError) -> bool:
-    """Whether a failed call certainly did not reach the peer (connection never established)."""
-    code = exc.code() if hasattr(exc, "code") else None
-    details = (exc.details() if hasattr(exc, "details") else str(exc)) or ""
-    return code == grpc.StatusCode.UNAVAILABLE and any(s in details.lower() for s in _NOT_SENT_DETAILS)
-
-
 class ClientInstance:
-    """One background loop plus the connections and routes a client facade needs."""
+    """One background loop plus the connections, routes and heartbeats client facades share."""
 
-    def __init__(self, namesrv_addr: str, *, name: str = "client", timing: Timing | None = None,
-                 dial_overrides: Mapping[str, str] | None = None,
-                 producer_default_queue_nums: int | None = None) -> None:
+    def __init__(self, namesrv_addr: str, *, name: str = "client", client_id: str = "",
+                 timing: Timing | None = None, dial_overrides: Mapping[str, str] | None = None,
+                 producer_default_queue_nums: int | None = None, manager: ClientManager | None = None) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timing = timing or Timing()
         self.timing.validate()
         self.name = f"{name}-{next(_instance_ids)}"
-        self.dial_overrides = dict(dial_overrides or {})
+        self.client_id = client_id or self.name
+        self._manager = manager
+        self._users = 0  # facades that acquired the instance and have not released it
+        self._users_lock = threading.Lock()
+        self._groups: set[tuple[str, str]] = set()  # (role, group) of the facades using it
+        self._heartbeat: HeartbeatService | None = None
+        self.api = ClientApi(dial_overrides)
         self.lifecycle = LifecycleState(f"client {self.name}")
         kwargs = {} if producer_default_queue_nums is None else {
             "producer_default_queue_nums": producer_default_queue_nums}
@@ -104,11 +120,6 @@ class ClientInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._route_service: RouteRefreshService | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._broker_stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
-        self._namesrv_stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
-        self._consumer_stubs: dict[str, consumer_pb2_grpc.ConsumerManagerStub] = {}
-        self._pull_streams: dict[str, PullStream] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     @property
@@ -136,11 +147,14 @@ class ClientInstance:
         self._loop.run_forever()
 
     async def _astart(self) -> None:
-        self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms)
+        self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms,
+                                                  self.timing.route_poll_first_ms)
         self._route_service.start()
 
     def close(self) -> None:
         """Stop polling, close pull streams and channels, stop the loop and join its thread."""
+        if self._manager is not None:
+            self._manager.forget(self)
         if self.lifecycle.state in (Lifecycle.STOPPING, Lifecycle.STOPPED, Lifecycle.INIT):
             if self.lifecycle.state == Lifecycle.INIT:
                 self.lifecycle.transition(Lifecycle.STOPPED)
@@ -164,20 +178,16 @@ class ClientInstance:
     async def _aclose(self) -> None:
         if self._route_service is not None:
             await self._route_service.stop()
-        for stream in list(self._pull_streams.values()):
-            await stream.close()
-        self._pull_streams.clear()
+        if self._heartbeat is not None:
+            await self._heartbeat.stop()
+            await self._heartbeat.close_notifications()
+        await self.api.close_streams()
         current = asyncio.current_task()
         others = [t for t in asyncio.all_tasks() if t is not current]
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        for channel in list(self._channels.values()):
-            await channel.close()
-        self._channels.clear()
-        self._broker_stubs.clear()
-        self._namesrv_stubs.clear()
-        self._consumer_stubs.clear()
+        await self.api.close()
         loop = asyncio.get_running_loop()
         await loop.shutdown_asyncgens()
         await loop.shutdown_default_executor()
@@ -229,82 +239,149 @@ class ClientInstance:
                 fut.cancel()
             raise
 
-    # --- connections (loop only) -------------------------------------------------------
-    def channel(self, addr: str) -> grpc.aio.Channel:
-        channel = self._channels.get(addr)
-        if channel is None:
-            channel = rpc.make_channel(addr, self.dial_overrides)
-            self._channels[addr] = channel
-        return channel
+    @property
+    def dial_overrides(self) -> Mapping[str, str]:
+        return self.api.dial_overrides
 
-    def broker_stub(self, addr: str) -> broker_pb2_grpc.BrokerStub:
-        stub = self._broker_stubs.get(addr)
-        if stub is None:
-            stub = broker_pb2_grpc.BrokerStub(self.channel(addr))
-            self._broker_stubs[addr] = stub
-        return stub
+    # --- sharing ------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """A facade starts using the instance: the first one starts it."""
+        with self._users_lock:
+            if self._users == 0 and self.lifecycle.state == Lifecycle.INIT:
+                self.start()
+            elif not self.running:
+                raise ClientStateError(f"{self.name} is {self.lifecycle.state.name}; it cannot be used again")
+            self._users += 1
 
-    def namesrv_stub(self, addr: str) -> namesrv_pb2_grpc.NameServerStub:
-        stub = self._namesrv_stubs.get(addr)
-        if stub is None:
-            stub = namesrv_pb2_grpc.NameServerStub(self.channel(addr))
-            self._namesrv_stubs[addr] = stub
-        return stub
+    def release(self) -> None:
+        """A facade stops using the instance: the last one closes it."""
+        with self._users_lock:
+            self._users = max(0, self._users - 1)
+            if self._users:
+                return
+        self.close()
 
-    def consumer_stub(self, addr: str) -> consumer_pb2_grpc.ConsumerManagerStub:
-        stub = self._consumer_stubs.get(addr)
-        if stub is None:
-            stub = consumer_pb2_grpc.ConsumerManagerStub(self.channel(addr))
-            self._consumer_stubs[addr] = stub
-        return stub
+    def register_group(self, role: str, group: str) -> None:
+        """registerProducer / registerConsumer: one facade per role and group on an instance."""
+        with self._users_lock:
+            if (role, group) in self._groups:
+                raise ClientStateError(
+                    f"a {role} of group {group} already uses client {self.client_id}; give this one another "
+                    "instance_name or another group")
+            self._groups.add((role, group))
+
+    def unregister_group(self, role: str, group: str) -> None:
+        with self._users_lock:
+            self._groups.discard((role, group))
+
+    def attach(self, role: str, group: str) -> None:
+        """A facade (`role` producer or consumer, of `group`) starts using the instance."""
+        self.acquire()
+        try:
+            self.register_group(role, group)
+        except BaseException:
+            self.release()
+            raise
+
+    def detach(self, role: str, group: str) -> None:
+        """The facade that attached as (`role`, `group`) stops using the instance."""
+        self.unregister_group(role, group)
+        self.release()
+
+    def same_settings(self, namesrv_addr: str, timing: Timing | None, dial_overrides: Mapping[str, str] | None,
+                      producer_default_queue_nums: int | None) -> bool:
+        return (parse_namesrv_addrs(namesrv_addr) == self.namesrv_addrs and (timing or Timing()) == self.timing
+                and dict(dial_overrides or {}) == dict(self.dial_overrides)
+                and producer_default_queue_nums in (None, self.routes.producer_default_queue_nums))
+
+    # --- consumers' heartbeats (loop only) ------------------------------------------------
+    @property
+    def heartbeat(self) -> HeartbeatService | None:
+        return self._heartbeat
+
+    async def register_consumer(self, group: str, consumer: RegisteredConsumer) -> HeartbeatService:
+        """Include `group` in the instance's heartbeats (started with the first consumer)."""
+        if self._heartbeat is None:
+            self._heartbeat = HeartbeatService(self.api, self.routes, self.client_id, interval_ms=self.timing.client_heartbeat_ms,
+                                               timeout_ms=self.timing.rpc_timeout_ms)
+            self._heartbeat.register(group, consumer)
+            self._heartbeat.start()
+        else:
+            self._heartbeat.register(group, consumer)
+        return self._heartbeat
+
+    async def unregister_consumer(self, group: str, topics: list[str]) -> None:
+        """Leave `group` out of the heartbeats and unregister it at its brokers; after the last
+        consumer, stop heartbeating and close the notification streams."""
+        heartbeat = self._heartbeat
+        if heartbeat is None:
+            return
+        heartbeat.forget(group)
+        await heartbeat.unregister(group, topics)
+        if not heartbeat.consumers:
+            self._heartbeat = None
+            await heartbeat.stop()
+            await heartbeat.close_notifications()
 
     def next_commit_seq(self) -> int:
         """The next offset-commit sequence number; take it when reading the value to commit, so the
         broker can drop a commit that overtook a later one on another stream (UpdateConsumerOffsetRequest)."""
         return next(self._commit_seqs)
 
-    def pull_stream(self, addr: str) -> PullStream:
-        stream = self._pull_streams.get(addr)
-        if stream is None:
-            stream = PullStream(addr, lambda: self.broker_stub(addr).PullBatch, batched=True)
-            self._pull_streams[addr] = stream
-        return stream
-
-    async def unary(self, method: Callable[..., Awaitable[T]], request: Any, timeout_ms: int, what: str, *,
-                    side_effects: bool = False) -> T:
-        """One unary call with a deadline; grpc failures come out as TransportError.
-
-        With `side_effects` (a send), a failure that may have come after the peer got the
-        request is an OutcomeUnknownError (indeterminate); only a failure to connect at all
-        stays a plain, determinate TransportError.
-        """
-        try:
-            return await method(request, timeout=rpc.timeout_s(timeout_ms))
-        except grpc.RpcError as exc:
-            err = rpc.map_rpc_error(exc, what)
-            if side_effects and not err.indeterminate and not never_sent(exc):
-                raise OutcomeUnknownError(f"{err}; the request may have been applied") from None
-            raise err from None
-
     async def _fetch_route(self, topic: str) -> RouteSnapshot | None:
         """GetRouteInfo from the name servers, starting with the last one that answered."""
-        request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
-        last_error: TransportError | None = None
+        last_error: MqError | None = None
         n = len(self.namesrv_addrs)
         for i in range(n):
             index = (self._namesrv_index + i) % n
             addr = self.namesrv_addrs[index]
             try:
-                resp = await self.unary(self.namesrv_stub(addr).GetRouteInfo, request,
-                                        self.timing.rpc_timeout_ms, f"GetRouteInfo({topic}) at {addr}")
-            except TransportError as err:
-                last_error = err
+                route = await self.api.get_route(addr, topic, self.timing.rpc_timeout_ms)
+            except MqError as err:
+                if err.answered:  # a refusal: another name server would not know better
+                    raise
+                last_error = err  # no answer: try the next one
                 continue
             self._namesrv_index = index
-            if resp.code == common_pb2.SUCCESS:
-                return route_from_pb(resp.route)
-            if resp.code == common_pb2.TOPIC_ROUTE_NOT_EXIST:
-                return None
-            raise for_code(wire.code_name(resp.code), resp.remark)
+            return route
         assert last_error is not None
         raise last_error
+
+
+class ClientManager:
+    """MQClientManager: the one ClientInstance per client id in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._instances: dict[str, ClientInstance] = {}
+
+    def instance(self, client_id: str, namesrv_addr: str, *, name: str, timing: Timing | None = None,
+                 dial_overrides: Mapping[str, str] | None = None,
+                 producer_default_queue_nums: int | None = None) -> ClientInstance:
+        """The instance of `client_id`, created (not started) if there is none in use.
+
+        Raises:
+            InvalidArgumentError: the instance exists with other settings (name servers, timing,
+                dial overrides): one client id cannot talk two ways.
+        """
+        with self._lock:
+            inst = self._instances.get(client_id)
+            if inst is not None and inst.lifecycle.state not in (Lifecycle.STOPPING, Lifecycle.STOPPED):
+                if not inst.same_settings(namesrv_addr, timing, dial_overrides, producer_default_queue_nums):
+                    raise InvalidArgumentError(
+                        f"client id {client_id} is in use with other settings (name servers, timing, dial "
+                        "overrides); give this client another instance_name")
+                return inst
+            inst = ClientInstance(namesrv_addr, name=name, client_id=client_id, timing=timing,
+                                  dial_overrides=dial_overrides, producer_default_queue_nums=producer_default_queue_nums,
+                                  manager=self)
+            self._instances[client_id] = inst
+            return inst
+
+    def forget(self, inst: ClientInstance) -> None:
+        with self._lock:
+            if self._instances.get(inst.client_id) is inst:
+                del self._instances[inst.client_id]
+
+
+CLIENT_MANAGER = ClientManager()

@@ -29,19 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from nodes.client.errors import BrokerNotFoundError
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
-from nodes.common import wire
-from nodes.common.clock import Clock
-from nodes.common.errors import MqError
+from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from nodes.common.wire import raise_unless_success
-from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -66,24 +62,21 @@ class QueueLocker:
 
     Args:
         instance: connections and routes (the master address of a broker name).
-        group, client_id: who asks.
-        client_lease_ms: how long a granted lock is trusted (ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME).
-        process_queues: the rebalance's process queue table (read; `locked` flags are written).
+        state: the group, the queue table (read; `locked` flags and lock timestamps are written),
+            the lock lease and the lock-validity rule.
+        client_id: who asks.
         on_event: receives the `lock` events (loop thread).
         on_regained: takes a queue granted again after its client lock was lost or ran out;
             without it the stale ProcessQueue is simply marked locked (RocketMQ).
     """
 
-    def __init__(self, instance: ClientInstance, group: str, client_id: str, *, client_lease_ms: int, clock: Clock,
-                 process_queues: Callable[[], Mapping[MessageQueue, ProcessQueue]],
+    def __init__(self, instance: ClientInstance, state: ConsumerState, client_id: str, *,
                  on_event: EventSink | None = None, on_regained: OnRegained | None = None,
                  timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS) -> None:
         self._instance = instance
-        self.group = group
+        self.state = state
+        self.group = state.group
         self.client_id = client_id
-        self.client_lease_ms = client_lease_ms
-        self._clock = clock
-        self._process_queues = process_queues
         self._on_event = on_event
         self._on_regained = on_regained
         self.timeout_ms = timeout_ms
@@ -105,20 +98,16 @@ class QueueLocker:
         A queue that is in the table gets `locked` and its lock timestamp; a failure changes
         nothing (RocketMQ's lock(mq) never clears the flag).
         """
-        asked = self._process_queues().get(mq)
-        held_before = asked is not None and self.holds(asked)
+        asked = self.state.process_queue_table.get(mq)
+        held_before = asked is not None and self.state.lock_valid(asked)
         locked, sent_ms = await self._lock_batch(mq.broker_name, [mq], reason=reason,
                                                  held_before=[mq] if held_before else ())
         if locked is None or mq not in locked:
             return None
-        pq = self._process_queues().get(mq)
+        pq = self.state.process_queue_table.get(mq)
         if pq is not None:
             self._granted(mq, pq, sent_ms, held_before=held_before or pq is not asked)
         return sent_ms
-
-    def holds(self, pq: ProcessQueue) -> bool:
-        """Whether the client holds `pq`'s lock: granted, and its believed lease not run out."""
-        return pq.locked and not pq.is_lock_expired(self._clock.monotonic_ms(), lock_max_live_ms=self.client_lease_ms)
 
     def _granted(self, mq: MessageQueue, pq: ProcessQueue, sent_ms: int, *, held_before: bool) -> None:
         """A grant of a queue in the table: renew its lock, or hand a regained one to `on_regained`.
@@ -141,18 +130,18 @@ class QueueLocker:
         On a failed call (the master is down) nothing changes, so the client lock ages out.
         """
         by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in sorted(self._process_queues()):
+        for mq in sorted(self.state.process_queue_table):
             by_broker.setdefault(mq.broker_name, []).append(mq)
         await asyncio.gather(*(self._lock_all_of(name, mqs) for name, mqs in by_broker.items()))
 
     async def _lock_all_of(self, broker_name: str, mqs: list[MessageQueue]) -> None:
-        table = self._process_queues()
+        table = self.state.process_queue_table
         asked = {mq: table.get(mq) for mq in mqs}
-        held_before = {mq for mq, pq in asked.items() if pq is not None and self.holds(pq)}
+        held_before = {mq for mq, pq in asked.items() if pq is not None and self.state.lock_valid(pq)}
         locked, sent_ms = await self._lock_batch(broker_name, mqs, reason="renew", held_before=held_before)
         if locked is None:
             return
-        table = self._process_queues()
+        table = self.state.process_queue_table
         for mq in mqs:
             pq = table.get(mq)
             if pq is None:
@@ -168,7 +157,7 @@ class QueueLocker:
     async def _lock_batch(self, broker_name: str, mqs: list[MessageQueue], *, reason: str,
                           held_before: Iterable[MessageQueue] = ()) -> tuple[set[MessageQueue] | None, int]:
         """One LockBatchMQ; returns (the queues locked, or None if the call failed; the send time)."""
-        sent_ms = self._clock.monotonic_ms()
+        sent_ms = self.state.clock.monotonic_ms()
         for mq in mqs:
             self._emit(REQUESTED, mq, None, reason=reason)
         addr = self.master_addr(broker_name)
@@ -176,23 +165,18 @@ class QueueLocker:
         try:
             if addr is None:
                 raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
-            request = consumer_pb2.LockBatchRequest(consumer_group=self.group, client_id=self.client_id,
-                                                    queues=[wire.mq_to_pb(mq) for mq in mqs])
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).LockBatchMQ, request,
-                                              self.timeout_ms, f"lock {len(mqs)} queues of {broker_name} at {addr}")
-            raise_unless_success(resp)
+            locked = await self._instance.api.lock_batch(addr, self.group, self.client_id, mqs, self.timeout_ms)
         except MqError as err:
             self.stats["lock_failures"] += 1
             log.warning("%s: locking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:
                 self._emit_failed("lock", mq, reason=reason, error=str(err))
             return None, sent_ms
-        locked = {wire.mq_from_pb(q) for q in resp.locked}
-        rtt_ms = self._clock.monotonic_ms() - sent_ms
+        rtt_ms = self.state.clock.monotonic_ms() - sent_ms
         held = set(held_before)
         for mq in mqs:
             if mq in locked:
-                self._emit(RENEWED if mq in held else GRANTED, mq, sent_ms + self.client_lease_ms, reason=reason,
+                self._emit(RENEWED if mq in held else GRANTED, mq, sent_ms + self.state.client_lock_lease_ms, reason=reason,
                            sent_mono_ms=sent_ms, rtt_ms=rtt_ms)
             elif mq not in held:
                 self._emit(DENIED, mq, None, reason=reason, sent_mono_ms=sent_ms, rtt_ms=rtt_ms)
@@ -204,8 +188,8 @@ class QueueLocker:
             return
         self._expiry_reported[mq] = pq.last_lock_timestamp_ms
         log.warning("%s: client lock of %s expired %d ms ago", self.group, mq,
-                    self._clock.monotonic_ms() - pq.last_lock_timestamp_ms - self.client_lease_ms)
-        self._emit(EXPIRED, mq, pq.last_lock_timestamp_ms + self.client_lease_ms)
+                    self.state.clock.monotonic_ms() - pq.last_lock_timestamp_ms - self.state.client_lock_lease_ms)
+        self._emit(EXPIRED, mq, pq.last_lock_timestamp_ms + self.state.client_lock_lease_ms)
 
     # --- unlock --------------------------------------------------------------------------------
     async def unlock(self, mq: MessageQueue, *, oneway: bool, reason: str) -> None:
@@ -226,7 +210,7 @@ class QueueLocker:
 
         def fire() -> None:
             self._later.discard(handle)
-            pq = self._process_queues().get(mq)
+            pq = self.state.process_queue_table.get(mq)
             if pq is not None and not pq.dropped:
                 log.info("%s: delayed unlock of %s skipped: the queue is ours again", self.group, mq)
                 return
@@ -238,10 +222,10 @@ class QueueLocker:
     async def unlock_all(self) -> None:
         """unlockAll(oneway=false) at shutdown: every owned queue, per broker; flags cleared."""
         by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in sorted(self._process_queues()):
+        for mq in sorted(self.state.process_queue_table):
             by_broker.setdefault(mq.broker_name, []).append(mq)
         await asyncio.gather(*(self._unlock_batch(name, mqs, reason="shutdown") for name, mqs in by_broker.items()))
-        for pq in self._process_queues().values():
+        for pq in self.state.process_queue_table.values():
             pq.locked = False
 
     async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue], *, reason: str) -> bool:
@@ -250,17 +234,13 @@ class QueueLocker:
         try:
             if addr is None:
                 raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
-            request = consumer_pb2.UnlockBatchRequest(consumer_group=self.group, client_id=self.client_id,
-                                                      queues=[wire.mq_to_pb(mq) for mq in mqs])
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).UnlockBatchMQ, request,
-                                              self.timeout_ms, f"unlock {len(mqs)} queues of {broker_name} at {addr}")
-            raise_unless_success(resp)
+            await self._instance.api.unlock_batch(addr, self.group, self.client_id, mqs, self.timeout_ms)
         except MqError as err:
             log.warning("%s: unlocking %d queues of %s failed: %s", self.group, len(mqs), broker_name, err)
             for mq in mqs:
                 self._emit_failed("unlock", mq, reason=reason, error=str(err))
             return False
-        now_ms = self._clock.monotonic_ms()
+        now_ms = self.state.clock.monotonic_ms()
         for mq in mqs:
             self._emit(RELEASED, mq, now_ms, reason=reason)
         return True

@@ -28,14 +28,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nodes.client.errors import BrokerNotFoundError
 from nodes.client.routes import FoundBroker
+from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
-from nodes.common.errors import MqError, RemoteError
+from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
-from nodes.common.wire import raise_unless_success
-from proto import broker_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -152,12 +150,14 @@ class RemoteBrokerOffsetStore(_MemoryTable):
                 return value
         try:
             value = await self._query(mq)
-        except RemoteError as err:  # MQBrokerException (QUERY_NOT_FOUND among them)
-            log.debug("query offset of %s: %s", mq, err)
-            return OFFSET_NOT_FOUND
         except MqError as err:
+            if err.answered:  # MQBrokerException: the broker refused, which counts as no offset
+                log.debug("query offset of %s: %s", mq, err)
+                return OFFSET_NOT_FOUND
             log.warning("query offset of %s failed: %s", mq, err)
             return OFFSET_READ_FAILED
+        if value is None:  # QUERY_NOT_FOUND
+            return OFFSET_NOT_FOUND
         self.update_offset(mq, value, increase_only=False)
         return value
 
@@ -190,12 +190,8 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         found: FoundBroker | None = None
         try:
             found = await offset_store_address(self._instance, mq)
-            request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                             queue_id=mq.queue_id, offset=offset,
-                                                             client_id=self.client_id, commit_seq=commit_seq)
-            resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
-                                              self.timeout_ms, f"update offset {mq} at {found.addr}")
-            raise_unless_success(resp)
+            await self._instance.api.update_consumer_offset(found.addr, self.group, mq, offset, self.timeout_ms,
+                                                            client_id=self.client_id, commit_seq=commit_seq)
         except MqError as err:
             log.warning("persisting offset %d of %s failed: %s", offset, mq, err)
             self._emit(mq, offset, found, error=str(err))
@@ -204,14 +200,9 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             self._persisted[mq] = offset
             self._emit(mq, offset, found)
 
-    async def _query(self, mq: MessageQueue) -> int:
+    async def _query(self, mq: MessageQueue) -> int | None:
         found = await offset_store_address(self._instance, mq)
-        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                        queue_id=mq.queue_id)
-        resp = await self._instance.unary(self._instance.broker_stub(found.addr).QueryConsumerOffset, request,
-                                          self.timeout_ms, f"query offset {mq} at {found.addr}")
-        raise_unless_success(resp)
-        return resp.offset
+        return await self._instance.api.query_consumer_offset(found.addr, self.group, mq, self.timeout_ms)
 
     def _emit(self, mq: MessageQueue, offset: int, found: FoundBroker | None, *, error: str | None = None) -> None:
         if self._on_event is None:
@@ -259,8 +250,8 @@ async def offset_store_address(instance: ClientInstance, mq: MessageQueue) -> Fo
     return found
 
 
-async def query_queue_offset(instance: ClientInstance, mq: MessageQueue, kind: int, *, timestamp_ms: int = 0,
-                             timeout_ms: int) -> int:
+async def query_queue_offset(instance: ClientInstance, mq: MessageQueue, kind: OffsetKind, *,
+                             timestamp_ms: int = 0, timeout_ms: int) -> int:
     """MQAdminImpl#maxOffset / searchOffset: asks the master of `mq`'s broker only.
 
     Raises:
@@ -271,12 +262,7 @@ async def query_queue_offset(instance: ClientInstance, mq: MessageQueue, kind: i
     if routes.route(mq.topic) is None:
         await routes.ensure_route(mq.topic)
     addr = await routes.publish_address(mq.topic, mq.broker_name)
-    request = broker_pb2.GetQueueOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, kind=kind,
-                                               timestamp_ms=timestamp_ms)
-    resp = await instance.unary(instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
-                                f"queue offset of {mq} at {addr}")
-    raise_unless_success(resp)
-    return resp.offset
+    return await instance.api.queue_offset(addr, mq, kind, timeout_ms, timestamp_ms=timestamp_ms)
 
 
 # --- BROADCASTING: a local file per client and group ------------------------------------------
@@ -284,10 +270,6 @@ async def query_queue_offset(instance: ClientInstance, mq: MessageQueue, kind: i
 def offsets_file(root: Path, client_id: str, group: str) -> Path:
     """`<root>/<client_id>/<group>/offsets.json` (RocketMQ's localOffsetStoreDir layout)."""
     return Path(root) / client_id / group / OFFSETS_FILE_NAME
-
-
-def _mq_key(mq: MessageQueue) -> tuple[str, str, int]:
-    return mq.topic, mq.broker_name, mq.queue_id
 
 
 def read_offsets_file(path: Path) -> dict[MessageQueue, int]:

@@ -18,23 +18,17 @@ from collections.abc import Iterable, Sequence
 from nodes.common.constants import PROPERTY_MAX_OFFSET
 from nodes.common.types import MessageExt
 
-# Candidates for nodes/common/constants.py (reference §3, §4, §5); the lead moves them there.
-REBALANCE_LOCK_MAX_LIVE_MS = 30_000  # client-side queue lock expiry: renewal (20 s) must land before it
-REBALANCE_LOCK_INTERVAL_MS = 20_000  # lockAll period: renews every orderly queue lock before it expires
-PULL_MAX_IDLE_MS = 120_000  # a queue not pulled for this long is dropped and re-created by rebalance
-CONSUME_TIMEOUT_MS = 15 * 60_000  # consumeTimeout (15 min): a message consumed longer is sent back
 CLEAN_EXPIRED_SCAN_COUNT_MAX = 16  # cleanExpiredMsg looks at no more than this many heads per run
 CLEAN_EXPIRED_DELAY_LEVEL = 3  # delay level of an expired message's send-back (10 s by default)
 PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"  # MessageConst: stamped when a consume starts
-
-assert REBALANCE_LOCK_INTERVAL_MS < REBALANCE_LOCK_MAX_LIVE_MS  # a renewal lands before the lock expires
 
 
 class ProcessQueue:
     """RocketMQ's ProcessQueue without its locks and clock.
 
     Caller: the push consumer's pull loop (put), consume services (remove / take / commit /
-    rollback), rebalance (dropped, locked, is_pull_expired). Fields the caller sets directly:
+    rollback), rebalance (dropped, locked, is_pull_expired), `ConsumerState.lock_valid` (locked and
+    its lock timestamp). Durations come from the caller (`Timing`). Fields the caller sets directly:
     `dropped`, `keep_own_commits`, `locked`, `last_lock_timestamp_ms`, `last_pull_timestamp_ms`.
     """
 
@@ -99,11 +93,8 @@ class ProcessQueue:
         """Whether untaken messages are cached (the orderly in-flight subset is ignored)."""
         return bool(self._msgs)
 
-    def is_pull_expired(self, now_ms: int, *, pull_max_idle_ms: int = PULL_MAX_IDLE_MS) -> bool:
+    def is_pull_expired(self, now_ms: int, *, pull_max_idle_ms: int) -> bool:
         return now_ms - self.last_pull_timestamp_ms > pull_max_idle_ms
-
-    def is_lock_expired(self, now_ms: int, *, lock_max_live_ms: int = REBALANCE_LOCK_MAX_LIVE_MS) -> bool:
-        return now_ms - self.last_lock_timestamp_ms > lock_max_live_ms
 
     # --- concurrent and orderly ------------------------------------------------------------
     def put_messages(self, msgs: Sequence[MessageExt]) -> bool:
@@ -212,7 +203,7 @@ class ProcessQueue:
             self._msgs[msg.queue_offset] = msg
 
     # --- concurrent: consume timeout -------------------------------------------------------
-    def expired_messages(self, now_ms: int, *, consume_timeout_ms: int = CONSUME_TIMEOUT_MS) -> list[MessageExt]:
+    def expired_messages(self, now_ms: int, *, consume_timeout_ms: int) -> list[MessageExt]:
         """The messages cleanExpiredMsg would send back (delay level 3), lowest offset first.
 
         The longest run of cached heads, at most 16, whose CONSUME_START_TIME is older than

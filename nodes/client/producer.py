@@ -24,26 +24,29 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_PRODUCER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
+from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
-from nodes.client.send_wire import Outgoing, answered_offsets, build_request, may_overflow_properties
 from nodes.common import constants as c
-from nodes.common import wire
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
 from nodes.common.config import Timing
 from nodes.common.errors import (
+    ClientStateError,
+    InvalidArgumentError,
     InvalidMessageError,
-    InvariantViolation,
     MqError,
-    RemoteError,
+    OutcomeUnknownError,
     TransportError,
-    for_code,
 )
-from nodes.common.types import Message, MessageQueue, SendResult, SendStatus, validate_message
-from proto import broker_pb2, common_pb2
+from nodes.common.types import Message, MessageQueue, SendResult, validate_message
 
 log = logging.getLogger(__name__)
 
@@ -51,40 +54,15 @@ T = TypeVar("T")
 
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
 
-# processSendResponse: these codes mean "stored on the master"; anything else is an exception.
-SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
-    common_pb2.SUCCESS: SendStatus.SEND_OK,
-    common_pb2.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    common_pb2.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    common_pb2.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
-}
-# sendMessageAsync retries only failures to get an answer, never a broker's refusal.
-ASYNC_RETRY_CODES: frozenset[str] = frozenset()
+def retries_send(err: MqError, *, asynchronous: bool) -> bool:
+    """Whether a failed send attempt is tried again (on another broker), from the error alone.
 
-
-def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, broker_name: str,
-                              uniq_ids: Sequence[str]) -> SendResult:
-    """processSendResponse: a SendResult for a storing code, else the code's RemoteError.
-
-    A batch's `msg_id` is the comma-joined ids as in RocketMQ's MessageBatch; `msg_ids` and
-    `queue_offsets` list them one per message, in send order.
+    sendDefaultImpl retries every failure to get an answer and the broker refusals marked
+    `retriable` (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION); any other
+    refusal is raised at once. sendMessageAsync retries only failures to get an answer, never
+    a refusal (`answered`).
     """
-    status = SEND_STATUS_BY_CODE.get(resp.code)
-    if status is None:
-        raise for_code(wire.code_name(resp.code), resp.remark)
-    queue_offsets, offset_msg_ids = answered_offsets(resp)
-    if len(queue_offsets) != len(uniq_ids):
-        raise InvariantViolation(
-            f"broker answered {status.name} for {len(uniq_ids)} messages to {topic} with {len(queue_offsets)} entries")
-    return SendResult(
-        status=status,
-        msg_id=",".join(uniq_ids),
-        message_queue=MessageQueue(topic, broker_name, resp.queue_id),
-        queue_offset=queue_offsets[0],
-        offset_msg_id=",".join(offset_msg_ids),
-        msg_ids=tuple(uniq_ids),
-        queue_offsets=queue_offsets,
-    )
+    return err.retriable and not (asynchronous and err.answered)
 
 
 def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> str:
@@ -129,7 +107,7 @@ def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
 
 
 class Producer:
-    """A RocketMQ-style producer with a synchronous API (DESIGN §8).
+    """A RocketMQ-style producer with a synchronous API.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
@@ -144,6 +122,8 @@ class Producer:
             `send_async` coalesces into one batch request.
         async_batches_in_flight_max: coalesced batches in flight per topic (each to its own queue).
         dial_overrides: address -> address to dial instead (harness link proxies).
+        instance_name: the client id's instance name; facades given the same one share one
+            client instance (the default gives every producer its own).
     """
 
     def __init__(self, namesrv_addr: str, group: str = c.DEFAULT_PRODUCER_GROUP, *,
@@ -155,7 +135,8 @@ class Producer:
                  selector: QueueSelector | None = None, clock: Clock = SYSTEM_CLOCK,
                  async_batch_count_max: int = c.SEND_ASYNC_BATCH_COUNT_MAX,
                  async_batch_bytes_max: int = c.SEND_ASYNC_BATCH_BYTES_MAX,
-                 async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX) -> None:
+                 async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX,
+                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:
         validate_group(group, "producer")
         timing = timing or Timing()
         self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
@@ -172,9 +153,13 @@ class Producer:
         self.retry_times_async = retry_times_async
         self.default_topic_queue_nums = default_topic_queue_nums
         self.body_bytes_max = body_bytes_max
-        self._instance = ClientInstance(namesrv_addr, name=f"producer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides,
-                                        producer_default_queue_nums=default_topic_queue_nums)
+        if not isinstance(instance_name, str) or not instance_name:
+            raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        self.client_id = make_client_id(instance_name)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"producer-{group}", timing=timing,
+                                                 dial_overrides=dial_overrides,
+                                                 producer_default_queue_nums=default_topic_queue_nums)
+        self._attached = False
         self._ids = id_generator
         self._selector = selector or QueueSelector()
         self._clock = clock
@@ -190,7 +175,8 @@ class Producer:
         if self._ids is None:
             self._ids = default_generator()
         self._born_host = f"{local_ipv4()}:0"
-        self._instance.start()
+        self._instance.attach(ROLE_PRODUCER, self.group)
+        self._attached = True
 
     def shutdown(self) -> None:
         """Wait (boundedly) for asynchronous sends in flight, then close everything.
@@ -198,17 +184,19 @@ class Producer:
         Messages still waiting for their batch after that resolve with ClientStateError
         (never sent); batches cut off in flight with OutcomeUnknownError.
         """
-        if (self._instance.running and not self._instance.in_loop_thread()
+        if (self._attached and self._instance.running and not self._instance.in_loop_thread()
                 and not self._batcher.wait_idle(self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S)):
             closing = ClientStateError("send_async: the producer shut down before the message was sent")
             try:
                 self._instance.run(self._fail_waiting(closing), SYNC_WAIT_SLACK_S, "shutdown")
             except MqError as err:
                 log.warning("shutdown: could not fail the waiting async sends: %s", err)
-        self._instance.close()
+        if self._attached:
+            self._attached = False
+            self._instance.detach(ROLE_PRODUCER, self.group)
 
     def __enter__(self) -> Producer:
-        if not self._instance.running:
+        if not self._attached:
             self.start()
         return self
 
@@ -219,7 +207,7 @@ class Producer:
     def send(self, msg: Message) -> SendResult:
         """Send one message; retried on another broker when the failure allows it."""
         out, uid = self._prepare(msg)
-        coro = self._send_default(msg.topic, [out], [uid], self.retry_times, c.RETRIABLE_SEND_CODES)
+        coro = self._send_default(msg.topic, [out], [uid], self.retry_times)
         return self._run(coro, f"send to {msg.topic}")
 
     def send_orderly(self, msg: Message, sharding_key: object) -> SendResult:
@@ -236,7 +224,7 @@ class Producer:
         topic = validate_batch(msgs, self.body_bytes_max)
         prepared = [self._prepare(m, validated=True) for m in msgs]
         coro = self._send_default(topic, [out for out, _ in prepared], [uid for _, uid in prepared],
-                                  self.retry_times, c.RETRIABLE_SEND_CODES)
+                                  self.retry_times)
         return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
@@ -251,7 +239,7 @@ class Producer:
         retried, within one send timeout counted from this call.
         """
         out, uid = self._prepare(msg)
-        if not self._instance.running:
+        if not self._attached or not self._instance.running:
             raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
         fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
         # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone, as
@@ -278,7 +266,7 @@ class Producer:
 
     async def _send_coalesced(self, topic: str, outs: list[Outgoing], uids: list[str],
                               queue: MessageQueue | None, deadline: Deadline) -> SendResult:
-        return await self._send_default(topic, outs, uids, self.retry_times_async, ASYNC_RETRY_CODES,
+        return await self._send_default(topic, outs, uids, self.retry_times_async, asynchronous=True,
                                         first_queue=queue, deadline=deadline)
 
     # --- preparation (caller thread) ---------------------------------------------------
@@ -300,6 +288,9 @@ class Producer:
         return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
 
     def _run(self, coro: Any, what: str) -> SendResult:
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"{what}: the producer is not running; call start() first")
         return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
     # --- the send path (loop) ----------------------------------------------------------
@@ -313,11 +304,11 @@ class Producer:
                                  "the request was sent; nothing was stored") from None
 
     async def _send_default(self, topic: str, outs: list[Outgoing], uids: list[str],
-                            retry_times: int, retry_codes: frozenset[str], *, first_queue: MessageQueue | None = None,
+                            retry_times: int, *, asynchronous: bool = False, first_queue: MessageQueue | None = None,
                             deadline: Deadline | None = None) -> SendResult:
         """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout.
 
-        `first_queue` is where the first attempt goes (default: the selector's next queue);
+        Which failures are retried: `retries_send`. `first_queue` is where the first attempt goes (default: the selector's next queue);
         `deadline` the end of the send timeout (default: one send timeout from now).
         """
         what = f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}"
@@ -338,10 +329,8 @@ class Producer:
             last_broker = mq.broker_name
             try:
                 return await self._send_kernel(mq, outs, uids, deadline, what)
-            except TransportError as err:
-                last_error = err
-            except RemoteError as err:
-                if err.code not in retry_codes:
+            except MqError as err:
+                if not retries_send(err, asynchronous=asynchronous):
                     final = _final_error(err, maybe_stored, what)
                     if final is err:
                         raise
@@ -387,8 +376,6 @@ class Producer:
         remaining_ms = deadline.remaining_ms()
         if remaining_ms <= 0:
             raise TransportError(f"{what}: the send timeout passed before the request was sent")
-        request = build_request(outs, producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                                default_topic_queue_nums=self.default_topic_queue_nums, born_host=self._born_host)
-        resp = await self._instance.unary(self._instance.broker_stub(addr).SendMessage, request, remaining_ms,
-                                          f"{what} at {mq.broker_name}/{addr}", side_effects=True)
-        return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
+        return await self._instance.api.send(
+            addr, mq, outs, uids, group=self.group, default_topic_queue_nums=self.default_topic_queue_nums,
+            born_host=self._born_host, timeout_ms=remaining_ms, what=f"{what} at {mq.broker_name}/{addr}")

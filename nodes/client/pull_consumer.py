@@ -2,7 +2,7 @@
 
 Owns argument checks and the synchronous facade: which queues a topic has, one pull (plain
 or long-polled), and the broker-side offset and queue-offset queries. The pull itself goes
-through `PullApi` on the broker's pipelined `PullStream` (DESIGN §5a). Does not own any pull
+through `PullApi` on the broker's pipelined `PullStream`. Does not own any pull
 loop, flow control or offset caching: the caller decides what to pull and when to commit.
 """
 
@@ -12,18 +12,25 @@ import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nodes.client.errors import BrokerNotFoundError, InvalidArgumentError
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_CONSUMER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
+from nodes.client.offset_store import offset_store_address, query_queue_offset
 from nodes.client.pull_api import PullApi
-from nodes.client.routes import FoundBroker
+from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
 from nodes.common.config import Timing
-from nodes.common.errors import InvalidMessageError, RouteNotFoundError, for_code
+from nodes.common.errors import (
+    ClientStateError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    RouteNotFoundError,
+)
 from nodes.common.types import MessageQueue, PullResult, validate_topic
-from nodes.common.wire import code_name, raise_unless_success
-from proto import broker_pb2, common_pb2
-
-CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer.consumerPullTimeoutMillis (candidate for constants)
 
 
 def check_pull_args(mq: object, queue_offset: object, max_nums: object, sub_expression: object) -> str:
@@ -62,7 +69,7 @@ def _check_topic(topic: object) -> str:
 
 
 class PullConsumer:
-    """Pull messages from explicit queues and offsets (DESIGN §8).
+    """Pull messages from explicit queues and offsets.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
@@ -74,15 +81,18 @@ class PullConsumer:
             decision: the broker id asked for, the one that answered, the suggestion.
         pull_from_broker_id: beyond RocketMQ: pull from this broker id (e.g. 1, a slave) whatever
             the brokers suggest; None (the default) follows the suggestions as RocketMQ does.
+        instance_name: the client id's instance name; facades given the same one share one
+            client instance (the default gives every consumer its own).
 
     Pulled messages come as a sequence decoded on first use (`pull_api.MessageBatch`), so
     decoding runs in the thread that reads them and `len(result.messages)` costs nothing.
     """
 
     def __init__(self, namesrv_addr: str, group: str, *, timing: Timing | None = None,
-                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = CONSUMER_PULL_TIMEOUT_MS,
+                 dial_overrides: Mapping[str, str] | None = None, pull_timeout_ms: int = c.CONSUMER_PULL_TIMEOUT_MS,
                  on_routing_event: Callable[[dict[str, Any]], None] | None = None,
-                 pull_from_broker_id: int | None = None) -> None:
+                 pull_from_broker_id: int | None = None,
+                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:
         validate_group(group, "consumer")
         if not isinstance(pull_timeout_ms, int) or pull_timeout_ms <= 0:
             raise InvalidArgumentError(f"pull_timeout_ms must be a positive integer, got {pull_timeout_ms!r}")
@@ -92,21 +102,28 @@ class PullConsumer:
                                        f"got {pull_from_broker_id!r}")
         self.group = group
         self.pull_timeout_ms = pull_timeout_ms
-        self._instance = ClientInstance(namesrv_addr, name=f"pull-consumer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides)
+        if not isinstance(instance_name, str) or not instance_name:
+            raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        self.client_id = make_client_id(instance_name)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"pull-consumer-{group}",
+                                                 timing=timing, dial_overrides=dial_overrides)
+        self._attached = False
         self.timing = self._instance.timing
         self._api = PullApi(self._instance, group, on_routing_event)
         self._api.pinned_broker_id = pull_from_broker_id
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        self._instance.start()
+        self._instance.attach(ROLE_CONSUMER, self.group)
+        self._attached = True
 
     def shutdown(self) -> None:
-        self._instance.close()
+        if self._attached:
+            self._attached = False
+            self._instance.detach(ROLE_CONSUMER, self.group)
 
     def __enter__(self) -> PullConsumer:
-        if not self._instance.running:
+        if not self._attached:
             self.start()
         return self
 
@@ -114,6 +131,9 @@ class PullConsumer:
         self.shutdown()
 
     def _run(self, coro: Any, timeout_ms: int, what: str) -> Any:
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"{what}: the consumer is not running; call start() first")
         return self._instance.run(coro, timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
     # --- queues and pulls --------------------------------------------------------------
@@ -154,6 +174,9 @@ class PullConsumer:
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
         coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
                                      suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
+        if not self._attached:
+            coro.close()
+            raise ClientStateError(f"pull_async {mq}@{offset}: the consumer is not running; call start() first")
         return self._instance.submit(coro, f"pull_async {mq}@{offset}")
 
     def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,
@@ -192,72 +215,35 @@ class PullConsumer:
         timeout_ms = self.timing.rpc_timeout_ms
         self._run(self._update_offset(mq, offset, timeout_ms), timeout_ms * 2, f"update_offset {mq}")
 
-    async def _offset_store_address(self, mq: MessageQueue) -> FoundBroker:
-        """The offset-store lookup: the master only, then after a route refresh any broker."""
-        routes = self._instance.routes
-        if routes.route(mq.topic) is None:
-            await routes.ensure_route(mq.topic)
-        found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, True)
-        if found is None:
-            await routes.update_topic(mq.topic)
-            found = routes.find_broker_address_in_subscribe(mq.broker_name, c.MASTER_ID, False)
-        if found is None:
-            raise BrokerNotFoundError(f"broker {mq.broker_name} is not in the route of {mq.topic}")
-        return found
-
     async def _query_offset(self, mq: MessageQueue, timeout_ms: int) -> int:
-        found = await self._offset_store_address(mq)
-        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                        queue_id=mq.queue_id)
-        resp = await self._instance.unary(self._instance.broker_stub(found.addr).QueryConsumerOffset, request,
-                                          timeout_ms, f"query_offset {mq} at {found.addr}")
-        if resp.code == common_pb2.SUCCESS:
-            return resp.offset
-        if resp.code == common_pb2.QUERY_NOT_FOUND:
-            return -1
-        raise for_code(code_name(resp.code), resp.remark)
+        found = await offset_store_address(self._instance, mq)
+        offset = await self._instance.api.query_consumer_offset(found.addr, self.group, mq, timeout_ms)
+        return -1 if offset is None else offset
 
     async def _update_offset(self, mq: MessageQueue, offset: int, timeout_ms: int) -> None:
-        found = await self._offset_store_address(mq)
-        request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
-                                                         queue_id=mq.queue_id, offset=offset)
-        resp = await self._instance.unary(self._instance.broker_stub(found.addr).UpdateConsumerOffset, request,
-                                          timeout_ms, f"update_offset {mq} at {found.addr}")
-        raise_unless_success(resp)
+        found = await offset_store_address(self._instance, mq)
+        await self._instance.api.update_consumer_offset(found.addr, self.group, mq, offset, timeout_ms)
 
     # --- queue offsets (MQAdminImpl: masters only) ------------------------------------------
     def min_offset(self, mq: MessageQueue) -> int:
         """The smallest queue offset still stored in `mq`."""
-        return self._queue_offset(mq, broker_pb2.MIN, 0, "min_offset")
+        return self._queue_offset(mq, OffsetKind.MIN, 0, "min_offset")
 
     def max_offset(self, mq: MessageQueue) -> int:
         """One past the last queue offset of `mq` (the next offset to be written)."""
-        return self._queue_offset(mq, broker_pb2.MAX, 0, "max_offset")
+        return self._queue_offset(mq, OffsetKind.MAX, 0, "max_offset")
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The queue offset of the first message stored at or after `timestamp_ms`."""
         if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool) or timestamp_ms < 0:
             raise InvalidArgumentError(f"timestamp_ms must be ms since the epoch, got {timestamp_ms!r}")
-        return self._queue_offset(mq, broker_pb2.BY_TIMESTAMP, timestamp_ms, "search_offset")
+        return self._queue_offset(mq, OffsetKind.BY_TIMESTAMP, timestamp_ms, "search_offset")
 
-    def _queue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, what: str) -> int:
+    def _queue_offset(self, mq: MessageQueue, kind: OffsetKind, timestamp_ms: int, what: str) -> int:
         self._check_mq(mq)
         timeout_ms = self.timing.rpc_timeout_ms
-        return self._run(self._aqueue_offset(mq, kind, timestamp_ms, timeout_ms, f"{what} {mq}"),
+        return self._run(query_queue_offset(self._instance, mq, kind, timestamp_ms=timestamp_ms, timeout_ms=timeout_ms),
                          timeout_ms * 2, f"{what} {mq}")
-
-    async def _aqueue_offset(self, mq: MessageQueue, kind: int, timestamp_ms: int, timeout_ms: int,
-                             what: str) -> int:
-        routes = self._instance.routes
-        if routes.route(mq.topic) is None:
-            await routes.ensure_route(mq.topic)
-        addr = await routes.publish_address(mq.topic, mq.broker_name)
-        request = broker_pb2.GetQueueOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, kind=kind,
-                                                   timestamp_ms=timestamp_ms)
-        resp = await self._instance.unary(self._instance.broker_stub(addr).GetQueueOffset, request, timeout_ms,
-                                          f"{what} at {addr}")
-        raise_unless_success(resp)
-        return resp.offset
 
     @staticmethod
     def _check_mq(mq: object) -> None:

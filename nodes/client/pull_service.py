@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.flow_control import FlowThresholds, decide_pull
 from nodes.client.offset_store import OffsetStore
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_api import PullApi
-from nodes.client.rebalance import SubscriptionData
 from nodes.common.clock import Clock
 from nodes.common.config import Timing
 from nodes.common.errors import MqError
@@ -68,7 +68,7 @@ class PullService:
 
     Args:
         api: routes pulls (pull-from-which-node memory, commit flag cleared for slaves).
-        subscriptions: the rebalance's subscription table (read, never changed here).
+        state: the subscriptions and the lock-validity rule (read, never changed here).
         offset_store: read for the commit offset, corrected on NO_NEW_MSG / OFFSET_ILLEGAL.
         submit: hands found messages to the consume service.
         remove_process_queue: rebalance's removal, used by the OFFSET_ILLEGAL fix-up.
@@ -81,7 +81,7 @@ class PullService:
             switch commit-pulled-offset listens (the offset store's `note_pulled`).
     """
 
-    def __init__(self, *, api: PullApi, subscriptions: Mapping[str, SubscriptionData], offset_store: OffsetStore,
+    def __init__(self, *, api: PullApi, state: ConsumerState, offset_store: OffsetStore,
                  submit: SubmitConsume, remove_process_queue: Callable[[MessageQueue], Awaitable[None]],
                  thresholds: Callable[[], FlowThresholds], message_model: MessageModel, timing: Timing,
                  clock: Clock, pull_batch_size: int, post_subscription: bool,
@@ -92,7 +92,7 @@ class PullService:
         self._on_pulled = on_pulled
         self._orderly_submit = orderly_submit
         self._compute_pull_from_where = compute_pull_from_where
-        self._subscriptions = subscriptions
+        self._state = state
         self._offset_store = offset_store
         self._submit = submit
         self._remove_process_queue = remove_process_queue
@@ -160,14 +160,13 @@ class PullService:
             delay_ms = await self._check_lock(request)
             if delay_ms is not None:
                 return None if pq.dropped else delay_ms
-        subscription = self._subscriptions.get(mq.topic)
+        subscription = self._state.subscriptions.get(mq.topic)
         if subscription is None:
             log.warning("no subscription for %s; pulling it again later", mq)
             return self._timing.pull_delay_when_exception_ms
         commit_offset = None
         commit_seq = 0
-        if self._message_model is MessageModel.CLUSTERING and (not orderly or not pq.is_lock_expired(
-                now_ms, lock_max_live_ms=self._timing.client_lock_lease_ms)):
+        if self._message_model is MessageModel.CLUSTERING and (not orderly or self._state.lock_valid(pq, now_ms)):
             # beyond RocketMQ: an orderly queue whose client lock ran out piggybacks no offset (a
             # resumed consumer must not rewind the new owner's offset)
             commit_offset = self._offset_store.read_memory(mq)

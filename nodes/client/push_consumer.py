@@ -1,11 +1,12 @@
 """PushConsumer: subscribe, register a listener, start; messages arrive on a thread pool.
 
-The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners (DESIGN §5, §8).
+The facade of RocketMQ's DefaultMQPushConsumer for concurrent listeners.
 Owns argument checks, the wiring of the parts and the lifecycle (start / shutdown order).
 
-    heartbeat.HeartbeatService      heartbeats, notification streams, unregister
+    instance.ClientInstance         shared per client id: routes, RPCs, heartbeats (heartbeat.*)
     rebalance.RebalanceImpl/Service owned queues, consume-from-where, subscription table
-    push_rebalance.*                what rebalance asks of this consumer: consumer list, offsets, locks
+    consumer_state.ConsumerState    subscriptions, owned queues, the lock-validity rule
+    push_rebalance.*                what rebalance asks for: consumer list, offsets, locks, pull loops
     pull_service.PullService        one long-polling pull loop per owned queue
     consume_concurrently.*          the listener pool, ack index, offsets, expired messages
     consume_orderly.*               orderly listeners: one call at a time per locked queue
@@ -18,9 +19,7 @@ Everything but the listener runs on the `ClientInstance` loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,17 @@ from nodes.client.consume_concurrently import CleanExpiredService, ConsumeMessag
 from nodes.client.consume_orderly import (
     ConsumeMessageOrderlyService,
     OrderlyListener,
-    orderly_send_back_message,
 )
-from nodes.client.errors import ClientStateError, InvalidArgumentError
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.flow_control import FlowThresholds
-from nodes.client.heartbeat import HeartbeatService, make_client_id
-from nodes.client.instance import SYNC_WAIT_SLACK_S, ClientInstance, validate_group
+from nodes.client.heartbeat import RegisteredConsumer
+from nodes.client.instance import (
+    CLIENT_MANAGER,
+    ROLE_CONSUMER,
+    SYNC_WAIT_SLACK_S,
+    make_client_id,
+    validate_group,
+)
 from nodes.client.lock_service import LockRenewalService, QueueLocker
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
@@ -48,11 +52,12 @@ from nodes.client.pull_api import PullApi
 from nodes.client.pull_service import PullService
 from nodes.client.push_rebalance import PushOrderlyLocks, PushRebalanceDeps
 from nodes.client.rebalance import RebalanceImpl, RebalanceService
+from nodes.client.rpc.api import ConsumerData
 from nodes.client.send_back import MessageSender
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import Timing
-from nodes.common.errors import InvalidMessageError, MqError
+from nodes.common.errors import ClientStateError, InvalidArgumentError, InvalidMessageError, MqError
 from nodes.common.service import CrashHandler, Lifecycle, LifecycleState, Service
 from nodes.common.types import (
     ConsumeFromWhere,
@@ -61,12 +66,10 @@ from nodes.common.types import (
     MessageQueue,
     validate_topic,
 )
-from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OFFSET_STORE_DIR = Path.home() / ".mqlab_offsets"  # rocketmq.client.localOffsetStoreDir
-CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000  # consumeTimestamp defaults to half an hour before construction
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -77,7 +80,7 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 
 
 class PushConsumer:
-    """A RocketMQ-style push consumer with a concurrent or an orderly listener (DESIGN §8).
+    """A RocketMQ-style push consumer with a concurrent or an orderly listener.
 
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
@@ -143,12 +146,13 @@ class PushConsumer:
         self.flow_thresholds = flow_thresholds or FlowThresholds()
         self.post_subscription_when_pull = post_subscription_when_pull
         self._clock = clock
-        self.consume_timestamp_ms = (clock.wall_ms() - CONSUME_TIMESTAMP_BACK_MS
+        self.consume_timestamp_ms = (clock.wall_ms() - c.CONSUME_TIMESTAMP_BACK_MS
                                      if consume_timestamp_ms is None else consume_timestamp_ms)
         self._on_event = on_event
         self._on_crash = on_crash
-        self._instance = ClientInstance(namesrv_addr, name=f"push-consumer-{group}", timing=timing,
-                                        dial_overrides=dial_overrides)
+        self.client_id = make_client_id(instance_name, message_model)
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"push-consumer-{group}",
+                                                 timing=timing, dial_overrides=dial_overrides)
         self.timing = self._instance.timing
         self.lifecycle = LifecycleState(f"push consumer {group}", clock)
         self._subscriptions: dict[str, str] = {}
@@ -156,9 +160,9 @@ class PushConsumer:
         self._orderly = False
         self._locker: QueueLocker | None = None
         self._thresholds = self.flow_thresholds
-        self._rng = random.Random()
+        self._state = ConsumerState(group=group, message_model=message_model, clock=clock,
+                                    client_lock_lease_ms=self.timing.client_lock_lease_ms)
         self._sender: MessageSender | None = None
-        self.client_id = ""
         self._services: list[Service] = []
 
     # --- configuration ------------------------------------------------------------------
@@ -190,7 +194,7 @@ class PushConsumer:
             self._instance.run(self._asubscribe(topic, expression), self._rpc_budget_s(), f"subscribe {topic}")
 
     async def _asubscribe(self, topic: str, expression: str) -> None:
-        self._rebalance.subscribe(topic, expression)
+        self._state.subscribe(topic, expression)
         try:
             await self._instance.routes.update_topic(topic)
         except MqError as err:
@@ -240,13 +244,16 @@ class PushConsumer:
         if not self._subscriptions:
             raise ClientStateError("no subscription: call subscribe(topic) before start()")
         self.lifecycle.transition(Lifecycle.STARTING)
-        self.client_id = make_client_id(self.instance_name, self.message_model)
         try:
-            self._instance.start()
+            self._instance.attach(ROLE_CONSUMER, self.group)
+        except BaseException:
+            self.lifecycle.transition(Lifecycle.FAILED)
+            raise
+        try:
             self._instance.run(self._astart(), self._rpc_budget_s() * 2 + 10, f"start push consumer {self.group}")
         except BaseException:
             self.lifecycle.transition(Lifecycle.FAILED)
-            self._instance.close()
+            self._instance.detach(ROLE_CONSUMER, self.group)
             raise
         self.lifecycle.transition(Lifecycle.RUNNING)
         log.info("push consumer %s started as %s (%s, %s)", self.group, self.client_id, self.message_model.value,
@@ -268,19 +275,13 @@ class PushConsumer:
                                                       on_event=self._on_event, commit_pulled_offset=commit_pulled)
         self._offset_store.load()
         orderly = self._orderly
+        state = self._state
+        state.orderly = orderly
+        state.copy_subscription(self._subscriptions)
         if orderly and self.message_model is MessageModel.CLUSTERING:
-            self._locker = QueueLocker(instance, self.group, self.client_id, client_lease_ms=timing.client_lock_lease_ms,
-                                       clock=self._clock, process_queues=lambda: self._rebalance.process_queue_table,
-                                       on_event=self._on_event,
+            self._locker = QueueLocker(instance, state, self.client_id, on_event=self._on_event,
                                        on_regained=lambda mq, pq, sent_ms: self._rebalance.resume_regained(
                                            mq, pq, sent_ms))
-        self._rebalance = RebalanceImpl(
-            group=self.group, client_id=self.client_id, message_model=self.message_model, allocate=self.allocate,
-            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=PushRebalanceDeps(self),
-            clock=self._clock, pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event,
-            orderly=PushOrderlyLocks(self) if self._locker is not None else None,
-            consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
-        self._rebalance.copy_subscription(self._subscriptions)
         self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
                                      on_event=self._on_event)
         assert self._listener is not None
@@ -288,9 +289,9 @@ class PushConsumer:
         if orderly:
             locker = self._locker
             self._consume = ConsumeMessageOrderlyService(
-                group=self.group, listener=self._listener, message_model=self.message_model,
-                offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._orderly_send_back,
-                clock=self._clock, timing=timing, thread_count=self.consume_thread_min,
+                state=state, listener=self._listener,
+                offset_store=self._offset_store, lock_one=self._lock_one, send_back=self._sender.dead_letter_orderly,
+                timing=timing, thread_count=self.consume_thread_min,
                 batch_max_size=self.consume_message_batch_max_size, max_reconsume_times=self.max_reconsume_times,
                 suspend_ms=self.suspend_current_queue_time_ms,
                 on_lock_expired=locker.note_expired if locker is not None else None)
@@ -300,12 +301,24 @@ class PushConsumer:
                 offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
                 thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
+        orderly_locks = None
+        if self._locker is not None:
+            assert isinstance(self._consume, ConsumeMessageOrderlyService)
+            orderly_locks = PushOrderlyLocks(self._locker, self._consume)
+        deps = PushRebalanceDeps(
+            instance=instance, state=state, dispatch=lambda request: self._pull.execute_pull_request_immediately(request),
+            queues_changed=self._queues_changed, consume_timestamp_ms=self.consume_timestamp_ms,
+            rpc_timeout_ms=timing.rpc_timeout_ms)
+        self._rebalance = RebalanceImpl(
+            state=state, client_id=self.client_id, allocate=self.allocate,
+            consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=deps,
+            pull_max_idle_ms=timing.pull_max_idle_ms, on_event=self._on_event, orderly=orderly_locks,
+            consume_lock_try_ms=timing.consume_lock_try_ms, unlock_delay_ms=timing.unlock_delay_ms)
         self._consume.start()
         self._pull = PullService(
             api=PullApi(instance, self.group, self._routing_event, client_id=self.client_id,
                         ignore_pull_suggestion=c.FAULT_IGNORE_PULL_SUGGESTION in self.fault_switches),
-            subscriptions=self._rebalance.subscriptions,
-            offset_store=self._offset_store, submit=self._submit_concurrently,
+            state=state, offset_store=self._offset_store, submit=self._submit_concurrently,
             remove_process_queue=self._rebalance.remove_process_queue, thresholds=lambda: self._thresholds,
             message_model=self.message_model, timing=timing, clock=self._clock,
             pull_batch_size=self.pull_batch_size, post_subscription=self.post_subscription_when_pull,
@@ -313,25 +326,23 @@ class PushConsumer:
                 self._consume, ConsumeMessageOrderlyService) else None,
             compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None,
             on_pulled=self._offset_store.note_pulled if commit_pulled else None)
-        self._heartbeat = HeartbeatService(
-            instance, self.client_id, consumer_data=self._consumer_data, topics=lambda: list(self._rebalance.subscriptions),
-            on_notification=self._on_notification, interval_ms=timing.client_heartbeat_ms,
-            timeout_ms=timing.rpc_timeout_ms, on_crash=self._on_crash)
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
-        for topic in self._rebalance.subscriptions:
+        self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
+            consumer_data=self._consumer_data, topics=state.topics,
+            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash))
+        for topic in state.topics():
             try:
                 await instance.routes.update_topic(topic)
             except MqError as err:
                 log.warning("route of %s: %s", topic, err)
         await self._heartbeat.send_heartbeat_to_all_brokers()
         self._services = [
-            self._heartbeat,
-            ConsumerOffsetPersistService(self._offset_store, self._offsets_to_persist,
+            ConsumerOffsetPersistService(self._offset_store, state.queues_to_persist,
                                          timing.consumer_offset_persist_ms, timing.consumer_offset_persist_first_ms,
                                          on_crash=self._on_crash),
         ]
         if isinstance(self._consume, ConsumeMessageConcurrentlyService):  # cleanExpiredMsg skips orderly queues
-            self._services.append(CleanExpiredService(self._consume, lambda: self._rebalance.process_queue_table,
+            self._services.append(CleanExpiredService(self._consume, lambda: state.process_queue_table,
                                                       timing.consume_timeout_ms, on_crash=self._on_crash))
         if self._locker is not None:  # lockMQPeriodically
             self._services.append(LockRenewalService(self._locker, timing.lock_renew_interval_ms,
@@ -356,28 +367,25 @@ class PushConsumer:
         except (MqError, TimeoutError) as err:
             log.warning("push consumer %s did not shut down cleanly: %s", self.group, err)
         finally:
-            self._instance.close()
+            self._instance.detach(ROLE_CONSUMER, self.group)
             if self._sender is not None:
                 self._sender.close()
             self.lifecycle.transition(Lifecycle.STOPPED)
 
     async def _ashutdown(self) -> None:
         for service in self._services:
-            if service is not self._heartbeat:
-                await service.stop()
+            await service.stop()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         if self._locker is not None:
             # orderly: unlock before persisting offsets, as RocketMQ does (reference gap 11)
             await self._locker.unlock_all()
             await self._locker.close()
-        owned = list(self._rebalance.process_queue_table)
+        owned = list(self._state.process_queue_table)
         await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
         await self._rebalance.close()
-        await self._heartbeat.stop()
-        await self._heartbeat.unregister(self.group)
-        await self._heartbeat.close_notifications()
+        await self._instance.unregister_consumer(self.group, self._state.topics())
 
     def __enter__(self) -> PushConsumer:
         if self.lifecycle.state == Lifecycle.INIT:
@@ -394,20 +402,24 @@ class PushConsumer:
         Raises:
             RouteNotFoundError: the topic has no route.
         """
-        if not self._instance.running:
+        if not self._started():
             raise ClientStateError("fetch_subscribe_message_queues needs a started consumer; call start() first")
         budget_s = self._rpc_budget_s() * len(self._instance.namesrv_addrs)
         return self._instance.run(self._instance.routes.subscribe_info(topic, refresh=True), budget_s,
                                   f"fetch_subscribe_message_queues({topic})")
 
+    def _started(self) -> bool:
+        """Started and not yet shut down (the instance may be shared: its own state is not enough)."""
+        return self.lifecycle.state in (Lifecycle.RUNNING, Lifecycle.STOPPING) and self._instance.running
+
     def owned_queues(self) -> list[MessageQueue]:
         """The queues this consumer holds now (all topics, the retry topic included), sorted."""
-        if not self._instance.running:
+        if not self._started():
             return []
         return self._instance.run(self._aowned(), self._rpc_budget_s(), "owned_queues")
 
     async def _aowned(self) -> list[MessageQueue]:
-        return sorted(mq for mq, pq in self._rebalance.process_queue_table.items() if not pq.dropped)
+        return self._state.owned_queues()
 
     def describe(self) -> dict[str, Any]:
         """A snapshot for status lines: owned queues, caches, offsets, counters."""
@@ -416,7 +428,7 @@ class PushConsumer:
         return self._instance.run(self._adescribe(), self._rpc_budget_s(), "describe")
 
     async def _adescribe(self) -> dict[str, Any]:
-        table = self._rebalance.process_queue_table
+        table = self._state.process_queue_table
         offsets = self._offset_store.offsets()
         return {
             "client_id": self.client_id, "state": self.lifecycle.state.name, "group": self.group,
@@ -434,16 +446,11 @@ class PushConsumer:
         }
 
     # --- wiring callbacks (loop) ---------------------------------------------------------------
-    def _consumer_data(self) -> list[consumer_pb2.ConsumerData]:
-        subs = [consumer_pb2.SubscriptionData(topic=s.topic, expression=s.expression, sub_version=s.sub_version)
-                for s in self._rebalance.subscriptions.values()]
-        return [consumer_pb2.ConsumerData(
-            group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY, message_model=self.message_model.value,
-            consume_from_where=self.consume_from_where.value, subscriptions=subs)]
-
-    def _on_notification(self, group: str) -> None:
-        if group == self.group:
-            self._rebalance_service.wakeup()
+    def _consumer_data(self) -> ConsumerData:
+        subs = [(s.topic, s.expression, s.sub_version) for s in self._state.subscriptions.values()]
+        return ConsumerData(group=self.group, consume_type=c.CONSUME_TYPE_PASSIVELY,
+                            message_model=self.message_model.value,
+                            consume_from_where=self.consume_from_where.value, subscriptions=subs)
 
     def _routing_event(self, event: dict[str, Any]) -> None:
         """Every pull's routing: who pulled which queue from which broker, and when, is what the
@@ -456,16 +463,10 @@ class PushConsumer:
         if self._on_event is not None:
             self._on_event(event)
 
-    def _offsets_to_persist(self) -> list[MessageQueue]:
-        """persistAllConsumerOffset's queues: every owned one; beyond RocketMQ, an orderly consumer
-        leaves out queues whose client lock ran out (a resumed consumer must not rewind the offset
-        another consumer is moving meanwhile)."""
-        table = self._rebalance.process_queue_table
-        if self._locker is None:
-            return list(table)
-        now_ms = self._clock.monotonic_ms()
-        lease_ms = self.timing.client_lock_lease_ms
-        return [mq for mq, pq in table.items() if pq.locked and not pq.is_lock_expired(now_ms, lock_max_live_ms=lease_ms)]
+    async def _queues_changed(self, queue_count: int) -> None:
+        """After a rebalance changed the owned queues: per-queue thresholds, and a heartbeat now."""
+        self._thresholds = self.flow_thresholds.for_queue_count(queue_count)
+        await self._heartbeat.send_heartbeat_to_all_brokers()
 
     def _submit_concurrently(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         consume = self._consume
@@ -478,21 +479,3 @@ class PushConsumer:
         if self._locker is None:
             return True
         return await self._locker.lock(mq, reason="consume") is not None
-
-    async def _orderly_send_back(self, msg: MessageExt) -> bool:
-        """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
-        limit, and the broker dead-letters it (reference §5). False if the send failed."""
-        consume = self._consume
-        assert self._sender is not None and isinstance(consume, ConsumeMessageOrderlyService)
-        copy = orderly_send_back_message(msg, self.group, consume.max_reconsume_times)
-        try:
-            producer = await self._sender._inner_producer()  # the consumer's one internal producer
-            await asyncio.to_thread(producer.send, copy)
-        except MqError as err:
-            log.warning("dead-lettering %s of %s failed: %s", msg.msg_id, self.group, err)
-            self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
-                        "orderly": True, "reconsume_times": msg.reconsume_times, "ok": False, "error": str(err)})
-            return False
-        self._emit({"event": "send-back", "group": self.group, "msg_id": msg.msg_id, "via": "producer",
-                    "orderly": True, "reconsume_times": msg.reconsume_times, "ok": True})
-        return True

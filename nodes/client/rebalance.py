@@ -2,11 +2,12 @@
 
 Owns RocketMQ's `RebalanceImpl` / `RebalancePushImpl` / `RebalanceService` for concurrent
 and orderly consumers (reference §6; orderly: lock a queue before taking it, unlock it after
-its listener call when giving it up, through `OrderlyLocks`): the subscription table (CLUSTERING adds `%RETRY%<group>`), the
-allocation per topic (sorted queues, sorted client ids from one broker of the topic, the
-configured strategy), the process queue table (`update_process_queue_table`: drop what is no
-longer ours, persist and forget its offset; re-create pull-expired queues; add new ones at
-their consume-from-where offset) and the truncation of unsubscribed topics. Does not pull
+its listener call when giving it up, through `OrderlyLocks`): the allocation per topic (sorted
+queues, sorted client ids from one broker of the topic, the configured strategy), the changes
+to the queue table (`update_process_queue_table`: drop what is no longer ours, persist and
+forget its offset; re-create pull-expired queues; add new ones at their consume-from-where
+offset) and the truncation of unsubscribed topics. The subscriptions, the table itself and the
+lock-validity rule belong to `ConsumerState`. Does not pull
 (`pull_service`), consume, or talk to brokers itself: everything with I/O comes in through
 `RebalanceDeps`, so unit tests drive it with fakes.
 
@@ -19,37 +20,20 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from nodes.client.allocate import AllocateStrategy
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.offset_store import OFFSET_NOT_FOUND, OffsetStore, ReadOffsetType
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
-from nodes.common.clock import Clock
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import ConsumeFromWhere, MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
-
-SUBSCRIBE_ALL = "*"
-
-
-def retry_topic(group: str) -> str:
-    """`%RETRY%<group>`: where a CLUSTERING group's sent-back messages come back from."""
-    return c.RETRY_GROUP_TOPIC_PREFIX + group
-
-
-@dataclass(slots=True)
-class SubscriptionData:
-    """One topic of the consumer's subscription (RocketMQ SubscriptionData, tag mode only)."""
-
-    topic: str
-    expression: str = SUBSCRIBE_ALL
-    sub_version: int = 0
-
 
 # --- pure decisions -----------------------------------------------------------------------------
 
@@ -151,8 +135,6 @@ class OrderlyLocks(Protocol):
     def unlock_later(self, mq: MessageQueue, delay_ms: int) -> None:
         """Unlock `mq` (oneway) after `delay_ms`."""
 
-    def holds_lock(self, pq: ProcessQueue) -> bool:
-        """Whether `pq`'s client lock is still valid (locked and not expired)."""
 
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -171,53 +153,40 @@ class RebalanceImpl:
     """The owned queues of one push consumer and the rules that change them.
 
     Caller: `RebalanceService` (do_rebalance), the pull service (`remove_process_queue` after
-    OFFSET_ILLEGAL), the facade (subscriptions, shutdown). Affects: `process_queue_table`, the
+    OFFSET_ILLEGAL), the facade (shutdown). Affects: the state's queue table, the
     offset store's memory table, pull loops (through `deps.dispatch_pull` and `pq.dropped`).
     """
 
-    def __init__(self, *, group: str, client_id: str, message_model: MessageModel, allocate: AllocateStrategy,
+    def __init__(self, *, state: ConsumerState, client_id: str, allocate: AllocateStrategy,
                  consume_from_where: ConsumeFromWhere, offset_store: OffsetStore, deps: RebalanceDeps,
-                 clock: Clock, pull_max_idle_ms: int, on_event: EventSink | None = None,
-                 orderly: OrderlyLocks | None = None, consume_lock_try_ms: int = c.CONSUME_LOCK_TRY_MS,
-                 unlock_delay_ms: int = c.UNLOCK_DELAY_MS) -> None:
-        self.group = group
+                 pull_max_idle_ms: int, on_event: EventSink | None = None,
+                 orderly: OrderlyLocks | None = None, consume_lock_try_ms: int, unlock_delay_ms: int) -> None:
+        self.state = state
+        self.group = state.group
         self.client_id = client_id
-        self.message_model = message_model
+        self.message_model = state.message_model
         self.allocate = allocate
         self.consume_from_where = consume_from_where
         self.offset_store = offset_store
         self.deps = deps
-        self.clock = clock
+        self.clock = state.clock
         self.pull_max_idle_ms = pull_max_idle_ms
         self._on_event = on_event
-        self.subscriptions: dict[str, SubscriptionData] = {}
-        self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.stats = RebalanceStats()
         self._pending_pulls: list[tuple[MessageQueue, ProcessQueue, int]] = []
         # Orderly queues are locked only in CLUSTERING: 4.9.8 also locks broadcasting ones
         # (gap 12), the 4.9.x head (#8773) and we do not.
-        self.orderly = orderly if message_model is MessageModel.CLUSTERING else None
+        self.orderly = orderly if state.message_model is MessageModel.CLUSTERING else None
         self.consume_lock_try_ms = consume_lock_try_ms
         self.unlock_delay_ms = unlock_delay_ms
         self._tasks: set[asyncio.Task[None]] = set()  # regained queues being set up
         self._closed = False
 
-    # --- subscriptions -------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str) -> None:
-        self.subscriptions[topic] = SubscriptionData(topic, expression or SUBSCRIBE_ALL, self.clock.wall_ms())
-
-    def copy_subscription(self, user_subscriptions: Mapping[str, str]) -> None:
-        """The user's topics, plus `%RETRY%<group>` with `*` in CLUSTERING (copySubscription)."""
-        for topic, expression in user_subscriptions.items():
-            self.subscribe(topic, expression)
-        if self.message_model is MessageModel.CLUSTERING:
-            self.subscribe(retry_topic(self.group), SUBSCRIBE_ALL)
-
     # --- rebalance -----------------------------------------------------------------------
     async def do_rebalance(self) -> None:
         """One round over every subscribed topic, then drop queues of unsubscribed topics."""
         self.stats.rounds += 1
-        for topic in list(self.subscriptions):
+        for topic in list(self.state.subscriptions):
             try:
                 await self.rebalance_by_topic(topic)
             except MqError as err:
@@ -245,7 +214,7 @@ class RebalanceImpl:
 
     async def _apply(self, topic: str, mq_all: Sequence[MessageQueue], divided: Sequence[MessageQueue],
                      cid_all: list[str] | None) -> None:
-        before = sorted(mq for mq in self.process_queue_table if mq.topic == topic)
+        before = self.state.queues_of(topic)
         cids_changed = cid_all is not None and self.stats.last_cids.get(topic) != cid_all
         if cid_all is not None:
             self.stats.last_cids[topic] = cid_all
@@ -253,7 +222,7 @@ class RebalanceImpl:
         queues_changed = self.stats.last_mq_all.get(topic) != queues
         self.stats.last_mq_all[topic] = queues
         changed = await self.update_process_queue_table(topic, set(divided))
-        after = sorted(mq for mq in self.process_queue_table if mq.topic == topic)
+        after = self.state.queues_of(topic)
         if changed or cids_changed:
             removed = sorted(set(before) - set(after))
             self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": topic,
@@ -276,13 +245,13 @@ class RebalanceImpl:
         """
         pending, self._pending_pulls = self._pending_pulls, []
         for mq, pq, next_offset in pending:
-            if not pq.dropped and self.process_queue_table.get(mq) is pq:
+            if not pq.dropped and self.state.process_queue_table.get(mq) is pq:
                 self.deps.dispatch_pull(mq, pq, next_offset)
 
     async def update_process_queue_table(self, topic: str, mq_set: set[MessageQueue]) -> bool:
         """updateProcessQueueTableInRebalance (orderly queues are locked first); True if anything changed."""
         now_ms = self.clock.monotonic_ms()
-        owned = {mq: pq for mq, pq in self.process_queue_table.items() if mq.topic == topic}
+        owned = {mq: pq for mq, pq in self.state.process_queue_table.items() if mq.topic == topic}
         expired = [mq for mq, pq in owned.items() if pq.is_pull_expired(now_ms, pull_max_idle_ms=self.pull_max_idle_ms)]
         diff = allocation_diff(owned, mq_set, expired)
         changed = False
@@ -292,11 +261,11 @@ class RebalanceImpl:
             if mq in diff.recreate:
                 log.warning("[BUG] %s: %s was not pulled for %d ms; re-creating it", self.group, mq,
                             self.pull_max_idle_ms)
-            if await self.remove_unnecessary_message_queue(mq, pq) and self.process_queue_table.get(mq) is pq:
-                del self.process_queue_table[mq]
+            if await self.remove_unnecessary_message_queue(mq, pq) and self.state.process_queue_table.get(mq) is pq:
+                del self.state.process_queue_table[mq]
                 changed = True
         for mq in diff.add:
-            if mq in self.process_queue_table:  # a drop above could not be completed
+            if mq in self.state.process_queue_table:  # a drop above could not be completed
                 continue
             lock_sent_ms = None
             if self.orderly is not None:
@@ -318,9 +287,9 @@ class RebalanceImpl:
             if next_offset < 0:
                 log.warning("rebalance: start offset of %s unknown; skipped until the next rebalance", mq)
                 continue
-            if mq in self.process_queue_table:
+            if mq in self.state.process_queue_table:
                 continue
-            self.process_queue_table[mq] = pq
+            self.state.process_queue_table[mq] = pq
             changed = True
             log.info("%s: now owns %s from offset %d", self.group, mq, next_offset)
             self._pending_pulls.append((mq, pq, next_offset))  # dispatched by dispatch_pending_pulls
@@ -336,7 +305,7 @@ class RebalanceImpl:
         behind what this client consumed itself. A listener call still running on the stale
         queue (it started within the old lease) ends first and counts in that own position.
         """
-        if self.process_queue_table.get(mq) is not stale or stale.dropped or self._closed:
+        if self.state.process_queue_table.get(mq) is not stale or stale.dropped or self._closed:
             return
         stale.dropped = True  # no more pulls or batches; the running batch may still commit
         stale.keep_own_commits = True
@@ -350,17 +319,17 @@ class RebalanceImpl:
             log.warning("%s: a listener call on regained %s is still running; its commit will not count",
                         self.group, mq)
         stale.keep_own_commits = False
-        if self.process_queue_table.get(mq) is not stale or self._closed:
+        if self.state.process_queue_table.get(mq) is not stale or self._closed:
             return  # given up meanwhile (rebalance forgot its offset) or shutting down
         own_offset = self.offset_store.read_memory(mq)
         self.offset_store.remove_offset(mq)  # nothing of the stale position reaches the broker
         pq = ProcessQueue(now_ms=self.clock.monotonic_ms())
         pq.locked = True
         pq.last_lock_timestamp_ms = lock_sent_ms
-        self.process_queue_table[mq] = pq
+        self.state.process_queue_table[mq] = pq
         self.stats.regained += 1
         log.info("%s: %s regained; resuming from the broker's offset (own position %d)", self.group, mq, own_offset)
-        queues = _mq_list([q for q in self.process_queue_table if q.topic == mq.topic])
+        queues = _mq_list([q for q in self.state.process_queue_table if q.topic == mq.topic])
         self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
                     "before": queues, "after": queues, "removed": _mq_list([mq]), "reason": "lock-regained"})
         self.deps.dispatch_pull(mq, pq, max(own_offset, 0), resume_floor=own_offset)
@@ -372,7 +341,7 @@ class RebalanceImpl:
         does not end, keep the (dropped) queue and try again at the next rebalance (returns
         False). Otherwise unlock it: after `unlock_delay_ms` if messages are still cached, else now.
         """
-        if self.orderly is None or self.orderly.holds_lock(pq):
+        if self.orderly is None or self.state.lock_valid(pq):
             # beyond RocketMQ: an orderly queue whose lock ran out is not persisted (its offset may be
             # stale: another consumer may own the queue by now)
             try:
@@ -395,20 +364,20 @@ class RebalanceImpl:
 
     async def remove_process_queue(self, mq: MessageQueue) -> None:
         """Drop one queue now (the OFFSET_ILLEGAL fix-up); it comes back at the next rebalance."""
-        before = sorted(q for q in self.process_queue_table if q.topic == mq.topic)
-        pq = self.process_queue_table.pop(mq, None)
+        before = self.state.queues_of(mq.topic)
+        pq = self.state.process_queue_table.pop(mq, None)
         if pq is not None:
             pq.dropped = True
             await self.remove_unnecessary_message_queue(mq, pq)
-            after = sorted(q for q in self.process_queue_table if q.topic == mq.topic)
+            after = self.state.queues_of(mq.topic)
             self._emit({"event": "rebalance", "group": self.group, "client_id": self.client_id, "topic": mq.topic,
                         "before": _mq_list(before), "after": _mq_list(after), "removed": _mq_list([mq]),
                         "reason": "offset-illegal"})
 
     def truncate_message_queue_not_my_topic(self) -> None:
         """Drop queues of topics no longer subscribed (no offset persist, as RocketMQ)."""
-        for mq in [mq for mq in self.process_queue_table if mq.topic not in self.subscriptions]:
-            pq = self.process_queue_table.pop(mq)
+        for mq in [mq for mq in self.state.process_queue_table if mq.topic not in self.state.subscriptions]:
+            pq = self.state.process_queue_table.pop(mq)
             pq.dropped = True
             log.info("%s: dropped %s of an unsubscribed topic", self.group, mq)
 
@@ -430,7 +399,7 @@ class RebalanceImpl:
     def drop_all(self) -> None:
         """Shutdown: every queue is dropped (results still in flight are discarded)."""
         self._closed = True
-        for pq in self.process_queue_table.values():
+        for pq in self.state.process_queue_table.values():
             pq.dropped = True
 
     async def close(self) -> None:

@@ -20,16 +20,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-from nodes.client.errors import BrokerNotFoundError
 from nodes.common import constants as c
-from nodes.common.errors import MqError, RouteNotFoundError
+from nodes.common.errors import BrokerNotFoundError, MqError, RouteNotFoundError
 from nodes.common.service import Service
 from nodes.common.types import MessageQueue
-from proto import namesrv_pb2
 
 log = logging.getLogger(__name__)
-
-ROUTE_POLL_INITIAL_DELAY_MS = 10  # MQClientInstance#startScheduledTask: first route refresh after 10 ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +74,6 @@ class FoundBroker:
     addr: str
     slave: bool
     broker_id: int = c.MASTER_ID  # the id whose address was chosen
-
-
-def route_from_pb(pb: namesrv_pb2.TopicRouteData) -> RouteSnapshot:
-    # A converter that belongs in nodes/common/wire.py; kept here while common is not ours.
-    return RouteSnapshot(
-        queue_datas=tuple(
-            QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-            for q in pb.queue_datas),
-        broker_datas=tuple(
-            BrokerData(b.broker_name, dict(b.broker_addrs), b.cluster) for b in pb.broker_datas),
-        order_topic_conf=pb.order_topic_conf,
-    )
 
 
 def publish_queues(topic: str, route: RouteSnapshot) -> list[MessageQueue]:
@@ -191,7 +175,7 @@ class RouteCache:
     def __init__(self, fetch_route: FetchRoute, *,
                  producer_default_queue_nums: int = c.PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS) -> None:
         self._fetch_route = fetch_route
-        self._producer_default_queue_nums = producer_default_queue_nums
+        self.producer_default_queue_nums = producer_default_queue_nums
         self._topics: dict[str, _TopicEntry] = {}
         self._used: set[str] = set()  # topics to keep polling
         self._broker_addrs: dict[str, dict[int, str]] = {}
@@ -208,7 +192,7 @@ class RouteCache:
             default = await self._fetch_route(c.AUTO_CREATE_TOPIC_KEY)
             if default is None:
                 return False
-            route = auto_create_route(default, self._producer_default_queue_nums)
+            route = auto_create_route(default, self.producer_default_queue_nums)
         else:
             fetched = await self._fetch_route(topic)
             if fetched is None:
@@ -325,13 +309,14 @@ class RouteCache:
 
 
 class RouteRefreshService(Service):
-    """Polls the name server for every used topic every `route_poll_ms` (pollNameServerInterval)."""
+    """Polls the name server for every used topic every `interval_ms` (pollNameServerInterval), the
+    first time `first_ms` after start."""
 
     name: ClassVar[str] = "route-refresh"
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (MqError,)
 
-    def __init__(self, cache: RouteCache, interval_ms: int) -> None:
-        super().__init__(interval_ms, initial_delay_ms=ROUTE_POLL_INITIAL_DELAY_MS)
+    def __init__(self, cache: RouteCache, interval_ms: int, first_ms: int) -> None:
+        super().__init__(interval_ms, initial_delay_ms=first_ms)
         self.cache = cache
 
     async def tick(self) -> None:

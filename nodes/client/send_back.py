@@ -15,14 +15,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nodes.client.errors import BrokerNotFoundError
+from nodes.client.consume_orderly import orderly_send_back_message
+from nodes.client.consumer_state import retry_topic
 from nodes.client.producer import Producer
-from nodes.client.rebalance import retry_topic
 from nodes.common import constants as c
-from nodes.common.errors import MqError
+from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.types import Message, MessageExt
-from nodes.common.wire import raise_unless_success
-from proto import consumer_pb2
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
@@ -71,12 +69,9 @@ class MessageSender:
         try:
             if addr is None:
                 raise BrokerNotFoundError(f"broker {broker_name} has no master in the route")
-            request = consumer_pb2.ConsumerSendMsgBackRequest(
-                consumer_group=self.group, phys_offset=msg.commitlog_offset, delay_level=delay_level,
-                origin_msg_id=msg.msg_id, origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
-            resp = await self._instance.unary(self._instance.consumer_stub(addr).ConsumerSendMsgBack, request,
-                                              c.CONSUMER_SEND_BACK_TIMEOUT_MS, f"send back {msg.msg_id} to {addr}")
-            raise_unless_success(resp)
+            await self._instance.api.send_back(addr, self.group, msg, delay_level=delay_level,
+                                               max_reconsume_times=self.max_reconsume_times,
+                                               timeout_ms=c.CONSUMER_SEND_BACK_TIMEOUT_MS)
         except MqError as err:
             log.warning("send back of %s via %s failed (%s); sending it to %s with the internal producer",
                         msg.msg_id, broker_name, err, retry_topic(self.group))
@@ -91,6 +86,20 @@ class MessageSender:
             self._emit(msg, "producer", False, error=str(err))
             return False
         self._emit(msg, "producer", True)
+        return True
+
+    async def dead_letter_orderly(self, msg: MessageExt) -> bool:
+        """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
+        limit, and the broker dead-letters it (reference §5). False if the send failed."""
+        copy = orderly_send_back_message(msg, self.group, self.max_reconsume_times)
+        try:
+            producer = await self._inner_producer()
+            await asyncio.to_thread(producer.send, copy)
+        except MqError as err:
+            log.warning("dead-lettering %s of %s failed: %s", msg.msg_id, self.group, err)
+            self._emit(msg, "producer", False, orderly=True, error=str(err))
+            return False
+        self._emit(msg, "producer", True, orderly=True)
         return True
 
     async def _inner_producer(self) -> Producer:

@@ -24,9 +24,9 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from nodes.client.errors import OutcomeUnknownError
-from nodes.client.send_wire import Outgoing
+from nodes.client.rpc.send_wire import Outgoing
 from nodes.common.clock import Deadline
+from nodes.common.errors import OutcomeUnknownError
 from nodes.common.types import MessageQueue, SendResult
 
 log = logging.getLogger(__name__)

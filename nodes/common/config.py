@@ -71,6 +71,7 @@ class Timing:
     consume_resubmit_delay_ms: int = c.CONSUME_RESUBMIT_DELAY_MS
     consume_timeout_ms: int = c.CONSUME_TIMEOUT_MS
     consumer_offset_persist_first_ms: int = c.CONSUMER_OFFSET_PERSIST_FIRST_MS
+    route_poll_first_ms: int = c.ROUTE_POLL_FIRST_MS
     # orderly consumption and queue locks (reference §5, §8)
     broker_lock_lease_ms: int = c.BROKER_LOCK_LEASE_MS
     client_lock_lease_ms: int = c.CLIENT_LOCK_LEASE_MS

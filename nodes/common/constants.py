@@ -128,11 +128,6 @@ SEND_ASYNC_BATCH_BYTES_MAX = 1024 * 1024  # body bytes in one coalesced batch (t
 SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, each to its own queue
 
 # ---------------------------------------------------------------------------
-# Response codes (RocketMQ ResponseCode); the proto enum mirrors these names.
-# ---------------------------------------------------------------------------
-RETRIABLE_SEND_CODES = frozenset({"TOPIC_NOT_EXIST", "SERVICE_NOT_AVAILABLE", "SYSTEM_ERROR", "NO_PERMISSION"})
-
-# ---------------------------------------------------------------------------
 # Process exit codes
 # ---------------------------------------------------------------------------
 EXIT_OK = 0
@@ -211,6 +206,29 @@ ALLOCATE_STRATEGY_NAMES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")  # what a 
 CONSUME_FROM_WHERE_NAMES = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
 CONSUMER_WORKLOADS = ("ack", "fail", "fail_keys", "raise")  # the consumer process's listener behaviours
 CONSUMER_AWAIT_TERMINATION_MS = 3_000  # a consumer process lets running listeners finish this long on SIGTERM
+ROUTE_POLL_FIRST_MS = 10  # MQClientInstance#startScheduledTask: the first route refresh this long after start
+CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer consumerPullTimeoutMillis (a transport budget: unscaled)
+# consumeTimestamp's default: this long before the consumer was built (a point in the message history, not a
+# timer: unscaled, so a scaled run starts from the same messages)
+CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000
+# Push consumer flow control (reference §2.1)
+PULL_THRESHOLD_COUNT_PER_QUEUE = 1_000  # pullThresholdForQueue: cached messages per queue before pausing
+PULL_THRESHOLD_SIZE_PER_QUEUE_MIB = 100  # pullThresholdSizeForQueue: cached body MiB per queue before pausing
+PULL_THRESHOLD_OFF = -1  # topic-level thresholds are off unless set
+PULL_THRESHOLD_COUNT_PER_TOPIC = PULL_THRESHOLD_OFF  # pullThresholdForTopic: split over the owned queues
+PULL_THRESHOLD_SIZE_PER_TOPIC_MIB = PULL_THRESHOLD_OFF  # pullThresholdSizeForTopic: split likewise
+CONSUME_CONCURRENTLY_SPAN_MAX = 2_000  # consumeConcurrentlyMaxSpan: one stuck message stops pulls this far ahead
+
+# Valid ranges, inclusive (DefaultMQPushConsumerImpl#checkConfig).
+PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE = (1, 65_535)
+PULL_THRESHOLD_COUNT_PER_TOPIC_RANGE = (1, 6_553_500)
+PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE = (1, 1_024)
+PULL_THRESHOLD_SIZE_PER_TOPIC_MIB_RANGE = (1, 102_400)
+CONSUME_CONCURRENTLY_SPAN_MAX_RANGE = (1, 65_535)
+
+assert PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[0] <= PULL_THRESHOLD_COUNT_PER_QUEUE <= PULL_THRESHOLD_COUNT_PER_QUEUE_RANGE[1]
+assert PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[0] <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB <= PULL_THRESHOLD_SIZE_PER_QUEUE_MIB_RANGE[1]
+assert CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[0] <= CONSUME_CONCURRENTLY_SPAN_MAX <= CONSUME_CONCURRENTLY_SPAN_MAX_RANGE[1]
 
 # --- relationships -----------------------------------------------------------
 assert REGISTER_INTERVAL_MS * 3 <= BROKER_EXPIRY_MS  # a broker survives two lost heartbeats

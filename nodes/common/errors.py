@@ -7,13 +7,23 @@
     │   ├── CorruptRecordError      a record failed its magic/size/CRC checks
     │   └── DataDirError            the data dir is missing, unreadable or not ours
     ├── ClientError                 a caller's mistake found before anything was sent
-    │   └── InvalidMessageError     bad topic name, empty or oversize body
-    ├── RemoteError                 a peer answered with a non-success code
+    │   ├── InvalidMessageError     bad topic name, empty or oversize body
+    │   ├── InvalidArgumentError    a bad argument (also a ValueError)
+    │   └── ClientStateError        the client is not started, or already shut down
+    ├── RemoteError                 a peer answered with a non-success code: `answered`
     │   (subclasses per code; `retriable` / `refresh_route` drive client policy)
-    └── TransportError              the peer could not be reached or did not answer
-        └── RequestTimeoutError     the deadline passed; the outcome is unknown
+    └── TransportError              the peer could not be reached or did not answer: retriable
+        ├── BrokerNotFoundError     no address for a broker name in the current route
+        └── RequestTimeoutError     the deadline passed; the outcome is unknown: `indeterminate`
+            └── OutcomeUnknownError a request with side effects failed after it may have
+                                    reached the peer (reset, GOAWAY, cancelled...)
 
-Client code branches on `err.retriable` and `err.refresh_route`, never on lists of classes.
+The attributes, not the classes, are the policy:
+  * `retriable`      another attempt (on another broker, or later) may succeed;
+  * `refresh_route`  the route may be stale: refresh it before the next attempt;
+  * `indeterminate`  the request may have taken effect although the caller saw an error;
+  * `answered`       a peer answered (a refusal); false for every failure to get an answer.
+Client code branches on them, never on lists of classes or code names.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ class MqError(Exception):
     refresh_route: ClassVar[bool] = False
     # Whether the request may have taken effect although the caller saw an error.
     indeterminate: ClassVar[bool] = False
+    # Whether a peer answered (a refusal): the request arrived and was not applied.
+    answered: ClassVar[bool] = False
 
 
 class ConfigError(MqError):
@@ -56,10 +68,19 @@ class InvalidMessageError(ClientError):
     pass
 
 
+class InvalidArgumentError(ClientError, ValueError):
+    """A caller passed an argument the client refuses; the message says what to change."""
+
+
+class ClientStateError(ClientError):
+    """The client is not in a state that allows the call (not started, or shut down)."""
+
+
 class RemoteError(MqError):
     """A peer answered with `code` (a RocketMQ ResponseCode name) and `remark`."""
 
     code: ClassVar[str] = "SYSTEM_ERROR"
+    answered = True
 
     def __init__(self, remark: str = "", *, code: str | None = None) -> None:
         self.remark = remark
@@ -117,8 +138,20 @@ class TransportError(MqError):
     refresh_route = True
 
 
+class BrokerNotFoundError(TransportError):
+    """The route names no reachable address for this broker; refreshing the route may help."""
+
+
 class RequestTimeoutError(TransportError):
     indeterminate = True
+
+
+class OutcomeUnknownError(RequestTimeoutError):
+    """The request may have been applied although no answer came (not only by a deadline).
+
+    A subclass of RequestTimeoutError so that code treating timeouts as "unknown outcome"
+    treats these the same way; `indeterminate` is what to branch on.
+    """
 
 
 _BY_CODE: dict[str, type[RemoteError]] = {}

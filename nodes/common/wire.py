@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from nodes.common.errors import for_code
-from nodes.common.types import Message, MessageQueue, TopicConfig
-from proto import broker_pb2, common_pb2
+from nodes.common.types import MessageQueue, TopicConfig
+from proto import common_pb2
 
 
 def code_name(code: int) -> str:
@@ -15,19 +12,6 @@ def code_name(code: int) -> str:
         return common_pb2.Code.Name(code)
     except ValueError:
         return f"CODE_{code}"
-
-
-def raise_unless_success(resp: Any) -> None:
-    """An answer's `code` other than SUCCESS, raised as its error (with the answer's remark)."""
-    if resp.code != common_pb2.SUCCESS:
-        raise for_code(code_name(resp.code), resp.remark)
-
-
-def code_value(name: str) -> int:
-    return common_pb2.Code.Value(name)
-
-
-SUCCESS = common_pb2.SUCCESS
 
 
 def mq_to_pb(mq: MessageQueue) -> common_pb2.MessageQueue:
@@ -48,11 +32,6 @@ def topic_config_from_pb(pb: common_pb2.TopicConfig) -> TopicConfig:
     return TopicConfig(topic=pb.topic, read_queue_nums=pb.read_queue_nums,
                        write_queue_nums=pb.write_queue_nums, perm=pb.perm,
                        topic_sys_flag=pb.topic_sys_flag, order=pb.order)
-
-
-def outgoing_to_pb(msg: Message, properties: dict[str, str], born_timestamp_ms: int) -> broker_pb2.OutgoingMessage:
-    return broker_pb2.OutgoingMessage(body=bytes(msg.body), flag=msg.flag, properties=properties,
-                                      born_timestamp_ms=born_timestamp_ms)
 
 
 def parse_host_port(addr: str) -> tuple[str, int]:

@@ -152,7 +152,7 @@ def test_a_failed_send_back_falls_back_to_the_internal_producer(cluster):
     rec = Recorder(answer=lambda m, n: LATER if n == 1 else OK)
     events: list[dict] = []
     pc = consumer(cluster, "g6", rec, on_event=events.append)
-    original = pc._instance.consumer_stub
+    original = pc._instance.api.consumer_stub
 
     class NoSendBack:
         def __init__(self, stub: Any) -> None:
@@ -164,7 +164,7 @@ def test_a_failed_send_back_falls_back_to_the_internal_producer(cluster):
         async def ConsumerSendMsgBack(self, request, timeout=None):
             raise TransportError("send-back refused by the test")
 
-    pc._instance.consumer_stub = lambda addr: NoSendBack(original(addr))
+    pc._instance.api.consumer_stub = lambda addr: NoSendBack(original(addr))
     with pc:
         wait_for(lambda: all(rec.ids()[i] >= 2 for i in sent), what="every message twice")
     backs = [e for e in events if e["event"] == "send-back"]

@@ -6,6 +6,7 @@ No sockets: `FakeInstance` stands in for `ClientInstance` on an event loop, and
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from nodes.client.instance import ClientInstance
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
+from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.store import message_batch
 from proto import broker_pb2, common_pb2
@@ -66,10 +68,30 @@ class _Stub:
         self._addr = addr
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method == "Notifications":
+            return lambda request: _QuietStream()
+
         async def call(request: Any, timeout: float | None = None) -> Any:
             return self._owner.answer(self._addr, method, request)
 
         return call
+
+
+class _QuietStream:
+    """A server stream that stays open and says nothing until it is cancelled."""
+
+    def __init__(self) -> None:
+        self._cancelled = asyncio.Event()
+
+    def __aiter__(self) -> _QuietStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        await self._cancelled.wait()
+        raise StopAsyncIteration
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
 
 class _FakeStream:
@@ -92,6 +114,26 @@ class _Answering:
         return result
 
 
+class FakeApi(ClientApi):
+    """The real ClientApi (requests built, answers read) over stubs and streams answered by `owner`."""
+
+    def __init__(self, owner: _Answering) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def broker_stub(self, addr: str) -> Any:
+        return _Stub(self._owner, addr)
+
+    def consumer_stub(self, addr: str) -> Any:
+        return _Stub(self._owner, addr)
+
+    def namesrv_stub(self, addr: str) -> Any:
+        return _Stub(self._owner, addr)
+
+    def pull_stream(self, addr: str) -> Any:
+        return _FakeStream(self._owner, addr)
+
+
 class FakeInstance(_Answering):
     """ClientInstance's loop-side surface: routes from a table, brokers from `handler`."""
 
@@ -104,6 +146,7 @@ class FakeInstance(_Answering):
         self.routes = RouteCache(self._fetch)
         self.running = True
         self.commit_seq = 0
+        self.api = FakeApi(self)
 
     def next_commit_seq(self) -> int:
         self.commit_seq += 1
@@ -114,15 +157,6 @@ class FakeInstance(_Answering):
         if self.fetch_error is not None:
             raise self.fetch_error
         return self.route_table.get(topic)
-
-    def broker_stub(self, addr: str) -> _Stub:
-        return _Stub(self, addr)
-
-    def pull_stream(self, addr: str) -> _FakeStream:
-        return _FakeStream(self, addr)
-
-    async def unary(self, method: Callable[..., Any], request: Any, timeout_ms: int, what: str) -> Any:
-        return await method(request, timeout=timeout_ms / 1000)
 
     def in_loop_thread(self) -> bool:
         return False
@@ -137,16 +171,11 @@ class WiredInstance(_Answering, ClientInstance):
         self.handler = handler
         self.calls = []
         self.fetches: list[str] = []
+        self.api = FakeApi(self)
 
     async def _fetch_route(self, topic: str) -> RouteSnapshot | None:
         self.fetches.append(topic)
         return self.route_table.get(topic)
-
-    def broker_stub(self, addr: str) -> Any:
-        return _Stub(self, addr)
-
-    def pull_stream(self, addr: str) -> Any:
-        return _FakeStream(self, addr)
 
 
 @pytest.fixture

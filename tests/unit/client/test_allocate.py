@@ -23,8 +23,7 @@ from nodes.client.allocate import (
     HashRing,
     md5_hash,
 )
-from nodes.client.errors import InvalidArgumentError
-from nodes.common.errors import ClientError
+from nodes.common.errors import ClientError, InvalidArgumentError
 from nodes.common.types import MessageQueue
 
 

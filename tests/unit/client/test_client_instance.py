@@ -8,10 +8,17 @@ import threading
 import grpc
 import pytest
 
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
-from nodes.client.instance import ClientInstance, never_sent, parse_namesrv_addrs, validate_group
+from nodes.client.instance import ClientInstance, parse_namesrv_addrs, validate_group
+from nodes.client.rpc.grpc_errors import never_sent
 from nodes.common.config import Timing
-from nodes.common.errors import RemoteError, RequestTimeoutError, TransportError
+from nodes.common.errors import (
+    ClientStateError,
+    InvalidArgumentError,
+    OutcomeUnknownError,
+    RemoteError,
+    RequestTimeoutError,
+    TransportError,
+)
 
 
 def loop_threads():
@@ -107,14 +114,14 @@ def test_close_before_start_is_fine():
 
 def test_channels_and_stubs_are_cached_per_address_and_closed(instance):
     async def lookups():
-        a1, a2 = instance.channel("127.0.0.1:1"), instance.channel("127.0.0.1:1")
-        s1, s2 = instance.broker_stub("127.0.0.1:1"), instance.broker_stub("127.0.0.1:1")
-        p1, p2 = instance.pull_stream("127.0.0.1:1"), instance.pull_stream("127.0.0.1:1")
-        return a1 is a2 and s1 is s2 and p1 is p2 and instance.channel("127.0.0.1:2") is not a1
+        a1, a2 = instance.api.channel("127.0.0.1:1"), instance.api.channel("127.0.0.1:1")
+        s1, s2 = instance.api.broker_stub("127.0.0.1:1"), instance.api.broker_stub("127.0.0.1:1")
+        p1, p2 = instance.api.pull_stream("127.0.0.1:1"), instance.api.pull_stream("127.0.0.1:1")
+        return a1 is a2 and s1 is s2 and p1 is p2 and instance.api.channel("127.0.0.1:2") is not a1
 
     assert instance.run(lookups(), 1)
     instance.close()
-    assert instance._channels == {} and instance._pull_streams == {}
+    assert instance.api._channels == {} and instance.api._pull_streams == {}
 
 
 def test_timing_is_validated():
@@ -173,7 +180,7 @@ def test_unary_maps_grpc_failures_and_flags_possible_side_effects(instance, code
         raise FakeRpcError(code, details)
 
     with pytest.raises(expected) as info:
-        instance.run(instance.unary(method, None, 1000, "call", side_effects=side_effects), 1)
+        instance.run(instance.api.unary(method, None, 1000, "call", side_effects=side_effects), 1)
     assert info.value.indeterminate is indeterminate
 
 
@@ -181,3 +188,44 @@ def test_never_sent_only_for_connection_failures():
     assert never_sent(FakeRpcError(grpc.StatusCode.UNAVAILABLE, REFUSED))
     assert not never_sent(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "Connection reset by peer"))
     assert not never_sent(FakeRpcError(grpc.StatusCode.INTERNAL, REFUSED))
+
+
+# --- one instance per client id -------------------------------------------------------------------
+
+def test_facades_with_one_client_id_share_one_instance_until_the_last_shuts_down():
+    from nodes.client import Producer, PullConsumer
+
+    producer = Producer("127.0.0.1:9876", "ga", instance_name="shared-x")
+    consumer = PullConsumer("127.0.0.1:9876", "gb", instance_name="shared-x")
+    inst = producer._instance
+    assert consumer._instance is inst and producer.client_id == consumer.client_id == inst.client_id
+    assert producer.client_id.endswith("@shared-x")
+    assert Producer("127.0.0.1:9876", "gc")._instance is not inst  # the default name is unique
+    producer.start()
+    consumer.start()
+    assert len([t for t in loop_threads() if inst.name in t.name]) == 1
+    producer.shutdown()
+    assert inst.running
+    with pytest.raises(ClientStateError, match="not running"):
+        consumer_alone = PullConsumer("127.0.0.1:9876", "gd", instance_name="shared-x")
+        consumer_alone.fetch_queues("T")  # not started, although its instance runs
+    consumer.shutdown()
+    assert not inst.running
+    again = Producer("127.0.0.1:9876", "ga", instance_name="shared-x")
+    assert again._instance is not inst
+    again.shutdown()
+
+
+def test_one_client_id_has_one_set_of_settings_and_one_facade_per_group_and_role():
+    from nodes.client import Producer
+
+    first = Producer("127.0.0.1:9876", "g", instance_name="shared-y")
+    with pytest.raises(InvalidArgumentError, match="other settings"):
+        Producer("127.0.0.1:9876", "g2", instance_name="shared-y", dial_overrides={"a:1": "b:1"})
+    twin = Producer("127.0.0.1:9876", "g", instance_name="shared-y")
+    first.start()
+    with pytest.raises(ClientStateError, match="already uses client"):
+        twin.start()
+    assert first._instance.running
+    first.shutdown()
+    assert not first._instance.running

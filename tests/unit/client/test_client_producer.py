@@ -13,12 +13,13 @@ import time
 import pytest
 
 from nodes.client import Message, Producer, SendStatus
-from nodes.client.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
 from nodes.client.msg_id import UniqIdGenerator
-from nodes.client.producer import send_result_from_response, validate_batch
+from nodes.client.producer import validate_batch
 from nodes.client.queue_selector import select_by_hash
+from nodes.client.rpc.api import send_result_from_response
 from nodes.common import constants as c
 from nodes.common import errors
+from nodes.common.errors import ClientStateError, InvalidArgumentError, OutcomeUnknownError
 from nodes.common.types import MessageQueue
 from proto import broker_pb2, common_pb2
 

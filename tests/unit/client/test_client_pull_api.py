@@ -6,13 +6,9 @@ import asyncio
 
 import pytest
 
-from nodes.client.pull_api import (
-    PullApi,
-    decode_messages,
-    parse_subscription,
-    process_pull_response,
-    pull_status_for_code,
-)
+from nodes.client.pull_api import PullApi
+from nodes.client.pull_decode import decode_messages, parse_subscription
+from nodes.client.rpc.api import process_pull_response, pull_status_for_code
 from nodes.common import constants as c
 from nodes.common import errors
 from nodes.common.types import MessageQueue, PullStatus

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from nodes.client import MessageQueue, PullConsumer, PullStatus
-from nodes.client.errors import BrokerNotFoundError, ClientStateError, InvalidArgumentError
 from nodes.client.pull_api import PullApi
 from nodes.client.pull_consumer import check_pull_args
 from nodes.common import constants as c
 from nodes.common import errors
 from nodes.common.config import Timing
+from nodes.common.errors import BrokerNotFoundError, ClientStateError, InvalidArgumentError
 from nodes.store.record import MessageToStore, encode_record
 from proto import broker_pb2, common_pb2
 

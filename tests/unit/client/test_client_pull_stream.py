@@ -8,7 +8,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from nodes.client.pull_stream import PullStream
+from nodes.client.rpc.pull_stream import PullStream
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2, common_pb2
 
@@ -22,7 +22,7 @@ class FakeRpcError(grpc.RpcError):
 
 
 class FakeCall:
-    """A bidi call: drains the request feed, answers whatever the test puts in `answers`."""
+    """A batched bidi call: drains the request feed, answers whatever the test puts in `answers`."""
 
     def __init__(self, feed):
         self.requests: list[broker_pb2.PullRequest] = []
@@ -32,8 +32,8 @@ class FakeCall:
         self._pump = asyncio.create_task(self._drain(feed))
 
     async def _drain(self, feed):
-        async for request in feed:
-            self.requests.append(request)
+        async for batch in feed:
+            self.requests.extend(batch.requests)
             self.arrived.set()
 
     async def read(self):
@@ -47,7 +47,8 @@ class FakeCall:
         self._pump.cancel()
 
     def answer(self, request, **kw):
-        self.answers.put_nowait(broker_pb2.PullResponse(request_id=request.request_id, code=common_pb2.SUCCESS, **kw))
+        self.answers.put_nowait(broker_pb2.PullResponseBatch(responses=[
+            broker_pb2.PullResponse(request_id=request.request_id, code=common_pb2.SUCCESS, **kw)]))
 
 
 class Opener:

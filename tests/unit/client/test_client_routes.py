@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from nodes.client.errors import BrokerNotFoundError
 from nodes.client.routes import (
     FoundBroker,
     RouteCache,
@@ -15,11 +14,11 @@ from nodes.client.routes import (
     pick_publish_address,
     pick_subscribe_address,
     publish_queues,
-    route_from_pb,
     subscribe_queues,
 )
+from nodes.client.rpc.api import route_from_pb
 from nodes.common import constants as c
-from nodes.common.errors import RouteNotFoundError, TransportError
+from nodes.common.errors import BrokerNotFoundError, RouteNotFoundError, TransportError
 from nodes.common.types import MessageQueue
 from proto import namesrv_pb2
 

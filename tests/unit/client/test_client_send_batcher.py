@@ -11,15 +11,15 @@ import threading
 import pytest
 
 from nodes.client import Message, SendStatus
-from nodes.client.errors import ClientStateError
 from nodes.client.msg_id import UniqIdGenerator
 from nodes.client.producer import Producer
 from nodes.client.queue_selector import QueueSelector
+from nodes.client.rpc.send_wire import Outgoing
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError, split_result
-from nodes.client.send_wire import Outgoing
 from nodes.common import constants as c
 from nodes.common import errors
 from nodes.common.clock import SYSTEM_CLOCK, Deadline
+from nodes.common.errors import ClientStateError
 from nodes.common.types import MessageQueue, SendResult
 from proto import common_pb2
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nodes.client.send_wire import (
+from nodes.client.rpc.send_wire import (
     Outgoing,
     answered_offsets,
     build_request,

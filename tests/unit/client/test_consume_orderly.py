@@ -20,6 +20,7 @@ from nodes.client.consume_orderly import (
     clamp_suspend_ms,
     orderly_send_back_message,
 )
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK
@@ -61,9 +62,11 @@ class Harness:
         self.expired: list[MessageQueue] = []
         self.send_back_ok = send_back_ok
         self.lock_ok = lock_ok
+        self.state = ConsumerState(group="g", message_model=model, clock=SYSTEM_CLOCK,
+                                   client_lock_lease_ms=timing.client_lock_lease_ms, orderly=True)
         self.svc = ConsumeMessageOrderlyService(
-            group="g", listener=listener or (lambda msgs, ctx: SUCCESS), message_model=model,
-            offset_store=self.store, lock_one=self._lock_one, send_back=self._send_back, clock=SYSTEM_CLOCK,
+            state=self.state, listener=listener or (lambda msgs, ctx: SUCCESS),
+            offset_store=self.store, lock_one=self._lock_one, send_back=self._send_back,
             timing=timing, thread_count=threads, batch_max_size=batch, max_reconsume_times=max_reconsume_times,
             on_lock_expired=lambda mq, pq: self.expired.append(mq))
         self.svc.start()

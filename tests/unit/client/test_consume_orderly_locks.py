@@ -11,12 +11,14 @@ from nodes.broker.queue_locks import QueueLockHandler, QueueLockManager
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.transport.consumer_servicer import ConsumerManagerServicer
 from nodes.client.allocate import AllocateAveragely
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.lock_service import QueueLocker
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_service import PullRequest, PullService
-from nodes.client.rebalance import RebalanceImpl, SubscriptionData
+from nodes.client.rebalance import RebalanceImpl
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
+from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.clock import FakeClock
 from nodes.common.config import Timing
@@ -79,12 +81,8 @@ class FakeInstance:
             return route
 
         self.routes = RouteCache(fetch)
-
-    def consumer_stub(self, addr: str) -> Any:
-        return self.broker.stub(addr)
-
-    async def unary(self, method: Any, request: Any, timeout_ms: int, what: str) -> Any:
-        return await method(request, timeout=timeout_ms / 1000)
+        self.api = ClientApi()
+        self.api.consumer_stub = broker.stub  # type: ignore[method-assign]
 
 
 def setup(addrs: dict[int, str] | None = None, client_id: str = "A"
@@ -93,10 +91,11 @@ def setup(addrs: dict[int, str] | None = None, client_id: str = "A"
     broker = FakeBroker(clock)
     instance = FakeInstance(broker, {0: "m:1", 1: "s:1"} if addrs is None else addrs)
     asyncio.run(instance.routes.update_topic("T"))
-    table: dict[MessageQueue, ProcessQueue] = {}
+    state = ConsumerState(group=G, message_model=MessageModel.CLUSTERING, clock=clock, client_lock_lease_ms=LEASE_MS,
+                          orderly=True)
+    table = state.process_queue_table
     events: list[dict[str, Any]] = []
-    locker = QueueLocker(instance, G, client_id, client_lease_ms=LEASE_MS, clock=clock,  # type: ignore[arg-type]
-                         process_queues=lambda: table, on_event=events.append)
+    locker = QueueLocker(instance, state, client_id, on_event=events.append)  # type: ignore[arg-type]
     return locker, table, broker, clock, events
 
 
@@ -160,7 +159,7 @@ def test_a_failed_renewal_changes_nothing_so_the_client_lock_ages_out():
     assert pq.locked and pq.last_lock_timestamp_ms == stamp
     assert events[-1]["event"] == "lock-failed" and "action" not in events[-1]
     clock.advance_ms(10_001)
-    assert pq.is_lock_expired(clock.monotonic_ms(), lock_max_live_ms=LEASE_MS)
+    assert pq.locked and not locker.state.lock_valid(pq)
     locker.note_expired(Q[0], pq)
     locker.note_expired(Q[0], pq)  # recorded once per lock
     assert [e.get("action") for e in events].count("expired") == 1
@@ -273,7 +272,6 @@ class Locks:
     def __init__(self, deny: set[MessageQueue] = frozenset(), busy: bool = False) -> None:
         self.deny = set(deny)
         self.busy = busy
-        self.expired: set[int] = set()  # ids of ProcessQueues whose client lock ran out
         self.log: list[tuple[str, int]] = []
 
     async def lock(self, mq, *, reason):
@@ -290,16 +288,16 @@ class Locks:
     def unlock_later(self, mq, delay_ms):
         self.log.append(("unlock_later", delay_ms))
 
-    def holds_lock(self, pq):
-        return id(pq) not in self.expired
-
 
 def orderly_impl(locks: Locks, deps: Deps, *, model: MessageModel = MessageModel.CLUSTERING) -> RebalanceImpl:
-    impl = RebalanceImpl(group=G, client_id="b", message_model=model, allocate=AllocateAveragely(),
+    # the fake locks are granted at 777 ms: the state's clock stands within their lease
+    state = ConsumerState(group=G, message_model=model, clock=FakeClock(start_ms=1_000), client_lock_lease_ms=LEASE_MS,
+                          orderly=True)
+    impl = RebalanceImpl(state=state, client_id="b", allocate=AllocateAveragely(),
                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                         offset_store=Store({mq: 5 for mq in Q}), deps=deps, clock=FakeClock(),
+                         offset_store=Store({mq: 5 for mq in Q}), deps=deps,
                          pull_max_idle_ms=120_000, orderly=locks, consume_lock_try_ms=1_000, unlock_delay_ms=20_000)
-    impl.subscribe("T", "*")
+    state.subscribe("T", "*")
     return impl
 
 
@@ -308,19 +306,19 @@ def test_rebalance_locks_an_orderly_queue_before_taking_it_and_skips_a_denied_on
     deps = Deps(["b"])
     impl = orderly_impl(locks, deps)
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == [Q[0], Q[1], Q[3]]
-    assert all(pq.locked and pq.last_lock_timestamp_ms == 777 for pq in impl.process_queue_table.values())
+    assert sorted(impl.state.process_queue_table) == [Q[0], Q[1], Q[3]]
+    assert all(pq.locked and pq.last_lock_timestamp_ms == 777 for pq in impl.state.process_queue_table.values())
     assert sorted(deps.dispatched) == [Q[0], Q[1], Q[3]]
     locks.deny.clear()
     asyncio.run(impl.do_rebalance())  # the next rebalance tries again
-    assert Q[2] in impl.process_queue_table
+    assert Q[2] in impl.state.process_queue_table
 
 
 def test_broadcasting_orderly_queues_are_not_locked():
     locks = Locks(deny=set(Q))
     impl = orderly_impl(locks, Deps(["b"]), model=MessageModel.BROADCASTING)
     asyncio.run(impl.do_rebalance())
-    assert len(impl.process_queue_table) == 4 and locks.log == []
+    assert len(impl.state.process_queue_table) == 4 and locks.log == []
 
 
 def test_giving_up_a_queue_waits_for_its_listener_then_unlocks_now_or_later():
@@ -328,11 +326,11 @@ def test_giving_up_a_queue_waits_for_its_listener_then_unlocks_now_or_later():
     deps = Deps(["b"])
     impl = orderly_impl(locks, deps)
     asyncio.run(impl.do_rebalance())
-    impl.process_queue_table[Q[0]].put_messages([MessageExt("T", b"x", {}, "i", "", 0, 9, 0, 0, 0, 0, "broker-a")])
+    impl.state.process_queue_table[Q[0]].put_messages([MessageExt("T", b"x", {}, "i", "", 0, 9, 0, 0, 0, 0, "broker-a")])
     deps.cids = ["a", "b"]  # "b" keeps queues 2 and 3: 0 (with a cached message) and 1 go
     locks.log.clear()
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == [Q[2], Q[3]]
+    assert sorted(impl.state.process_queue_table) == [Q[2], Q[3]]
     assert locks.log == [("wait", 1_000), ("unlock_later", 20_000), ("wait", 1_000), ("unlock", 1)]
 
 
@@ -344,11 +342,11 @@ def test_a_queue_still_consuming_stays_dropped_and_is_given_up_at_the_next_rebal
     locks.busy = True
     deps.cids = ["a", "b"]
     asyncio.run(impl.do_rebalance())
-    kept = impl.process_queue_table[Q[0]]
-    assert kept.dropped and kept.try_unlock_times == 1 and Q[1] in impl.process_queue_table
+    kept = impl.state.process_queue_table[Q[0]]
+    assert kept.dropped and kept.try_unlock_times == 1 and Q[1] in impl.state.process_queue_table
     locks.busy = False
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == [Q[2], Q[3]]
+    assert sorted(impl.state.process_queue_table) == [Q[2], Q[3]]
 
 
 def test_a_queue_whose_lock_ran_out_is_given_up_without_storing_its_offset():
@@ -356,7 +354,7 @@ def test_a_queue_whose_lock_ran_out_is_given_up_without_storing_its_offset():
     deps = Deps(["b"])
     impl = orderly_impl(locks, deps)
     asyncio.run(impl.do_rebalance())
-    locks.expired.add(id(impl.process_queue_table[Q[0]]))
+    impl.state.process_queue_table[Q[0]].last_lock_timestamp_ms -= LEASE_MS  # its client lock ran out
     deps.cids = ["a", "b"]  # queues 0 and 1 go
     asyncio.run(impl.do_rebalance())
     store = impl.offset_store
@@ -369,7 +367,7 @@ def test_a_regained_queue_starts_afresh_without_its_stale_cache_or_offset():
     deps = Deps(["b"])
     impl = orderly_impl(locks, deps)
     asyncio.run(impl.do_rebalance())
-    stale = impl.process_queue_table[Q[0]]
+    stale = impl.state.process_queue_table[Q[0]]
     stale.put_messages([MessageExt("T", b"x", {}, "i", "", 0, 55, 0, 0, 0, 0, "broker-a")])
     impl.offset_store.update_offset(Q[0], 55, increase_only=False)
     floors: list[int | None] = []
@@ -394,14 +392,14 @@ def test_a_regained_queue_starts_afresh_without_its_stale_cache_or_offset():
         await asyncio.gather(*impl._tasks)
 
     asyncio.run(regain(4_242))
-    fresh = impl.process_queue_table[Q[0]]
+    fresh = impl.state.process_queue_table[Q[0]]
     assert stale.dropped and fresh is not stale and fresh.msg_count == 0
     assert fresh.locked and fresh.last_lock_timestamp_ms == 4_242
     assert Q[0] not in impl.offset_store.memory  # type: ignore[attr-defined]  # never persisted or piggy-backed
     assert floors == [56]  # the batch that was running counts in the client's own position
     assert waited == [1_000] and not stale.keep_own_commits
     asyncio.run(regain(5_000))  # a second report of the same stale queue changes nothing
-    assert impl.process_queue_table[Q[0]] is fresh and floors == [56]
+    assert impl.state.process_queue_table[Q[0]] is fresh and floors == [56]
 
 
 # --- the pull loop's lock check -------------------------------------------------------------------
@@ -431,7 +429,10 @@ def orderly_pull(api: Api, start: Any) -> tuple[PullService, list[tuple[ProcessQ
     async def remove(mq):
         pass
 
-    svc = PullService(api=api, subscriptions={"T": SubscriptionData("T", "*", 1)},  # type: ignore[arg-type]
+    state = ConsumerState(group=G, message_model=MessageModel.CLUSTERING, clock=FakeClock(),
+                          client_lock_lease_ms=Timing().client_lock_lease_ms, orderly=True)
+    state.subscribe("T", "*")
+    svc = PullService(api=api, state=state,  # type: ignore[arg-type]
                       offset_store=Store({}), submit=lambda *a: None, remove_process_queue=remove,  # type: ignore[arg-type]
                       thresholds=lambda: FlowThresholds(), message_model=MessageModel.CLUSTERING, timing=Timing(),
                       clock=FakeClock(), pull_batch_size=32, post_subscription=False,

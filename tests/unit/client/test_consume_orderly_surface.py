@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from nodes.client import ConsumeOrderlyContext, ConsumeOrderlyStatus, PushConsumer
-from nodes.client.errors import ClientStateError, InvalidArgumentError
 from nodes.common.clock import FakeClock
 from nodes.common.config import ConsumerConfig, Timing
+from nodes.common.errors import ClientStateError, InvalidArgumentError
 from nodes.common.types import MessageExt, MessageQueue
 from nodes.consumer.journal import DeliveryJournal, read_journal
 from nodes.consumer.workload import OrderlyWorkloadListener, WorkloadError

@@ -6,10 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodes.client.errors import InvalidArgumentError
 from nodes.client.flow_control import (
     MIB_BYTES,
-    PULL_DELAY_WHEN_FLOW_CONTROL_MS,
     FlowControlReason,
     FlowThresholds,
     PullDecision,
@@ -17,6 +15,9 @@ from nodes.client.flow_control import (
     thresholds_for_queue_count,
 )
 from nodes.client.process_queue import ProcessQueue
+from nodes.common.config import Timing
+from nodes.common.constants import PULL_DELAY_WHEN_FLOW_CONTROL_MS
+from nodes.common.errors import InvalidArgumentError
 from nodes.common.types import MessageExt
 
 NOW = 5_000
@@ -34,22 +35,26 @@ def later(reason: FlowControlReason) -> PullDecision:
 NOW_DECISION = PullDecision(None, 0, NOW)
 
 
+def decide(pq, *, delay_ms: int = Timing().pull_delay_when_flow_control_ms, **kwargs) -> PullDecision:
+    return decide_pull(pq, delay_ms=delay_ms, **kwargs)
+
+
 def test_defaults_are_rocketmqs():
     assert (DEFAULTS.count_per_queue, DEFAULTS.size_per_queue_mib, DEFAULTS.count_per_topic,
             DEFAULTS.size_per_topic_mib, DEFAULTS.concurrent_span_max) == (1000, 100, -1, -1, 2000)
-    assert PULL_DELAY_WHEN_FLOW_CONTROL_MS == 50
+    assert PULL_DELAY_WHEN_FLOW_CONTROL_MS == Timing().pull_delay_when_flow_control_ms == 50
 
 
 def test_empty_queue_pulls_now():
-    decision = decide_pull(cache(), now_ms=NOW, orderly=False, thresholds=DEFAULTS)
+    decision = decide(cache(), now_ms=NOW, orderly=False, thresholds=DEFAULTS)
     assert decision == NOW_DECISION
     assert decision.pull_now and decision.delay_ms == 0 and decision.retry_at_ms == NOW
 
 
 @pytest.mark.parametrize("orderly", [False, True])
 def test_count_flow_control_is_strict(orderly):
-    assert decide_pull(cache(count=1000), now_ms=NOW, orderly=orderly, thresholds=DEFAULTS) == NOW_DECISION
-    decision = decide_pull(cache(count=1001), now_ms=NOW, orderly=orderly, thresholds=DEFAULTS)
+    assert decide(cache(count=1000), now_ms=NOW, orderly=orderly, thresholds=DEFAULTS) == NOW_DECISION
+    decision = decide(cache(count=1001), now_ms=NOW, orderly=orderly, thresholds=DEFAULTS)
     assert decision == later(FlowControlReason.CACHED_COUNT)
     assert not decision.pull_now
     assert "1001 > 1000" in decision.detail
@@ -58,33 +63,33 @@ def test_count_flow_control_is_strict(orderly):
 @pytest.mark.parametrize("orderly", [False, True])
 def test_size_flow_control_uses_whole_mib_and_is_strict(orderly):
     just_under_101 = 101 * MIB_BYTES - 1  # 100 MiB by integer division
-    assert decide_pull(cache(size_bytes=just_under_101), now_ms=NOW, orderly=orderly,
+    assert decide(cache(size_bytes=just_under_101), now_ms=NOW, orderly=orderly,
                        thresholds=DEFAULTS) == NOW_DECISION
-    assert decide_pull(cache(size_bytes=101 * MIB_BYTES), now_ms=NOW, orderly=orderly,
+    assert decide(cache(size_bytes=101 * MIB_BYTES), now_ms=NOW, orderly=orderly,
                        thresholds=DEFAULTS) == later(FlowControlReason.CACHED_SIZE)
 
 
 def test_span_flow_control_is_strict_and_concurrent_only():
-    assert decide_pull(cache(span=2000), now_ms=NOW, orderly=False, thresholds=DEFAULTS) == NOW_DECISION
-    assert decide_pull(cache(span=2001), now_ms=NOW, orderly=False,
+    assert decide(cache(span=2000), now_ms=NOW, orderly=False, thresholds=DEFAULTS) == NOW_DECISION
+    assert decide(cache(span=2001), now_ms=NOW, orderly=False,
                        thresholds=DEFAULTS) == later(FlowControlReason.SPAN)
-    assert decide_pull(cache(span=10**9), now_ms=NOW, orderly=True, thresholds=DEFAULTS) == NOW_DECISION
+    assert decide(cache(span=10**9), now_ms=NOW, orderly=True, thresholds=DEFAULTS) == NOW_DECISION
 
 
 def test_checks_run_count_then_size_then_span():
     everything = cache(count=1001, size_bytes=200 * MIB_BYTES, span=5000)
-    assert decide_pull(everything, now_ms=NOW, orderly=False,
+    assert decide(everything, now_ms=NOW, orderly=False,
                        thresholds=DEFAULTS).reason is FlowControlReason.CACHED_COUNT
     size_and_span = cache(count=1000, size_bytes=200 * MIB_BYTES, span=5000)
-    assert decide_pull(size_and_span, now_ms=NOW, orderly=False,
+    assert decide(size_and_span, now_ms=NOW, orderly=False,
                        thresholds=DEFAULTS).reason is FlowControlReason.CACHED_SIZE
 
 
 def test_custom_thresholds_and_delay():
     small = FlowThresholds(count_per_queue=1, size_per_queue_mib=1, concurrent_span_max=1)
-    assert decide_pull(cache(count=1, size_bytes=2 * MIB_BYTES - 1, span=1), now_ms=NOW, orderly=False,
+    assert decide(cache(count=1, size_bytes=2 * MIB_BYTES - 1, span=1), now_ms=NOW, orderly=False,
                        thresholds=small).pull_now
-    assert decide_pull(cache(count=2), now_ms=NOW, orderly=False, thresholds=small,
+    assert decide(cache(count=2), now_ms=NOW, orderly=False, thresholds=small,
                        delay_ms=3) == PullDecision(FlowControlReason.CACHED_COUNT, 3, NOW + 3)
 
 
@@ -99,17 +104,17 @@ def test_real_process_queue_size_boundary():
     pq = ProcessQueue(now_ms=0)
     pq.put_messages([_msg(i, mib) for i in range(100)] + [_msg(100, mib[:-1])])
     assert pq.msg_size_bytes == 101 * MIB_BYTES - 1
-    assert decide_pull(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS).pull_now
+    assert decide(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS).pull_now
     pq.put_messages([_msg(101, b"x")])
-    assert decide_pull(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS) == later(FlowControlReason.CACHED_SIZE)
+    assert decide(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS) == later(FlowControlReason.CACHED_SIZE)
 
 
 def test_real_process_queue_span_boundary():
     pq = ProcessQueue(now_ms=0)
     pq.put_messages([_msg(0, b"x"), _msg(2000, b"x")])
-    assert decide_pull(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS).pull_now
+    assert decide(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS).pull_now
     pq.put_messages([_msg(2001, b"x")])
-    assert decide_pull(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS) == later(FlowControlReason.SPAN)
+    assert decide(pq, now_ms=NOW, orderly=False, thresholds=DEFAULTS) == later(FlowControlReason.SPAN)
 
 
 # --- valid ranges -------------------------------------------------------------------------
@@ -177,6 +182,6 @@ def test_for_queue_count_without_topic_thresholds_is_unchanged():
 
 def test_rewritten_thresholds_drive_decisions():
     per_topic = FlowThresholds(count_per_topic=100).for_queue_count(4)  # 25 per queue
-    assert decide_pull(cache(count=25), now_ms=NOW, orderly=False, thresholds=per_topic).pull_now
-    assert decide_pull(cache(count=26), now_ms=NOW, orderly=False,
+    assert decide(cache(count=25), now_ms=NOW, orderly=False, thresholds=per_topic).pull_now
+    assert decide(cache(count=26), now_ms=NOW, orderly=False,
                        thresholds=per_topic) == later(FlowControlReason.CACHED_COUNT)

@@ -7,13 +7,11 @@ from hypothesis import strategies as st
 
 from nodes.client.process_queue import (
     CLEAN_EXPIRED_SCAN_COUNT_MAX,
-    CONSUME_TIMEOUT_MS,
     PROPERTY_CONSUME_START_TIMESTAMP,
-    PULL_MAX_IDLE_MS,
-    REBALANCE_LOCK_MAX_LIVE_MS,
     ProcessQueue,
 )
-from nodes.common.constants import PROPERTY_MAX_OFFSET
+from nodes.common.config import Timing
+from nodes.common.constants import CONSUME_TIMEOUT_MS, PROPERTY_MAX_OFFSET, PULL_MAX_IDLE_MS
 from nodes.common.types import MessageExt
 
 T0 = 1_000_000
@@ -45,22 +43,12 @@ def test_new_queue_starts_empty_with_timestamps_at_construction():
 
 def test_pull_expires_strictly_after_120_s():
     pq = ProcessQueue(now_ms=T0)
-    assert PULL_MAX_IDLE_MS == 120_000
-    assert not pq.is_pull_expired(T0 + 120_000)
-    assert pq.is_pull_expired(T0 + 120_001)
+    assert PULL_MAX_IDLE_MS == Timing().pull_max_idle_ms == 120_000
+    assert not pq.is_pull_expired(T0 + 120_000, pull_max_idle_ms=PULL_MAX_IDLE_MS)
+    assert pq.is_pull_expired(T0 + 120_001, pull_max_idle_ms=PULL_MAX_IDLE_MS)
     pq.last_pull_timestamp_ms = T0 + 50_000
-    assert not pq.is_pull_expired(T0 + 120_001)
+    assert not pq.is_pull_expired(T0 + 120_001, pull_max_idle_ms=PULL_MAX_IDLE_MS)
     assert pq.is_pull_expired(T0 + 50_006, pull_max_idle_ms=5)  # scaled timing
-
-
-def test_client_lock_expires_strictly_after_30_s():
-    pq = ProcessQueue(now_ms=T0)
-    assert REBALANCE_LOCK_MAX_LIVE_MS == 30_000
-    assert not pq.is_lock_expired(T0 + 30_000)
-    assert pq.is_lock_expired(T0 + 30_001)
-    pq.locked, pq.last_lock_timestamp_ms = True, T0 + 20_000  # a renewal
-    assert not pq.is_lock_expired(T0 + 50_000)
-    assert pq.is_lock_expired(T0 + 50_001)
 
 
 # --- put ----------------------------------------------------------------------------------
@@ -273,26 +261,26 @@ def started(queue_offset: int, start_ms: int | None) -> MessageExt:
 
 
 def test_expired_messages_are_the_run_of_heads_past_the_timeout():
-    assert CONSUME_TIMEOUT_MS == 15 * 60 * 1000
+    assert CONSUME_TIMEOUT_MS == Timing().consume_timeout_ms == 15 * 60 * 1000
     now = T0 + CONSUME_TIMEOUT_MS + 1
     pq = ProcessQueue(now_ms=T0)
     heads = [started(0, T0), started(1, T0 - 5), started(2, T0 + 1), started(3, T0)]
     pq.put_messages(heads)
     # offset 2 started exactly consume_timeout ago: not expired (strict >), so the run stops there
-    assert pq.expired_messages(now) == heads[:2]
-    assert pq.expired_messages(now + 1) == heads
+    assert pq.expired_messages(now, consume_timeout_ms=CONSUME_TIMEOUT_MS) == heads[:2]
+    assert pq.expired_messages(now + 1, consume_timeout_ms=CONSUME_TIMEOUT_MS) == heads
 
 
 def test_expired_scan_stops_at_a_head_that_never_started():
     pq = ProcessQueue(now_ms=T0)
     pq.put_messages([started(0, None), started(1, T0)])
-    assert pq.expired_messages(T0 + CONSUME_TIMEOUT_MS + 10) == []
+    assert pq.expired_messages(T0 + CONSUME_TIMEOUT_MS + 10, consume_timeout_ms=CONSUME_TIMEOUT_MS) == []
 
 
 def test_expired_scan_looks_at_most_at_16_heads():
     pq = ProcessQueue(now_ms=T0)
     pq.put_messages([started(i, T0) for i in range(20)])
-    expired = pq.expired_messages(T0 + CONSUME_TIMEOUT_MS + 1)
+    expired = pq.expired_messages(T0 + CONSUME_TIMEOUT_MS + 1, consume_timeout_ms=CONSUME_TIMEOUT_MS)
     assert [m.queue_offset for m in expired] == list(range(CLEAN_EXPIRED_SCAN_COUNT_MAX))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nodes.client import AllocateAveragely, ConsumeFromWhere, MessageModel, PushConsumer
-from nodes.client.errors import ClientStateError, InvalidArgumentError
 from nodes.client.send_back import retry_message
 from nodes.common import constants as c
+from nodes.common.errors import ClientStateError, InvalidArgumentError
 from nodes.common.service import Lifecycle
 from nodes.common.types import MessageExt
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nodes.client.heartbeat import HeartbeatService, make_client_id
+from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
+from nodes.client.instance import make_client_id
+from nodes.client.rpc.api import ConsumerData
 from nodes.common import constants as c
 from nodes.common.errors import TransportError
 from nodes.common.types import MessageModel
@@ -71,10 +73,12 @@ def make_service(fakes, handler, notified):
                              ("broker-b", 4, 4, c.PERM_DEFAULT, {0: "b0:1"}))
     inst = fakes.FakeInstance({"T": route}, handler)
     inst.streams = {}
-    inst.consumer_stub = lambda addr: ConsumerStub(inst, addr)
-    data = [consumer_pb2.ConsumerData(group="g", consume_type=c.CONSUME_TYPE_PASSIVELY)]
-    svc = HeartbeatService(inst, "cid", consumer_data=lambda: data, topics=lambda: ["T", "%RETRY%g"],
-                           on_notification=notified.append, interval_ms=1000, timeout_ms=1000)
+    inst.api.consumer_stub = lambda addr: ConsumerStub(inst, addr)
+    data = ConsumerData(group="g", consume_type=c.CONSUME_TYPE_PASSIVELY, message_model="", consume_from_where="",
+                        subscriptions=())
+    svc = HeartbeatService(inst.api, inst.routes, "cid", interval_ms=1000, timeout_ms=1000)
+    svc.register("g", RegisteredConsumer(consumer_data=lambda: data, topics=lambda: ["T", "%RETRY%g"],
+                                         on_notification=lambda: notified.append("g")))
     return inst, svc
 
 
@@ -147,9 +151,34 @@ def test_unregister_tells_every_broker_and_tolerates_failures(fakes):
     async def run():
         inst, svc = make_service(fakes, handler, [])
         await inst.routes.update_topic("T")
-        await svc.unregister("g")
+        await svc.unregister("g", ["T", "%RETRY%g"])
         return inst
 
     inst = asyncio.run(run())
     calls = sorted((a, m, r.client_id, r.consumer_group) for a, m, r in inst.calls)
     assert calls == [(a, "UnregisterClient", "cid", "g") for a in ("a0:1", "a1:1", "b0:1")]
+
+
+def test_one_heartbeat_carries_every_group_of_the_instance_and_notifications_reach_their_group(fakes):
+    notified: list[str] = []
+
+    async def run():
+        inst, svc = make_service(fakes, ok, notified)
+        other = ConsumerData(group="h", consume_type=c.CONSUME_TYPE_PASSIVELY, message_model="",
+                             consume_from_where="", subscriptions=(("T", "*", 1),))
+        svc.register("h", RegisteredConsumer(consumer_data=lambda: other, topics=lambda: ["T"],
+                                             on_notification=lambda: notified.append("h")))
+        await inst.routes.update_topic("T")
+        assert await svc.send_heartbeat_to_all_brokers() == 3
+        assert {tuple(d.group for d in r.consumers) for _, _, r in inst.calls} == {("g", "h")}
+        inst.streams["a0:1"][0].push("h")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        svc.forget("h")
+        inst.calls.clear()
+        await svc.send_heartbeat_to_all_brokers()
+        assert {tuple(d.group for d in r.consumers) for _, _, r in inst.calls} == {("g",)}
+        await svc.close_notifications()
+
+    asyncio.run(run())
+    assert notified == ["h"]

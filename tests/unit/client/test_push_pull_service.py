@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from nodes.client.consumer_state import ConsumerState, SubscriptionData
 from nodes.client.flow_control import FlowThresholds
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_service import PullRequest, PullService
-from nodes.client.rebalance import SubscriptionData
 from nodes.common.clock import FakeClock
 from nodes.common.config import Timing
 from nodes.common.errors import RequestTimeoutError
@@ -64,7 +64,10 @@ def service(api: FakeApi, *, model=MessageModel.CLUSTERING, thresholds=FlowThres
     async def remove(mq):
         removed.append(mq)
 
-    svc = PullService(api=api, subscriptions={"T": SubscriptionData("T", "a || b", 123)}, offset_store=store,
+    state = ConsumerState(group="g", message_model=model, clock=clock or FakeClock(),
+                          client_lock_lease_ms=TIMING.client_lock_lease_ms)
+    state.subscriptions["T"] = SubscriptionData("T", "a || b", 123)
+    svc = PullService(api=api, state=state, offset_store=store,
                       submit=lambda msgs, pq, mq: submitted.append((list(msgs), mq)), remove_process_queue=remove,
                       thresholds=lambda: thresholds, message_model=model, timing=TIMING, clock=clock or FakeClock(),
                       pull_batch_size=32, post_subscription=False)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nodes.client.allocate import AllocateAveragely, AllocateAveragelyByCircle
+from nodes.client.consumer_state import ConsumerState, retry_topic
 from nodes.client.offset_store import OFFSET_NOT_FOUND, OFFSET_READ_FAILED, ReadOffsetType
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.rebalance import (
@@ -17,9 +18,10 @@ from nodes.client.rebalance import (
     allocate_queues,
     allocation_diff,
     decide_start_offset,
-    retry_topic,
 )
+from nodes.common import constants as c
 from nodes.common.clock import FakeClock
+from nodes.common.config import Timing
 from nodes.common.errors import TransportError
 from nodes.common.types import ConsumeFromWhere, MessageModel, MessageQueue
 
@@ -167,20 +169,23 @@ def make_impl(deps: FakeDeps, store: FakeOffsetStore | None = None, *, cid: str 
               model: MessageModel = MessageModel.CLUSTERING, where: ConsumeFromWhere = LAST,
               clock: FakeClock | None = None) -> tuple[RebalanceImpl, list[dict[str, Any]]]:
     events: list[dict[str, Any]] = []
-    impl = RebalanceImpl(group="g", client_id=cid, message_model=model, allocate=AllocateAveragely(),
+    state = ConsumerState(group="g", message_model=model, clock=clock or FakeClock(),
+                          client_lock_lease_ms=c.CLIENT_LOCK_LEASE_MS)
+    impl = RebalanceImpl(state=state, client_id=cid, allocate=AllocateAveragely(),
                          consume_from_where=where, offset_store=store or FakeOffsetStore(), deps=deps,
-                         clock=clock or FakeClock(), pull_max_idle_ms=120_000, on_event=events.append)
+                         pull_max_idle_ms=120_000, on_event=events.append,
+                         consume_lock_try_ms=Timing().consume_lock_try_ms, unlock_delay_ms=Timing().unlock_delay_ms)
     return impl, events
 
 
 def test_copy_subscription_adds_the_retry_topic_only_in_clustering():
     impl, _ = make_impl(FakeDeps({}, []))
-    impl.copy_subscription({"T": "a || b"})
-    assert set(impl.subscriptions) == {"T", retry_topic("g")}
-    assert impl.subscriptions[retry_topic("g")].expression == "*"
+    impl.state.copy_subscription({"T": "a || b"})
+    assert set(impl.state.subscriptions) == {"T", retry_topic("g")}
+    assert impl.state.subscriptions[retry_topic("g")].expression == "*"
     broadcast, _ = make_impl(FakeDeps({}, []), model=MessageModel.BROADCASTING)
-    broadcast.copy_subscription({"T": "*"})
-    assert set(broadcast.subscriptions) == {"T"}
+    broadcast.state.copy_subscription({"T": "*"})
+    assert set(broadcast.state.subscriptions) == {"T"}
 
 
 def test_clustering_takes_its_share_and_dispatches_after_the_change_heartbeat():
@@ -189,12 +194,12 @@ def test_clustering_takes_its_share_and_dispatches_after_the_change_heartbeat():
     deps = FakeDeps({"T": q}, ["a", "b", "c"])
     deps.max_offsets = {q[5]: 99}
     impl, events = make_impl(deps, store)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == q[3:6]
+    assert sorted(impl.state.process_queue_table) == q[3:6]
     assert sorted(deps.dispatched) == [(q[3], 40), (q[4], 41), (q[5], 99)]  # no stored offset: max offset
     assert deps.order == ["changed", "dispatch", "dispatch", "dispatch"]
-    assert all(pq.locked for pq in impl.process_queue_table.values())
+    assert all(pq.locked for pq in impl.state.process_queue_table.values())
     (event,) = events
     assert event["event"] == "rebalance" and event["before"] == [] and event["cids"] == ["a", "b", "c"]
     assert event["after"] == [["broker-a", 3], ["broker-a", 4], ["broker-a", 5]]
@@ -206,13 +211,13 @@ def test_a_member_leaving_gives_this_consumer_more_queues_and_drops_none():
     deps = FakeDeps({"T": q}, ["a", "b", "c"])
     store = FakeOffsetStore({mq: 0 for mq in q})
     impl, events = make_impl(deps, store)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    kept = {mq: impl.process_queue_table[mq] for mq in q[3:6]}
+    kept = {mq: impl.state.process_queue_table[mq] for mq in q[3:6]}
     deps.cids = ["a", "b"]
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == q[4:8]
-    assert impl.process_queue_table[q[4]] is kept[q[4]]  # kept queues keep their cache
+    assert sorted(impl.state.process_queue_table) == q[4:8]
+    assert impl.state.process_queue_table[q[4]] is kept[q[4]]  # kept queues keep their cache
     assert kept[q[3]].dropped and not kept[q[4]].dropped
     assert (q[3], 0) in store.persisted
     assert q[3] in store.removed
@@ -226,7 +231,7 @@ def test_a_dropped_queue_persists_its_offset_before_forgetting_it():
     deps = FakeDeps({"T": q}, ["b"])
     store = FakeOffsetStore({q[0]: 5, q[1]: 6})
     impl, _ = make_impl(deps, store)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
     store.update_offset(q[0], 9, increase_only=True)
     deps.cids = ["a", "b"]  # "a" takes queue 0
@@ -239,7 +244,7 @@ def test_unchanged_rebalance_records_no_event_and_no_heartbeat():
     q = mqs(n=4)
     deps = FakeDeps({"T": q}, ["b"])
     impl, events = make_impl(deps, FakeOffsetStore({mq: 0 for mq in q}))
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
     asyncio.run(impl.do_rebalance())
     assert len(events) == 1 and len(deps.changed) == 1
@@ -251,14 +256,14 @@ def test_a_pull_expired_queue_is_recreated_in_the_same_round():
     clock = FakeClock()
     deps = FakeDeps({"T": q}, ["b"])
     impl, _ = make_impl(deps, FakeOffsetStore({mq: 3 for mq in q}), clock=clock)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    old = impl.process_queue_table[q[0]]
-    impl.process_queue_table[q[1]].last_pull_timestamp_ms = clock.monotonic_ms() + 120_000
+    old = impl.state.process_queue_table[q[0]]
+    impl.state.process_queue_table[q[1]].last_pull_timestamp_ms = clock.monotonic_ms() + 120_000
     clock.advance_ms(120_001)
     asyncio.run(impl.do_rebalance())
-    assert old.dropped and impl.process_queue_table[q[0]] is not old
-    assert not impl.process_queue_table[q[1]].dropped
+    assert old.dropped and impl.state.process_queue_table[q[0]] is not old
+    assert not impl.state.process_queue_table[q[1]].dropped
     assert deps.dispatched[-1] == (q[0], 3)
 
 
@@ -268,9 +273,9 @@ def test_an_unreadable_offset_or_missing_master_skips_the_queue_until_next_time(
     store.read_error = {q[0]: OFFSET_READ_FAILED}
     deps = FakeDeps({"T": q}, ["b"])  # no max offset for q[1]: the master query fails
     impl, _ = make_impl(deps, store)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    assert impl.process_queue_table == {} and deps.dispatched == []
+    assert impl.state.process_queue_table == {} and deps.dispatched == []
     store.read_error = {}
     deps.max_offsets = {q[0]: 7, q[1]: 8}
     asyncio.run(impl.do_rebalance())
@@ -281,27 +286,27 @@ def test_without_consumer_ids_nothing_changes():
     q = mqs(n=2)
     deps = FakeDeps({"T": q}, None)
     impl, events = make_impl(deps)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    assert impl.process_queue_table == {} and events == []
+    assert impl.state.process_queue_table == {} and events == []
 
 
 def test_an_id_missing_from_the_list_owns_nothing():
     q = mqs(n=2)
     deps = FakeDeps({"T": q}, ["a", "c"])
     impl, _ = make_impl(deps, FakeOffsetStore({mq: 0 for mq in q}))
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    assert impl.process_queue_table == {}
+    assert impl.state.process_queue_table == {}
 
 
 def test_broadcasting_takes_every_queue_without_asking_for_members():
     q = mqs(n=4)
     deps = FakeDeps({"T": q}, None)
     impl, events = make_impl(deps, FakeOffsetStore(), model=MessageModel.BROADCASTING, where=FIRST)
-    impl.copy_subscription({"T": "*"})
+    impl.state.copy_subscription({"T": "*"})
     asyncio.run(impl.do_rebalance())
-    assert sorted(impl.process_queue_table) == q and deps.cid_calls == 0
+    assert sorted(impl.state.process_queue_table) == q and deps.cid_calls == 0
     assert sorted(deps.dispatched) == [(mq, 0) for mq in q]
     assert events[0]["cids"] is None
 
@@ -310,13 +315,13 @@ def test_retry_topic_starts_at_zero_and_unsubscribed_topics_are_truncated():
     q, r = mqs(n=2), mqs(retry_topic("g"), n=1)
     deps = FakeDeps({"T": q, retry_topic("g"): r}, ["b"])
     impl, _ = make_impl(deps, FakeOffsetStore({mq: 0 for mq in q}))
-    impl.copy_subscription({"T": "*"})
+    impl.state.copy_subscription({"T": "*"})
     asyncio.run(impl.do_rebalance())
     assert (r[0], 0) in deps.dispatched
-    pq = impl.process_queue_table[q[0]]
-    del impl.subscriptions["T"]
+    pq = impl.state.process_queue_table[q[0]]
+    del impl.state.subscriptions["T"]
     impl.truncate_message_queue_not_my_topic()
-    assert pq.dropped and sorted(impl.process_queue_table) == r
+    assert pq.dropped and sorted(impl.state.process_queue_table) == r
 
 
 def test_remove_process_queue_drops_it_and_forgets_its_offset():
@@ -324,9 +329,9 @@ def test_remove_process_queue_drops_it_and_forgets_its_offset():
     store = FakeOffsetStore({q[0]: 4})
     deps = FakeDeps({"T": q}, ["b"])
     impl, events = make_impl(deps, store)
-    impl.subscribe("T", "*")
+    impl.state.subscribe("T", "*")
     asyncio.run(impl.do_rebalance())
-    pq: ProcessQueue = impl.process_queue_table[q[0]]
+    pq: ProcessQueue = impl.state.process_queue_table[q[0]]
     asyncio.run(impl.remove_process_queue(q[0]))
-    assert pq.dropped and q[0] not in impl.process_queue_table and q[0] not in store.memory
+    assert pq.dropped and q[0] not in impl.state.process_queue_table and q[0] not in store.memory
     assert events[-1]["reason"] == "offset-illegal"

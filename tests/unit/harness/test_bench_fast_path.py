@@ -15,8 +15,8 @@ from support.inprocess import InProcessCluster
 from support.rpc import create_topic
 
 from nodes.client import Producer, PullConsumer
-from nodes.client.pull_api import MessageBatch, decode_messages
-from nodes.client.pull_stream import PullStream
+from nodes.client.pull_decode import MessageBatch, decode_messages
+from nodes.client.rpc.pull_stream import PullStream
 from nodes.common.types import Message, PullStatus
 from nodes.store.record import MessageToStore, encode_record
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
@@ -56,7 +56,7 @@ def test_batched_stream_sends_queued_pulls_in_one_message_and_matches_batched_an
                 return calls[-1]
             return start
 
-        stream = PullStream("b:1", opener, batched=True)
+        stream = PullStream("b:1", opener)
         fields = {"consumer_group": "g", "topic": "T", "queue_offset": 0, "max_msg_nums": 32}
         pulls = [asyncio.create_task(stream.pull({**fields, "queue_id": q}, 1000)) for q in range(3)]
         while not calls or not calls[0].batches:

@@ -1,16 +1,16 @@
-"""PullStream: one long-lived bidirectional `Broker.Pull` call per broker address (DESIGN §5a).
+"""PullStream: one long-lived bidirectional `Broker.PullBatch` call per broker address.
 
 Owns the call, the request-id counter and the table of pending requests. Pulls for every
 queue on that broker are pipelined on it; each response names its request and may arrive
-out of order (a long-polled request answers later). Does not interpret responses: codes,
-records and routing are `pull_api`'s business.
+out of order (a long-polled request answers later). Does not interpret responses: codes and
+records are `ClientApi`'s business, routing `pull_api`'s.
 
 If the stream breaks, every pending pull fails with TransportError and the stream is
 re-opened lazily by the next `pull`. Loop-confined.
 
-Batched (`Broker.PullBatch`, what clients use): every request queued while the call was busy
-writing goes out in one stream message, and the broker answers likewise, so gRPC's
-per-message cost (most of a small pull's cost in Python) is paid once per batch.
+Every request queued while the call was busy writing goes out in one stream message
+(a PullRequestBatch), and the broker answers likewise, so gRPC's per-message cost (most of a
+small pull's cost in Python) is paid once per batch.
 
 Hot path per pull: one PullRequest message, one queue put, one dict insert and pop, one
 future. No per-message work happens here.
@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.common import rpc
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2
@@ -37,15 +38,13 @@ _END = None  # queue sentinel: the request side is done
 
 
 class _RequestFeed:
-    """The request iterator handed to grpc: yields what `push` queued, ends on `finish`.
-
-    Batched, it yields one PullRequestBatch of everything queued by then. A plain async
-    iterator (not an async generator), so nothing needs asyncgen finalization.
+    """The request iterator handed to grpc: one PullRequestBatch of everything `push` queued by
+    then, until `finish`. A plain async iterator (not an async generator), so nothing needs
+    asyncgen finalization.
     """
 
-    def __init__(self, batched: bool = False) -> None:
+    def __init__(self) -> None:
         self._queue: asyncio.Queue[broker_pb2.PullRequest | None] = asyncio.Queue()
-        self._batched = batched
         self._ended = False
 
     def push(self, request: broker_pb2.PullRequest) -> None:
@@ -57,14 +56,12 @@ class _RequestFeed:
     def __aiter__(self) -> _RequestFeed:
         return self
 
-    async def __anext__(self) -> broker_pb2.PullRequest | broker_pb2.PullRequestBatch:
+    async def __anext__(self) -> broker_pb2.PullRequestBatch:
         if self._ended:
             raise StopAsyncIteration
         request = await self._queue.get()
         if request is _END:
             raise StopAsyncIteration
-        if not self._batched:
-            return request
         requests = [request]
         queue = self._queue
         while not queue.empty():
@@ -90,12 +87,10 @@ class _Session:
 class PullStream:
     """Pipelined pulls to one broker address over one bidirectional call."""
 
-    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]], *, batched: bool = False) -> None:
-        """`open_call()` returns the stub's `Pull` method (a stream-stream multicallable), or
-        with `batched` its `PullBatch` method."""
+    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]]) -> None:
+        """`open_call()` returns the stub's `PullBatch` method (a stream-stream multicallable)."""
         self.addr = addr
         self._open_call = open_call
-        self._batched = batched
         self._ids = itertools.count(1)
         self._session: _Session | None = None
         self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
@@ -108,7 +103,7 @@ class PullStream:
         session = self._session
         if session is not None and not session.closed:
             return session
-        feed = _RequestFeed(self._batched)
+        feed = _RequestFeed()
         call = self._open_call()(feed)
         session = _Session(call, feed)
         session.reader = asyncio.create_task(self._reader_routine(session), name=f"pull-stream-reader-{self.addr}")
@@ -151,20 +146,18 @@ class PullStream:
         try:
             pending = session.pending
             call = session.call
-            batched = self._batched
             while True:
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     error = TransportError(f"pull stream to {self.addr} ended by the broker")
                     break
-                for resp in (message.responses if batched else (message,)):
+                for resp in message.responses:
                     fut = pending.pop(resp.request_id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(resp)
         except grpc.RpcError as exc:
-            error = rpc.map_rpc_error(exc, f"pull stream to {self.addr}")  # type: ignore[assignment]
-            if not isinstance(error, TransportError):
-                error = TransportError(str(error))
+            mapped = rpc_error(exc, f"pull stream to {self.addr}")
+            error = mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
         except asyncio.CancelledError:
             error = TransportError(f"pull stream to {self.addr} closed")
             raise
