@@ -2,7 +2,7 @@
 
 Every fault duration a schedule picks and every wait a suite does comes from here, never
 from a literal, so a run at time scale k = 1/20 and one at k = 1 exercise the same story
-(chaos-anchors §3.0, §3.2-§3.5). The input is the run's *scaled* `Timing` (what the nodes
+ (docs/chaos.md). The input is the run's *scaled* `Timing` (what the nodes
 were given); symbols follow the anchors' table:
 
     L_b broker lock lease      L_c client lock lease      R_l lock renew period
@@ -54,7 +54,7 @@ class Bounds:
     U_d: int  # unlock_delay_ms
     A_h: int  # ha_reconnect_max_ms
 
-    # ---- lock takeover (chaos-anchors §3.2) ---------------------------------------------
+    # ---- lock takeover (docs/chaos.md) ---------------------------------------------
 
     @property
     def takeover_after_kill_ms(self) -> int:
@@ -73,7 +73,7 @@ class Bounds:
         K_c), and the lease must be over too; then a rebalance and a pull retry."""
         return max(self.L_b, self.X_c + self.K_c) + self.R_b + self.W_p
 
-    # ---- reads across a master outage (chaos-anchors §3.4) ------------------------------
+    # ---- reads across a master outage (docs/chaos.md) ------------------------------
 
     @property
     def failover_read_kill_ms(self) -> int:
@@ -90,7 +90,7 @@ class Bounds:
         """After the master returns: it registers (at most G_r), clients poll routes, then pull."""
         return self.G_r + self.N_r + self.W_p
 
-    # ---- duplicate budgets as time windows (chaos-anchors §3.3.4) -----------------------
+    # ---- duplicate budgets as time windows (docs/chaos.md) -----------------------
 
     @property
     def dup_window_consumer_kill_ms(self) -> int:
@@ -116,7 +116,7 @@ class Bounds:
 
     @property
     def converge_ms(self) -> int:
-        """Slave offsets equal the master's once consumers are idle (chaos-anchors §3.3.6)."""
+        """Slave offsets equal the master's once consumers are idle (docs/chaos.md)."""
         return self.S_s + self.P_c
 
     @property
@@ -198,7 +198,7 @@ def derive_bounds(timing: Timing) -> Bounds:
 
 
 def check_ratios(timing: Timing) -> list[str]:
-    """Warnings for every safety ratio of chaos-anchors §3.5 that `timing` breaks ([] when none)."""
+    """Warnings for every safety ratio of docs/chaos.md that `timing` breaks ([] when none)."""
     b = derive_bounds(timing)
     warnings = []
     if b.L_c >= b.L_b:

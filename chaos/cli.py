@@ -1,7 +1,7 @@
 """`mqlab chaos ...`: the chaos sub-commands, registered into `mqlab` as a plugin.
 
-The harness's CLI never imports chaos (chaos sits above it, DESIGN §2); it loads this app
-through the `mqlab.cli` entry-point group. Exit codes (DESIGN §8): 0 valid, 1 invalid,
+The harness's CLI never imports chaos (chaos sits above it); it loads this app
+through the `mqlab.cli` entry-point group. Exit codes: 0 valid, 1 invalid,
 2 unknown or could not run, 130 interrupted.
 """
 

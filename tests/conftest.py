@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local SparkSession per pytest process (pyspark-notes §1.6); mark its users `spark`.
+    """One local SparkSession per pytest process; mark its users `spark`.
 
     A missing Java fails the run: a skipped checker test would count as passing.
     """

@@ -5,7 +5,7 @@
     out.verdict.valid                        # True | False | "unknown"
 
 `schemas` is the history contract producers follow; `checks` holds the definitions
-(chaos-anchors §3.2-§3.4); `config` derives every bound from the run's timers.
+ (docs/chaos.md); `config` derives every bound from the run's timers.
 Importing this package does not import PySpark; running a check does.
 """
 

@@ -1,7 +1,7 @@
 """What the checks compare against: the run's timers (from its Timing) and the suite's budgets.
 
 The checker never uses a literal duration. Every bound is derived from the timers of the run
-(chaos-anchors §3.0, §3.5), read from `<run_dir>/timing.json` (or a node's `config.json`);
+ (docs/chaos.md), read from `<run_dir>/timing.json` (or a node's `config.json`);
 a timer the run does not record gets RocketMQ's default multiplied by the run's time scale,
 which is inferred from the timers it does record. So the same history checked at k = 1/10
 and k = 1/20 gives the same verdict.
@@ -116,7 +116,7 @@ class Bounds:
         return self.S_s + self.P_c
 
     def redelivery_window(self, cause: str) -> int:
-        """B of chaos-anchors §3.3.4: how much consumption a fault may repeat."""
+        """B of docs/chaos.md: how much consumption a fault may repeat."""
         if cause == "broker":
             return self.P_c + max(self.F_b, self.S_s)
         return self.P_c
@@ -157,7 +157,7 @@ class CheckerConfig:
     slack_ratio: float = 0.25
     # events this close in time are treated as simultaneous (cross-process logging jitter)
     clock_slack_ms: int = 50
-    # duplicates: None derives the budget from the faults (chaos-anchors §3.3.4)
+    # duplicates: None derives the budget from the faults (docs/chaos.md)
     duplicate_budget: int | None = None
     # a duplicate is explained by a cause within this many ms of its two deliveries
     duplicate_explain_slack_ms: int | None = None

@@ -1,4 +1,4 @@
-"""The one place a SparkSession is made (pyspark-notes §1.5, §4).
+"""The one place a SparkSession is made.
 
 Defaults suit a small machine: `local[*]`, no UI, no console progress, few shuffle partitions,
 everything bound to 127.0.0.1, Python workers on this interpreter (not whatever `python3` is

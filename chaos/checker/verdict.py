@@ -1,4 +1,4 @@
-"""Three-valued results and the verdict file (DESIGN §8, style-anchors ★10).
+"""Three-valued results and the verdict file.
 
 `valid` is True, False or "unknown"; composing takes the worst (False > "unknown" > True).
 A check whose inputs are absent answers "unknown" with a reason; a check that raises is

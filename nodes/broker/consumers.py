@@ -1,5 +1,5 @@
 """Which consumers a broker knows, per group (RocketMQ ConsumerManager + ConsumerGroupInfo +
-ClientHousekeepingService, reference §13 "Broker consumer tracking").
+ClientHousekeepingService).
 
 Owns: group -> members (one channel per client connection, with its last heartbeat),
 the group's subscriptions by topic (with their sub_version), message model and consume
@@ -11,10 +11,10 @@ A "channel" is one client connection: heartbeats are keyed by (client id, connec
 two processes sharing a client id show up twice in `client_ids`, as in RocketMQ. Time is
 passed in (`now_ms`, monotonic), so the logic is driven by a fake clock in unit tests.
 
-Removal paths (reference §13):
+Removal paths:
     unregister       -> CHANGE if the group was known (and the group allows notifications)
     channel_closed   -> CHANGE for every group that lost a member, always
-    scan_expired     -> no CHANGE: peers notice at their next rebalance (gap 14)
+    scan_expired     -> no CHANGE: peers notice at their next rebalance
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class ConsumerRegistry:
 
     def scan_expired(self, now_ms: int) -> list[tuple[str, str]]:
         """scanNotActiveChannel: drop channels silent for more than `channel_expiry_ms`,
-        WITHOUT a CHANGE (reference gap 14). Returns the (group, client id) pairs dropped."""
+        WITHOUT a CHANGE. Returns the (group, client id) pairs dropped."""
         removed = []
         for info in list(self.groups.values()):
             for key, channel in list(info.channels.items()):

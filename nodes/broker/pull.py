@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"
 
-# reference §1.2 step 4; NO_MESSAGE_IN_QUEUE depends on the request offset (see _response_code)
+# RocketMQ's pull status table; NO_MESSAGE_IN_QUEUE depends on the request offset (see _response_code)
 _CODE_BY_STATUS = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
     GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -149,7 +149,7 @@ class PullProcessor:
                 self._record_offset_moved(req, result.next_begin_offset)
 
         # The piggy-backed commit runs whatever the status, but never on a woken re-execution
-        # and never on a slave (reference §1.2). Its commit_seq orders it against the client's
+        # and never on a slave. Its commit_seq orders it against the client's
         # explicit updates, which travel on another stream (UpdateConsumerOffsetRequest).
         if allow_suspend and req.commit_offset and not self.is_slave:
             self._offsets.commit(req.consumer_group, req.topic, req.queue_id, req.commit_offset_value,
@@ -207,7 +207,7 @@ class PullProcessor:
     def _registered_subscription(self, req: PullRequest, group: SubscriptionGroupConfig
                                  ) -> frozenset[int] | PullAnswer | None:
         """The tag hashes of the group's registered subscription (from heartbeats), or the
-        rejection (reference §1.2 subscription checks)."""
+        rejection (RocketMQ 4.9 subscription checks)."""
         info = self._consumers.find(req.consumer_group) if self._consumers is not None else None
         if info is None:
             return self._reply(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
@@ -251,7 +251,7 @@ class PullProcessor:
         return _CODE_BY_STATUS[status]
 
     def _suggest_broker_id(self, pull_from_slave: bool, group: object) -> int:
-        """reference §1.2: later steps overwrite earlier ones; with defaults it is always 0."""
+        """RocketMQ 4.9: later steps overwrite earlier ones; with defaults it is always 0."""
         slowly = group.which_broker_when_consume_slowly  # type: ignore[attr-defined]
         if self.slave_read_enable:
             return slowly if pull_from_slave else group.broker_id  # type: ignore[attr-defined]

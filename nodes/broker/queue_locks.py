@@ -1,4 +1,4 @@
-"""Queue locks for orderly consumers (RocketMQ RebalanceLockManager, reference §8).
+"""Queue locks for orderly consumers (RocketMQ RebalanceLockManager).
 
 Owns the master's lock table `group -> queue -> (holder client id, lease end)`: lock and
 unlock in batches, the lease (`broker_lock_lease_ms`, 60 s unscaled) renewed by any lock call
@@ -6,8 +6,8 @@ from the holder, takeover of an expired lease by whoever asks first, unlock only
 holder, and one `lock` event per grant, renewal, denial, expiry and release (with the lease
 end on the node's CLOCK_MONOTONIC, so the chaos checker can line it up with the clients').
 
-In memory only: a restarted master starts with no locks and the first client to ask wins
-(reference gap 9). There is no link to consumer liveness: a dead client's lock lives until its
+In memory only: a restarted master starts with no locks and the first client to ask wins.
+There is no link to consumer liveness: a dead client's lock lives until its
 lease ends. Slaves hold no locks and refuse lock calls (`QueueLockHandler` with no manager).
 
 Pure apart from the event log: every time is a `now_ms` argument (monotonic). Loop-confined
@@ -93,7 +93,7 @@ class QueueLockManager:
                     self._record(RENEWED, group, mq, client_id, now_ms + self.lease_ms)
                 locked.append(mq)
             elif self.no_exclusion:
-                # FAULT SWITCH lock-no-exclusion: breaks mutual exclusion (reference §8): the lock
+                # FAULT SWITCH lock-no-exclusion: breaks mutual exclusion: the lock
                 # moves to the asker although another client's lease is still live; the holder is
                 # not told, so two consumers each believe they own the queue.
                 previous, previous_end = entry.client_id, entry.lease_end_ms(self.lease_ms)

@@ -1,4 +1,4 @@
-"""Delivering delayed messages when they are due (RocketMQ ScheduleMessageService, reference §9).
+"""Delivering delayed messages when they are due (RocketMQ ScheduleMessageService).
 
 Owns: one cursor per delay level into `SCHEDULE_TOPIC_XXXX` queue `level - 1` (the next
 consume-queue index to look at), the due check on each unit's tag code (the deliver

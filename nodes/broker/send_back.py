@@ -1,5 +1,5 @@
 """Retry and dead-letter routing on the broker (RocketMQ SendMessageProcessor
-#asyncConsumerSendMsgBack and #handleRetryAndDLQ, reference §9).
+#asyncConsumerSendMsgBack and #handleRetryAndDLQ).
 
 Owns: the consumer send-back rules (group check, retry queues, `%RETRY%<group>` and
 `%DLQ%<group>` creation, reading the original from this broker's commitlog, the retry
@@ -142,7 +142,7 @@ class SendBackResponse:
 
 
 class SendBackProcessor:
-    """asyncConsumerSendMsgBack, rule by rule (reference §9)."""
+    """asyncConsumerSendMsgBack, rule by rule."""
 
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, clock: Clock, *, rng: random.Random | None = None,

@@ -1,8 +1,8 @@
 """Queue allocation strategies: which of a topic's queues one consumer of a group owns.
 
-Pure: owns RocketMQ 4.9's `AllocateMessageQueueStrategy` family (reference §7) and nothing
+Pure: owns RocketMQ 4.9's `AllocateMessageQueueStrategy` family and nothing
 else. Does not sort, fetch routes or consumer lists, or keep state between calls; rebalance
-passes `mq_all` and `cid_all` already sorted (reference §6), and every strategy here keeps
+passes `mq_all` and `cid_all` already sorted, and every strategy here keeps
 whatever order it is given, so unsorted input is passed straight through as in RocketMQ.
 
 All strategies except `AllocateByConfig` first run `_check` (RocketMQ's

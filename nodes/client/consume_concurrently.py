@@ -1,6 +1,6 @@
 """Concurrent consumption: a thread pool runs the listener, the loop acts on what it answered.
 
-Owns RocketMQ's `ConsumeMessageConcurrentlyService` (reference §4): splitting pulled messages
+Owns RocketMQ's `ConsumeMessageConcurrentlyService`: splitting pulled messages
 into listener calls of `consume_message_batch_max_size`, the retry-topic rename and the
 CONSUME_START_TIME stamp, the ack index, sending failed messages back (CLUSTERING; dropped in
 BROADCASTING), re-consuming locally after a failed send-back, the committed offset (the

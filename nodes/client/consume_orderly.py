@@ -1,6 +1,6 @@
 """Orderly consumption: one listener call at a time per queue, in queue order, under the queue's lock.
 
-Owns RocketMQ's `ConsumeMessageOrderlyService` (reference §5): the consume request of a queue
+Owns RocketMQ's `ConsumeMessageOrderlyService`: the consume request of a queue
 (it drains the ProcessQueue itself: take a batch, call the listener, act on the answer, again),
 the per-queue lock that keeps a second request of the same queue waiting, the per-ProcessQueue
 consume lock that rebalance waits on before giving a queue up, the lock checks between batches

@@ -1,6 +1,6 @@
 """Client pull flow control: pull a queue now, or later because too much is cached.
 
-Pure (reference §2.1): owns steps 5-7 of `DefaultMQPushConsumerImpl#pullMessage` (cached count,
+Pure: owns steps 5-7 of `DefaultMQPushConsumerImpl#pullMessage` (cached count,
 cached body size, offset span), the thresholds with `checkConfig`'s valid ranges, and the
 topic-level rewrite done after each rebalance. Does not own the other steps (dropped, pull
 timestamp, service state, pause, orderly lock, subscription), scheduling, or logging throttles.

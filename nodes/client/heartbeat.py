@@ -1,4 +1,4 @@
-"""Client heartbeats and membership notifications of one client instance (reference §13).
+"""Client heartbeats and membership notifications of one client instance.
 
 Owns: the consumers registered on the instance (group -> what its heartbeat carries, its
 topics, whom to tell about a notification), the periodic heartbeat to every broker of their

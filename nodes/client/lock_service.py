@@ -1,7 +1,7 @@
 """The client side of queue locks: lock, renew and unlock an orderly consumer's queues on their masters.
 
 Owns RocketMQ's `RebalanceImpl#lock / lockAll / unlock / unlockAll` and the delayed unlock of
-`RebalancePushImpl#unlockDelay` (reference §5, §6, §8): LockBatchMQ / UnlockBatchMQ to the
+`RebalancePushImpl#unlockDelay`: LockBatchMQ / UnlockBatchMQ to the
 master of each queue's broker only (never a slave: with the master gone, lock calls fail and
 the client lock ages out), the `locked` flag and lock timestamp of each ProcessQueue, and one
 `lock` event per queue for every request and outcome as the client sees it (requested,
@@ -12,14 +12,14 @@ call that got no answer changes nothing the client believes: it is recorded as a
 
 The believed lease runs `client_lock_lease_ms` from when the lock request was *sent*, not
 from when the answer arrived (RocketMQ stamps the answer): a slow answer can then never make
-the client believe it holds a lock the broker has already let go (chaos-anchors §3.2).
+the client believe it holds a lock the broker has already let go (docs/chaos.md).
 
 A queue granted again after its client lock was lost or ran out is *regained*, not renewed:
 while it was not ours another consumer may have owned it and moved its offset on, so the
 ProcessQueue's cache and position are stale. The locker hands it to `on_regained` (rebalance
 replaces the ProcessQueue and resumes from the broker's committed offset) instead of setting
 the flag on the stale one (beyond RocketMQ, which resumes a re-locked queue from its in-memory
-position: a partitioned owner that comes back rewinds the group, chaos-anchors §3.2 check 3).
+position: a partitioned owner that comes back rewinds the group, docs/chaos.md).
 
 Does not decide which queues to lock (rebalance) or when to consume (the orderly service).
 Loop-confined.

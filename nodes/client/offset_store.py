@@ -1,8 +1,8 @@
 """Consumer offset stores: where a push consumer keeps the next queue offset of each queue.
 
 Owns the in-memory `committed_offset` table of one consumer group (RocketMQ
-`RemoteBrokerOffsetStore` for CLUSTERING, `LocalFileOffsetStore` for BROADCASTING; reference
-§10), reading offsets back from where they are stored, and persisting them. Does not decide
+`RemoteBrokerOffsetStore` for CLUSTERING, `LocalFileOffsetStore` for
+BROADCASTING), reading offsets back from where they are stored, and persisting them. Does not decide
 *which* offset is safe to commit (`ProcessQueue.remove_messages` does) or when queues change
 hands (rebalance).
 
@@ -234,7 +234,7 @@ class ConsumerOffsetPersistService(Service):
 
 
 async def offset_store_address(instance: ClientInstance, mq: MessageQueue) -> FoundBroker:
-    """The offset-store lookup (reference §10): the master only; after a route refresh, any broker.
+    """The offset-store lookup: the master only; after a route refresh, any broker.
 
     With the master gone this picks a slave, so offsets are committed to and read from it.
     """

@@ -1,6 +1,6 @@
 """ProcessQueue: the client-side cache of one message queue's pulled, not yet consumed messages.
 
-Pure bookkeeping (reference §3): owns the in-flight messages sorted by queue offset, their
+Pure bookkeeping: owns the in-flight messages sorted by queue offset, their
 count and body bytes, the offset it is safe to commit, the orderly "in transaction" subset,
 and the queue's flags and timestamps. Does not pull, consume, send back, lock or commit
 offsets, and reads no clock: every time is a `now_ms` argument. Not thread-safe; the caller

@@ -1,6 +1,6 @@
 """Producer: validate, stamp a unique id, choose a queue, send with bounded retries.
 
-Owns the send policy of RocketMQ's DefaultMQProducerImpl (reference §14): queue selection
+Owns the send policy of RocketMQ's DefaultMQProducerImpl: queue selection
 (round robin, a retry prefers another broker), 1 + retry_times attempts within one send
 timeout, which broker codes are retried, the SendStatus mapping, orderly (sharding-key) and
 batch sends, and the bounded window of asynchronous sends. Does not own connections or
@@ -214,7 +214,7 @@ class Producer:
         """Send to the queue `abs(hashCode(str(sharding_key)) % len(publish list))`: one attempt.
 
         The publish list holds only brokers with a live master, so losing a master moves keys
-        to other queues (reference gaps 16), exactly as in RocketMQ.
+        to other queues, exactly as in RocketMQ.
         """
         out, uid = self._prepare(msg)
         return self._run(self._send_orderly(msg.topic, out, uid, sharding_key), f"send_orderly to {msg.topic}")

@@ -46,7 +46,7 @@ class PullApi:
         if self.pinned_broker_id is not None:
             return self.pinned_broker_id
         if self.ignore_pull_suggestion:
-            # FAULT SWITCH ignore-pull-suggestion: breaks the cold-read redirect (reference §1.2,
+            # FAULT SWITCH ignore-pull-suggestion: breaks the cold-read redirect (RocketMQ 4.9,
             # rule R2): the broker's suggest_which_broker_id is dropped and every pull asks the master.
             return c.MASTER_ID
         return self._pull_from_which_node.get(mq, c.MASTER_ID)

@@ -2,7 +2,7 @@
 
 Owns RocketMQ's client-side `MessageDecoder` for a pull's records, the exact tag filter
 (`parse_subscription` + the test in `decode_messages`) and the MIN_OFFSET / MAX_OFFSET
-stamps (reference §2.4). Reading an answer's code is the RPC layer's business.
+stamps. Reading an answer's code is the RPC layer's business.
 """
 
 from __future__ import annotations

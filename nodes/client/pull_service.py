@@ -1,7 +1,7 @@
 """The push consumer's pull loops: one task per owned queue, on the client's event loop.
 
-Owns RocketMQ's `DefaultMQPushConsumerImpl#pullMessage` and its `PullCallback` (reference
-§2.1, §2.3): the checks before a pull (dropped, pull timestamp, state, flow control,
+Owns RocketMQ's `DefaultMQPushConsumerImpl#pullMessage` and its `PullCallback`: the
+checks before a pull (dropped, pull timestamp, state, flow control,
 subscription), the long-polled pull itself with the piggy-backed commit offset (CLUSTERING
 only), and what each outcome does: FOUND caches the messages and hands them to the consume
 service; NO_NEW_MSG / NO_MATCHED_MSG move the offset (and correct the stored one when nothing

@@ -88,7 +88,7 @@ class PushConsumer:
         message_model: CLUSTERING (queues shared by the group) or BROADCASTING (every consumer
             gets every message; offsets in a local file; failed messages are dropped).
         allocate: the queue allocation strategy (CLUSTERING).
-        consume_from_where: where a queue with no committed offset starts (reference §6).
+        consume_from_where: where a queue with no committed offset starts.
 
     Keyword options (RocketMQ's names in brackets): `timing`; `dial_overrides`;
     `consume_thread_min` [consumeThreadMin]; `consume_message_batch_max_size`;
@@ -378,7 +378,7 @@ class PushConsumer:
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         if self._locker is not None:
-            # orderly: unlock before persisting offsets, as RocketMQ does (reference gap 11)
+            # orderly: unlock before persisting offsets, as RocketMQ does
             await self._locker.unlock_all()
             await self._locker.close()
         owned = list(self._state.process_queue_table)

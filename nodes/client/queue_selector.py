@@ -1,6 +1,6 @@
 """Which queue a send goes to: round robin with broker avoidance, or a sharding-key hash.
 
-Pure: owns the producer's `sendWhichQueue` index and nothing else (reference §14).
+Pure: owns the producer's `sendWhichQueue` index and nothing else.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rebalance: which queues this push consumer owns, and what happens when that changes.
 
 Owns RocketMQ's `RebalanceImpl` / `RebalancePushImpl` / `RebalanceService` for concurrent
-and orderly consumers (reference §6; orderly: lock a queue before taking it, unlock it after
+and orderly consumers (RocketMQ 4.9; orderly: lock a queue before taking it, unlock it after
 its listener call when giving it up, through `OrderlyLocks`): the allocation per topic (sorted
 queues, sorted client ids from one broker of the topic, the configured strategy), the changes
 to the queue table (`update_process_queue_table`: drop what is no longer ours, persist and
@@ -51,7 +51,7 @@ class StartOffset:
 
 
 def decide_start_offset(consume_from_where: ConsumeFromWhere, last_offset: int, *, is_retry_topic: bool) -> StartOffset:
-    """computePullFromWhereWithException (reference §6), without its broker reads.
+    """computePullFromWhereWithException, without its broker reads.
 
     `last_offset` is the offset store's READ_FROM_STORE answer: >= 0 a committed offset,
     -1 none stored, < -1 the store could not be read.
@@ -61,7 +61,7 @@ def decide_start_offset(consume_from_where: ConsumeFromWhere, last_offset: int, 
     if last_offset != OFFSET_NOT_FOUND:
         return StartOffset(StartKind.SKIP)
     if consume_from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-        return StartOffset(StartKind.OFFSET, 0)  # literal 0, not the min offset (reference gaps 4)
+        return StartOffset(StartKind.OFFSET, 0)  # literal 0, not the min offset
     if consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
         # A retry topic skips its backlog; a plain topic searches by the consume timestamp.
         return StartOffset(StartKind.MAX_OFFSET if is_retry_topic else StartKind.TIMESTAMP)
@@ -121,7 +121,7 @@ class RebalanceDeps(Protocol):
 
 
 class OrderlyLocks(Protocol):
-    """What rebalance needs for an orderly CLUSTERING consumer (queue locks, reference §5, §6)."""
+    """What rebalance needs for an orderly CLUSTERING consumer (queue locks)."""
 
     async def lock(self, mq: MessageQueue, *, reason: str) -> int | None:
         """Lock `mq` on its master; the request's send time (monotonic ms) if granted, else None."""
@@ -174,8 +174,8 @@ class RebalanceImpl:
         self._on_event = on_event
         self.stats = RebalanceStats()
         self._pending_pulls: list[tuple[MessageQueue, ProcessQueue, int]] = []
-        # Orderly queues are locked only in CLUSTERING: 4.9.8 also locks broadcasting ones
-        # (gap 12), the 4.9.x head (#8773) and we do not.
+        # Orderly queues are locked only in CLUSTERING: 4.9.8 also locks broadcasting ones,
+        # the 4.9.x head (#8773) and we do not.
         self.orderly = orderly if state.message_model is MessageModel.CLUSTERING else None
         self.consume_lock_try_ms = consume_lock_try_ms
         self.unlock_delay_ms = unlock_delay_ms

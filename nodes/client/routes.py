@@ -6,10 +6,10 @@ own the name server connection (the `ClientInstance` hands in a `fetch_route` co
 does not choose queues for a send (`queue_selector`).
 
 The rules are pure functions of a `RouteSnapshot`, so they are tested without sockets:
-  * `publish_queues`   MQClientInstance#topicRouteData2TopicPublishInfo (reference §14)
+  * `publish_queues`   MQClientInstance#topicRouteData2TopicPublishInfo
   * `auto_create_route` the TBW102 fallback of updateTopicRouteInfoFromNameServer(isDefault)
   * `subscribe_queues` MQClientInstance#topicRouteData2TopicSubscribeInfo
-  * `pick_subscribe_address` MQClientInstance#findBrokerAddressInSubscribe (reference §2.5)
+  * `pick_subscribe_address` MQClientInstance#findBrokerAddressInSubscribe
 `RouteCache` holds the snapshots and is confined to the client's event loop.
 """
 
@@ -80,7 +80,7 @@ def publish_queues(topic: str, route: RouteSnapshot) -> list[MessageQueue]:
     """The queues a producer may send to, in RocketMQ's order (sorted by broker name).
 
     Only writable queue data whose broker currently has a master (id 0) counts: a broker name
-    without a live master is invisible to producers (reference §14, gaps 16).
+    without a live master is invisible to producers.
     """
     if route.order_topic_conf:
         # "broker-a:4;broker-b:4": an ordered topic lists its queues explicitly.
@@ -135,7 +135,7 @@ def pick_publish_address(addrs: Mapping[int, str] | None) -> str | None:
 
 def pick_subscribe_address(addrs: Mapping[int, str] | None, broker_id: int,
                            only_this_broker: bool) -> FoundBroker | None:
-    """findBrokerAddressInSubscribe, rule by rule (reference §2.5)."""
+    """findBrokerAddressInSubscribe, rule by rule."""
     if not addrs:
         return None
     slave = broker_id != c.MASTER_ID

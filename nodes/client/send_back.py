@@ -1,10 +1,10 @@
 """Sending a failed message back: the broker's retry path, or the internal producer's.
 
-Owns RocketMQ's `DefaultMQPushConsumerImpl#sendMessageBack` (reference §4): ConsumerSendMsgBack
+Owns RocketMQ's `DefaultMQPushConsumerImpl#sendMessageBack`: ConsumerSendMsgBack
 to the master of the message's broker (the broker re-reads the original by commitlog offset,
 re-queues it on `%RETRY%<group>` with the next delay level, or dead-letters it); if that
 fails, a copy sent to `%RETRY%<group>` by an internal producer (`retry_message`), which
-dead-letters one attempt earlier (RECONSUME_TIME = times + 1, reference gaps 17). Does not
+dead-letters one attempt earlier (RECONSUME_TIME = times + 1). Does not
 decide *which* messages go back (the consume service does).
 """
 
@@ -31,7 +31,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"  # MessageConst: cleared on a fallbac
 
 
 def retry_message(msg: MessageExt, group: str, max_reconsume_times: int) -> Message:
-    """The copy the send-back fallback sends to `%RETRY%<group>` (reference §4).
+    """The copy the send-back fallback sends to `%RETRY%<group>`.
 
     Same body, flag and properties, plus ORIGIN_MESSAGE_ID (kept if set), RETRY_TOPIC,
     RECONSUME_TIME = reconsume_times + 1, MAX_RECONSUME_TIMES, and delay level 3 + reconsume_times.
@@ -90,7 +90,7 @@ class MessageSender:
 
     async def dead_letter_orderly(self, msg: MessageExt) -> bool:
         """Orderly sendMessageBack: the internal producer sends the message to `%RETRY%<group>` at its
-        limit, and the broker dead-letters it (reference §5). False if the send failed."""
+        limit, and the broker dead-letters it. False if the send failed."""
         copy = orderly_send_back_message(msg, self.group, self.max_reconsume_times)
         try:
             producer = await self._inner_producer()

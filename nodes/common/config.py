@@ -62,7 +62,7 @@ class Timing:
     schedule_poll_ms: int = c.SCHEDULE_POLL_MS
     schedule_error_backoff_ms: int = c.SCHEDULE_ERROR_BACKOFF_MS
     delay_offset_persist_ms: int = c.DELAY_OFFSET_PERSIST_MS
-    # push consumer (reference §2-§6)
+    # push consumer
     rebalance_interval_ms: int = c.REBALANCE_INTERVAL_MS
     pull_delay_when_exception_ms: int = c.PULL_DELAY_WHEN_EXCEPTION_MS
     pull_delay_when_flow_control_ms: int = c.PULL_DELAY_WHEN_FLOW_CONTROL_MS
@@ -72,7 +72,7 @@ class Timing:
     consume_timeout_ms: int = c.CONSUME_TIMEOUT_MS
     consumer_offset_persist_first_ms: int = c.CONSUMER_OFFSET_PERSIST_FIRST_MS
     route_poll_first_ms: int = c.ROUTE_POLL_FIRST_MS
-    # orderly consumption and queue locks (reference §5, §8)
+    # orderly consumption and queue locks
     broker_lock_lease_ms: int = c.BROKER_LOCK_LEASE_MS
     client_lock_lease_ms: int = c.CLIENT_LOCK_LEASE_MS
     lock_renew_interval_ms: int = c.LOCK_RENEW_INTERVAL_MS
@@ -331,7 +331,7 @@ class ConsumerConfig:
     # peer address -> address to dial instead (harness link proxies); empty in production
     dial_overrides: dict[str, str] = field(default_factory=dict)
     # an orderly listener (ConsumeOrderlyStatus): `fail` / `fail_keys` answer SUSPEND_CURRENT_QUEUE_A_MOMENT,
-    # `raise` raises (also a suspend); queues are locked on the master (reference §5, §8)
+    # `raise` raises (also a suspend); queues are locked on the master
     orderly: bool = False
     # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()

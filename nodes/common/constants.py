@@ -2,7 +2,7 @@
 
 Two kinds live here:
   * format constants that never vary per run (record layout, file naming, unit sizes);
-  * production defaults taken from RocketMQ 4.9 (see the semantics reference), which
+  * production defaults taken from RocketMQ 4.9, which
     `nodes.common.config` turns into tunable dataclass fields. Code reads tunables from
     config objects, never from this module directly.
 
@@ -13,7 +13,7 @@ fails at import time rather than in a chaos run.
 from __future__ import annotations
 
 # ---------------------------------------------------------------------------
-# Storage formats (RocketMQ store/ layout; reference §12)
+# Storage formats (RocketMQ 4.9's store layout)
 # ---------------------------------------------------------------------------
 RECORD_MAGIC = 0xDAA320A7  # MESSAGE_MAGIC_CODE (-626843481 as a Java int)
 BLANK_MAGIC = 0xCBD43194  # BLANK_MAGIC_CODE: end-of-segment marker (-875286124)
@@ -46,7 +46,7 @@ TRANSFER_COUNT_MAX_ON_DISK = 8
 PULL_BATCH_COUNT_MAX = 1024  # pullBatchSize upper bound (checkConfig)
 
 # ---------------------------------------------------------------------------
-# Topics, groups, permissions (reference §13)
+# Topics, groups, permissions
 # ---------------------------------------------------------------------------
 PERM_PRIORITY = 8
 PERM_READ = 4
@@ -112,7 +112,7 @@ NODE_START_BUDGET_MS = 30_000
 NODE_STOP_GRACE_MS = 10_000
 
 # ---------------------------------------------------------------------------
-# Producer (reference §14)
+# Producer
 # ---------------------------------------------------------------------------
 SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
 SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
@@ -135,7 +135,7 @@ EXIT_CRASH = 70  # EX_SOFTWARE: a broken invariant of the node's own
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is unusable
 
 # ---------------------------------------------------------------------------
-# Replication (reference §11); used from the HA issue on
+# Replication
 # ---------------------------------------------------------------------------
 # The most commitlog bytes in one replication chunk. RocketMQ's haTransferBatchSize is 32 KiB,
 # but its frames ride one TCP stream that the slave reads 4 MiB at a time; a gRPC message
@@ -153,7 +153,7 @@ HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes bef
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # ---------------------------------------------------------------------------
-# Consumer tracking, retry, DLQ and delayed delivery (reference §9, §13)
+# Consumer tracking, retry, DLQ and delayed delivery
 # ---------------------------------------------------------------------------
 CONSUMER_CHANNEL_EXPIRY_MS = 120_000  # CHANNEL_EXPIRED_TIMEOUT: a consumer silent this long is dropped
 CLIENT_HOUSEKEEPING_MS = 10_000  # ClientHousekeepingService#scanNotActiveChannel period
@@ -184,7 +184,7 @@ SYS_FLAG_TRANSACTION_MASK = 0x0C  # MessageSysFlag: transaction type bits
 SYS_FLAG_TRANSACTION_COMMIT = 0x08  # a committed transactional message is delayed like a plain one
 
 # ---------------------------------------------------------------------------
-# Push consumer (reference §2-§6, §10, §13)
+# Push consumer
 # ---------------------------------------------------------------------------
 REBALANCE_INTERVAL_MS = 20_000  # RebalanceService waitInterval: periodic rebalance (notifications come sooner)
 PULL_DELAY_WHEN_EXCEPTION_MS = 1_000  # pullTimeDelayMillsWhenException (effective value since 4.6.0)
@@ -211,7 +211,7 @@ CONSUMER_PULL_TIMEOUT_MS = 10_000  # DefaultMQPullConsumer consumerPullTimeoutMi
 # consumeTimestamp's default: this long before the consumer was built (a point in the message history, not a
 # timer: unscaled, so a scaled run starts from the same messages)
 CONSUME_TIMESTAMP_BACK_MS = 30 * 60_000
-# Push consumer flow control (reference §2.1)
+# Push consumer flow control
 PULL_THRESHOLD_COUNT_PER_QUEUE = 1_000  # pullThresholdForQueue: cached messages per queue before pausing
 PULL_THRESHOLD_SIZE_PER_QUEUE_MIB = 100  # pullThresholdSizeForQueue: cached body MiB per queue before pausing
 PULL_THRESHOLD_OFF = -1  # topic-level thresholds are off unless set
@@ -246,7 +246,7 @@ assert PULL_DELAY_WHEN_FLOW_CONTROL_MS < PULL_DELAY_WHEN_EXCEPTION_MS  # flow co
 assert BROKER_SUSPEND_MAX_MS < PULL_MAX_IDLE_MS  # a long-polled queue is never taken for an idle one
 
 # ---------------------------------------------------------------------------
-# Orderly consumption and queue locks (reference §5, §8; gaps 8-12)
+# Orderly consumption and queue locks
 # ---------------------------------------------------------------------------
 BROKER_LOCK_LEASE_MS = 60_000  # RebalanceLockManager REBALANCE_LOCK_MAX_LIVE_TIME: a broker lock lives this long unrenewed
 CLIENT_LOCK_LEASE_MS = 30_000  # ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME: the client stops consuming after this

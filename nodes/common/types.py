@@ -1,6 +1,6 @@
 """Domain types shared by nodes and clients: queues, messages, results, statuses.
 
-These are the public shapes of `nodes.client` (DESIGN §8). They hold no transport code;
+These are the public shapes of `nodes.client`. They hold no transport code;
 `nodes.common.wire` converts them to and from protobuf.
 """
 

@@ -1,2 +1,2 @@
 """The consumer process (`python -m nodes consumer --config F`): a PushConsumer running a
-workload listener, journalling every delivery for the checker (DESIGN §1, §7)."""
+workload listener, journalling every delivery for the checker."""

@@ -1,5 +1,5 @@
 """Delayed messages at store time (RocketMQ CommitLog#asyncPutMessage and
-#checkMessageAndReturnSize, reference §9 "Delay conversion at store time"), pure.
+#checkMessageAndReturnSize), pure.
 
 Owns: parsing the delay-level table, turning a message with a `DELAY` level into one for
 `SCHEDULE_TOPIC_XXXX` queue `level - 1` (the real topic and queue saved as properties), and

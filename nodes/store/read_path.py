@@ -1,6 +1,6 @@
 """The store's read path: get (RocketMQ's getMessage) and the queries around it.
 
-Owns: the getMessage status table and scan loop (reference §1.1), the transfer caps of one
+Owns: the getMessage status table and scan loop, the transfer caps of one
 pull, offset queries (min, max, search by time), single-record lookup, consume-queue units,
 the in-memory test behind the slave suggestion, and raw commitlog reads for replication.
 Records are checked before they are handed out (read_check.py); a damaged one is skipped and
@@ -104,7 +104,7 @@ class StoreReader:
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
                      tag_hashes: frozenset[int] | None) -> GetResult:
-        """RocketMQ's getMessage (reference §1.1): the status table, then the scan loop.
+        """RocketMQ's getMessage: the status table, then the scan loop.
 
         `tag_hashes` None takes every message; otherwise a unit passes when its tag hash is in
         the set. NO_MATCHED_LOGIC_QUEUE never happens: RocketMQ creates the queue on demand, so a
@@ -138,7 +138,7 @@ class StoreReader:
 
     def _scan(self, units: bytes, queue_offset: int, max_count: int, tag_hashes: frozenset[int] | None,
               min_offset: int, max_offset: int) -> GetResult:
-        """The scan loop of §1.1 case 6 over the units of one consume-queue file.
+        """RocketMQ's scan loop over the units of one consume-queue file.
 
         Hot path of every pull: records are checked in place in the mapped segment and only
         their positions are kept (adjacent records merge into one run), so the found bytes

@@ -1,4 +1,4 @@
-"""The commitlog record codec: RocketMQ 4.9's on-disk message layout (reference §12), pure.
+"""The commitlog record codec: RocketMQ 4.9's on-disk message layout, pure.
 
 Owns: encoding a `MessageToStore` into record bytes, decoding record bytes into a `Record`
 (or only the fields dispatch needs, `index_fields`), the end-of-segment blank marker, the

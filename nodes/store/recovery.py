@@ -1,5 +1,5 @@
 """Startup recovery: find the commitlog's valid end, cut what lies beyond it, and bring every
-consume queue back in line with the commitlog (reference §12 "Startup recovery").
+consume queue back in line with the commitlog.
 
 Owns the recovery policy. The mechanics live elsewhere: position checks and the walk step in
 `dispatch.scan_step`, tail truncation in `mapped_file`, consume-queue tails in

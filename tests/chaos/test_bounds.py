@@ -41,7 +41,7 @@ def test_timers_at_scale_1_are_rocketmqs_defaults_and_the_derived_values_the_anc
     b = derive_bounds(Timing().scaled(1.0))
     assert b.timers() == DEFAULTS
     assert b.derived() == expected_derived(DEFAULTS)
-    # chaos-anchors §3.2 / §3.4 in seconds: kill takeover 60+20+1 (+20 of renew slack), SIGTERM 21,
+    # docs/chaos.md in seconds: kill takeover 60+20+1 (+20 of renew slack), SIGTERM 21,
     # silent holder 120+10+20+1, failover 31 / 161
     assert (b.takeover_after_kill_ms, b.takeover_after_stop_ms, b.takeover_after_partition_ms) == (101_000, 21_000, 151_000)
     assert (b.failover_read_kill_ms, b.failover_read_silent_ms) == (31_000, 161_000)

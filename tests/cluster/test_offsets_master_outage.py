@@ -1,4 +1,4 @@
-"""Consumer offsets across a master outage (reference §10 "Master outage timeline", gap 3).
+"""Consumer offsets across a master outage.
 
 Commits made while the master is down land on the slave; when the master returns, the
 slave's metadata sync overwrites them with the master's pre-outage table (RocketMQ's

@@ -421,7 +421,7 @@ def test_a_master_restart_frees_the_locks_and_consumers_relock_in_order(cluster)
         down_at = mono_ms()
         cluster.kill(MASTER)
         # Down for longer than a client lease: every consumer stops consuming before the master is back
-        # (a faster restart lets a consumer whose lease still runs meet a new owner: chaos-anchors §3.2).
+        # (a faster restart lets a consumer whose lease still runs meet a new owner: docs/chaos.md).
         time.sleep((timing.client_lock_lease_ms + timing.lock_renew_interval_ms) / 1000 + 0.3)
         cluster.node(MASTER).start()
         up_at = mono_ms()

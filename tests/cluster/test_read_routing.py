@@ -1,4 +1,4 @@
-"""Master vs slave read routing with real processes (reference §1.2, §2.4–§2.5)."""
+"""Master vs slave read routing with real processes."""
 
 import json
 

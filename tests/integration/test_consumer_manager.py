@@ -1,5 +1,5 @@
 """ConsumerManager over real gRPC: heartbeats, membership notifications, removal paths, and
-pulls that rely on the registered subscription (reference §13, §1.2)."""
+pulls that rely on the registered subscription."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def test_silent_clients_expire_without_a_notification(tmp_path):
                 a.heartbeat()  # A keeps beating; B and C went silent
                 time.sleep(0.05)
             assert c.next_notification() is None  # the broker closed C's channel
-            a.assert_quiet()  # gap 14: no change is announced for an expiry
+            a.assert_quiet()  # as in RocketMQ: no change is announced for an expiry
         finally:
             for client in (a, b, c):
                 client.close()

@@ -1,4 +1,4 @@
-"""Reference §1.1–§1.2 row by row on a real broker over gRPC."""
+"""RocketMQ 4.9's pull status table row by row on a real broker over gRPC."""
 
 import pytest
 from support.rpc import code_name, create_topic, pull_once

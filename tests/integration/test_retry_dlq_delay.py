@@ -1,4 +1,4 @@
-"""Send-back, retry topic, dead letters and delayed delivery on a real broker (reference §9).
+"""Send-back, retry topic, dead letters and delayed delivery on a real broker.
 
 Delays are scaled: at the fixture's time scale 0.05 level 1 is 50 ms, level 2 250 ms and level
 3 500 ms.

@@ -1,6 +1,6 @@
 """Orderly-consumption locks: mutual exclusion, lease discipline, stale owners, takeover time.
 
-chaos-anchors §3.2. Intervals and leases are compared on CLOCK_MONOTONIC (`mono_ms`).
+The rules are in docs/chaos.md. Intervals and leases are compared on CLOCK_MONOTONIC (`mono_ms`).
 """
 
 from __future__ import annotations

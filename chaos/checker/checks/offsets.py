@@ -1,4 +1,4 @@
-"""Consumer offsets after failures (chaos-anchors §3.3.2-§3.3.7)."""
+"""Consumer offsets after failures (docs/chaos.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Order per sharding key (orderly groups) and offset discipline per queue (chaos-anchors §3.2.3)."""
+"""Order per sharding key (orderly groups) and offset discipline per queue (docs/chaos.md)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ DUPLICATES = (
     "a cause lies between its previous successful delivery and itself (± slack): a fault window, an "
     "unexpected process exit, a rebalance that changed assignments, a lost or released lock, or a change of "
     "the queue's consuming client. Unexplained duplicates fail, and so does a total above the duplicate "
-    "budget (the suite's, or derived per chaos-anchors §3.3.4: per fault rate x B + one batch per queue, "
+    "budget (the suite's, or derived per docs/chaos.md: per fault rate x B + one batch per queue, "
     "B = P_c for consumer faults and P_c + max(F_b, S_s) for broker faults, plus one batch per owner change).")
 
 

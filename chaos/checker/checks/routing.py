@@ -1,4 +1,4 @@
-"""Master vs slave read routing (chaos-anchors §3.4, rules R1-R6) over pull-route events."""
+"""Master vs slave read routing (docs/chaos.md) over pull-route events."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ def process_pull_response(resp: broker_pb2.PullResponse, mq: MessageQueue,
     With `lazy` (and no tag filter), `messages` is a MessageBatch decoded on first use.
 
     Raises:
-        RemoteError: the code is not one of the four pull outcomes (reference §2.2).
+        RemoteError: the code is not one of the four pull outcomes.
     """
     status = pull_status_for_code(resp.code, resp.remark)
     messages: list[MessageExt] | MessageBatch = []

@@ -1,4 +1,4 @@
-"""Guards for the repository's own rules (DESIGN §2, §6)."""
+"""Guards for the repository's own rules."""
 
 import re
 from pathlib import Path

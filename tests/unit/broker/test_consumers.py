@@ -1,4 +1,4 @@
-"""ConsumerRegistry: change detection, the three removal paths, duplicates (reference §13)."""
+"""ConsumerRegistry: change detection, the three removal paths, duplicates."""
 
 import json
 
@@ -98,7 +98,7 @@ def test_silent_consumers_expire_without_a_change(registry, changes):
     assert registry.scan_expired(EXPIRY_MS) == []  # exactly at the limit: still there
     assert registry.scan_expired(EXPIRY_MS + 1) == [("g", "c1")]
     assert registry.client_ids("g") == ["c2"]
-    assert changes == []  # gap 14: peers only notice at their next rebalance
+    assert changes == []  # as in RocketMQ: peers only notice at their next rebalance
     assert registry.scan_expired(60_000 + EXPIRY_MS + 1) == [("g", "c2")]
     assert registry.find("g") is None and not registry.has_client("c2")
     assert changes == []

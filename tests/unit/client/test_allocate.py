@@ -1,6 +1,6 @@
-"""Allocation strategies against RocketMQ 4.9's results (reference §7), edge cases included.
+"""Allocation strategies against RocketMQ 4.9's results, edge cases included.
 
-Expected lists are worked out by hand from the formulas in §7; the consistent-hash ones from
+Expected lists are worked out by hand from the strategies' formulas; the consistent-hash ones from
 the MD5 ring values written next to them.
 """
 

@@ -1,4 +1,4 @@
-"""Producer: validation, UNIQ_KEY, queue choice, retries and statuses (reference §14), no sockets.
+"""Producer: validation, UNIQ_KEY, queue choice, retries and statuses, no sockets.
 
 The producer runs for real (its loop thread, run/submit), over a `WiredInstance` whose name
 server and broker are functions.

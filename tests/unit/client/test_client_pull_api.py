@@ -1,4 +1,4 @@
-"""Pull responses to PullResults (reference §2.2, §2.4) and the pull kernel's broker choice."""
+"""Pull responses to PullResults and the pull kernel's broker choice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queue selection: round robin with broker avoidance, and the sharding-key hash (reference §14)."""
+"""Queue selection: round robin with broker avoidance, and the sharding-key hash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Route rules (reference §2.5, §14) and the RouteCache, without sockets."""
+"""Route rules and the RouteCache, without sockets."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_subscribe_queues_readable_only_read_count_sorted_master_not_needed(fake
     assert subscribe_queues("T", route) == mqs("T", "broker-a", 3) + mqs("T", "broker-b", 2)
 
 
-# --- find broker address (§2.5) -----------------------------------------------------------
+# --- find broker address -----------------------------------------------------------
 ADDRS = {0: "m:1", 1: "s1:1", 3: "s3:1"}
 
 

@@ -1,4 +1,4 @@
-"""Pull flow control (reference §2.1 steps 5-7): each check at and just past its threshold."""
+"""Pull flow control: each check at and just past its threshold."""
 
 from __future__ import annotations
 

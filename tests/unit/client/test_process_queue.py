@@ -1,4 +1,4 @@
-"""ProcessQueue bookkeeping (reference §3): commit offsets, accounting, orderly take/commit/rollback."""
+"""ProcessQueue bookkeeping: commit offsets, accounting, orderly take/commit/rollback."""
 
 from __future__ import annotations
 

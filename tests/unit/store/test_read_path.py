@@ -1,11 +1,11 @@
-"""Every row of reference §1.1's getMessage table, the scan loop's limits, time search, and the found
+"""Every row of RocketMQ 4.9's getMessage table, the scan loop's limits, time search, and the found
 records handed out back to back under the transfer caps."""
 
 import dataclasses
 
 import pytest
 
-from nodes.client.pull_api import decode_messages
+from nodes.client.pull_decode import decode_messages
 from nodes.common import constants as c
 from nodes.common.config import StoreConfig
 from nodes.store import read_path
