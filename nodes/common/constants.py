@@ -128,6 +128,13 @@ SEND_ASYNC_BATCH_BYTES_MAX = 1024 * 1024  # body bytes in one coalesced batch (t
 SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, each to its own queue
 
 # ---------------------------------------------------------------------------
+# RocketMQ 4.x remoting protocol (the listener beside gRPC on the name server and every broker)
+# ---------------------------------------------------------------------------
+REMOTING_FRAME_BYTES_MAX = 16 * 1024 * 1024  # NettyDecoder's FRAME_MAX_LENGTH default
+REMOTING_VERSION = 399  # MQVersion of 4.9.x, written in every header we send
+REMOTING_CLOSE_WAIT_MS = 2_000  # how long stopping the listener waits for its connections to close
+
+# ---------------------------------------------------------------------------
 # Process exit codes
 # ---------------------------------------------------------------------------
 EXIT_OK = 0

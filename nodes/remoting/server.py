@@ -1,0 +1,173 @@
+"""The RocketMQ 4.x remoting listener: asyncio TCP, one `Channel` per connection.
+
+Owns reading and writing frames, running each request as its own task (a long-polled pull must
+not hold up the requests behind it on the same connection), the error answers for what a
+client got wrong, and telling the node when a connection closes. Does not own what a request
+means: the node's adapter gives a `dispatch` coroutine per request.
+
+A client's mistake never stops the node or disturbs another connection: a frame that cannot
+be read (bad length, a header that does not parse) is logged in one line and its connection
+closed, since what follows it cannot be found; a request whose fields are wrong gets an error
+answer and the connection stays. Only a broken invariant of the node's own goes to `crash`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+
+from nodes.common import constants as c
+from nodes.common.codes import ResponseCode
+from nodes.common.errors import InvariantViolation
+from nodes.remoting.command import (
+    FLAG_ONEWAY,
+    FrameError,
+    HeaderFieldError,
+    RemotingCommand,
+    decode,
+    encode,
+    frame_length_ok,
+)
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
+
+
+class Channel:
+    """One client connection. Loop-confined."""
+
+    _opaques = itertools.count(1_000_000)
+
+    def __init__(self, writer: asyncio.StreamWriter, channel_id: int) -> None:
+        self._writer = writer
+        self.channel_id = channel_id
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def write(self, cmd: RemotingCommand) -> None:
+        """Queue one frame; a closed channel drops it (its client is gone)."""
+        if self.closed:
+            return
+        self._writer.write(encode(cmd))
+
+    def send_oneway(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """A server-initiated oneway request (NOTIFY_CONSUMER_IDS_CHANGED): no answer is awaited."""
+        self.write(RemotingCommand(code=code, opaque=next(self._opaques), flag=FLAG_ONEWAY, ext=dict(ext or {}),
+                                   body=body))
+
+    async def drain(self) -> None:
+        if not self.closed:
+            await self._writer.drain()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._writer.close()
+
+    def __repr__(self) -> str:
+        return f"Channel({self.channel_id}, {self.peer})"
+
+
+class RemotingServer:
+    def __init__(self, name: str, dispatch: Dispatch, *, crash: Callable[[BaseException], None],
+                 on_channel_closed: Callable[[Channel], None] | None = None) -> None:
+        self._name = name
+        self._dispatch = dispatch
+        self._crash = crash
+        self._on_channel_closed = on_channel_closed
+        self._server: asyncio.Server | None = None
+        self._channels: set[Channel] = set()
+        self._channel_ids = itertools.count(1)
+        self.frames_refused = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0 picks a port); returns the bound port."""
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for channel in list(self._channels):
+            channel.close()
+            for task in channel.tasks:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), c.REMOTING_CLOSE_WAIT_MS / 1000)
+        self._server = None
+
+    @property
+    def open_channels(self) -> int:
+        return len(self._channels)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        channel = Channel(writer, next(self._channel_ids))
+        self._channels.add(channel)
+        try:
+            while (frame := await self._read_frame(reader, channel)) is not None:
+                try:
+                    cmd = decode(frame)
+                except FrameError as exc:
+                    self._refuse(channel, f"unreadable frame: {exc}")
+                    return
+                if cmd.is_response:
+                    continue  # a client's answer to a oneway notice: nothing waits for it
+                task = asyncio.create_task(self._handle(cmd, channel), name=f"{self._name}-{cmd.code}")
+                channel.tasks.add(task)
+                task.add_done_callback(channel.tasks.discard)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away mid-frame
+        finally:
+            self._channels.discard(channel)
+            channel.close()
+            if self._on_channel_closed is not None:
+                try:
+                    self._on_channel_closed(channel)
+                except InvariantViolation as exc:
+                    self._crash(exc)
+                except Exception:
+                    log.exception("%s: handling the close of %r failed", self._name, channel)
+
+    async def _read_frame(self, reader: asyncio.StreamReader, channel: Channel) -> bytes | None:
+        try:
+            prefix = await reader.readexactly(4)
+        except asyncio.IncompleteReadError:
+            return None
+        length = int.from_bytes(prefix, "big", signed=True)
+        if not frame_length_ok(length):
+            self._refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
+            return None
+        return await reader.readexactly(length)
+
+    def _refuse(self, channel: Channel, why: str) -> None:
+        self.frames_refused += 1
+        log.warning("%s: closing %r: %s", self._name, channel, why)
+        channel.close()
+
+    async def _handle(self, cmd: RemotingCommand, channel: Channel) -> None:
+        try:
+            answer = await self._dispatch(cmd, channel)
+        except asyncio.CancelledError:
+            raise
+        except HeaderFieldError as exc:
+            log.info("%s: request code %d from %r: %s", self._name, cmd.code, channel, exc)
+            answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+        except InvariantViolation as exc:
+            self._crash(exc)
+            return
+        except Exception as exc:
+            log.exception("%s: request code %d from %r failed", self._name, cmd.code, channel)
+            answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"request code {cmd.code} failed on the server: {exc!r}")
+        # Always answer, even a "oneway" request: neither real client sets the oneway flag,
+        # and both drop answers whose opaque they do not know.
+        if answer is not None:
+            channel.write(answer)
+            with contextlib.suppress(ConnectionError):
+                await channel.drain()

@@ -1,0 +1,136 @@
+"""The remoting listener on a real socket: concurrency per connection, error answers, bad frames."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from nodes.common.errors import InvariantViolation
+from nodes.remoting.command import FLAG_RESPONSE, RemotingCommand, decode, encode
+from nodes.remoting.server import Channel, RemotingServer
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> RemotingCommand:
+    (length,) = struct.unpack(">i", await reader.readexactly(4))
+    return decode(await reader.readexactly(length))
+
+
+class _Node:
+    """A dispatch that answers code 1 at once, holds code 2 until released, and fails on others."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.closed: list[Channel] = []
+        self.crashed: list[BaseException] = []
+
+    async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        if cmd.code == 1:
+            return cmd.answer(0, ext={"echo": cmd.ext_int("n")})
+        if cmd.code == 2:
+            await self.release.wait()
+            return cmd.answer(0, remark="released")
+        if cmd.code == 3:
+            channel.send_oneway(40, {"consumerGroup": "G"})
+            return cmd.answer(0)
+        if cmd.code == 4:
+            raise InvariantViolation("ours")
+        raise RuntimeError("boom")
+
+
+def _run(scenario) -> None:
+    """Run `scenario(node, server, port)` against a listener on a free loopback port."""
+    async def main() -> None:
+        node = _Node()
+        server = RemotingServer("test", node.dispatch, crash=node.crashed.append,
+                                on_channel_closed=node.closed.append)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            await asyncio.wait_for(scenario(node, server, port), 20)
+        finally:
+            await server.stop()
+    asyncio.run(main())
+
+
+def test_a_held_request_does_not_hold_up_the_next_one_on_the_same_connection():
+    async def scenario(node, server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(RemotingCommand(code=2, opaque=1)))
+        writer.write(encode(RemotingCommand(code=1, opaque=2, ext={"n": "7"})))
+        first = await _read_answer(reader)
+        assert (first.opaque, first.ext, first.flag & FLAG_RESPONSE) == (2, {"echo": "7"}, FLAG_RESPONSE)
+        node.release.set()
+        second = await _read_answer(reader)
+        assert (second.opaque, second.remark) == (1, "released")
+        writer.close()
+    _run(scenario)
+
+
+def test_a_bad_field_or_a_failing_handler_is_answered_and_the_connection_stays():
+    async def scenario(node, server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(RemotingCommand(code=1, opaque=1, ext={"n": "x"})))
+        bad_field = await _read_answer(reader)
+        assert bad_field.code == 1 and "must be an integer" in bad_field.remark
+        writer.write(encode(RemotingCommand(code=9, opaque=2)))
+        failed = await _read_answer(reader)
+        assert failed.code == 1 and "boom" in failed.remark
+        writer.write(encode(RemotingCommand(code=1, opaque=3, ext={"n": "1"})))
+        assert (await _read_answer(reader)).ext == {"echo": "1"}
+        writer.close()
+    _run(scenario)
+
+
+def test_a_server_initiated_notice_goes_out_on_the_requests_connection():
+    async def scenario(node, server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(RemotingCommand(code=3, opaque=1)))
+        notice = await _read_answer(reader)
+        assert (notice.code, notice.ext, notice.is_response) == (40, {"consumerGroup": "G"}, False)
+        assert (await _read_answer(reader)).opaque == 1
+        writer.close()
+    _run(scenario)
+
+
+@pytest.mark.parametrize("garbage", [
+    struct.pack(">i", 64 * 1024 * 1024),  # a frame over 16 MiB
+    struct.pack(">i", -5),  # a negative length
+    struct.pack(">i", 6) + struct.pack(">i", 2) + b"{x",  # a header that is not JSON
+    struct.pack(">i", 6) + struct.pack(">i", 99) + b"{}",  # a header longer than its frame
+])
+def test_an_unreadable_frame_closes_only_its_connection(garbage):
+    async def scenario(node, server, port):
+        healthy_reader, healthy_writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(garbage)
+        assert await reader.read() == b""  # closed by the server
+        healthy_writer.write(encode(RemotingCommand(code=1, opaque=1, ext={"n": "2"})))
+        assert (await _read_answer(healthy_reader)).ext == {"echo": "2"}
+        assert server.frames_refused == 1
+        healthy_writer.close()
+    _run(scenario)
+
+
+def test_a_client_that_vanishes_mid_frame_is_a_closed_channel():
+    async def scenario(node, server, port):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        frame = encode(RemotingCommand(code=1, opaque=1, ext={"n": "1"}))
+        writer.write(frame[: len(frame) // 2])
+        await writer.drain()
+        writer.close()
+        while not node.closed:
+            await asyncio.sleep(0.01)
+        assert len(node.closed) == 1 and server.open_channels == 0
+    _run(scenario)
+
+
+def test_a_broken_invariant_of_the_node_goes_to_crash():
+    async def scenario(node, server, port):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(RemotingCommand(code=4, opaque=1)))
+        while not node.crashed:
+            await asyncio.sleep(0.01)
+        assert isinstance(node.crashed[0], InvariantViolation)
+        writer.close()
+    _run(scenario)
