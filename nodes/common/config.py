@@ -167,6 +167,8 @@ class NamesrvConfig:
     node_id: str = "namesrv-0"
     listen_host: str = "127.0.0.1"
     port: int = 0
+    # RocketMQ 4.x remoting listener beside gRPC; 0 takes a free port (the harness fixes one per node)
+    remoting_port: int = 0
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
 
@@ -182,6 +184,8 @@ class BrokerConfig:
     broker_id: int = c.MASTER_ID
     listen_host: str = "127.0.0.1"
     port: int = 0
+    # RocketMQ 4.x remoting listener beside gRPC; 0 takes a free port (the harness fixes one per node)
+    remoting_port: int = 0
     run_dir: str = "."
     namesrv_addrs: tuple[str, ...] = ()
     auto_create_topic_enable: bool = True
