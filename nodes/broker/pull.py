@@ -12,11 +12,11 @@ import itertools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from nodes.broker.consumers import ConsumerRegistry
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.pull_hold import HeldPull, PullRequestHoldService
+from nodes.broker.pull_values import PullAnswer, PullRequest
 from nodes.broker.topics import SubscriptionGroupConfig, SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
@@ -28,6 +28,8 @@ from nodes.store.message_store import GetStatus, MessageStore
 from nodes.store.record import MessageToStore, tag_hash
 
 log = logging.getLogger(__name__)
+
+__all__ = ["PullAnswer", "PullProcessor", "PullRequest", "PullSession", "parse_subscription"]
 
 OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"
 
@@ -50,43 +52,6 @@ def parse_subscription(expression: str) -> frozenset[int] | None:
         return None
     tags = [t.strip() for t in expression.split("||") if t.strip()]
     return frozenset(tag_hash(t) for t in tags) if tags else None
-
-
-@dataclass(frozen=True, slots=True)
-class PullRequest:
-    """PULL_MESSAGE, with RocketMQ's flags spelled out (suspend, commit, subscription)."""
-
-    consumer_group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    request_id: int = 0
-    suspend: bool = False
-    suspend_timeout_ms: int = 0
-    commit_offset: bool = False
-    commit_offset_value: int = 0
-    has_subscription: bool = False
-    subscription_expression: str = ""
-    sub_version: int = 0
-    client_id: str = ""
-    commit_seq: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PullAnswer:
-    """The answer to one pull: on SUCCESS `records` holds `record_count` whole commitlog
-    records back to back (one copy out of the store)."""
-
-    request_id: int
-    code: ResponseCode
-    remark: str = ""
-    next_begin_offset: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-    suggest_which_broker_id: int = 0
-    record_count: int = 0
-    records: bytes = b""
 
 
 class PullProcessor:

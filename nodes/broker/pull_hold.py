@@ -25,7 +25,7 @@ from nodes.common.service import CrashHandler, Service
 from nodes.store.message_store import MessageStore
 
 if TYPE_CHECKING:
-    from nodes.broker.pull import PullAnswer, PullRequest
+    from nodes.broker.pull_values import PullAnswer, PullRequest
 
 # (topic, queue_id, max_queue_offset, tag_hash or None for "any")
 ArrivalNotice = tuple[str, int, int, int | None]

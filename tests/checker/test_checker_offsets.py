@@ -50,6 +50,22 @@ def test_a_stored_decrease_at_a_concurrent_hand_over_is_explained(spark):
     assert same.parts["monotonic"] is False and same.counts["decreases"] == {"unexplained": 1, "explained": 0}
 
 
+def _same_client_lower_after_a_hand_over(lowered_by_other: bool):
+    """c1 commits 10; c2's commit answered 2 ms before it (applied after it on the broker); c1, handed
+    the queue back, starts from the broker's offset and commits the lower value (a concurrent group)."""
+    run = Run().sends_for(0, 12).consume(0, range(12), t0=200, orderly=False)
+    run.commit(298, 7 if lowered_by_other else 11, client="c2").commit(300, 10).commit(400, 7)
+    return run
+
+
+def test_a_same_client_decrease_after_another_clients_lower_commit_is_a_hand_over(spark):
+    r = check_offset_resync(_same_client_lower_after_a_hand_over(True).history(spark), config())
+    assert r.parts["monotonic"] is True and r.counts["decreases"] == {"unexplained": 0, "explained": 1}
+    # the other client's commit was higher: nothing explains c1 going from 10 to 7
+    alone = check_offset_resync(_same_client_lower_after_a_hand_over(False).history(spark), config())
+    assert alone.parts["monotonic"] is False and alone.counts["decreases"]["unexplained"] >= 1
+
+
 def _restarted_consumer(resume_at):
     """c1 (concurrent) consumes 0..5, commits 6, is killed; its restart (client c3 on the same node) resumes."""
     run = Run().sends_for(0, 10).consume(0, range(6), t0=200, orderly=False).commit(270, 6)

@@ -17,7 +17,8 @@ RESYNC = (
     "delivered on that queue before the commit (a crash would then lose messages); (2) monotonic - the "
     "group's committed offset never decreases, except when a broker fault (restart, or a returning master "
     "overwriting the slave's newer offsets, RocketMQ #1094/#2513) lies between the two commits, when the "
-    "decrease is a hand-over between clients of a concurrent group, or when a broker records an admin reset; "
+    "decrease is a hand-over between clients of a concurrent group (also when the same client commits lower "
+    "after another client committed that lower value in between, as the broker applied them), or when a broker records an admin reset; "
     "the same for each broker's stored offsets, where a slave-sync overwrite is the master-return case; "
     "(3) resume - the first offset consumed after a consumer restart or a broker fault is >= the last commit "
     "C_last (a deeper rewind is explained only by a broker fault in between and must stay within the "
@@ -34,7 +35,7 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
     parts: dict[str, DataFrame] = {
         "sides": h.ev.filter(F.col("event") == "offset-commit").groupBy("side").agg(F.count(F.lit(1)).alias("n")),
         "ahead": _ahead(h),
-        "client_dec": _client_decrease_candidates(h),
+        "client_dec": _client_decrease_candidates(h, cfg.clock_slack_ms),
         "broker_dec": _broker_decrease_candidates(h),
         "last_stored": h.broker_offsets.groupBy("node", "broker_id", *GQ).agg(
             F.max_by("offset", "t").alias("offset"), F.max("t").alias("t")),
@@ -121,14 +122,25 @@ def _ahead(h: History) -> DataFrame:
             .select(*GQ, "client_id", "offset", "delivered_max", "t", rel_s(h, "t").alias("t_s")))
 
 
-def _client_decrease_candidates(h: History) -> DataFrame:
+def _client_decrease_candidates(h: History, slack_ms: int) -> DataFrame:
     c = h.commits.filter(~F.col("topic").startswith("%RETRY%"))
     w = Window.partitionBy(*GQ).orderBy("t")
-    c = c.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w),
-                       "p_client": F.lag("client_id").over(w)})
+    lagged = c.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w),
+                            "p_client": F.lag("client_id").over(w)})
     orderly = h.deliv.filter("orderly").select("group").distinct().withColumn("orderly", F.lit(True))
-    return (c.filter(F.col("offset") < F.col("p_offset")).join(orderly, "group", "left")
-            .select(*GQ, "client_id", "offset", "t", "p_offset", "p_t", "p_client", "orderly"))
+    cands = (lagged.filter(F.col("offset") < F.col("p_offset")).join(orderly, "group", "left")
+             .select(*GQ, "client_id", "offset", "t", "p_offset", "p_t", "p_client", "orderly"))
+    # Commits are ordered by when each client saw its answer, not by when the broker applied them:
+    # another client's commit of the lower value answered just before (or between) the pair may
+    # have been applied after the higher one, and the same client, handed the queue back, then
+    # starts from it. Such a decrease is that other client's hand-over.
+    others = c.select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
+                      F.col("t").alias("o_t"))
+    interleaved = (cands.join(others, GQ).filter(
+        (F.col("o_client") != F.col("client_id")) & (F.col("o_offset") <= F.col("offset"))
+        & (F.col("o_t") >= F.col("p_t") - slack_ms) & (F.col("o_t") <= F.col("t")))
+        .select(*GQ, "client_id", "t", F.col("o_client").alias("lowered_by")).dropDuplicates([*GQ, "client_id", "t"]))
+    return cands.join(interleaved, [*GQ, "client_id", "t"], "left")
 
 
 def _broker_decrease_candidates(h: History) -> DataFrame:
@@ -153,6 +165,8 @@ def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[
         why = _explain_decrease(h, cfg, r["p_t"], r["t"])
         if why is None and r["p_client"] != r["client_id"] and not r["orderly"]:
             why = "hand-over between clients of a concurrent group"
+        if why is None and r["lowered_by"] and not r["orderly"]:
+            why = f"hand-over between clients of a concurrent group ({r['lowered_by']} committed the lower offset)"
         out.append({"view": "client commits", "queue": queue_name(r), "group": r["group"], "from": r["p_offset"],
                     "to": r["offset"], "by": r["client_id"], "previous_by": r["p_client"], "t_s": s(h, r["t"]),
                     "explained_by": why})
