@@ -80,7 +80,10 @@ class RemotingConsumers:
 
     async def heartbeat(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         client_id, consumers = remoting_json.heartbeat_from_body(cmd.body)
-        if consumers and not channel.closed:
+        if channel.closed:
+            # its close has run: a registration now would outlive the connection until expiry
+            return remoting_codes.answer(cmd, ResponseCode.SYSTEM_ERROR, "the connection is closed")
+        if consumers:
             self._ensure_pump(client_id, channel)
         answer: ClientManageResponse = await self._heartbeat(
             HeartbeatRequest(client_id, consumers, channel_key=channel_key(channel)))
