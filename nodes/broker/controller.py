@@ -224,8 +224,7 @@ class BrokerController:
                                         crash=crash_node, on_channel_closed=self.remoting_adapter.channel_closed)
         remoting_port = await self._remoting.start(self.config.listen_host, self.config.remoting_port)
         self.remoting_addr = f"{self.config.listen_host}:{remoting_port}"
-        if hasattr(self.registrar, "remoting_addr"):  # a registrar that registers it with the broker
-            self.registrar.remoting_addr = self.remoting_addr
+        self.registrar.remoting_addr = self.remoting_addr
         log.info("remoting listener on %s", self.remoting_addr)
 
     def _master_addr(self) -> str:
