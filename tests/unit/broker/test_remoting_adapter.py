@@ -75,6 +75,7 @@ class Rig:
         table.register(RequestKind.GET_QUEUE_OFFSET, handler.get_queue_offset)
         manage = ClientManageHandler(config=config, registry=registry, groups=broker.groups, topics=broker.topics,
                                      clock=broker.clock, on_topics_changed=nothing)
+        self.manage = manage
         table.register(RequestKind.HEART_BEAT, manage.heartbeat)
         table.register(RequestKind.UNREGISTER_CLIENT, manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, manage.consumer_list)
@@ -322,6 +323,34 @@ def test_members_are_notified_on_their_heartbeat_channel_and_close_unregisters(r
         assert answer.code == 0 and rig.registry.client_ids("CG") == []
 
     asyncio.run(run())
+
+
+def test_an_expired_client_loses_its_pump_and_a_new_heartbeat_reopens_it(rig):
+    async def run() -> None:
+        channel = FakeChannel(1)
+        await rig.heartbeat("c1", channel)
+        assert rig.adapter.consumers.open_pumps() == 1
+        await rig.b.clock.sleep_ms(rig.registry.channel_expiry_ms + 1)
+        rig.manage.close_channels_of_expired(rig.registry.scan_expired(rig.b.clock.monotonic_ms()))
+        await asyncio.sleep(0.01)
+        assert rig.adapter.consumers.open_pumps() == 0 and rig.registry.client_ids("CG") == []
+        await rig.heartbeat("c1", channel)
+        await asyncio.sleep(0.01)
+        assert rig.adapter.consumers.open_pumps() == 1 and rig.registry.client_ids("CG") == ["c1"]
+
+    asyncio.run(run())
+
+
+def test_mqlab_only_codes_go_out_as_system_error(rig):
+    answer = asyncio.run(rig.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "CG", "topic": TOPIC, "queueId": 0, "commitOffset": -5}))
+    assert answer.code == 1 and answer.remark.startswith("INVALID_ARGUMENT")
+
+
+def test_a_heartbeat_on_a_closed_connection_registers_nothing(rig):
+    channel = FakeChannel(9, closed=True)
+    assert asyncio.run(rig.heartbeat("late", channel)).code == 1
+    assert rig.registry.client_ids("CG") == [] and rig.adapter.consumers.open_pumps() == 0
 
 
 def test_bad_heartbeat_bodies_raise_body_errors(rig):
