@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -137,6 +138,17 @@ def test_send_v1_stores_body_and_properties_and_answers_string_fields(rig):
     assert record.body == b"payload" and record.tags == "TagA" and record.keys == "k1"
     assert record.properties["UNIQ_KEY"] == "0100007F0001" and record.properties["a"] == "b"
     assert record.born_host == ("127.0.0.1", 40000)
+
+
+def test_a_compressed_body_is_stored_inflated(rig):
+    body = b"x" * 10_000
+    ext = {"topic": TOPIC, "queueId": 0, "sysFlag": 1, "properties": encode_properties({"TAGS": "Z"})}
+    answer = asyncio.run(rig.call(RequestCode.SEND_MESSAGE, ext, zlib.compress(body)))
+    assert answer.code == 0, answer.remark
+    [record] = rig.b.records(TOPIC, 0)
+    assert record.body == body and record.sys_flag & 1 == 0
+    with pytest.raises(HeaderFieldError):
+        asyncio.run(rig.call(RequestCode.SEND_MESSAGE, ext, b"not zlib"))
 
 
 def test_send_v2_reads_the_short_field_names(rig):
