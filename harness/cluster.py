@@ -32,7 +32,7 @@ from harness.links import DIALED_ROLES, ClusterLinks
 from harness.namesrv_view import NamesrvView
 from harness.ports import LOCALHOST, PortAllocator
 from harness.process import LIVE_STATES, NodeProcess, NodeState
-from harness.spec import ClusterSpec, NodeConfig, NodeSpec
+from harness.spec import REMOTING_ROLES, ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
 from nodes.common.config import NamesrvConfig, Timing
 
@@ -88,7 +88,10 @@ class LocalCluster:
         try:
             ports = dict(zip([n.id for n in spec.nodes], self._ports.allocate(len(spec.nodes)), strict=True))
             self._port_of = ports
-            configs = spec.render_all(ports=ports, run_dir=self.run_dir)
+            remoting = spec.remoting_nodes()
+            self._remoting_port_of = dict(zip([n.id for n in remoting], self._ports.allocate(len(remoting)),
+                                              strict=True))
+            configs = spec.render_all(ports=ports, run_dir=self.run_dir, remoting_ports=self._remoting_port_of)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
             if links:
                 self.links = ClusterLinks()
@@ -212,8 +215,11 @@ class LocalCluster:
             spec = self.spec.with_nodes(node)
             port = self._ports.allocate(1)[0]
             ports = {**self._port_of, node.id: port}
+            if node.role in REMOTING_ROLES:
+                self._remoting_port_of[node.id] = self._ports.allocate(1)[0]
             self.spec, self._port_of = spec, ports
-            config = self._wire_links(node.id, spec.render(node.id, ports=ports, run_dir=self.run_dir))
+            config = self._wire_links(node.id, spec.render(node.id, ports=ports, run_dir=self.run_dir,
+                                                           remoting_ports=self._remoting_port_of))
             proc = NodeProcess(node.id, node.role, self.run_dir / node.id, config=config, detached=self._detach,
                                on_unexpected_exit=self._record_exit)
             self.spec, self._port_of = spec, ports
@@ -253,6 +259,11 @@ class LocalCluster:
     @property
     def namesrv_addrs(self) -> list[str]:
         return [self._nodes[n.id].addr for n in self.spec.namesrv_nodes()]
+
+    @property
+    def namesrv_remoting_addr(self) -> str:
+        """Every name server's RocketMQ remoting address, `;`-joined: a RocketMQ client's namesrvAddr."""
+        return namesrv_remoting(self._nodes.values())
 
     def node(self, node_id: str) -> NodeProcess:
         try:
@@ -320,12 +331,12 @@ class LocalCluster:
                    ignore=(NamesrvUnreachable,))
 
     def describe(self, timeout_ms: int = 2_000) -> list[dict[str, Any]]:
-        """One dict per node: id, role, addr, pid, run_dir, process (harness view), alive,
+        """One dict per node: id, role, addr, remoting_addr, pid, run_dir, process (harness view), alive,
         and from Admin.Describe state, status_line, details; `error` if it did not answer."""
         rows = []
         for proc in self._nodes.values():
             row: dict[str, Any] = {
-                "id": proc.node_id, "role": proc.role, "addr": proc.addr,
+                "id": proc.node_id, "role": proc.role, "addr": proc.addr, "remoting_addr": proc.remoting_addr,
                 "pid": proc.pid if proc.alive else None, "run_dir": str(proc.run_dir),
                 "process": proc.state.value, "alive": proc.alive,
                 "state": "DOWN", "status_line": "", "details": {}, "error": None,
@@ -394,15 +405,31 @@ class LocalCluster:
 
 
 def cluster_json(namesrv_addr: str, time_scale: float, procs: Iterable[NodeProcess]) -> dict[str, Any]:
-    """`{"namesrv": addr, "time_scale": f, "nodes": [{"id","role","addr","pid","run_dir"}...]}`;
-    pid is null for a node that is not running; every timer of the run is scaled by time_scale."""
+    """`{"namesrv": addr, "namesrv_remoting": "addr;addr", "time_scale": f,
+    "nodes": [{"id","role","addr","pid","run_dir"[,"remoting_addr"]}...]}`; pid is null for a node
+    that is not running; `remoting_addr` is on name servers and brokers; every timer of the run is
+    scaled by time_scale."""
+    procs = list(procs)
     return {
         "namesrv": namesrv_addr,
+        "namesrv_remoting": namesrv_remoting(procs),
         "time_scale": time_scale,
-        "nodes": [{"id": p.node_id, "role": p.role, "addr": p.addr,
-                   "pid": p.pid if p.state in LIVE_STATES and p.alive else None,
-                   "run_dir": str(p.run_dir)} for p in procs],
+        "nodes": [_node_entry(p) for p in procs],
     }
+
+
+def namesrv_remoting(procs: Iterable[NodeProcess]) -> str:
+    """The name servers' remoting addresses as a RocketMQ client's namesrvAddr: `;`-joined."""
+    return ";".join(p.remoting_addr for p in procs if p.role == "namesrv" and p.remoting_addr)
+
+
+def _node_entry(proc: NodeProcess) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": proc.node_id, "role": proc.role, "addr": proc.addr,
+                             "pid": proc.pid if proc.state in LIVE_STATES and proc.alive else None,
+                             "run_dir": str(proc.run_dir)}
+    if proc.role in REMOTING_ROLES:
+        entry["remoting_addr"] = proc.remoting_addr
+    return entry
 
 
 def read_cluster_json(run_dir: str | Path) -> dict[str, Any]:

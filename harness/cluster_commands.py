@@ -44,7 +44,8 @@ def up(
     with console.status("starting cluster…"):
         cluster = LocalCluster(cluster_spec, time_scale=time_scale, run_dir=run_dir, detach=detach)
     console.print(nodes_table(cluster.cluster_info()["nodes"], title=f"cluster in {cluster.run_dir}"))
-    console.print(f"namesrv: [bold]{cluster.namesrv_addr}[/]   time scale: {cluster.spec.time_scale:g}")
+    console.print(f"namesrv: [bold]{cluster.namesrv_addr}[/]   RocketMQ namesrvAddr: "
+                  f"[bold]{cluster.namesrv_remoting_addr}[/]   time scale: {cluster.spec.time_scale:g}")
     if detach:
         cluster.detach()
         console.print(f"left running. `mqlab status --run-dir {cluster.run_dir}`; "
@@ -74,7 +75,7 @@ def status(run_dir: RunDirOpt = None) -> None:
     data = read_cluster_json(path)
     caption = f"time scale {data['time_scale']:g}" if "time_scale" in data else None
     table = Table(title=f"cluster in {path}", caption=caption)
-    for col in ("id", "role", "state", "addr", "pid", "alive", "status"):
+    for col in ("id", "role", "state", "addr", "remoting", "pid", "alive", "status"):
         table.add_column(col)
     down = 0
     for node in data["nodes"]:
@@ -90,7 +91,8 @@ def status(run_dir: RunDirOpt = None) -> None:
         healthy = alive and state != "UNREACHABLE"
         down += not healthy
         table.add_row(node["id"], node["role"], f"[{'green' if healthy else 'red'}]{state}[/]", node["addr"],
-                      str(pid or "-"), "yes" if alive else "[red]no[/]", escape(line))
+                      node.get("remoting_addr") or "-", str(pid or "-"), "yes" if alive else "[red]no[/]",
+                      escape(line))
     terminal.console.print(table)
     if down:
         terminal.console.print(f"[red]{down} of {len(data['nodes'])} node(s) down[/]")
@@ -121,10 +123,11 @@ def down(run_dir: RunDirOpt = None) -> None:
 def nodes_table(nodes: list[dict[str, Any]], *, title: str) -> Table:
     """cluster.json's nodes as a table (what `up` and `demo` print after starting a cluster)."""
     table = Table(title=title)
-    for col in ("id", "role", "addr", "pid", "run dir"):
+    for col in ("id", "role", "addr", "remoting", "pid", "run dir"):
         table.add_column(col)
     for n in nodes:
-        table.add_row(n["id"], n["role"], n["addr"], str(n["pid"] or "-"), n["run_dir"])
+        table.add_row(n["id"], n["role"], n["addr"], n.get("remoting_addr") or "-", str(n["pid"] or "-"),
+                      n["run_dir"])
     return table
 
 

@@ -107,6 +107,8 @@ class NodeProcess:
         self.run_dir = Path(run_dir).absolute()
         self.config = config
         self.port = port
+        # fixed like `port`; 0 for a node without a remoting listener (consumers, stand-ins)
+        self.remoting_port = int(getattr(config, "remoting_port", 0) or 0)
         self.detached = detached
         self.start_budget_ms = start_budget_ms
         self.stop_grace_ms = stop_grace_ms
@@ -130,6 +132,11 @@ class NodeProcess:
     @property
     def addr(self) -> str:
         return f"{LOCALHOST}:{self.port}"
+
+    @property
+    def remoting_addr(self) -> str:
+        """The RocketMQ remoting address ("" for a node without a listener)."""
+        return f"{LOCALHOST}:{self.remoting_port}" if self.remoting_port else ""
 
     @property
     def config_path(self) -> Path:
@@ -366,6 +373,10 @@ class NodeProcess:
         if ready.port != self.port or ready.node_id != self.node_id:
             self._fail_start(f"{self.node_id} announced {ready.node_id} on port {ready.port}, "
                              f"expected {self.node_id} on port {self.port}; check its config.json")
+        announced_remoting = ready.extra.get("remoting_addr")
+        if self.remoting_port and announced_remoting is not None and announced_remoting != self.remoting_addr:
+            self._fail_start(f"{self.node_id} bound its remoting listener at {announced_remoting}, "
+                             f"expected {self.remoting_addr}; check its config.json")
         with self._lock:
             running = self._state is NodeState.STARTING and not self._exited.is_set()
             if running:

@@ -58,6 +58,8 @@ from nodes.common.config import BrokerConfig, ConsumerConfig, NamesrvConfig, Sto
 from nodes.common.errors import ConfigError
 
 ROLES = ("namesrv", "broker", "consumer")
+# Roles with a RocketMQ remoting listener beside gRPC: each gets a second fixed port.
+REMOTING_ROLES = ("namesrv", "broker")
 ROLE_CONFIG: dict[str, type] = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "consumer": ConsumerConfig}
 NodeConfig = NamesrvConfig | BrokerConfig | ConsumerConfig
 NODE_ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -69,6 +71,7 @@ _HARNESS_OWNED: dict[str, str] = {
     "node_id": "it is the node's id",
     "listen_host": "nodes listen on 127.0.0.1",
     "port": "ports are allocated by the harness",
+    "remoting_port": "remoting ports are allocated by the harness",
     "run_dir": "run dirs are laid out by the harness",
     "namesrv_addrs": "they are derived from the namesrv nodes",
     "dial_overrides": "link proxies are set up by the harness",
@@ -243,6 +246,10 @@ class ClusterSpec:
     def broker_nodes(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.role == "broker"]
 
+    def remoting_nodes(self) -> list[NodeSpec]:
+        """The nodes with a RocketMQ remoting listener (name servers and brokers)."""
+        return [n for n in self.nodes if n.role in REMOTING_ROLES]
+
     def consumer_nodes(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.role == "consumer"]
 
@@ -259,13 +266,16 @@ class ClusterSpec:
 
     # ---- rendering ------------------------------------------------------------------
 
-    def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path) -> NodeConfig:
+    def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path,
+               remoting_ports: Mapping[str, int] | None = None) -> NodeConfig:
         """The complete config of one node, ready for `save_node_config`.
 
         Args:
             node_id: the node to render.
             ports: node id -> port, for every node (brokers need the name servers').
             run_dir: the cluster's run dir; the node's own is `run_dir/<node_id>`.
+            remoting_ports: node id -> remoting port, for every name server and broker; None
+                leaves `remoting_port` 0 (the node takes any free port).
         """
         node = self.node(node_id)
         missing = [n.id for n in self.nodes if n.id not in ports]
@@ -278,6 +288,10 @@ class ClusterSpec:
             "run_dir": str(Path(run_dir).absolute() / node.id),
             "timing": self.scaled_timing(),
         }
+        if remoting_ports is not None and node.role in REMOTING_ROLES:
+            if node.id not in remoting_ports:
+                raise SpecError(f"no remoting port for {node.id}; allocate one per name server and broker")
+            common["remoting_port"] = remoting_ports[node.id]
         if node.role == "broker":
             common |= {
                 "cluster_name": self.cluster_name,
@@ -301,8 +315,10 @@ class ClusterSpec:
             raise SpecError(f"node {node.id}: {exc}; fix the [{node.id}] or [defaults.{node.role}] table") from exc
         return config
 
-    def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path) -> dict[str, NodeConfig]:
-        return {n.id: self.render(n.id, ports=ports, run_dir=run_dir) for n in self.start_order()}
+    def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path,
+                   remoting_ports: Mapping[str, int] | None = None) -> dict[str, NodeConfig]:
+        return {n.id: self.render(n.id, ports=ports, run_dir=run_dir, remoting_ports=remoting_ports)
+                for n in self.start_order()}
 
     # ---- validation -----------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """`python -m nodes <role> --config FILE`: run one cluster node.
 
 Logs go to `<run_dir>/node.log`. When the node serves, exactly one line is printed on
-stdout: `READY {"node_id": ..., "role": ..., "addr": ..., "port": ..., "pid": ...}`.
+stdout: `READY {"node_id": ..., "role": ..., "addr": ..., "port": ..., "pid": ...}`, plus
+`"remoting_addr"` for a node whose RocketMQ remoting listener is bound (name server, broker).
 Exit codes: 0 after a clean stop (SIGTERM or Admin.Shutdown), 70 when the node breaks one
 of its own invariants, 78 when the config cannot be used.
 """
@@ -73,6 +74,9 @@ async def _run(role: str, config: Any) -> int:
     addr = await app.start()
     port = addr.rpartition(":")[2]
     ready = {"node_id": app.node_id, "role": role, "addr": addr, "port": int(port), "pid": os.getpid()}
+    remoting_addr = getattr(app, "remoting_addr", "")  # nodes with a RocketMQ remoting listener
+    if remoting_addr:
+        ready["remoting_addr"] = remoting_addr
     print("READY " + json.dumps(ready), flush=True)
     logging.getLogger("nodes").info("READY %s", ready)
     await shutdown_requested.wait()

@@ -2,9 +2,9 @@
 runs its lifecycle (RocketMQ BrokerController).
 
 Start: open the store (recovery), load metadata, build the handlers and the one request
-table the transport adapters serve, bind gRPC, register with every name server and keep a
+table the transport adapters serve, bind gRPC and the RocketMQ remoting listener, register with every name server and keep a
 channel open to each, start the background services. Stop (SIGTERM): unregister, close the
-name server channels, stop serving, persist offsets, flush and close the store cleanly (the
+name server channels, stop serving (gRPC and remoting), persist offsets, flush and close the store cleanly (the
 abort file goes away).
 """
 
@@ -39,6 +39,7 @@ from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.broker.transport.broker_servicer import BrokerServicer
 from nodes.broker.transport.clients import GrpcMasterLink, GrpcNamesrvApi
 from nodes.broker.transport.consumer_servicer import ConsumerManagerServicer
+from nodes.broker.transport.remoting_adapter import BrokerRemotingAdapter
 from nodes.broker.transport.replication_servicer import ReplicationServicer
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
@@ -47,6 +48,7 @@ from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving, warn_fault_switches
 from nodes.common.rpc import bind, make_server
 from nodes.common.service import Lifecycle, LifecycleState, Service
+from nodes.remoting.server import RemotingServer
 from nodes.store.delay import parse_delay_levels
 from nodes.store.message_store import MessageStore, RecoveryReport
 from proto import broker_pb2_grpc, consumer_pb2_grpc, replication_pb2_grpc
@@ -91,7 +93,10 @@ class BrokerController:
         self.slave_sync: SlaveSyncService | None = None
         self.recovery: RecoveryReport | None = None
         self.addr = ""
+        self.remoting_addr = ""
         self._server: grpc.aio.Server | None = None
+        self._remoting: RemotingServer | None = None
+        self.remoting_adapter: BrokerRemotingAdapter | None = None
         self._services: list[Service] = []
         self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
                                           events=self.events)
@@ -136,6 +141,7 @@ class BrokerController:
         self.addr = f"{self.config.listen_host}:{port}"
         self.send.bind_port(port)
         self.registrar.broker_addr = self.addr
+        await self._start_remoting()
 
         try:
             await self.registrar.register_all()
@@ -210,6 +216,17 @@ class BrokerController:
         table.register(RequestKind.DIGEST, master_sync.digest)
         table.register(RequestKind.VERIFY_STORE, master_sync.verify_store)
 
+    async def _start_remoting(self) -> None:
+        """The remoting listener, before the first registration, so the name servers learn its
+        address with the broker's."""
+        self.remoting_adapter = BrokerRemotingAdapter(self.table)
+        self._remoting = RemotingServer(f"broker {self.node_id} remoting", self.remoting_adapter.dispatch,
+                                        crash=crash_node, on_channel_closed=self.remoting_adapter.channel_closed)
+        remoting_port = await self._remoting.start(self.config.listen_host, self.config.remoting_port)
+        self.remoting_addr = f"{self.config.listen_host}:{remoting_port}"
+        self.registrar.remoting_addr = self.remoting_addr
+        log.info("remoting listener on %s", self.remoting_addr)
+
     def _master_addr(self) -> str:
         return self.registrar.master_addr
 
@@ -225,6 +242,8 @@ class BrokerController:
         # Stop the periodic registration first, or one could land after the unregister.
         await self._registration.stop()
         await self.registrar.unregister_all()
+        if self._remoting is not None:
+            await self._remoting.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
         if self.ha_client is not None:
@@ -241,7 +260,7 @@ class BrokerController:
         stats = self.store.stats() if running else {}
         topics = sorted(self.topics.topics) if running else []
         details: dict[str, Any] = {
-            "addr": self.addr, "broker_name": self.config.broker_name, "broker_id": self.config.broker_id,
+            "addr": self.addr, "remoting_addr": self.remoting_addr, "broker_name": self.config.broker_name, "broker_id": self.config.broker_id,
             "store": stats, "topics": topics,
             "held_pulls": self.pull_hold.holds.count() if running else 0,
             "recovery": dataclasses.asdict(self.recovery) if self.recovery else None,
@@ -254,6 +273,7 @@ class BrokerController:
             "slave_syncs": self.slave_sync.syncs if self.slave_sync else 0,
             "consumer_groups": self.consumers.describe(),
             "notification_streams": self.client_manage.open_channels() if self.client_manage else 0,
+            "remoting": self.remoting_adapter.describe() if self.remoting_adapter else None,
             "schedule": self.schedule.describe() if self.schedule else None,
             "queue_locks": self.queue_locks.describe(self._clock.monotonic_ms()) if self.queue_locks else None,
         }

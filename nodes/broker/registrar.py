@@ -48,6 +48,7 @@ class BrokerRegistration:
     data_version: tuple[int, int]
     node_id: str
     channel_token: str = ""
+    remoting_addr: str = ""  # "host:port" of this broker's RocketMQ remoting listener, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,9 @@ class NamesrvRegistrar:
         self._links = [_NamesrvLink(api, process_token) for api in apis]
         self._stopping = False
         self.broker_addr = ""
+        # The remoting listener's bound address, set by whoever started the listener; until
+        # then the configured port stands for it (the harness fixes one per node).
+        self.remoting_addr = ""
         self.master_addr = ""
         self.registered_ok = 0
 
@@ -139,7 +143,7 @@ class NamesrvRegistrar:
             cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
             broker_id=self._config.broker_id, broker_addr=self.broker_addr, ha_server_addr=self.broker_addr,
             topic_configs=tuple(self._topics.all()), data_version=self._topics.data_version,
-            node_id=self._config.node_id)
+            node_id=self._config.node_id, remoting_addr=self.advertised_remoting_addr)
         results = await asyncio.gather(*(self._register_one(link, request) for link in links),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
@@ -153,6 +157,16 @@ class NamesrvRegistrar:
             self.master_addr = master_addr
         if failures and len(failures) == len(results):
             raise failures[0]
+
+    @property
+    def advertised_remoting_addr(self) -> str:
+        """What the name servers are told: the listener's bound address when it was handed
+        over, else the configured port (0: no address, so remoting routes leave this broker out)."""
+        if self.remoting_addr:
+            return self.remoting_addr
+        if self._config.remoting_port:
+            return f"{self._config.listen_host}:{self._config.remoting_port}"
+        return ""
 
     async def _register_one(self, link: _NamesrvLink, request: BrokerRegistration) -> RegisterResult:
         token = link.token

@@ -133,6 +133,19 @@ SEND_ASYNC_BATCHES_IN_FLIGHT_MAX = 4  # coalesced batches in flight per topic, e
 REMOTING_FRAME_BYTES_MAX = 16 * 1024 * 1024  # NettyDecoder's FRAME_MAX_LENGTH default
 REMOTING_VERSION = 399  # MQVersion of 4.9.x, written in every header we send
 REMOTING_CLOSE_WAIT_MS = 2_000  # how long stopping the listener waits for its connections to close
+# Java enum ordinals, as the C++ client writes a heartbeat's consumer enums (ali-ons writes the names)
+REMOTING_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")  # ConsumeType
+REMOTING_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")  # MessageModel
+REMOTING_CONSUME_FROM_WHERE = (  # ConsumeFromWhere, deprecated members included: they hold ordinals
+    "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST", "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
+# PullSysFlag bits of a PULL_MESSAGE header
+REMOTING_PULL_FLAG_COMMIT_OFFSET = 1
+REMOTING_PULL_FLAG_SUSPEND = 2
+REMOTING_PULL_FLAG_SUBSCRIPTION = 4
+# what a Java broker writes into every send answer; clients read them for tracing only
+REMOTING_MSG_REGION = "DefaultRegion"
+REMOTING_TRACE_ON = "true"
 
 # ---------------------------------------------------------------------------
 # Process exit codes

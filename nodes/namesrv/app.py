@@ -1,6 +1,7 @@
 """The name server process: its wiring (route table, handler, gRPC adapter) and broker expiry.
 
-Owns the RouteTable of this process. Does not persist anything: like RocketMQ's name
+Owns the RouteTable of this process and its two listeners: gRPC (brokers, mqlab clients, the
+harness) and RocketMQ remoting (real 4.x clients' route lookups). Does not persist anything: like RocketMQ's name
 server, it rebuilds its state from broker registrations after a restart.
 
 A broker's liveness has two signals, as in RocketMQ: its periodic registration (silence past
@@ -16,12 +17,14 @@ import grpc.aio
 
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import NamesrvConfig
-from nodes.common.node import NodeStatus, add_control_plane, set_serving
+from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
 from nodes.common.rpc import bind, make_server
 from nodes.common.service import Lifecycle, LifecycleState, Service
 from nodes.namesrv.handlers import NameServerHandler
 from nodes.namesrv.route_table import RouteTable
+from nodes.namesrv.transport.remoting import NamesrvRemoting
 from nodes.namesrv.transport.servicer import NameServerServicer
+from nodes.remoting.server import RemotingServer
 from proto import namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -57,7 +60,11 @@ class NamesrvApp:
         self.handler = NameServerHandler(self.table, clock)
         self._expiry = BrokerExpiryService(self.table, clock, config.timing.broker_expiry_scan_ms,
                                            config.timing.broker_expiry_ms)
+        # RocketMQ 4.x clients ask for routes here; on by default, bound before the node is READY
+        self._remoting = RemotingServer(f"namesrv {config.node_id} remoting",
+                                        NamesrvRemoting(self.handler).dispatch, crash=crash_node)
         self.addr = ""
+        self.remoting_addr = ""
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
@@ -68,6 +75,8 @@ class NamesrvApp:
         await server.start()
         self._server = server
         self.addr = f"{self.config.listen_host}:{port}"
+        remoting_port = await self._remoting.start(self.config.listen_host, self.config.remoting_port)
+        self.remoting_addr = f"{self.config.listen_host}:{remoting_port}"
         self._expiry.start()
         await set_serving(health_servicer, True)
         self.lifecycle.transition(Lifecycle.RUNNING)
@@ -77,6 +86,7 @@ class NamesrvApp:
         self.lifecycle.transition(Lifecycle.STOPPING)
         await self._expiry.stop()
         self.handler.close_channels()
+        await self._remoting.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
         self.lifecycle.transition(Lifecycle.STOPPED)
@@ -87,5 +97,5 @@ class NamesrvApp:
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} N {self.lifecycle.state.name} brokers={len(self.table.live)} "
                         f"topics={len(self.table.topic_queues)}",
-            details={"addr": self.addr, "brokers": brokers, "topics": self.table.topics(),
+            details={"addr": self.addr, "remoting_addr": self.remoting_addr, "brokers": brokers, "topics": self.table.topics(),
                      "open_channels": self.handler.open_channels})

@@ -1,7 +1,7 @@
 """The name server's route table (RocketMQ RouteInfoManager): pure state, no I/O.
 
-Owns: topic -> broker name -> queue data; broker name -> addresses by broker_id; broker
-liveness by address. Does not talk to anyone: the handler feeds it registrations, asks it
+Owns: topic -> broker name -> queue data; broker name -> addresses (gRPC, and RocketMQ
+remoting where a broker has a listener) by broker_id; broker liveness by (gRPC) address. Does not talk to anyone: the handler feeds it registrations, asks it
 to expire silent brokers with `expire(now_ms)` and reports a broker's ended channel with
 `on_channel_destroy(addr, token)`.
 """
@@ -31,6 +31,8 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
+    # broker_id -> RocketMQ remoting address, for the ids whose broker registered one
+    remoting_addrs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -65,7 +67,8 @@ class RouteTable:
 
     def register(self, *, cluster: str, broker_name: str, broker_id: int, broker_addr: str,
                  ha_server_addr: str, topic_configs: list[TopicConfig], data_version: tuple[int, int],
-                 now_ms: int, node_id: str = "", channel_token: str = "") -> RegisterResult:
+                 now_ms: int, node_id: str = "", channel_token: str = "",
+                 remoting_addr: str = "") -> RegisterResult:
         """Record a broker heartbeat; returns the master address for slaves."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
         broker = self.brokers.setdefault(broker_name, BrokerData(cluster, broker_name))
@@ -73,8 +76,13 @@ class RouteTable:
         for other_id, addr in list(broker.broker_addrs.items()):
             if addr == broker_addr and other_id != broker_id:
                 del broker.broker_addrs[other_id]
+                broker.remoting_addrs.pop(other_id, None)
         first_registration = broker_addr not in broker.broker_addrs.values()
         broker.broker_addrs[broker_id] = broker_addr
+        if remoting_addr:
+            broker.remoting_addrs[broker_id] = remoting_addr
+        else:  # a broker restarted without its listener must not keep the old address
+            broker.remoting_addrs.pop(broker_id, None)
 
         previous = self.live.get(broker_addr)
         changed = previous is None or previous.data_version != data_version
@@ -140,6 +148,7 @@ class RouteTable:
             for broker_id, addr in list(broker.broker_addrs.items()):
                 if addr == broker_addr:
                     del broker.broker_addrs[broker_id]
+                    broker.remoting_addrs.pop(broker_id, None)
             if broker.broker_addrs:
                 continue
             # No address of this broker name is left: its queues disappear from every topic.
@@ -157,7 +166,7 @@ class RouteTable:
         if not queues:
             return None
         broker_datas = [
-            BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
+            BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs), dict(b.remoting_addrs))
             for name in sorted(queues) if (b := self.brokers.get(name)) is not None
         ]
         if not broker_datas:

@@ -15,7 +15,7 @@ def register_from_pb(pb: namesrv_pb2.RegisterBrokerRequest) -> RegisterBrokerReq
         broker_addr=pb.broker_addr, ha_server_addr=pb.ha_server_addr,
         topic_configs=tuple(wire.topic_config_from_pb(t) for t in pb.topic_configs),
         data_version=(pb.data_version.timestamp_ms, pb.data_version.counter), node_id=pb.node_id,
-        channel_token=pb.channel_token)
+        channel_token=pb.channel_token, remoting_addr=pb.remoting_addr)
 
 
 def register_to_pb(answer: RegisterBrokerResponse) -> namesrv_pb2.RegisterBrokerResponse:
@@ -30,7 +30,8 @@ def broker_ref_from_pb(pb: namesrv_pb2.UnregisterBrokerRequest | namesrv_pb2.Wat
 
 
 def _broker_data_to_pb(b: BrokerData) -> namesrv_pb2.BrokerData:
-    return namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name, broker_addrs=b.broker_addrs)
+    return namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name, broker_addrs=b.broker_addrs,
+                                  remoting_addrs=b.remoting_addrs)
 
 
 def route_to_pb(route: TopicRoute) -> namesrv_pb2.TopicRouteData:

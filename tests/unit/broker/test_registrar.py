@@ -23,6 +23,7 @@ class FakeNamesrv:
         self.master_addr = master_addr
         self.down = down
         self.tokens: list[str] = []
+        self.remoting_addrs: list[str] = []
         self.channel_end = asyncio.Event()
         self.unregistered = 0
 
@@ -30,6 +31,7 @@ class FakeNamesrv:
         if self.down:
             raise TransportError(f"{self.addr} unavailable")
         self.tokens.append(registration.channel_token)
+        self.remoting_addrs.append(registration.remoting_addr)
         return RegisterResult(ResponseCode.SUCCESS, master_addr=self.master_addr)
 
     async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncGenerator[bool, None]:
@@ -92,3 +94,15 @@ def test_a_lost_channel_re_registers_with_a_new_token(topics):
     assert link["channels_lost"] == 1 and link["channel_open"]
     assert len(set(n1.tokens)) == 2 and n1.tokens[-1] == link["token"]
     assert n1.unregistered == 1
+
+
+def test_registrations_carry_the_remoting_address_the_controller_hands_over(topics):
+    n1 = FakeNamesrv("n1:1")
+    config = dataclasses.replace(_config(), listen_host="127.0.0.1", remoting_port=20911)
+    registrar = NamesrvRegistrar(config, topics, [n1])
+    asyncio.run(registrar.register_all())  # before the listener is bound: the configured port
+    registrar.remoting_addr = "127.0.0.1:30911"  # the port the listener actually bound
+    asyncio.run(registrar.register_all())
+    no_listener = NamesrvRegistrar(dataclasses.replace(config, remoting_port=0), topics, [n1])
+    asyncio.run(no_listener.register_all())
+    assert n1.remoting_addrs == ["127.0.0.1:20911", "127.0.0.1:30911", ""]

@@ -12,6 +12,7 @@ Modes:
   exit-after-ready    READY, then exit 70 a moment later
   ignore-term         READY, ignore SIGTERM
   bad-port            READY with the wrong port
+  bad-remoting        READY announcing a remoting address other than the config's
   grandchild          spawn a sleeping grandchild, then READY
   stray               READY, then 2 MiB of stray stdout, then touch <run_dir>/stray-done
 """
@@ -50,9 +51,13 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    def ready(announced_port: int = port) -> None:
+    remoting_port = int(cfg.get("remoting_port", 0))
+
+    def ready(announced_port: int = port, announced_remoting_port: int = remoting_port) -> None:
         line = {"node_id": node_id, "role": role, "addr": f"127.0.0.1:{announced_port}",
                 "port": announced_port, "pid": os.getpid()}
+        if announced_remoting_port:  # as a real node with a remoting listener announces it
+            line["remoting_addr"] = f"127.0.0.1:{announced_remoting_port}"
         print("READY " + json.dumps(line), flush=True)
 
     mode = args.mode
@@ -68,6 +73,8 @@ def main() -> int:
         return 0
     if mode == "bad-port":
         ready(port + 1)
+    elif mode == "bad-remoting":
+        ready(announced_remoting_port=remoting_port + 1)
     elif mode == "grandchild":
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         ready()

@@ -132,6 +132,9 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     assert status.exit_code == 0, status.output
     assert "broker-a-0 stand-in RUNNING" in status.output and "namesrv-0" in status.output
     assert "time scale 0.05" in status.output
+    assert "remoting" in status.output
+    for node in detached_standins.nodes():  # the remoting column
+        assert node.remoting_addr and node.remoting_addr in status.output
 
     pids = [n["pid"] for n in json.loads((detached_standins.run_dir / "cluster.json").read_text())["nodes"]]
     down = runner.invoke(cli.app, ["down", "--run-dir", run_dir])

@@ -42,15 +42,63 @@ def _json(cluster):
 def test_cluster_json_matches_the_contract(standin_cluster):
     cluster = standin_cluster().start()
     data = _json(cluster)
-    assert set(data) == {"namesrv", "time_scale", "nodes"}
+    assert set(data) == {"namesrv", "namesrv_remoting", "time_scale", "nodes"}
     assert data["time_scale"] == cluster.spec.time_scale == 1.0
     assert data["namesrv"] == cluster.namesrv_addr == cluster.node("namesrv-0").addr
+    assert data["namesrv_remoting"] == cluster.namesrv_remoting_addr == cluster.node("namesrv-0").remoting_addr
     assert [n["id"] for n in data["nodes"]] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     for entry, proc in zip(data["nodes"], cluster.nodes(), strict=True):
-        assert set(entry) == {"id", "role", "addr", "pid", "run_dir"}
+        assert set(entry) == {"id", "role", "addr", "remoting_addr", "pid", "run_dir"}
         assert entry == {"id": proc.node_id, "role": proc.role, "addr": proc.addr, "pid": proc.pid,
+                         "remoting_addr": f"127.0.0.1:{proc.remoting_port}",
                          "run_dir": str(cluster.run_dir / proc.node_id)}
     assert read_cluster_json(cluster.run_dir) == data
+
+
+def test_name_servers_and_brokers_get_a_fixed_remoting_port_of_their_own(standin_cluster):
+    spec = ClusterSpec.from_toml_text(
+        '[[nodes]]\nid = "namesrv-0"\nrole = "namesrv"\n[[nodes]]\nid = "namesrv-1"\nrole = "namesrv"\n'
+        '[[nodes]]\nid = "broker-a-0"\nrole = "broker"\nbroker_name = "broker-a"\nbroker_id = 0\n')
+    cluster = standin_cluster(spec=spec).start()
+    procs = cluster.nodes()
+    ports = [p.port for p in procs] + [p.remoting_port for p in procs]
+    assert all(ports) and len(set(ports)) == len(ports)
+    for proc in procs:  # in the node's config, and announced back in its READY line
+        assert json.loads(proc.config_path.read_text())["remoting_port"] == proc.remoting_port
+        assert proc.ready is not None and proc.ready.extra["remoting_addr"] == proc.remoting_addr
+    namesrvs = [cluster.node("namesrv-0"), cluster.node("namesrv-1")]
+    assert cluster.namesrv_remoting_addr == ";".join(p.remoting_addr for p in namesrvs)
+    assert _json(cluster)["namesrv_remoting"] == cluster.namesrv_remoting_addr
+    rows = {r["id"]: r for r in cluster.describe()}
+    assert rows["broker-a-0"]["remoting_addr"] == cluster.node("broker-a-0").remoting_addr
+
+    broker = cluster.node("broker-a-0")
+    remoting_addr = broker.remoting_addr
+    cluster.kill("broker-a-0")
+    cluster.restart("broker-a-0")  # a restarted master keeps its remoting address too
+    assert broker.remoting_addr == remoting_addr and broker.ready.extra["remoting_addr"] == remoting_addr
+    assert _json(cluster)["nodes"][2]["remoting_addr"] == remoting_addr
+
+
+def test_an_added_broker_gets_a_remoting_port_and_an_added_consumer_none(standin_cluster):
+    from harness.spec import NodeSpec
+
+    cluster = standin_cluster().start()
+    taken = {p.remoting_port for p in cluster.nodes()} | {p.port for p in cluster.nodes()}
+    broker = cluster.add_node(NodeSpec("broker-a-2", "broker", broker_name="broker-a", broker_id=2), start=False)
+    consumer = cluster.add_node(NodeSpec("consumer-0", "consumer", options={"group": "g", "subscriptions": {"T": "*"}}),
+                                start=False)
+    assert broker.remoting_port and broker.remoting_port not in taken and broker.remoting_port != broker.port
+    assert consumer.remoting_port == 0 and consumer.remoting_addr == ""
+    entries = {n["id"]: n for n in _json(cluster)["nodes"]}
+    assert entries["broker-a-2"]["remoting_addr"] == broker.remoting_addr
+    assert "remoting_addr" not in entries["consumer-0"]
+
+
+def test_a_node_announcing_another_remoting_address_fails_to_start(standin_cluster):
+    cluster = standin_cluster({"broker-a-0": "bad-remoting"})
+    with pytest.raises(NodeStartError, match="remoting listener"):
+        cluster.start()
 
 
 def test_cluster_json_records_the_time_scale_from_construction_to_close(tmp_path, standin_cmd):

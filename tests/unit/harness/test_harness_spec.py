@@ -134,6 +134,19 @@ def test_render_needs_a_port_for_every_node(tmp_path):
         ClusterSpec.default().render("namesrv-0", ports={"namesrv-0": 1}, run_dir=tmp_path)
 
 
+def test_render_puts_remoting_ports_on_name_servers_and_brokers_only(tmp_path):
+    spec = ClusterSpec.default().with_consumers(1, group="g", subscriptions={"T": "*"})
+    ports = {n.id: 20_000 + i for i, n in enumerate(spec.nodes)}
+    remoting = {n.id: 21_000 + i for i, n in enumerate(spec.remoting_nodes())}
+    assert [n.id for n in spec.remoting_nodes()] == ["namesrv-0", "broker-a-0", "broker-a-1"]
+    configs = spec.render_all(ports=ports, run_dir=tmp_path, remoting_ports=remoting)
+    assert {node_id: getattr(cfg, "remoting_port", None) for node_id, cfg in configs.items()} == {
+        "namesrv-0": 21_000, "broker-a-0": 21_001, "broker-a-1": 21_002, "consumer-0": None}
+    assert spec.render("broker-a-0", ports=ports, run_dir=tmp_path).remoting_port == 0  # none given: any port
+    with pytest.raises(SpecError, match="no remoting port for broker-a-1"):
+        spec.render("broker-a-1", ports=ports, run_dir=tmp_path, remoting_ports={"namesrv-0": 1})
+
+
 def _toml_error(text: str) -> str:
     with pytest.raises(SpecError) as info:
         ClusterSpec.from_toml_text(text, source="spec.toml")
@@ -151,6 +164,7 @@ def _toml_error(text: str) -> str:
     ("[broker-a-0]\nauto_create_topic_enable = 1", "[broker-a-0]: auto_create_topic_enable must be a bool"),
     ("[broker-a-0]\ndefault_topic_queue_nums = 'eight'", "default_topic_queue_nums must be a int"),
     ("[broker-a-0]\nport = 1234", "'port' cannot be overridden (ports are allocated by the harness)"),
+    ("[namesrv-0]\nremoting_port = 9876", "'remoting_port' cannot be overridden (remoting ports are allocated"),
     ("[broker-a-0]\nbroker_id = 3", "set broker_id in the node's [[nodes]] entry"),
     ("[broker-a-0.timing]\nbroker_expiry_ms = 5", "timing is cluster-wide: put it in the top-level [timing] table"),
     ("[broker-a-0.store]\nbogus = 1", "[broker-a-0.store]: unknown setting 'bogus' for a StoreConfig"),

@@ -57,3 +57,13 @@ def test_unregister_removes_the_broker():
     _register(handler, 0, MASTER)
     assert handler.unregister_broker(BrokerRef("broker-a", 0, MASTER)) == ResponseCode.SUCCESS
     assert handler.route("T").code == ResponseCode.TOPIC_ROUTE_NOT_EXIST
+
+
+def test_a_registration_carries_the_remoting_address_into_the_route():
+    handler = NameServerHandler(RouteTable(), FakeClock())
+    handler.register_broker(RegisterBrokerRequest(
+        cluster_name="c", broker_name="broker-a", broker_id=0, broker_addr=MASTER,
+        topic_configs=(TopicConfig("T", 4, 4),), data_version=(1, 1), remoting_addr="127.0.0.1:20911"))
+    route = handler.route("T").route
+    assert route is not None and route.broker_datas[0].remoting_addrs == {0: "127.0.0.1:20911"}
+    assert route.broker_datas[0].broker_addrs == {0: MASTER}

@@ -123,3 +123,28 @@ def test_channel_destroy_after_unregister_finds_nothing():
     _register(table, 0, "h:1", [TopicConfig("T")], token="p1-0")
     assert table.unregister(broker_name="broker-a", broker_id=0, broker_addr="h:1")
     assert not table.on_channel_destroy("h:1", "p1-0")
+
+
+def _register_remoting(table: RouteTable, broker_id: int, addr: str, remoting_addr: str) -> None:
+    table.register(cluster="C", broker_name="broker-a", broker_id=broker_id, broker_addr=addr, ha_server_addr=addr,
+                   topic_configs=[TopicConfig("T")], data_version=(1, 0), now_ms=NOW_MS, remoting_addr=remoting_addr)
+
+
+def test_remoting_addresses_are_kept_per_broker_id_and_go_with_their_registration():
+    table = RouteTable()
+    _register_remoting(table, 0, "h:1", "h:11")
+    _register_remoting(table, 1, "h:2", "h:12")
+    route = table.route("T")
+    assert route is not None and route.broker_datas[0].remoting_addrs == {0: "h:11", 1: "h:12"}
+    _register_remoting(table, 1, "h:2", "")  # restarted without a listener: the old address goes
+    assert table.brokers["broker-a"].remoting_addrs == {0: "h:11"}
+    _register_remoting(table, 1, "h:2", "h:12")
+    table.unregister(broker_name="broker-a", broker_id=1, broker_addr="h:2")
+    assert table.brokers["broker-a"].remoting_addrs == {0: "h:11"}
+
+
+def test_a_node_that_changes_id_takes_its_remoting_address_along():
+    table = RouteTable()
+    _register_remoting(table, 1, "h:2", "h:12")
+    _register_remoting(table, 0, "h:2", "h:12")  # promoted
+    assert table.brokers["broker-a"].remoting_addrs == {0: "h:12"}
