@@ -85,7 +85,7 @@ async function produce() {
     try {
       const result = await producer.send(msg);
       emit('sent', {
-        send: 'sync', body: item.body, msg_id: result.msgId, queue: result.messageQueue.queueId,
+        send: 'sync', body: item.body, msg_id: result.msgId, queue: Number(result.messageQueue.queueId),
         offset: result.queueOffset, status: result.sendStatus,
       });
     } catch (err) {
