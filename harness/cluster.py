@@ -8,6 +8,9 @@ what a node does inside (it reads state only through Admin and the name server's
         cluster.kill("broker-a-0"); cluster.restart("broker-a-0")   # same address after restart
         assert not cluster.unexpected_exits
 
+Every name server and broker also has a fixed RocketMQ remoting port (`remoting_addr`); a real
+RocketMQ client takes `namesrv_remoting_addr` as its namesrvAddr.
+
 Run dir layout: `<run_dir>/cluster.json` and one dir per node (`config.json`, `node.log`,
 `stderr.log`, `stdout.log`, `store/`). With no `run_dir`, a fresh `./runs/<utc>-<pid>/` is
 made and `./runs/latest` points at it.
@@ -91,7 +94,8 @@ class LocalCluster:
             remoting = spec.remoting_nodes()
             self._remoting_port_of = dict(zip([n.id for n in remoting], self._ports.allocate(len(remoting)),
                                               strict=True))
-            configs = spec.render_all(ports=ports, run_dir=self.run_dir, remoting_ports=self._remoting_port_of)
+            configs = spec.render_all(ports=ports, run_dir=self.run_dir,
+                                      remoting_ports=self._remoting_port_of)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
             if links:
                 self.links = ClusterLinks()

@@ -244,6 +244,9 @@ class BrokerController:
         await self.registrar.unregister_all()
         if self._remoting is not None:
             await self._remoting.stop()
+        if self.remoting_adapter is not None:
+            self.remoting_adapter.close()
+            await asyncio.sleep(0)  # let the cancelled notification pumps end their channels
         if self._server is not None:
             await self._server.stop(grace=0.5)
         if self.ha_client is not None:

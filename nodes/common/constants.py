@@ -143,6 +143,8 @@ REMOTING_CONSUME_FROM_WHERE = (  # ConsumeFromWhere, deprecated members included
 REMOTING_PULL_FLAG_COMMIT_OFFSET = 1
 REMOTING_PULL_FLAG_SUSPEND = 2
 REMOTING_PULL_FLAG_SUBSCRIPTION = 4
+# MessageSysFlag's COMPRESSED bit on a send: the real clients zlib-compress a body over 4 KiB
+REMOTING_SYS_FLAG_COMPRESSED = 0x1
 # what a Java broker writes into every send answer; clients read them for tracing only
 REMOTING_MSG_REGION = "DefaultRegion"
 REMOTING_TRACE_ON = "true"

@@ -1,8 +1,8 @@
 """The name server process: its wiring (route table, handler, gRPC adapter) and broker expiry.
 
 Owns the RouteTable of this process and its two listeners: gRPC (brokers, mqlab clients, the
-harness) and RocketMQ remoting (real 4.x clients' route lookups). Does not persist anything: like RocketMQ's name
-server, it rebuilds its state from broker registrations after a restart.
+harness) and RocketMQ remoting (real 4.x clients' route lookups). Does not persist anything:
+like RocketMQ's name server, it rebuilds its state from broker registrations after a restart.
 
 A broker's liveness has two signals, as in RocketMQ: its periodic registration (silence past
 `broker_expiry_ms` expires it) and its channel (see nodes.namesrv.transport.servicer).
@@ -97,5 +97,5 @@ class NamesrvApp:
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} N {self.lifecycle.state.name} brokers={len(self.table.live)} "
                         f"topics={len(self.table.topic_queues)}",
-            details={"addr": self.addr, "remoting_addr": self.remoting_addr, "brokers": brokers, "topics": self.table.topics(),
-                     "open_channels": self.handler.open_channels})
+            details={"addr": self.addr, "remoting_addr": self.remoting_addr, "brokers": brokers,
+                     "topics": self.table.topics(), "open_channels": self.handler.open_channels})

@@ -138,13 +138,19 @@ class RemotingServer:
     async def _read_frame(self, reader: asyncio.StreamReader, channel: Channel) -> bytes | None:
         try:
             prefix = await reader.readexactly(4)
-        except asyncio.IncompleteReadError:
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:  # a clean close between frames says nothing; one inside a frame does
+                log.info("%s: %r went away %d bytes into a length prefix", self._name, channel, len(exc.partial))
             return None
         length = int.from_bytes(prefix, "big", signed=True)
         if not frame_length_ok(length):
             self._refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
             return None
-        return await reader.readexactly(length)
+        try:
+            return await reader.readexactly(length)
+        except asyncio.IncompleteReadError as exc:
+            log.info("%s: %r went away %d bytes into a %d-byte frame", self._name, channel, len(exc.partial), length)
+            return None
 
     def _refuse(self, channel: Channel, why: str) -> None:
         self.frames_refused += 1

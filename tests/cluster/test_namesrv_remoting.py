@@ -53,6 +53,9 @@ def test_routes_over_remoting_list_the_brokers_remoting_addresses(local_cluster:
                                      "cluster": "DefaultCluster"}]
     assert [(q["brokerName"], q["perm"]) for q in route["queueDatas"]] == [("broker-a", 7)]
     assert route["filterServerTable"] == {}
+    for broker_addr in route["brokerDatas"][0]["brokerAddrs"].values():  # what a client dials next
+        with remoting.connect(broker_addr) as broker:
+            assert remoting.request(broker, 9999).code == 3  # a live remoting listener answers
 
     with remoting.connect(cluster.namesrv_remoting_addr) as sock:
         missing = remoting.route(sock, "NoSuchTopic")

@@ -68,7 +68,9 @@ def test_route_send_and_pull_from_master_and_slave_over_remoting(local_cluster: 
     cluster = local_cluster
     namesrv = cluster.namesrv_remoting_addr.split(";")[0]
     master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
-    assert master.describe()["details"]["remoting_addr"] == master.remoting_addr  # the bound address
+    # the bound address, in the READY line and in status
+    assert master.ready is not None and master.ready.extra["remoting_addr"] == master.remoting_addr
+    assert master.describe()["details"]["remoting_addr"] == master.remoting_addr
 
     def route(topic: str) -> dict | None:
         with namesrv_remoting.connect(namesrv) as sock:

@@ -89,6 +89,12 @@ class BrokerRemotingAdapter:
             log.info("remoting connection %s closed: dropped %d held pulls; clients %s", channel.peer, dropped,
                      clients or "-")
 
+    def close(self) -> None:
+        """The listener stopped: undo what every connection still open carried."""
+        for channel_id in list(self._pulls):
+            self._pulls.pop(channel_id).close()
+        self.consumers.close()
+
     def describe(self) -> dict[str, int]:
         return {"pull_sessions": len(self._pulls), "notify_channels": self.consumers.open_pumps(),
                 "held_pulls": sum(session.held() for session in self._pulls.values())}

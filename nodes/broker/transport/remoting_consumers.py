@@ -118,6 +118,12 @@ class RemotingConsumers:
         for pump in list(self._pumps.get(channel.channel_id, {}).values()):
             pump.task.cancel()
 
+    def close(self) -> None:
+        """Every connection is going away (the listener stopped)."""
+        for pumps in list(self._pumps.values()):
+            for pump in list(pumps.values()):
+                pump.task.cancel()
+
     def client_ids_on(self, channel: Channel) -> list[str]:
         return sorted(self._pumps.get(channel.channel_id, {}))
 

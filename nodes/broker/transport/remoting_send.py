@@ -6,17 +6,23 @@ its batches as code 10 with `batch "1"`, which a Java 4.9 broker would read as f
 as one message; here "1" counts, so the batch is stored message by message. The answer carries
 the offset message id (comma-joined for a batch), the queue and the first queue offset, plus
 the region and trace fields a Java broker always writes.
+
+A body the client compressed (sysFlag bit 1; both real clients zlib-compress bodies over
+4 KiB) is stored inflated with the bit cleared. A Java broker stores it as sent and leaves
+inflating to Java consumers; mqlab's consumers never inflate, so storing what the producer
+meant is what lets them read the same body (and a real consumer reads it either way).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Awaitable, Callable
 
-from nodes.broker.send import SendRequest, SendResponse
+from nodes.broker.send import IncomingMessage, SendRequest, SendResponse
 from nodes.broker.transport import remoting_codes
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
-from nodes.remoting.command import RemotingCommand, RequestCode, decode_properties
+from nodes.remoting.command import HeaderFieldError, RemotingCommand, RequestCode, decode_properties
 from nodes.remoting.server import Channel
 from nodes.store.record import SYS_FLAG_BORN_HOST_V6, SYS_FLAG_STORE_HOST_V6
 
@@ -50,15 +56,32 @@ def send_request_from_command(cmd: RemotingCommand, born_host: tuple[str, int]) 
     header = v1_header(cmd)
     batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or header.ext_bool("batch")
     born_ms = header.ext_int("bornTimestamp", 0)
-    common = {"topic": header.ext_str("topic"), "queue_id": header.ext_int("queueId"),
-              "born_timestamp_ms": born_ms, "default_topic_queue_nums": header.ext_int("defaultTopicQueueNums", 0),
-              "born_host": born_host, "sys_flag": header.ext_int("sysFlag", 0),
-              "reconsume_times": header.ext_int("reconsumeTimes", 0)}
-    if batch:
-        # each message of the body has its own properties; the header's (WAIT) are the batch's
-        return SendRequest(batch_body=cmd.body, **common)
-    properties = decode_properties(header.ext_str("properties", ""))
-    return SendRequest(messages=[(cmd.body, header.ext_int("flag", 0), properties, born_ms)], **common)
+    sys_flag = header.ext_int("sysFlag", 0)
+    body = cmd.body
+    messages: list[IncomingMessage] = []
+    if not batch:
+        if sys_flag & c.REMOTING_SYS_FLAG_COMPRESSED:
+            body, sys_flag = _inflate(body), sys_flag & ~c.REMOTING_SYS_FLAG_COMPRESSED
+        messages.append((body, header.ext_int("flag", 0), decode_properties(header.ext_str("properties", "")),
+                         born_ms))
+    # a batch's messages carry their own properties in the body; the header's (WAIT) are the batch's
+    return SendRequest(topic=header.ext_str("topic"), queue_id=header.ext_int("queueId"), messages=messages,
+                       batch_body=body if batch else b"", born_timestamp_ms=born_ms,
+                       default_topic_queue_nums=header.ext_int("defaultTopicQueueNums", 0), born_host=born_host,
+                       sys_flag=sys_flag, reconsume_times=header.ext_int("reconsumeTimes", 0))
+
+
+def _inflate(body: bytes) -> bytes:
+    """A compressed body, inflated to at most a frame's size (the send handler then applies
+    the broker's own body limit), so a small body cannot inflate without bound."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, c.REMOTING_FRAME_BYTES_MAX + 1)
+    except zlib.error as exc:
+        raise HeaderFieldError(f"the body is flagged compressed but does not inflate: {exc}") from None
+    if len(out) > c.REMOTING_FRAME_BYTES_MAX or not inflater.eof:
+        raise HeaderFieldError(f"the compressed body inflates past {c.REMOTING_FRAME_BYTES_MAX} bytes or is truncated")
+    return out
 
 
 def send_answer(cmd: RemotingCommand, response: SendResponse) -> RemotingCommand:

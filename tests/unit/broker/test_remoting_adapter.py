@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -75,6 +76,7 @@ class Rig:
         table.register(RequestKind.GET_QUEUE_OFFSET, handler.get_queue_offset)
         manage = ClientManageHandler(config=config, registry=registry, groups=broker.groups, topics=broker.topics,
                                      clock=broker.clock, on_topics_changed=nothing)
+        self.manage = manage
         table.register(RequestKind.HEART_BEAT, manage.heartbeat)
         table.register(RequestKind.UNREGISTER_CLIENT, manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, manage.consumer_list)
@@ -136,6 +138,17 @@ def test_send_v1_stores_body_and_properties_and_answers_string_fields(rig):
     assert record.body == b"payload" and record.tags == "TagA" and record.keys == "k1"
     assert record.properties["UNIQ_KEY"] == "0100007F0001" and record.properties["a"] == "b"
     assert record.born_host == ("127.0.0.1", 40000)
+
+
+def test_a_compressed_body_is_stored_inflated(rig):
+    body = b"x" * 10_000
+    ext = {"topic": TOPIC, "queueId": 0, "sysFlag": 1, "properties": encode_properties({"TAGS": "Z"})}
+    answer = asyncio.run(rig.call(RequestCode.SEND_MESSAGE, ext, zlib.compress(body)))
+    assert answer.code == 0, answer.remark
+    [record] = rig.b.records(TOPIC, 0)
+    assert record.body == body and record.sys_flag & 1 == 0
+    with pytest.raises(HeaderFieldError):
+        asyncio.run(rig.call(RequestCode.SEND_MESSAGE, ext, b"not zlib"))
 
 
 def test_send_v2_reads_the_short_field_names(rig):
@@ -322,6 +335,34 @@ def test_members_are_notified_on_their_heartbeat_channel_and_close_unregisters(r
         assert answer.code == 0 and rig.registry.client_ids("CG") == []
 
     asyncio.run(run())
+
+
+def test_an_expired_client_loses_its_pump_and_a_new_heartbeat_reopens_it(rig):
+    async def run() -> None:
+        channel = FakeChannel(1)
+        await rig.heartbeat("c1", channel)
+        assert rig.adapter.consumers.open_pumps() == 1
+        await rig.b.clock.sleep_ms(rig.registry.channel_expiry_ms + 1)
+        rig.manage.close_channels_of_expired(rig.registry.scan_expired(rig.b.clock.monotonic_ms()))
+        await asyncio.sleep(0.01)
+        assert rig.adapter.consumers.open_pumps() == 0 and rig.registry.client_ids("CG") == []
+        await rig.heartbeat("c1", channel)
+        await asyncio.sleep(0.01)
+        assert rig.adapter.consumers.open_pumps() == 1 and rig.registry.client_ids("CG") == ["c1"]
+
+    asyncio.run(run())
+
+
+def test_mqlab_only_codes_go_out_as_system_error(rig):
+    answer = asyncio.run(rig.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "CG", "topic": TOPIC, "queueId": 0, "commitOffset": -5}))
+    assert answer.code == 1 and answer.remark.startswith("INVALID_ARGUMENT")
+
+
+def test_a_heartbeat_on_a_closed_connection_registers_nothing(rig):
+    channel = FakeChannel(9, closed=True)
+    assert asyncio.run(rig.heartbeat("late", channel)).code == 1
+    assert rig.registry.client_ids("CG") == [] and rig.adapter.consumers.open_pumps() == 0
 
 
 def test_bad_heartbeat_bodies_raise_body_errors(rig):
