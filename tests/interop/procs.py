@@ -68,7 +68,7 @@ def _flags(options: dict[str, Any]) -> list[str]:
             for item in value:
                 argv += [flag, str(item)]
         else:
-            argv += [flag, value if isinstance(value, str) else json.dumps(value)]
+            argv += [flag, value if isinstance(value, (str, Path)) else json.dumps(value)]
     return argv
 
 
@@ -77,7 +77,7 @@ class ClientProcess:
 
     def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str], logs: Path) -> None:
         self.name = name
-        self.argv = argv
+        self.argv = [str(a) for a in argv]
         self.logs = logs  # where the client writes its own logs (C++: HOME/logs)
         self.stderr_path = workdir / f"{name}.stderr"
         self.events: list[Event] = []
