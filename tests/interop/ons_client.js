@@ -15,6 +15,8 @@ const fs = require('fs');
 const { parseArgs } = require('util');
 
 function emit(event, fields) {
+  // ali-ons prefixes the same error object's message again each time it re-emits it
+  if (fields && typeof fields.message === 'string') fields.message = fields.message.slice(0, 500);
   process.stdout.write(JSON.stringify(Object.assign({ event }, fields)) + '\n');
 }
 
