@@ -12,9 +12,12 @@ from interop.mqlab_side import interop_spec, start_cluster
 from interop.procs import Clients
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """One cluster per test process for the tests that only send and receive (each its own topic)."""
+    """One cluster per test module for the tests that only send and receive (each its own topic).
+
+    Not per session: other tests check that their process leaves no node processes behind.
+    """
     cluster = start_cluster(interop_spec(), tmp_path_factory.mktemp("interop") / "run")
     try:
         yield cluster
