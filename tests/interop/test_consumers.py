@@ -84,6 +84,7 @@ def test_ali_ons_push_consumer_gets_every_message_and_sends_back_a_failure(share
                            fail_first=failing, expect=len(bodies), max_s=60)
     consumer.wait_received(bodies, RETRY_BUDGET_S)
     consumer.finish()
+    assert not [e for e in consumer.of("error") if e["where"] == "httpclient"], "no HTTP name-server lookup"
     for event in consumer.received():
         _assert_like_mqlab_sent(event, topic)
     _assert_sent_back_once(consumer, topic, failing[0])

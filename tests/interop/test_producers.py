@@ -108,3 +108,15 @@ def test_ali_ons_producer_v2_header_reaches_mqlab(shared_cluster, clients):
         assert "UNIQ_KEY" not in m.properties, "ali-ons sends no UNIQ_KEY"
         assert e["msg_id"] == m.offset_msg_id, "ali-ons reports the broker's offset message id"
         assert (e["queue"], e["offset"]) == (m.queue_id, m.queue_offset)
+
+
+def test_ali_ons_does_not_auto_create_a_topic(shared_cluster, clients):
+    """ali-ons throws on the name server's 17 for an unknown topic before it would try the TBW102
+    route, so, unlike the C++ client, it needs its topic created first (the docs say so)."""
+    topic = "InteropOnsUnknown"
+    plan = [{"topic": topic, "body": "never-stored"}]
+    producer = clients.ons("produce", shared_cluster.namesrv_remoting_addr, group="PG_ons_new", plan=json.dumps(plan))
+    producer.finish(SEND_BUDGET_S)
+    assert not producer.of("sent")
+    assert [e["body"] for e in producer.of("error") if e["where"] == "send"] == ["never-stored"]
+    assert not [e for e in producer.of("error") if e["where"] == "httpclient"], "no HTTP name-server lookup"
