@@ -17,8 +17,10 @@ fi
 want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "mqlab: installing the project with its dev extra into .venv..." >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$REPO[dev]" >&2
+  # -qq: errors only (one -q still prints a warning per package for index locations this
+  # machine's pip config names but does not have, and the editable build's banner)
+  "$VENV/bin/python" -m pip install -qq --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -qq -e "$REPO[dev]" >&2
   echo "$want" > "$STAMP"
 fi
 # The checker runs on Spark, which needs a Java 17+ runtime on PATH.
@@ -28,5 +30,30 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } >&2
   else
     echo "mqlab: no java on PATH; the checker needs it: apt-get install -y openjdk-17-jre-headless" >&2
+  fi
+fi
+# The interop tests drive ali-ons, a RocketMQ client written in JavaScript, under node; its exact
+# version is pinned by tests/interop/js/package-lock.json and installed beside it (npm ci).
+JS_DIR="$REPO/tests/interop/js"
+JS_STAMP="$JS_DIR/node_modules/.mqlab-installed"
+if ! command -v npm >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mqlab: installing node and npm for the interop tests (apt-get)..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >&2
+  else
+    echo "mqlab: no npm on PATH; the interop tests need it: apt-get install -y nodejs npm" >&2
+  fi
+fi
+if command -v npm >/dev/null 2>&1; then
+  want_js="$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)"
+  if [ ! -f "$JS_STAMP" ] || [ "$(cat "$JS_STAMP")" != "$want_js" ]; then
+    echo "mqlab: installing the JavaScript RocketMQ client for the interop tests (npm ci)..." >&2
+    # a failed npm ci must not stop `mqlab`: only the interop tests need the client, and they
+    # fail saying how to install it
+    if (cd "$JS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) >&2; then
+      echo "$want_js" > "$JS_STAMP"
+    else
+      echo "mqlab: npm ci in tests/interop/js failed; the interop tests need it" >&2
+    fi
   fi
 fi

@@ -224,6 +224,9 @@ class BrokerController:
                                         crash=crash_node, on_channel_closed=self.remoting_adapter.channel_closed)
         remoting_port = await self._remoting.start(self.config.listen_host, self.config.remoting_port)
         self.remoting_addr = f"{self.config.listen_host}:{remoting_port}"
+        # A record's store host is the broker's remoting address, as in RocketMQ: the C++ client
+        # sends CONSUMER_SEND_MSG_BACK to a message's store host, not to the route's address.
+        self.send.bind_port(remoting_port)
         self.registrar.remoting_addr = self.remoting_addr
         log.info("remoting listener on %s", self.remoting_addr)
 
