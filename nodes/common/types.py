@@ -45,6 +45,12 @@ class Message:
     properties: dict[str, str] | None = None
     flag: int = 0
 
+    def __post_init__(self) -> None:
+        # A message owns its properties: the producer stamps UNIQ_KEY into them, so a dict the
+        # caller reuses for several messages must not carry one message's id into the next.
+        if self.properties is not None:
+            self.properties = dict(self.properties)
+
     def all_properties(self) -> dict[str, str]:
         props = dict(self.properties or {})
         if self.tags:

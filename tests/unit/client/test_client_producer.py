@@ -90,6 +90,15 @@ def test_uniq_key_is_kept_when_the_same_message_is_sent_again(make_producer, fak
     assert first.msg_id == again.msg_id != other.msg_id
 
 
+def test_messages_built_from_one_properties_dict_get_their_own_ids(make_producer, fakes):
+    producer, _ = make_producer(scripted(fakes))
+    shared = {"p": "v"}
+    first = producer.send(Message("T", b"a", properties=shared))
+    second = producer.send(Message("T", b"b", properties=shared))
+    assert first.msg_id != second.msg_id
+    assert shared == {"p": "v"}  # the caller's dict is left as it was
+
+
 @pytest.mark.parametrize(("code", "status"), [
     (common_pb2.FLUSH_DISK_TIMEOUT, SendStatus.FLUSH_DISK_TIMEOUT),
     (common_pb2.FLUSH_SLAVE_TIMEOUT, SendStatus.FLUSH_SLAVE_TIMEOUT),
