@@ -182,21 +182,23 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
             raise TypeError("extFields is not an object")
         remark = header.get("remark")
         return RemotingCommand(
-            code=_as_int(header.get("code"), "code"), opaque=_as_int(header.get("opaque", 0), "opaque"),
-            flag=_as_int(header.get("flag", 0), "flag"), remark=None if remark is None else str(remark),
+            code=json_int(header.get("code"), "code"), opaque=json_int(header.get("opaque", 0), "opaque"),
+            flag=json_int(header.get("flag", 0), "flag"), remark=None if remark is None else str(remark),
             ext={str(k): _ext_value(v) for k, v in ext_raw.items() if v is not None},
-            language=str(header.get("language", "OTHER")), version=_as_int(header.get("version", 0), "version"))
-    except TypeError as exc:
+            language=str(header.get("language", "OTHER")), version=json_int(header.get("version", 0), "version"))
+    except (TypeError, ValueError) as exc:
         raise FrameError(f"the JSON header has a field of the wrong type: {exc}") from None
 
 
-def _as_int(value: Any, name: str) -> int:
+def json_int(value: Any, name: str) -> int:
+    """An integer a client wrote as a JSON number or as a string (the clients do both); ValueError
+    naming `name` for anything else (booleans included)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, got {value!r}")
     try:
         return int(value)
     except ValueError:
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
 def _ext_value(value: Any) -> str:

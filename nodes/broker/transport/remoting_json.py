@@ -18,7 +18,7 @@ from nodes.broker.consumers import ConsumerRegistration, Subscription
 from nodes.broker.queue_locks import LockBatchRequest
 from nodes.common import constants as c
 from nodes.common.types import MessageQueue
-from nodes.remoting.command import HeaderFieldError
+from nodes.remoting.command import HeaderFieldError, json_int
 
 
 class BodyError(HeaderFieldError):
@@ -112,12 +112,10 @@ def _int(obj: dict[str, Any], name: str, default: int | None = None) -> int:
         if default is None:
             raise BodyError(f"{name!r} is required in the body")
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BodyError(f"{name!r} must be an integer, got {value!r}")
     try:
-        return int(value)
-    except ValueError:
-        raise BodyError(f"{name!r} must be an integer, got {value!r}") from None
+        return json_int(value, repr(name))
+    except ValueError as exc:
+        raise BodyError(str(exc)) from None
 
 
 def _enum(obj: dict[str, Any], name: str, names: tuple[str, ...], default: str) -> str:
