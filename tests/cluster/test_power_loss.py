@@ -26,8 +26,9 @@ TOPIC = "PowerLoss"
 NO_PERIODIC_FLUSH_MS = 600_000  # only the group commit (or the open) flushes in these runs
 
 
-def _cluster(tmp_path, time_scale, **broker_options) -> LocalCluster:
-    spec = ClusterSpec(nodes=DEFAULT_NODES[:2], time_scale=time_scale).with_node_options(BROKER, **broker_options)
+def _cluster(tmp_path, time_scale, timing=None, **broker_options) -> LocalCluster:
+    spec = ClusterSpec(nodes=DEFAULT_NODES[:2], time_scale=time_scale, timing=timing or {})
+    spec = spec.with_node_options(BROKER, **broker_options)
     return LocalCluster(spec, time_scale=time_scale, run_dir=tmp_path / "run")
 
 
@@ -104,9 +105,8 @@ def test_power_loss_keeps_what_was_flushed_and_recovery_reports_the_torn_tail(tm
 
 @pytest.mark.parametrize(("switches", "loses_acked"), [((), False), ((c.FAULT_SYNC_FLUSH_ACK_EARLY,), True)])
 def test_sync_flush_loses_no_acknowledged_message_unless_it_acks_early(tmp_path, time_scale, switches, loses_acked):
-    options = {"store": {"flush_disk_type": "SYNC_FLUSH"}, "timing": {"flush_commitlog_ms": NO_PERIODIC_FLUSH_MS},
-               "fault_switches": list(switches)}
-    with _cluster(tmp_path, time_scale, **options) as cluster:
+    options = {"store": {"flush_disk_type": "SYNC_FLUSH"}, "fault_switches": list(switches)}
+    with _cluster(tmp_path, time_scale, {"flush_commitlog_ms": NO_PERIODIC_FLUSH_MS}, **options) as cluster:
         sent = _send(cluster, 150, "sync")
         _power_loss(cluster, seed=5)
         with PullConsumer(cluster.namesrv_addr, "after-power-loss") as consumer:
