@@ -5,6 +5,7 @@ it instead."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 from nodes.common.clock import FakeClock
@@ -111,3 +112,15 @@ def test_dispatch_reports_bytes_it_steps_over_once(tmp_path):
         assert store.store_errors == 1
     finally:
         store.close()
+
+
+def test_the_command_line_prints_what_it_did(open_store, tmp_path, capsys):
+    store = open_store()
+    _fill(store)
+    copy = crash_copy(store, tmp_path / "copy")
+    assert faults.main(["corrupt", str(copy), "--seed", "4"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == faults.corrupt_sealed_record(crash_copy(store, tmp_path / "again"), random.Random(4))
+    assert faults.main(["power-loss", str(copy), "--seed", "4"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"commitlog", "consume_queues"}
+    assert faults.main(["power-loss", str(tmp_path), "--seed", "4"]) == 2  # not a store directory

@@ -7,6 +7,9 @@ import dataclasses
 import json
 import threading
 
+import pytest
+
+from nodes.common.errors import ConfigError
 from nodes.store.group_commit import GroupCommitService
 
 from .conftest import SMALL, put_many
@@ -80,3 +83,11 @@ def test_flushed_json_never_moves_back(open_store):
     store._files._note_flushed(0, {"T/0": 1})  # a slower flusher finishing late
     again = json.loads((store.root / "flushed.json").read_text())
     assert again == first and first["consume_queues"] == {"T/0": 5}
+
+
+def test_flush_disk_type_is_validated():
+    with pytest.raises(ConfigError, match="flush_disk_type"):
+        dataclasses.replace(SMALL, flush_disk_type="SOMETIMES").validate()
+    with pytest.raises(ConfigError, match="sync_flush_timeout_ms"):
+        dataclasses.replace(SMALL, sync_flush_timeout_ms=0).validate()
+    dataclasses.replace(SMALL, flush_disk_type="SYNC_FLUSH").validate()
