@@ -32,7 +32,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
-from nodes.common.errors import InvalidMessageError
+from nodes.common.errors import InvalidMessageError, StoreError
 from nodes.common.types import validate_topic
 from nodes.store import message_batch
 from nodes.store.message_batch import MalformedBatchError
@@ -230,7 +230,12 @@ class SendHandler:
             # answer goes out at once and only the periodic flush makes the record durable.
             return None, 0
         timeout_ms = processor.config.store.sync_flush_timeout_ms
-        return processor.store.wait_flushed(end_offset), processor.clock.monotonic_ms() + timeout_ms
+        try:
+            flushed = processor.store.wait_flushed(end_offset)
+        except StoreError as exc:  # closing under this send: answered as a flush that did not happen
+            flushed = Future()
+            flushed.set_exception(exc)
+        return flushed, processor.clock.monotonic_ms() + timeout_ms
 
     async def _wait_for_flush(self, flushed: Future[None], deadline_ms: int) -> ResponseCode:
         """FLUSH_DISK_TIMEOUT when the fsync has not returned by the deadline (or failed); the
