@@ -15,11 +15,15 @@ import pytest
 from nodes.broker.ha_master import ReplicationState
 from nodes.broker.send import SendHandler, SendProcessor, SendRequest
 from nodes.broker.topics import TopicConfigManager
+from nodes.broker.transport.convert import send_response_to_pb
+from nodes.broker.transport.remoting_send import send_answer
 from nodes.common import constants as c
 from nodes.common.clock import FakeClock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
+from nodes.remoting.command import RemotingCommand
 from nodes.store.message_store import MessageStore
+from proto import common_pb2
 
 from .conftest import SMALL
 
@@ -97,3 +101,19 @@ def test_async_flush_answers_without_waiting_for_an_fsync(tmp_path):
         assert _flushed_commitlog(store) == before
     finally:
         store.close()
+
+
+def test_flush_disk_timeout_reaches_both_wires_with_where_the_message_went(sync_store):
+    release = threading.Event()
+    group_commit = sync_store._files._group_commit
+    real_flush = group_commit._flush_commitlog
+    group_commit._flush_commitlog = lambda: (release.wait(10), real_flush())[1]
+    try:
+        response = _send(_handler(sync_store), b"slow")
+    finally:
+        release.set()
+    assert response.code == ResponseCode.FLUSH_DISK_TIMEOUT
+    pb = send_response_to_pb(response)
+    assert pb.code == common_pb2.FLUSH_DISK_TIMEOUT and pb.entries[0].queue_offset == 0
+    answer = send_answer(RemotingCommand(code=10, opaque=3), response)
+    assert answer.code == 10 and answer.ext["msgId"] == response.appended[0].offset_msg_id  # RocketMQ's 10
