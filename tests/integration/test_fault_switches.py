@@ -98,3 +98,4 @@ def test_the_store_switches_reach_the_store_and_events_reach_the_event_log(tmp_p
         assert not cluster.broker.config.store.read_skip_crc  # the config file keeps the list
         events = (Path(cluster.broker.config.run_dir) / "events.jsonl").read_text()
         assert '"event":"store-recovered"' in events  # the broker passed its event log to the store
+        assert cluster.broker.status().status_line.endswith(" store_errors=0")  # what `mqlab status` shows
