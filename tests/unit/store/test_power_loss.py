@@ -220,3 +220,21 @@ def test_a_torn_unit_that_looks_real_is_dropped_and_rebuilt(open_store, tmp_path
         assert (event["topic"], event["queue_id"], event["queue_offset"], event["bytes"]) == ("T", 0, 8, 20)
     finally:
         recovered.close()
+
+
+def test_a_kill_alone_reports_no_store_error(open_store, tmp_path):
+    store = open_store()
+    sent = Sent()
+    for i in range(40):
+        sent.put(store, TOPICS[i % 3], b"k-%d" % i * 40)
+        if i == 20:
+            store.flush()
+    events: list = []
+    recovered = _open(crash_copy(store, tmp_path / "killed"), events)  # the page cache survives a kill
+    try:
+        assert [e["event"] for e in events] == ["store-recovered"] and events[0]["clean"] is False
+        assert events[0]["truncated_bytes"] == 0 and events[0]["cq_units_dropped"] == 0
+        for queue, acked in sent.by_queue.items():
+            assert _pull_all(recovered, *queue) == {offset: body for offset, _end, body in acked}
+    finally:
+        recovered.close()
