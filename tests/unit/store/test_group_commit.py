@@ -12,7 +12,7 @@ import pytest
 from nodes.common.errors import ConfigError
 from nodes.store.group_commit import GroupCommitService
 
-from .conftest import SMALL, put_many
+from .conftest import SMALL, crash_copy, put_many
 
 
 def test_requests_arriving_during_an_fsync_share_the_next_one():
@@ -91,3 +91,14 @@ def test_flush_disk_type_is_validated():
     with pytest.raises(ConfigError, match="sync_flush_timeout_ms"):
         dataclasses.replace(SMALL, sync_flush_timeout_ms=0).validate()
     dataclasses.replace(SMALL, flush_disk_type="SYNC_FLUSH").validate()
+
+
+def test_flushed_json_carries_over_a_restart_no_further_than_the_recovered_ends(open_store, tmp_path):
+    store = open_store()
+    put_many(store, 5)
+    store.flush()
+    flushed = json.loads((store.root / "flushed.json").read_text())
+    put_many(store, 5)  # in the page cache only
+    reopened = open_store(crash_copy(store, tmp_path / "killed"))
+    assert json.loads((reopened.root / "flushed.json").read_text()) == flushed
+    assert reopened.max_queue_offset("T", 0) == 10
