@@ -88,7 +88,8 @@ class MessageStore:
         dispatch (each once)."""
         report = self._recovery
         found_in_recovery = 0 if report is None else (
-            (report.torn_tail_phys_offset is not None) + len(report.cq_truncations) + len(report.damaged_ranges))
+            (report.torn_tail_phys_offset is not None) + len(report.cq_truncations) + len(report.damaged_ranges)
+            + report.redispatched_whole_log)
         return found_in_recovery + self._files.bad_records.count
 
     # --- lifecycle -----------------------------------------------------------------------------

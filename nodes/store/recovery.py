@@ -81,6 +81,9 @@ class RecoveryReport:
     # where the torn tail began (the recovered end) when recovery cut one; the fault switch
     # recovery-keep-torn-tail instead leaves it here uncut
     torn_tail_phys_offset: int | None = None
+    # a consume queue lacked units the commitlog holds below the dispatch point, so every
+    # record was dispatched again from the commitlog's first byte
+    redispatched_whole_log: bool = False
 
     @property
     def cq_units_dropped(self) -> int:
@@ -154,7 +157,8 @@ def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], Consu
         commitlog_max_phys_offset=commitlog.max_phys_offset, truncated_bytes=truncated_bytes,
         damaged_ranges=list(dispatcher.damaged_ranges), redispatched_records=redispatched,
         consume_queues=len(consume_queues), cq_truncations=list(truncations.values()),
-        torn_tail_phys_offset=torn_tail_phys_offset if truncated_bytes else None)
+        torn_tail_phys_offset=torn_tail_phys_offset if truncated_bytes else None,
+        redispatched_whole_log=walk.queue_lost_units)
     log.info("recovery: %s", report)
     return report
 
