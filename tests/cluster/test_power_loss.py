@@ -2,7 +2,7 @@
 are torn (`faults.power_loss`). After the restart every message below the flushed position is
 pullable byte-identical at its acknowledged offset, nothing after it is served, and the broker's
 events say what recovery cut. SYNC_FLUSH loses no acknowledged message; its ack-early switch
-does."""
+does. A record corrupted under the running broker is never served and is reported once."""
 
 import json
 import random
@@ -115,3 +115,27 @@ def test_sync_flush_loses_no_acknowledged_message_unless_it_acks_early(tmp_path,
             assert missing, "answering before the fsync should lose acknowledged messages to a power loss"
         else:
             assert not missing, f"{len(missing)} acknowledged SYNC_FLUSH messages lost"
+
+
+def test_a_record_corrupted_under_a_running_broker_is_never_served_and_reported_once(tmp_path, time_scale):
+    store = {"commitlog_segment_bytes": 1024 * 1024, "message_body_bytes_max": 256 * 1024}
+    with _cluster(tmp_path, time_scale, store=store) as cluster:
+        sent = []
+        with Producer(cluster.namesrv_addr) as producer:
+            for i in range(400):  # about 1.6 MiB: the first segment is sealed
+                body = f"sealed-{i}-".encode().ljust(4000, b".")
+                sent.append((producer.send_orderly(Message(TOPIC, body), "one-queue"), body))
+        done = faults.corrupt_sealed_record(_store_dir(cluster), random.Random(3))
+        assert done is not None and done["phys_offset"] < 1024 * 1024
+        with PullConsumer(cluster.namesrv_addr, "reader") as consumer:
+            for _ in range(2):  # a second read is checked again
+                for result, body in sent:
+                    messages = _pulled(consumer, result)
+                    if result.msg_id in done["msg_ids"]:
+                        assert all(m.msg_id != result.msg_id for m in messages)
+                    else:
+                        assert messages and messages[0].body == body
+        bad = [e for e in _events(cluster) if e["event"] == "store-error" and e["kind"] == "bad-record"]
+        assert [(e["phys_offset"], e["queue_offset"], e["file"]) for e in bad] == [
+            (done["phys_offset"], done["queue_offset"], done["file"])]
+        assert cluster.node(BROKER).describe()["details"]["store"]["store_errors"] == 1
