@@ -140,6 +140,42 @@ def test_ctrl_c_undoes_the_faults_and_stops_every_process(tmp_path):
     assert _leftovers(run_dir) == []
 
 
+def _no_java(monkeypatch) -> None:
+    """The checker process cannot start Java: no JAVA_HOME runtime and no `java` on PATH."""
+    monkeypatch.setenv("JAVA_HOME", "/nowhere")
+    monkeypatch.setenv("PATH", "/nonexistent")
+
+
+def test_a_checker_that_cannot_start_gives_one_line_and_no_verdict(tmp_path, monkeypatch):
+    from chaos.judge import judge
+
+    run_dir = tmp_path / "run"
+    (run_dir / "consumer-0").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"suite": "failover", "seed": 1}))
+    (run_dir / "consumer-0" / "journal.jsonl").write_text("")
+    _no_java(monkeypatch)
+    judged = judge(run_dir, names=["lost"])
+    assert judged.output is None
+    assert "java" in (judged.error or "").lower() and "\n" not in (judged.error or "")
+    assert not (run_dir / "verdict.json").exists()
+    assert (run_dir / "run.json").is_file() and (run_dir / "consumer-0" / "journal.jsonl").is_file()
+
+
+@pytest.mark.cluster
+def test_a_run_whose_checker_cannot_start_exits_2_and_keeps_the_run_dir(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    _no_java(monkeypatch)
+    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, duration_s=2, out_dir=run_dir)).execute()
+    assert outcome.exit_code == EXIT_UNKNOWN
+    assert outcome.check is None
+    assert f"mqlab chaos check {run_dir}" in (outcome.error or "")
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["exit_code"] == EXIT_UNKNOWN and "java" in run["error"].lower()
+    assert run["counts"]["acked"] > 0
+    assert (run_dir / "schedule.json").is_file() and (run_dir / "producer-0").is_dir()
+    assert _leftovers(run_dir) == []
+
+
 # ---- whole runs with the checker (Spark) ---------------------------------------------------
 
 # the fault each suite's broken rule needs to show, drawn within the short fault phase
