@@ -297,15 +297,27 @@ FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
 FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
+FAULT_LOCK_SLOW_TAKEOVER = "lock-slow-takeover"
+FAULT_REDELIVER_CONSUMED_BATCH = "redeliver-consumed-batch"
+FAULT_ORDERLY_TAKE_NEWEST = "orderly-take-newest"
+FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
+FAULT_REDELIVER_EVERY_BATCHES = 10  # redeliver-consumed-batch: every this many successful batches, once more
 BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
                                      "checkpoint instead of scanning forward",
+    FAULT_LOCK_SLOW_TAKEOVER: "timely takeover: a lapsed lease of another client is taken over only after "
+                              f"{FAULT_SLOW_TAKEOVER_LEASES} leases",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "
                                 "ahead of processing",
     FAULT_IGNORE_PULL_SUGGESTION: "follow the broker's pull suggestion (cold reads from the slave): every pull "
                                   "goes to the master",
+    FAULT_REDELIVER_CONSUMED_BATCH: "no needless redelivery: every "
+                                    f"{FAULT_REDELIVER_EVERY_BATCHES}th successfully consumed batch is handed to "
+                                    "the listener once more",
+    FAULT_ORDERLY_TAKE_NEWEST: "order per queue: an orderly consume request takes the newest cached messages of "
+                               "its queue first",
 }

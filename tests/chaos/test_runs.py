@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 from chaos import runner as chaos_runner
 from chaos.cli import app
 from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
+from chaos.selftest import seed_for
+from chaos.selftest_cases import NEEDED_FAULT, SELFTEST_CASES
 from chaos.suites import SUITES
 from nodes.common import constants as c
 
@@ -69,6 +71,14 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
         assert switched, s.name
         if b.masters_only:
             assert all(spec.node(n).is_master for n in switched)
+    for case in SELFTEST_CASES:  # every switch, the suite that must catch it, a check that suite runs
+        s = SUITES[case.suite]
+        assert case.switch in known[case.role] and case.check in s.checks, case
+        spec = s.spec(0.05, case.switch_map())
+        assert any(case.switch in spec.effective_options(n).get("fault_switches", ()) for n in spec.nodes), case
+    covered = {(case.suite, case.switch) for case in SELFTEST_CASES}
+    assert {(s.name, s.breaking_switch.switch) for s in SUITES.values()} <= covered
+    assert set(known["broker"]) | set(known["consumer"]) == {case.switch for case in SELFTEST_CASES}
 
 
 def test_dry_run_prints_the_same_schedule_for_the_same_seed():
@@ -178,12 +188,6 @@ def test_a_run_whose_checker_cannot_start_exits_2_and_keeps_the_run_dir(tmp_path
 
 # ---- whole runs with the checker (Spark) ---------------------------------------------------
 
-# the fault each suite's broken rule needs to show, drawn within the short fault phase
-NEEDED_FAULT = {"lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
-                "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"),
-                "mixed": ("kill", "lock-holder")}
-
-
 def _seed_drawing(suite_name: str, op: str, target: str) -> int:
     """The first seed whose short schedule draws `op` on `target` (schedules are deterministic)."""
     for seed in range(50):
@@ -193,20 +197,31 @@ def _seed_drawing(suite_name: str, op: str, target: str) -> int:
     raise AssertionError(f"no seed below 50 draws {op} {target} for {suite_name}")
 
 
+def _case_params() -> list[object]:
+    """Every selftest case; a case whose check an earlier case already proves runs only in the slow suite."""
+    params, proven = [], set()
+    for case in SELFTEST_CASES:
+        marks = [pytest.mark.slow] if case.check in proven else []
+        proven.add(case.check)
+        params.append(pytest.param(case, id=case.name, marks=marks))
+    return params
+
+
 @pytest.mark.spark
 @pytest.mark.cluster
-@pytest.mark.parametrize("name", list(SUITES))
-def test_suite_fails_with_its_rule_switched_off(name, tmp_path, spark):
-    s = SUITES[name]
+@pytest.mark.parametrize("case", _case_params())
+def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
+    """The selftest's table, run here: each switch on, a short run, exit 1 with the case's check failing."""
+    s = SUITES[case.suite]
     run_dir = tmp_path / "run"
-    seed = _seed_drawing(name, *NEEDED_FAULT[name])
+    seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
     outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
-                                  report=False, fault_switches=s.switch_map())).execute()
+                                  report=False, fault_switches=case.switch_map())).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
     assert outcome.exit_code == EXIT_INVALID, (outcome.error, failed)
     assert verdict["valid"] is False
-    assert s.breaking_switch.check in failed, failed
+    assert case.check in failed, failed
     assert _leftovers(run_dir) == []
 
 
