@@ -131,12 +131,14 @@ class ChaosRun:
         self.phases: dict[str, float] = {}
         self._t0 = time.monotonic()
         self._interrupted = threading.Event()
+        self._fault_phase_s: float | None = None
         self.run_dir = make_run_dir(options.out_dir if options.out_dir is not None else _default_out(options))
 
     # ---- the whole run ------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
         schedule, bounds = plan(self.options)
+        self._fault_phase_s = schedule.fault_phase_ms / 1000
         spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
@@ -300,7 +302,7 @@ class ChaosRun:
         o = self.options
         data: dict[str, Any] = {
             "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale,
-            "duration_s": o.duration_s,  # None: the suite's length in timer units
+            "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
             "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,

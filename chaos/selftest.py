@@ -24,7 +24,7 @@ from rich.table import Table
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from chaos.matrix import Cell, Row, read_row
-from chaos.selftest_cases import NEEDED_FAULT, SEEDS_TRIED, SELFTEST_FAULT_PHASE_S, SelftestCase
+from chaos.selftest_cases import NEEDED_FAULT, NEEDED_LAST, SEEDS_TRIED, SELFTEST_FAULT_PHASE_S, SelftestCase
 
 SELFTEST_JSON = "selftest.json"
 EXIT_INTERRUPTED = 130
@@ -51,14 +51,17 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
     from chaos.runner import RunOptions, plan
     from chaos.suites import suite
 
-    needed = NEEDED_FAULT.get(case.suite)
+    last = case.switch in NEEDED_LAST
+    needed = NEEDED_LAST.get(case.switch) or NEEDED_FAULT.get(case.suite)
     if needed is None:
         return 1
     for seed in range(1, SEEDS_TRIED + 1):
         schedule, _ = plan(RunOptions(suite(case.suite), seed=seed, time_scale=time_scale, duration_s=duration_s))
-        if any((e.op.op, getattr(e.op, "target", None)) == needed for e in schedule.entries):
+        drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
+        if (drawn[-1:] == [needed]) if last else (needed in drawn):
             return seed
-    raise ValueError(f"no seed up to {SEEDS_TRIED} draws {' '.join(needed)} for {case.suite}")
+    raise ValueError(f"no seed up to {SEEDS_TRIED} draws {' '.join(needed)} for {case.suite}"
+                     + (" as its last fault" if last else ""))
 
 
 def run_selftest(cases: Sequence[SelftestCase], out_dir: Path, run_case: RunCase, *,

@@ -14,7 +14,13 @@ from chaos import selftest as chaos_selftest
 from chaos.cli import app
 from chaos.runner import RunOptions, plan
 from chaos.selftest import SELFTEST_JSON, run_selftest, seed_for, selftest_exit_code
-from chaos.selftest_cases import NEEDED_FAULT, SELFTEST_CASES, SELFTEST_FAULT_PHASE_S, SelftestCase
+from chaos.selftest_cases import (
+    NEEDED_FAULT,
+    NEEDED_LAST,
+    SELFTEST_CASES,
+    SELFTEST_FAULT_PHASE_S,
+    SelftestCase,
+)
 from chaos.suites import SUITES
 
 CASE_A = SelftestCase("failover", "consumer", "redeliver-consumed-batch", "duplicates")
@@ -66,7 +72,11 @@ def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
     for case in SELFTEST_CASES:
         seed = seed_for(case, 0.05, SELFTEST_FAULT_PHASE_S)
         schedule, _ = plan(RunOptions(SUITES[case.suite], seed=seed, duration_s=SELFTEST_FAULT_PHASE_S))
-        assert NEEDED_FAULT[case.suite] in [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
+        drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
+        if case.switch in NEEDED_LAST:
+            assert drawn[-1] == NEEDED_LAST[case.switch], case  # nothing after it pushes the bound out
+        else:
+            assert NEEDED_FAULT[case.suite] in drawn, case
 
 
 def test_the_selftest_command_prints_the_table_and_fails_on_a_switch_not_caught(tmp_path, monkeypatch):
