@@ -171,6 +171,21 @@ def test_a_checker_that_cannot_start_gives_one_line_and_no_verdict(tmp_path, mon
     assert (run_dir / "run.json").is_file() and (run_dir / "consumer-0" / "journal.jsonl").is_file()
 
 
+def test_a_verdict_written_by_the_checker_process_reads_back_whole():
+    from chaos.checker.verdict import CheckResult, Verdict
+    from chaos.judge import verdict_from_json
+
+    written = Verdict.of([CheckResult("lost", False, "def", counts={"lost": 2}, reason="2 lost",
+                                      measurements=[{"bound_ms": 10}]),
+                          CheckResult("order", "unknown", "def", reason="no deliveries")],
+                         suite="failover", seed=3, info={"time_scale": 0.05})
+    back = verdict_from_json(json.loads(json.dumps(written.to_json())))
+    assert (back.valid, back.exit_code, back.suite, back.seed) == (False, EXIT_INVALID, "failover", 3)
+    assert back.checks["lost"].reason == "2 lost" and back.checks["lost"].counts == {"lost": 2}
+    assert back.checks["lost"].measurements == [{"bound_ms": 10}] and back.checks["order"].valid == "unknown"
+    assert back.info["time_scale"] == 0.05
+
+
 @pytest.mark.cluster
 def test_a_run_whose_checker_cannot_start_exits_2_and_keeps_the_run_dir(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
