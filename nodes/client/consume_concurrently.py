@@ -106,11 +106,10 @@ class ConsumeMessageConcurrentlyService:
 
     def __init__(self, *, group: str, listener: Listener, message_model: MessageModel, offset_store: OffsetStore,
                  send_back: SendBack, clock: Clock, thread_count: int, batch_max_size: int,
-                 resubmit_delay_ms: int, consume_timeout_ms: int, redeliver_every_batches: int = 0) -> None:
+                 resubmit_delay_ms: int, consume_timeout_ms: int, redeliver_times: int = 0) -> None:
         self.group = group
-        # FAULT SWITCH redeliver-consumed-batch: every n-th successful batch goes to the listener again
-        self.redeliver_every_batches = redeliver_every_batches
-        self._succeeded_batches = 0  # pool threads count under _futures_lock
+        # FAULT SWITCH redeliver-consumed-batch: a successful batch goes to the listener this many times more
+        self.redeliver_times = redeliver_times
         self.listener = listener
         self.message_model = message_model
         self.offset_store = offset_store
@@ -185,9 +184,10 @@ class ConsumeMessageConcurrentlyService:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS and self._redeliver_now():
-            with contextlib.suppress(Exception):  # the bug: the acked batch is handed over once more
-                self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
+        elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
+                with contextlib.suppress(Exception):
+                    self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -195,13 +195,6 @@ class ConsumeMessageConcurrentlyService:
             loop.call_soon_threadsafe(self._on_listener_done, request, status, ctx)
         except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
             log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
-
-    def _redeliver_now(self) -> bool:
-        if self.redeliver_every_batches <= 0:
-            return False
-        with self._futures_lock:
-            self._succeeded_batches += 1
-            return self._succeeded_batches % self.redeliver_every_batches == 0
 
     def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                           ctx: ConsumeConcurrentlyContext) -> None:

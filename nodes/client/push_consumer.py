@@ -302,8 +302,8 @@ class PushConsumer:
                 offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
                 thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms,
-                redeliver_every_batches=(c.FAULT_REDELIVER_EVERY_BATCHES
-                                         if c.FAULT_REDELIVER_CONSUMED_BATCH in self.fault_switches else 0))
+                redeliver_times=(c.FAULT_REDELIVER_TIMES
+                                 if c.FAULT_REDELIVER_CONSUMED_BATCH in self.fault_switches else 0))
         orderly_locks = None
         if self._locker is not None:
             assert isinstance(self._consume, ConsumeMessageOrderlyService)

@@ -301,7 +301,7 @@ FAULT_LOCK_SLOW_TAKEOVER = "lock-slow-takeover"
 FAULT_REDELIVER_CONSUMED_BATCH = "redeliver-consumed-batch"
 FAULT_ORDERLY_TAKE_NEWEST = "orderly-take-newest"
 FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
-FAULT_REDELIVER_EVERY_BATCHES = 1  # redeliver-consumed-batch: every this many successful batches, once more
+FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
 BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
@@ -315,8 +315,8 @@ CONSUMER_FAULT_SWITCHES: dict[str, str] = {
                                 "ahead of processing",
     FAULT_IGNORE_PULL_SUGGESTION: "follow the broker's pull suggestion (cold reads from the slave): every pull "
                                   "goes to the master",
-    FAULT_REDELIVER_CONSUMED_BATCH: "no needless redelivery: a successfully consumed batch (every "
-                                    f"{FAULT_REDELIVER_EVERY_BATCHES}. one) is handed to the listener once more",
+    FAULT_REDELIVER_CONSUMED_BATCH: "no needless redelivery: every successfully consumed batch is handed to the "
+                                    f"listener {FAULT_REDELIVER_TIMES} more times",
     FAULT_ORDERLY_TAKE_NEWEST: "order per queue: an orderly consume request takes the newest cached messages of "
                                "its queue first",
 }
