@@ -172,7 +172,7 @@ def selftest(
         if not cases:
             _fail(f"no selftest case for {', '.join(sorted(wanted))}; cases cover "
                   f"{', '.join(sorted({case.suite for case in SELFTEST_CASES}))}")
-    _, out_dir = _matrix_plan(None, "1", "1", out, "selftest")
+    out_dir = _out_dir(out, "selftest")
     phase_s = duration if duration is not None else SELFTEST_FAULT_PHASE_S
     run_case = chaos_run_case(time_scale=time_scale, duration_s=phase_s, spark_master=spark_master)
     console.print(f"{len(cases)} cases into {out_dir}")
@@ -196,8 +196,6 @@ def selftest(
 
 def _matrix_plan(suites: str | None, seeds: str, time_scales: str, out: Path | None,
                  kind: str) -> tuple[list[Cell], Path]:
-    import time
-
     from chaos.matrix import parse_scales, parse_seeds, plan_cells
     from chaos.suites import SUITES
 
@@ -209,8 +207,15 @@ def _matrix_plan(suites: str | None, seeds: str, time_scales: str, out: Path | N
         cells = plan_cells(names, parse_seeds(seeds), parse_scales(time_scales))
     except ValueError as exc:
         _fail(str(exc))
+    return cells, _out_dir(out, kind)
+
+
+def _out_dir(out: Path | None, kind: str) -> Path:
+    """`out`, or a fresh `runs/<utc>-<kind>`."""
+    import time
+
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return cells, (out if out is not None else Path("runs") / f"{stamp}-{kind}").absolute()
+    return (out if out is not None else Path("runs") / f"{stamp}-{kind}").absolute()
 
 
 def _run_cells(cells: list[Cell], out_dir: Path, run_one: RunOne) -> MatrixResult:
