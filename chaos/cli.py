@@ -88,7 +88,7 @@ def run(
     suite: Annotated[str, typer.Argument(help="Suite name (see `mqlab chaos list`).")],
     seed: Annotated[int, typer.Option("--seed", help="Seed of the schedule and target choices (same seed, same run).")] = 0,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
-    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's).")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's, in timer units: the same run at every time scale).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
