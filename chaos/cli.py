@@ -20,6 +20,9 @@ from chaos.checker.verdict import EXIT_UNKNOWN
 
 if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
+    from chaos.matrix import Cell, MatrixResult, Row, RunOne
+    from chaos.selftest import CaseResult
+    from chaos.selftest_cases import SelftestCase
 
 app = typer.Typer(name="chaos", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Chaos runs and their checker.")
@@ -85,7 +88,7 @@ def run(
     suite: Annotated[str, typer.Argument(help="Suite name (see `mqlab chaos list`).")],
     seed: Annotated[int, typer.Option("--seed", help="Seed of the schedule and target choices (same seed, same run).")] = 0,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
-    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's).")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's, in timer units: the same run at every time scale).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
@@ -116,6 +119,133 @@ def run(
         err_console.print(f"[bold red]error:[/] {escape(outcome.error)} (run dir {outcome.run_dir})")
     console.print(f"run dir: {outcome.run_dir}")
     raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def matrix(
+    suites: Annotated[str | None, typer.Option("--suites", help="Comma-separated suites (default: every suite).")] = None,
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds: ranges and lists, e.g. 1-10 or 1,4,7.")] = "1-10",
+    time_scales: Annotated[str, typer.Option("--time-scales", help="Comma-separated time scales, e.g. 0.05,0.1.")
+                           ] = "0.05",
+    out: Annotated[Path | None, typer.Option("--out", help="Matrix dir (default: runs/<utc>-matrix).")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of every fault phase (default: each suite's).")
+                        ] = None,
+    spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the checks.")] = None,
+) -> None:
+    """Run suites x seeds (x time scales) one after another; summary table, matrix.json and index.html
+    (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged)."""
+    from chaos.matrix import chaos_run_one
+
+    cells, out_dir = _matrix_plan(suites, seeds, time_scales, out, "matrix")
+    result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration))
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def selftest(
+    suites: Annotated[str | None, typer.Option("--suites", help="Only the cases of these suites (comma-separated).")
+                      ] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of each fault phase (default: a short one).")
+                        ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Selftest dir (default: runs/<utc>-selftest).")] = None,
+    spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the checks.")] = None,
+) -> None:
+    """Run every fault switch on a real cluster and expect its check to fail (exit 0 every switch caught,
+    1 a switch not caught, 2 a case could not run)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from chaos.selftest import (
+        SELFTEST_JSON,
+        chaos_run_case,
+        run_selftest,
+        seed_for,
+        selftest_exit_code,
+        selftest_table,
+    )
+    from chaos.selftest_cases import SELFTEST_CASES, SELFTEST_FAULT_PHASE_S
+
+    cases = list(SELFTEST_CASES)
+    if suites:
+        wanted = {n.strip() for n in suites.split(",") if n.strip()}
+        cases = [case for case in cases if case.suite in wanted]
+        if not cases:
+            _fail(f"no selftest case for {', '.join(sorted(wanted))}; cases cover "
+                  f"{', '.join(sorted({case.suite for case in SELFTEST_CASES}))}")
+    out_dir = _out_dir(out, "selftest")
+    phase_s = duration if duration is not None else SELFTEST_FAULT_PHASE_S
+    run_case = chaos_run_case(time_scale=time_scale, duration_s=phase_s, spark_master=spark_master)
+    console.print(f"{len(cases)} cases into {out_dir}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("starting", total=len(cases))
+
+        def on_case(case: SelftestCase, result: CaseResult | None) -> None:
+            if result is None:
+                bar.update(task, description=f"running {case.name}")
+                return
+            bar.advance(task)
+            bar.console.print(f"{case.name}: {'caught' if result.caught else 'NOT caught'} ({result.verdict})")
+
+        results = run_selftest(cases, out_dir, run_case, seed_of=lambda case: seed_for(case, time_scale, phase_s),
+                               on_case=on_case)
+    console.print(selftest_table(results))
+    console.print(f"summary: {out_dir / SELFTEST_JSON}")
+    raise typer.Exit(selftest_exit_code(results))
+
+
+def _matrix_plan(suites: str | None, seeds: str, time_scales: str, out: Path | None,
+                 kind: str) -> tuple[list[Cell], Path]:
+    from chaos.matrix import parse_scales, parse_seeds, plan_cells
+    from chaos.suites import SUITES
+
+    names = [n.strip() for n in suites.split(",") if n.strip()] if suites else list(SUITES)
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        _fail(f"no suite {', '.join(unknown)}; suites are {', '.join(SUITES)} (see `mqlab chaos list`)")
+    try:
+        cells = plan_cells(names, parse_seeds(seeds), parse_scales(time_scales))
+    except ValueError as exc:
+        _fail(str(exc))
+    return cells, _out_dir(out, kind)
+
+
+def _out_dir(out: Path | None, kind: str) -> Path:
+    """`out`, or a fresh `runs/<utc>-<kind>`."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return (out if out is not None else Path("runs") / f"{stamp}-{kind}").absolute()
+
+
+def _run_cells(cells: list[Cell], out_dir: Path, run_one: RunOne) -> MatrixResult:
+    """Run the cells under one progress bar, then print the summary and write matrix.json and index.html."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from chaos.matrix import MATRIX_JSON, run_matrix
+    from chaos.matrix_report import disagreement_lines, summary_table, write_index
+
+    console.print(f"{len(cells)} runs into {out_dir}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("starting", total=len(cells))
+
+        def on_row(cell: Cell, row: Row | None) -> None:
+            if row is None:
+                bar.update(task, description=f"running {cell.name}")
+                return
+            bar.advance(task)
+            bar.console.print(f"{cell.name}: {row.verdict}"
+                              + (f" ({', '.join(row.failing_checks)})" if row.failing_checks else "")
+                              + (f" - {escape(row.error)}" if row.error and row.verdict != "valid" else ""))
+
+        result = run_matrix(cells, out_dir, run_one, on_row)
+    console.print(summary_table(result))
+    for line in disagreement_lines(result):
+        console.print(f"[bold yellow]flag:[/] {escape(line)}")
+    console.print(f"summary: {out_dir / MATRIX_JSON}")
+    console.print(f"index:   {write_index(result, out_dir)}")
+    return result
 
 
 def _print_verdict(result: CheckOutput, title: str) -> None:

@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chaos.bounds import Bounds, check_ratios, derive_bounds
+from chaos.judge import judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
@@ -57,6 +58,7 @@ PRODUCER_NODE = "producer-0"
 RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
 PROCESSES_FILE = Path("processes") / "processes.jsonl"
 TICK_S = 0.25  # progress refresh
+UNIT_TIME_SCALE = 1.0  # timer units are the ms of an unscaled run
 DRAIN_STALLS_MAX = 10  # a drain that keeps delivering may take this many drain bounds
 
 
@@ -97,13 +99,18 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
-    timing = suite.spec(options.time_scale).scaled_timing()
-    bounds = derive_bounds(timing)
+    bounds = derive_bounds(suite.spec(options.time_scale).scaled_timing())
     if options.schedule_file is not None:
         schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
+        return schedule, bounds
+    # draws are made in timer units (the bounds at time scale 1): a seed is the same run at every scale
+    unit_bounds = derive_bounds(suite.spec(UNIT_TIME_SCALE).scaled_timing())
+    if options.duration_s is not None:
+        duration_ms, unit_duration_ms = round(options.duration_s * 1000), None
     else:
-        duration_ms = int((options.duration_s or suite.default_duration_s) * 1000)
-        schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms)
+        duration_ms, unit_duration_ms = suite.fault_phase_ms(bounds), suite.fault_phase_ms(unit_bounds)
+    schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms, unit_bounds=unit_bounds,
+                                 unit_duration_ms=unit_duration_ms)
     return schedule, bounds
 
 
@@ -124,12 +131,14 @@ class ChaosRun:
         self.phases: dict[str, float] = {}
         self._t0 = time.monotonic()
         self._interrupted = threading.Event()
+        self._fault_phase_s: float | None = None
         self.run_dir = make_run_dir(options.out_dir if options.out_dir is not None else _default_out(options))
 
     # ---- the whole run ------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
         schedule, bounds = plan(self.options)
+        self._fault_phase_s = schedule.fault_phase_ms / 1000
         spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
@@ -150,8 +159,8 @@ class ChaosRun:
             self.console.print(f"[bold red]the run could not complete:[/] {outcome.error}")
             return outcome
         if self.options.check:
-            outcome.check = self._check()
-            outcome.exit_code = outcome.check.verdict.exit_code
+            outcome.check, outcome.error = self._check()
+            outcome.exit_code = outcome.check.verdict.exit_code if outcome.check is not None else EXIT_UNKNOWN
         else:
             outcome.exit_code = EXIT_VALID
         outcome.phases = self.phases
@@ -246,13 +255,21 @@ class ChaosRun:
         if refresh is not None:
             refresh()
 
-    def _check(self) -> CheckOutput:
-        from chaos.checker.pipeline import check_run
-
+    def _check(self) -> tuple[CheckOutput | None, str | None]:
+        """Judge the run: in a fresh process (never fork Java from this gRPC-using one), unless a
+        test hands over its own session. Returns the check, or why there is none."""
         self._phase("checking")
-        self.console.print("checking the histories on Spark…")
-        return check_run(self.run_dir, spark=self.options.spark, spark_master=self.options.spark_master,
-                         report=self.options.report, names=self.suite.checks)
+        if self.options.spark is not None:
+            from chaos.checker.pipeline import check_run
+
+            return check_run(self.run_dir, spark=self.options.spark, spark_master=self.options.spark_master,
+                             report=self.options.report, names=self.suite.checks), None
+        self.console.print("checking the histories on Spark (in a checker process)…")
+        judged = judge(self.run_dir, names=self.suite.checks, spark_master=self.options.spark_master,
+                       report=self.options.report)
+        if judged.output is None:
+            return None, f"{judged.error}; the run dir is kept: judge it with `mqlab chaos check {self.run_dir}`"
+        return judged.output, None
 
     @contextlib.contextmanager
     def _sigint_as_event(self) -> Iterator[None]:
@@ -285,7 +302,8 @@ class ChaosRun:
         o = self.options
         data: dict[str, Any] = {
             "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale,
-            "duration_s": o.duration_s or self.suite.default_duration_s,
+            "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
+            "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
             "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
             "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale}",

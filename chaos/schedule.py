@@ -157,13 +157,19 @@ def op_for(choice: ChoiceLike, duration_ms: int) -> Op:
 
 
 def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: int, spacing_ms: int | None = None,
-                      overlap: bool = False) -> Schedule:
+                      overlap: bool = False, unit_bounds: Bounds | None = None,
+                      unit_duration_ms: int | None = None) -> Schedule:
     """Draw faults from `faults` (a suite with `.faults`, or a sequence of `FaultChoice`-like
     choices) over a fault phase of `duration_ms`.
 
     Each entry is a weighted draw among the choices that still fit before the phase ends; the
     next starts a gap drawn from [spacing/2, 3*spacing/2] after this one ends (after it starts,
     with `overlap`). Only `random.Random(seed)` is consulted.
+
+    Every draw is made in timer units: the milliseconds of `unit_bounds` (the bounds at time
+    scale 1) over a phase of `unit_duration_ms` units, then mapped onto this run's `bounds`. So a
+    seed draws the same faults, in the same order, each lasting the same multiple of its bound, at
+    every time scale; only the milliseconds differ. Without `unit_bounds` the units are `bounds`.
     """
     choices: Sequence[ChoiceLike] = tuple(getattr(faults, "faults", faults))
     if not choices:
@@ -177,21 +183,33 @@ def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: in
     spacing = spacing_ms if spacing_ms is not None else default_spacing_ms(bounds)
     if spacing <= 0:
         raise ValueError("spacing_ms must be positive")
+    units = unit_bounds or bounds
+    # this run's ms per timer unit (its time scale), read off the spacing, a sum of timers
+    ms_per_unit = default_spacing_ms(bounds) / default_spacing_ms(units)
+    unit_spacing = round(spacing / ms_per_unit)
+    length_units = unit_duration_ms if unit_duration_ms is not None else round(duration_ms / ms_per_unit)
     rng = random.Random(seed)
+    unit_durations = [choice_duration_ms(ch, units) for ch in choices]
     durations = [choice_duration_ms(ch, bounds) for ch in choices]
     entries: list[Entry] = []
-    at_ms = rng.randint(spacing // 2, spacing)
+    at_units = rng.randint(unit_spacing // 2, unit_spacing)
+    earliest_ms = 0  # where the next fault may start in this run's ms (floors can stretch a timer)
     while True:
-        fitting = [i for i, d in enumerate(durations) if at_ms + d <= duration_ms]
+        fitting = [i for i, d in enumerate(unit_durations) if at_units + d <= length_units]
         if not fitting:
             break
         i = rng.choices(fitting, weights=[choices[i].weight for i in fitting])[0]
         ch, dur = choices[i], durations[i]
+        at_ms = max(round(at_units * ms_per_unit), earliest_ms)
         entries.append(Entry(at_ms, op_for(ch, dur), f"{ch.duration_x:g} x {ch.duration_of}"))
-        gap = rng.randint(spacing // 2, spacing * 3 // 2)
-        at_ms += gap if overlap else dur + gap
-    return Schedule(entries=tuple(entries), fault_phase_ms=duration_ms, recovery_phase_ms=bounds.recovery_phase_ms,
-                    seed=seed, spacing_ms=spacing, overlap=overlap, meta={"time_bounds": bounds.timers()})
+        gap_units = rng.randint(unit_spacing // 2, unit_spacing * 3 // 2)
+        at_units += gap_units if overlap else unit_durations[i] + gap_units
+        earliest_ms = at_ms + (0 if overlap else dur) + round(gap_units * ms_per_unit)
+    ends = [e.recover_at_ms for e in entries if e.recover_at_ms is not None]
+    phase_ms = max([duration_ms, *ends])
+    return Schedule(entries=tuple(entries), fault_phase_ms=phase_ms, recovery_phase_ms=bounds.recovery_phase_ms,
+                    seed=seed, spacing_ms=spacing, overlap=overlap,
+                    meta={"time_bounds": bounds.timers(), "fault_phase_units": length_units})
 
 
 def overlaps(schedule: Schedule) -> list[tuple[int, int]]:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.schedule import FaultChoice
+from chaos.bounds import Bounds
+from chaos.schedule import FaultChoice, bound_ms
 from harness.spec import ClusterSpec
 
 TOPIC = "ChaosTopic"
@@ -50,7 +51,14 @@ class Suite:
     rate_per_s: float = 150.0
     keys: int = 16
     checker: Mapping[str, Any] = field(default_factory=dict)
-    default_duration_s: float = 40.0
+    # the fault phase in timer units: `fault_phase_x` times the bound `fault_phase_of` (27 route
+    # polls: 40.5 s at time scale 0.05), so a seed is the same run at every time scale
+    fault_phase_x: float = 27.0
+    fault_phase_of: str = "N_r"
+
+    def fault_phase_ms(self, bounds: Bounds) -> int:
+        """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
+        return round(self.fault_phase_x * bound_ms(bounds, self.fault_phase_of))
 
     def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None) -> ClusterSpec:
         """The cluster for this suite; `fault_switches` maps a role to switches (tests only)."""

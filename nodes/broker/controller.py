@@ -106,7 +106,8 @@ class BrokerController:
         # orderly consumers' queue locks: masters only, in memory only (a restart frees them all)
         self.queue_locks = QueueLockManager(
             lease_ms=config.timing.broker_lock_lease_ms, events=self.events,
-            no_exclusion=c.FAULT_LOCK_NO_EXCLUSION in config.fault_switches) if config.is_master else None
+            no_exclusion=c.FAULT_LOCK_NO_EXCLUSION in config.fault_switches,
+            slow_takeover=c.FAULT_LOCK_SLOW_TAKEOVER in config.fault_switches) if config.is_master else None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)

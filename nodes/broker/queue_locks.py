@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
 from nodes.common.service import CrashHandler, Service
@@ -57,13 +58,17 @@ class QueueLockManager:
     Affects: only this table and the event log.
     """
 
-    def __init__(self, *, lease_ms: int, events: EventLog | None = None, no_exclusion: bool = False) -> None:
-        """`no_exclusion` is the test-only fault switch lock-no-exclusion (constants.FAULT_LOCK_NO_EXCLUSION)."""
+    def __init__(self, *, lease_ms: int, events: EventLog | None = None, no_exclusion: bool = False,
+                 slow_takeover: bool = False) -> None:
+        """`no_exclusion` and `slow_takeover` are the test-only fault switches lock-no-exclusion and
+        lock-slow-takeover (constants.FAULT_LOCK_NO_EXCLUSION, FAULT_LOCK_SLOW_TAKEOVER)."""
         if lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         self.lease_ms = lease_ms
         self._events = events
         self.no_exclusion = no_exclusion
+        # FAULT SWITCH lock-slow-takeover: another client's lapsed lease blocks a takeover for several leases
+        self._takeover_after_ms = lease_ms * (c.FAULT_SLOW_TAKEOVER_LEASES if slow_takeover else 1)
         self._table: dict[str, dict[MessageQueue, LockEntry]] = {}
 
     # --- lock / unlock -----------------------------------------------------------------------
@@ -101,7 +106,7 @@ class QueueLockManager:
                 self._record(GRANTED, group, mq, client_id, now_ms + self.lease_ms, previous_client_id=previous,
                              previous_lease_end_mono_ms=previous_end)
                 locked.append(mq)
-            elif entry.expired(now_ms, self.lease_ms):
+            elif entry.expired(now_ms, self._takeover_after_ms):
                 previous, previous_end = entry.client_id, entry.lease_end_ms(self.lease_ms)
                 self._record(EXPIRED, group, mq, previous, previous_end)
                 group_table[mq] = LockEntry(client_id, now_ms)
@@ -146,7 +151,7 @@ class QueueLockManager:
         count = 0
         for group, group_table in list(self._table.items()):
             for mq, entry in list(group_table.items()):
-                if entry.expired(now_ms, self.lease_ms):
+                if entry.expired(now_ms, self._takeover_after_ms):
                     del group_table[mq]
                     self._record(EXPIRED, group, mq, entry.client_id, entry.lease_end_ms(self.lease_ms))
                     count += 1

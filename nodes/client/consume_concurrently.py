@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -105,8 +106,10 @@ class ConsumeMessageConcurrentlyService:
 
     def __init__(self, *, group: str, listener: Listener, message_model: MessageModel, offset_store: OffsetStore,
                  send_back: SendBack, clock: Clock, thread_count: int, batch_max_size: int,
-                 resubmit_delay_ms: int, consume_timeout_ms: int) -> None:
+                 resubmit_delay_ms: int, consume_timeout_ms: int, redeliver_times: int = 0) -> None:
         self.group = group
+        # FAULT SWITCH redeliver-consumed-batch: a successful batch goes to the listener this many times more
+        self.redeliver_times = redeliver_times
         self.listener = listener
         self.message_model = message_model
         self.offset_store = offset_store
@@ -181,6 +184,10 @@ class ConsumeMessageConcurrentlyService:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
+                with contextlib.suppress(Exception):
+                    self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
         loop = self._loop
         if loop is None or loop.is_closed():
             return

@@ -119,8 +119,10 @@ class ConsumeMessageOrderlyService:
     def __init__(self, *, state: ConsumerState, listener: OrderlyListener,
                  offset_store: OffsetStore, lock_one: LockOne, send_back: SendBackOrderly,
                  timing: Timing, thread_count: int, batch_max_size: int, max_reconsume_times: int,
-                 suspend_ms: int | None = None, on_lock_expired: OnExpired | None = None) -> None:
+                 suspend_ms: int | None = None, on_lock_expired: OnExpired | None = None,
+                 take_newest_first: bool = False) -> None:
         self.state = state
+        self.take_newest_first = take_newest_first  # FAULT SWITCH orderly-take-newest
         self.group = group = state.group
         self.listener = listener
         self.message_model = state.message_model
@@ -244,7 +246,7 @@ class ConsumeMessageOrderlyService:
                     self.stats.time_capped += 1
                     self.submit_consume_request_later(pq, mq, self.timing.orderly_resubmit_ms)
                     break
-                msgs = pq.take_messages(self.batch_max_size, now_ms=now_ms)
+                msgs = pq.take_messages(self.batch_max_size, now_ms=now_ms, newest_first=self.take_newest_first)
                 if not msgs:
                     break  # take_messages closed the dispatch gate
                 reset_retry_topic(msgs, self.group)

@@ -151,14 +151,20 @@ class ProcessQueue:
         self._queue_offset_max = 0
 
     # --- orderly ---------------------------------------------------------------------------
-    def take_messages(self, batch: int, *, now_ms: int) -> list[MessageExt]:
+    def take_messages(self, batch: int, *, now_ms: int, newest_first: bool = False) -> list[MessageExt]:
         """Move up to `batch` lowest cached messages into the in-flight set and return them.
 
         Taking nothing closes the dispatch gate (`consuming = False`), so the next put dispatches.
+        `newest_first` is the test-only fault switch orderly-take-newest: the highest cached offsets instead.
         """
         self.last_consume_timestamp_ms = now_ms
-        taken_offsets = self._offsets[:max(batch, 0)]
-        del self._offsets[:len(taken_offsets)]
+        n = min(max(batch, 0), len(self._offsets))
+        if newest_first and n:
+            taken_offsets = self._offsets[-n:]
+            del self._offsets[-n:]
+        else:
+            taken_offsets = self._offsets[:n]
+            del self._offsets[:n]
         result = []
         for queue_offset in taken_offsets:
             msg = self._msgs.pop(queue_offset)

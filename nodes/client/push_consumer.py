@@ -294,13 +294,16 @@ class PushConsumer:
                 timing=timing, thread_count=self.consume_thread_min,
                 batch_max_size=self.consume_message_batch_max_size, max_reconsume_times=self.max_reconsume_times,
                 suspend_ms=self.suspend_current_queue_time_ms,
-                on_lock_expired=locker.note_expired if locker is not None else None)
+                on_lock_expired=locker.note_expired if locker is not None else None,
+                take_newest_first=c.FAULT_ORDERLY_TAKE_NEWEST in self.fault_switches)
         else:
             self._consume = ConsumeMessageConcurrentlyService(
                 group=self.group, listener=self._listener, message_model=self.message_model,
                 offset_store=self._offset_store, send_back=self._sender.send_back, clock=self._clock,
                 thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
-                resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms)
+                resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms,
+                redeliver_times=(c.FAULT_REDELIVER_TIMES
+                                 if c.FAULT_REDELIVER_CONSUMED_BATCH in self.fault_switches else 0))
         orderly_locks = None
         if self._locker is not None:
             assert isinstance(self._consume, ConsumeMessageOrderlyService)

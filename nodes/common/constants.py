@@ -306,6 +306,11 @@ FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
 FAULT_SYNC_FLUSH_ACK_EARLY = "sync-flush-ack-early"
 FAULT_RECOVERY_KEEP_TORN_TAIL = "recovery-keep-torn-tail"
 FAULT_READ_SKIP_CRC = "read-skip-crc"
+FAULT_LOCK_SLOW_TAKEOVER = "lock-slow-takeover"
+FAULT_REDELIVER_CONSUMED_BATCH = "redeliver-consumed-batch"
+FAULT_ORDERLY_TAKE_NEWEST = "orderly-take-newest"
+FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
+FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
 BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
@@ -316,10 +321,16 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "
                                    "record are kept and dispatched as a record",
     FAULT_READ_SKIP_CRC: "a pull never serves a record that fails its checks: records are served unchecked",
+    FAULT_LOCK_SLOW_TAKEOVER: "timely takeover: a lapsed lease of another client is taken over only after "
+                              f"{FAULT_SLOW_TAKEOVER_LEASES} leases",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "
                                 "ahead of processing",
     FAULT_IGNORE_PULL_SUGGESTION: "follow the broker's pull suggestion (cold reads from the slave): every pull "
                                   "goes to the master",
+    FAULT_REDELIVER_CONSUMED_BATCH: "no needless redelivery: every successfully consumed batch is handed to the "
+                                    f"listener {FAULT_REDELIVER_TIMES} more times",
+    FAULT_ORDERLY_TAKE_NEWEST: "order per queue: an orderly consume request takes the newest cached messages of "
+                               "its queue first",
 }

@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 from chaos import runner as chaos_runner
 from chaos.cli import app
 from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
+from chaos.selftest import seed_for
+from chaos.selftest_cases import NEEDED_FAULT, SELFTEST_CASES
 from chaos.suites import SUITES
 from nodes.common import constants as c
 
@@ -69,6 +71,14 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
         assert switched, s.name
         if b.masters_only:
             assert all(spec.node(n).is_master for n in switched)
+    for case in SELFTEST_CASES:  # every switch, the suite that must catch it, a check that suite runs
+        s = SUITES[case.suite]
+        assert case.switch in known[case.role] and case.check in s.checks, case
+        spec = s.spec(0.05, case.switch_map())
+        assert any(case.switch in spec.effective_options(n).get("fault_switches", ()) for n in spec.nodes), case
+    covered = {(case.suite, case.switch) for case in SELFTEST_CASES}
+    assert {(s.name, s.breaking_switch.switch) for s in SUITES.values()} <= covered
+    assert set(known["broker"]) | set(known["consumer"]) == {case.switch for case in SELFTEST_CASES}
 
 
 def test_dry_run_prints_the_same_schedule_for_the_same_seed():
@@ -140,13 +150,58 @@ def test_ctrl_c_undoes_the_faults_and_stops_every_process(tmp_path):
     assert _leftovers(run_dir) == []
 
 
+def _no_java(monkeypatch) -> None:
+    """The checker process cannot start Java: no JAVA_HOME runtime and no `java` on PATH."""
+    monkeypatch.setenv("JAVA_HOME", "/nowhere")
+    monkeypatch.setenv("PATH", "/nonexistent")
+
+
+def test_a_checker_that_cannot_start_gives_one_line_and_no_verdict(tmp_path, monkeypatch):
+    from chaos.judge import judge
+
+    run_dir = tmp_path / "run"
+    (run_dir / "consumer-0").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"suite": "failover", "seed": 1}))
+    (run_dir / "consumer-0" / "journal.jsonl").write_text("")
+    _no_java(monkeypatch)
+    judged = judge(run_dir, names=["lost"])
+    assert judged.output is None
+    assert "java" in (judged.error or "").lower() and "\n" not in (judged.error or "")
+    assert not (run_dir / "verdict.json").exists()
+    assert (run_dir / "run.json").is_file() and (run_dir / "consumer-0" / "journal.jsonl").is_file()
+
+
+def test_a_verdict_written_by_the_checker_process_reads_back_whole():
+    from chaos.checker.verdict import CheckResult, Verdict
+    from chaos.judge import verdict_from_json
+
+    written = Verdict.of([CheckResult("lost", False, "def", counts={"lost": 2}, reason="2 lost",
+                                      measurements=[{"bound_ms": 10}]),
+                          CheckResult("order", "unknown", "def", reason="no deliveries")],
+                         suite="failover", seed=3, info={"time_scale": 0.05})
+    back = verdict_from_json(json.loads(json.dumps(written.to_json())))
+    assert (back.valid, back.exit_code, back.suite, back.seed) == (False, EXIT_INVALID, "failover", 3)
+    assert back.checks["lost"].reason == "2 lost" and back.checks["lost"].counts == {"lost": 2}
+    assert back.checks["lost"].measurements == [{"bound_ms": 10}] and back.checks["order"].valid == "unknown"
+    assert back.info["time_scale"] == 0.05
+
+
+@pytest.mark.cluster
+def test_a_run_whose_checker_cannot_start_exits_2_and_keeps_the_run_dir(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    _no_java(monkeypatch)
+    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, duration_s=2, out_dir=run_dir)).execute()
+    assert outcome.exit_code == EXIT_UNKNOWN
+    assert outcome.check is None
+    assert f"mqlab chaos check {run_dir}" in (outcome.error or "")
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["exit_code"] == EXIT_UNKNOWN and "java" in run["error"].lower()
+    assert run["counts"]["acked"] > 0
+    assert (run_dir / "schedule.json").is_file() and (run_dir / "producer-0").is_dir()
+    assert _leftovers(run_dir) == []
+
+
 # ---- whole runs with the checker (Spark) ---------------------------------------------------
-
-# the fault each suite's broken rule needs to show, drawn within the short fault phase
-NEEDED_FAULT = {"lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
-                "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"),
-                "mixed": ("kill", "lock-holder")}
-
 
 def _seed_drawing(suite_name: str, op: str, target: str) -> int:
     """The first seed whose short schedule draws `op` on `target` (schedules are deterministic)."""
@@ -157,20 +212,31 @@ def _seed_drawing(suite_name: str, op: str, target: str) -> int:
     raise AssertionError(f"no seed below 50 draws {op} {target} for {suite_name}")
 
 
+def _case_params() -> list[object]:
+    """Every selftest case; a case whose check an earlier case already proves runs only in the slow suite."""
+    params, proven = [], set()
+    for case in SELFTEST_CASES:
+        marks = [pytest.mark.slow] if case.check in proven else []
+        proven.add(case.check)
+        params.append(pytest.param(case, id=case.name, marks=marks))
+    return params
+
+
 @pytest.mark.spark
 @pytest.mark.cluster
-@pytest.mark.parametrize("name", list(SUITES))
-def test_suite_fails_with_its_rule_switched_off(name, tmp_path, spark):
-    s = SUITES[name]
+@pytest.mark.parametrize("case", _case_params())
+def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
+    """The selftest's table, run here: each switch on, a short run, exit 1 with the case's check failing."""
+    s = SUITES[case.suite]
     run_dir = tmp_path / "run"
-    seed = _seed_drawing(name, *NEEDED_FAULT[name])
+    seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
     outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
-                                  report=False, fault_switches=s.switch_map())).execute()
+                                  report=False, fault_switches=case.switch_map())).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
     assert outcome.exit_code == EXIT_INVALID, (outcome.error, failed)
     assert verdict["valid"] is False
-    assert s.breaking_switch.check in failed, failed
+    assert case.check in failed, failed
     assert _leftovers(run_dir) == []
 
 

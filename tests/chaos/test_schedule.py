@@ -88,6 +88,41 @@ def test_faults_are_staggered_and_never_overlap_unless_asked():
         assert spacing // 2 <= nxt.at_ms - prev.at_ms <= spacing * 3 // 2
 
 
+@pytest.mark.parametrize("suite_name", ["lock-takeover", "offset-resync", "read-routing", "failover", "mixed"])
+def test_a_seed_draws_the_same_faults_at_every_time_scale(suite_name):
+    """Same seed, same faults in the same order, each the same multiple of its bound: only the ms scale."""
+    from chaos.runner import RunOptions, plan
+    from chaos.suites import SUITES
+
+    suite = SUITES[suite_name]
+    for seed in range(1, 11):
+        fast, fast_bounds = plan(RunOptions(suite, seed=seed, time_scale=0.05))
+        slow, slow_bounds = plan(RunOptions(suite, seed=seed, time_scale=0.1))
+        assert fast.entries, (suite_name, seed)
+        assert [(e.op.op, getattr(e.op, "target", None), e.note) for e in fast.entries] == \
+            [(e.op.op, getattr(e.op, "target", None), e.note) for e in slow.entries], (suite_name, seed)
+        assert slow.fault_phase_ms == 2 * fast.fault_phase_ms
+        assert slow.recovery_phase_ms == slow_bounds.recovery_phase_ms
+        for a, b in zip(fast.entries, slow.entries, strict=True):
+            assert b.duration_ms == 2 * a.duration_ms, (suite_name, seed, a, b)
+            assert abs(b.at_ms - 2 * a.at_ms) <= len(fast.entries), (suite_name, seed, a, b)  # ms rounding only
+        assert overlaps(fast) == [] and overlaps(slow) == []
+        assert fast_bounds.N_r * 2 == slow_bounds.N_r
+
+
+def test_timer_units_keep_faults_apart_when_a_floor_stretches_a_timer():
+    """Scaled far enough, timers sit at the floor and lose their ratios: the draw stays the unscaled one,
+    the faults still never overlap and all fit in the (possibly longer) phase."""
+    unit = derive_bounds(Timing())
+    tiny = derive_bounds(Timing().scaled(0.0005))
+    for seed in range(10):
+        base = generate_schedule(MIX, unit, seed=seed, duration_ms=800_000)
+        s = generate_schedule(MIX, tiny, seed=seed, duration_ms=400, unit_bounds=unit, unit_duration_ms=800_000)
+        assert [e.op.op for e in s.entries] == [e.op.op for e in base.entries]
+        assert overlaps(s) == []
+        assert all(e.recover_at_ms <= s.fault_phase_ms for e in s.entries)
+
+
 def test_every_schedule_ends_with_a_recovery_phase_from_the_bounds():
     s = generate_schedule(MIX, BOUNDS, seed=5, duration_ms=20_000)
     assert s.recovery_phase_ms == BOUNDS.recovery_phase_ms and s.total_ms == 20_000 + BOUNDS.recovery_phase_ms

@@ -143,3 +143,19 @@ def test_fault_switch_lock_no_exclusion_grants_over_a_live_lease(events_path):
     honest = QueueLockManager(lease_ms=LEASE_MS)
     honest.try_lock_batch(G, [Q[0]], "A", 1_000)
     assert honest.try_lock_batch(G, [Q[0]], "B", 2_000) == []
+
+
+def test_fault_switch_lock_slow_takeover_keeps_a_lapsed_lease_for_several_leases(events_path):
+    """OFF: B takes A's queue just after A's lease lapsed. ON: B is denied until 3 leases passed,
+    also by the expiry scan, although A's lease ended long before."""
+    from nodes.common import constants as c
+
+    honest = QueueLockManager(lease_ms=LEASE_MS)
+    honest.try_lock_batch(G, [Q[0]], "A", 0)
+    assert honest.try_lock_batch(G, [Q[0]], "B", LEASE_MS + 1) == [Q[0]]
+    broken = QueueLockManager(lease_ms=LEASE_MS, slow_takeover=True)
+    broken.try_lock_batch(G, [Q[0]], "A", 0)
+    assert broken.try_lock_batch(G, [Q[0]], "B", LEASE_MS + 1) == []
+    assert broken.scan_expired(2 * LEASE_MS) == 0
+    assert broken.try_lock_batch(G, [Q[0]], "B", c.FAULT_SLOW_TAKEOVER_LEASES * LEASE_MS) == []
+    assert broken.try_lock_batch(G, [Q[0]], "B", c.FAULT_SLOW_TAKEOVER_LEASES * LEASE_MS + 1) == [Q[0]]

@@ -292,3 +292,14 @@ def test_remove_if_head_only_removes_the_current_lowest():
     assert pq.remove_if_head(m0, now_ms=T0) is True
     assert pq.offsets() == [1] and pq.msg_count == 1
     assert pq.remove_if_head(m0, now_ms=T0) is False
+
+
+def test_fault_switch_orderly_take_newest_takes_the_highest_cached_offsets_first():
+    """OFF: the lowest offsets first (queue order). ON: the newest cached messages first."""
+    for newest_first, expected in ((False, [[0, 1], [2, 3], [4]]), (True, [[3, 4], [1, 2], [0]])):
+        pq = ProcessQueue(now_ms=T0)
+        pq.put_messages([msg(i) for i in range(5)])
+        batches = [[m.queue_offset for m in pq.take_messages(2, now_ms=T0, newest_first=newest_first)]
+                   for _ in range(3)]
+        assert batches == expected
+        assert pq.commit() == 5

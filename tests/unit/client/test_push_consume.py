@@ -70,7 +70,7 @@ class Harness:
     """A service bound to a running loop, a pq holding offsets 0..n-1, and a scripted send-back."""
 
     def __init__(self, n: int = 4, *, model: MessageModel = MessageModel.CLUSTERING, listener: Any = None,
-                 back_ok: bool = True, batch: int = 1, threads: int = 2) -> None:
+                 back_ok: bool = True, batch: int = 1, threads: int = 2, redeliver_times: int = 0) -> None:
         self.store = Store()
         self.sent_back: list[tuple[str, int, str]] = []
         self.back_ok = back_ok
@@ -78,7 +78,7 @@ class Harness:
         self.service = ConsumeMessageConcurrentlyService(
             group="g", listener=listener or (lambda msgs, ctx: OK), message_model=model, offset_store=self.store,
             send_back=self.send_back, clock=self.clock, thread_count=threads, batch_max_size=batch,
-            resubmit_delay_ms=10, consume_timeout_ms=1000)
+            resubmit_delay_ms=10, consume_timeout_ms=1000, redeliver_times=redeliver_times)
         self.pq = ProcessQueue(now_ms=0)
         self.msgs = [msg(i) for i in range(n)]
         self.pq.put_messages(self.msgs)
@@ -229,6 +229,29 @@ def test_batches_split_by_consume_message_batch_max_size():
 
     asyncio.run(run())
     assert sizes == [2, 2, 1] and h.store.memory[MQ] == 5
+
+
+def test_fault_switch_redeliver_consumed_batch_hands_acked_batches_over_again():
+    """OFF: each message reaches the listener once. ON (2 more times): a successful batch is delivered
+    three times although it was acknowledged; a failed one is not repeated; every offset is committed."""
+    seen: list[int] = []
+
+    def listener(msgs, ctx):
+        seen.extend(m.queue_offset for m in msgs)
+        return LATER if msgs[0].queue_offset == 2 else OK
+
+    for times, expected in ((0, [0, 1, 2]), (2, [0, 0, 0, 1, 1, 1, 2])):
+        seen.clear()
+        h = Harness(3, listener=listener, threads=1, redeliver_times=times)
+
+        async def run(h: Harness = h) -> None:
+            h.service.start()
+            h.service.submit_consume_request(h.msgs, h.pq, MQ)
+            await h.drain()
+
+        asyncio.run(run())
+        assert seen == expected
+        assert h.store.memory[MQ] == 3
 
 
 def test_expired_heads_are_sent_back_at_level_3_and_removed():

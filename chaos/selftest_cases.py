@@ -1,0 +1,62 @@
+"""The selftest cases: every test-only fault switch, the suite that must catch it, and the check that fails.
+
+A check that cannot fail on a broken build proves nothing; `mqlab chaos selftest` runs each case
+on a real cluster with its switch on and expects the named check to fail. A row is
+(suite, role, switch, check, masters_only, mode): `role` is the kind of node the switch is set on
+(broker | consumer), `masters_only` keeps it off slaves, `mode` is a durability mode for suites
+run per mode (None: the suite's default).
+
+`NEEDED_FAULT` names, per suite, the fault its switched bug needs to show; the selftest runs the
+first seed whose schedule draws it within the short fault phase (`NEEDED_LAST`, per switch: as
+the schedule's last fault).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from nodes.common import constants as c
+
+
+class SelftestCase(NamedTuple):
+    suite: str
+    role: str  # broker | consumer
+    switch: str
+    check: str
+    masters_only: bool = False
+    mode: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite}/{self.switch}" + (f"/{self.mode}" if self.mode else "")
+
+    def switch_map(self) -> dict[str, tuple[str, ...]]:
+        """The `fault_switches` argument of a run (see `chaos.suites.Suite.spec`)."""
+        out: dict[str, tuple[str, ...]] = {self.role: (self.switch,)}
+        if self.masters_only:
+            out["broker-masters-only"] = ("yes",)
+        return out
+
+
+SELFTEST_CASES: tuple[SelftestCase, ...] = (
+    SelftestCase("lock-takeover", "broker", c.FAULT_LOCK_NO_EXCLUSION, "lock-exclusivity", masters_only=True),
+    SelftestCase("lock-takeover", "broker", c.FAULT_LOCK_SLOW_TAKEOVER, "takeover", masters_only=True),
+    SelftestCase("lock-takeover", "consumer", c.FAULT_ORDERLY_TAKE_NEWEST, "order"),
+    SelftestCase("offset-resync", "consumer", c.FAULT_COMMIT_PULLED_OFFSET, "offset-resync"),
+    SelftestCase("read-routing", "consumer", c.FAULT_IGNORE_PULL_SUGGESTION, "read-routing"),
+    SelftestCase("failover", "broker", c.FAULT_RECOVERY_TRUST_CHECKPOINT, "lost", masters_only=True),
+    SelftestCase("failover", "consumer", c.FAULT_REDELIVER_CONSUMED_BATCH, "duplicates"),
+    SelftestCase("mixed", "broker", c.FAULT_LOCK_NO_EXCLUSION, "lock-exclusivity", masters_only=True),
+)
+
+# the fault (op, symbolic target) a suite's switched bug needs to show
+NEEDED_FAULT: dict[str, tuple[str, str]] = {
+    "lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
+    "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"), "mixed": ("kill", "lock-holder"),
+}
+# switches whose bug shows only when nothing follows the needed fault: a later fault's recovery pushes the
+# bound out (a slow takeover after a kill hides behind a consumer restarted after it)
+NEEDED_LAST: dict[str, tuple[str, str]] = {c.FAULT_LOCK_SLOW_TAKEOVER: ("kill", "lock-holder")}
+# a selftest run's fault phase: long enough for the needed fault and its recovery, short enough for many cases
+SELFTEST_FAULT_PHASE_S = 12.0
+SEEDS_TRIED = 50
