@@ -59,7 +59,25 @@ PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS = 4  # defaultTopicQueueNums on the producer
 TOPIC_CONFIG_DEFAULT_QUEUE_NUMS = 16  # TopicConfig read/write queue count default
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"  # TopicValidator.VALID_PATTERN_STR
+TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"  # TopicValidator.VALID_PATTERN_STR (topics and groups)
+GROUP_NAME_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH: a consumer or producer group name
+# Topics only the broker writes (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET): a client send is NO_PERMISSION.
+# Any other topic starting with SYSTEM_TOPIC_PREFIX (any case) is refused too, except the trace
+# topic, which RocketMQ's clients write their traces to.
+SEND_FORBIDDEN_TOPICS = frozenset({
+    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+QUEUE_NUMS_MAX = 1024  # queues one topic may have (CreateTopic's bound); a REAL_QID must lie below it
+# Messages one send may carry. RocketMQ bounds a batch only by bytes (4 MiB per body); a request
+# of one-byte entries holds ~3 M of them in 64 MiB, and 300,000 held the broker's event loop for
+# 2.4 s. 4096 is 4x what a client coalesces (SEND_ASYNC_BATCH_COUNT_MAX) and 1 KiB on average
+# at the 4 MiB body size, so real batches reach a byte limit first, while the work one request
+# can demand stays at tens of milliseconds.
+BATCH_MESSAGES_MAX = 4096
+CLUSTER_CREDENTIAL_BYTES = 32  # random bytes of a cluster's control-plane secret (hex in the configs)
+REJECT_LOG_INTERVAL_MS = 10_000  # a peer's rejected requests log at most one line per this (the rest are counted)
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 MASTER_ID = 0
