@@ -77,6 +77,12 @@ QUEUE_NUMS_MAX = 1024  # queues one topic may have (CreateTopic's bound); a REAL
 # can demand stays at tens of milliseconds.
 BATCH_MESSAGES_MAX = 4096
 CLUSTER_CREDENTIAL_BYTES = 32  # random bytes of a cluster's control-plane secret (hex in the configs)
+# A request above REQUEST_SCAN_BYTES_MIN has its top-level fields counted before it is parsed:
+# parsing 8 MiB of empty repeated entries (4 M of them) holds the event loop ~1.6 s, and the
+# count stops after the method's entry limit, so it costs at most that many steps.
+REQUEST_SCAN_BYTES_MIN = 64 * 1024
+REQUEST_ENTRIES_MAX = 4096  # repeated entries of one request or stream message (pulls, lock queues, ...)
+REGISTER_TOPICS_MAX = 100_000  # topic configs in one broker registration
 REJECT_LOG_INTERVAL_MS = 10_000  # a peer's rejected requests log at most one line per this (the rest are counted)
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
