@@ -1,8 +1,9 @@
 """One log line per rejected request, at most one per peer per interval.
 
 A client's mistake is worth one line without a traceback (it is not the node's fault); a
-flood of them from one peer must not grow the log without bound, so lines from the same
-peer within `interval_ms` are counted instead and the count rides on that peer's next line.
+flood of them from one peer (one connection: address and port) must not grow the log without
+bound, so lines from the same peer within `interval_ms` are counted instead and the count
+rides on that peer's next line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ class RejectLog:
         """Note one rejected request from `peer`; logs a WARNING line unless one went out for
         this peer within the interval."""
         self.rejected += 1
-        peer = peer_host(peer)
         now_ms = time.monotonic() * 1000
         last_ms = self._last_ms.get(peer)
         if last_ms is not None and now_ms - last_ms < self._interval_ms:
@@ -40,13 +40,6 @@ class RejectLog:
         more = self._suppressed.pop(peer, 0)
         suffix = f" (and {more} more rejected from this peer since the last line)" if more else ""
         self._log.warning("rejected %s from %s: %s%s", what, peer or "an unknown peer", _short(reason), suffix)
-
-
-def peer_host(peer: str) -> str:
-    """A peer without its port ("ipv4:127.0.0.1:5501" -> "ipv4:127.0.0.1"): a flood over many
-    connections from one host is one peer."""
-    host, sep, port = peer.rpartition(":")
-    return host if sep and port.isdigit() else peer
 
 
 def _short(reason: object) -> str:

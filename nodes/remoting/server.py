@@ -156,7 +156,7 @@ class RemotingServer:
 
     def _refuse(self, channel: Channel, why: str) -> None:
         self.frames_refused += 1
-        self._rejects.reject(channel.peer, f"{self._name}: a frame (connection closed)", why)
+        self._rejects.reject(repr(channel), f"{self._name}: a frame (connection closed)", why)
         channel.close()
 
     async def _handle(self, cmd: RemotingCommand, channel: Channel) -> None:
@@ -165,7 +165,7 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except HeaderFieldError as exc:
-            self._rejects.reject(channel.peer, f"{self._name}: request code {cmd.code}", exc)
+            self._rejects.reject(repr(channel), f"{self._name}: request code {cmd.code}", exc)
             answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
         except InvariantViolation as exc:
             self._crash(exc)
