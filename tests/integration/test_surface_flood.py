@@ -107,7 +107,7 @@ def _flood_one(addr: str, remoting_addr: str, i: int) -> None:
             except grpc.RpcError:
                 pass
         if i % 20 == 0:
-            entries = c.BATCH_MESSAGES_MAX if i % 40 == 0 else 300_000
+            entries = c.BATCH_MESSAGES_MAX if i % 40 == 0 else 300_000  # at the cap, or far over it
             broker_pb2_grpc.BrokerStub(channel).SendMessage(broker_pb2.SendMessageRequest(
                 topic="SurfFlood", queue_id=1, batch_body=ONE_BYTE_ENTRY * entries), timeout=TIMEOUT_S)
     host, _, port = remoting_addr.rpartition(":")
