@@ -70,6 +70,8 @@ def answers_errors(response_type: type[Any], what: str) -> Callable[[_Method], _
         async def guarded(self: Any, request: Any, context: Any) -> Any:
             try:
                 return await method(self, request, context)
+            except grpc.aio.AbortError:
+                raise  # the call already ended with its status (e.g. no cluster credential)
             except Exception as exc:
                 remark = failure_remark(what, exc)
                 answer = response_type()

@@ -114,6 +114,8 @@ def test_registration_unregistration_and_channel_watch_need_the_credential(clust
     master = cluster.node("broker-a-0")
     before = _route_addrs(cluster)
     assert before[0] == master.addr
+    namesrv_log = cluster.node("namesrv-0").node_log
+    log_before = namesrv_log.read_text()
     with grpc.insecure_channel(cluster.namesrv_addr) as channel:
         namesrv = namesrv_pb2_grpc.NameServerStub(channel)
         _unauthenticated(namesrv.UnregisterBroker, namesrv_pb2.UnregisterBrokerRequest(
@@ -130,6 +132,9 @@ def test_registration_unregistration_and_channel_watch_need_the_credential(clust
         route = namesrv.GetRouteInfo(namesrv_pb2.GetRouteInfoRequest(topic="TBW102"), timeout=TIMEOUT_S)
         assert route.code == common_pb2.SUCCESS
     assert _route_addrs(cluster) == before
+    new_log = namesrv_log.read_text()[len(log_before):]
+    assert "Traceback" not in new_log and "needs the cluster credential" not in new_log
+    assert any("no or a wrong cluster credential" in line for line in new_log.splitlines())
 
 
 def test_a_fake_slave_cannot_read_the_log_nor_count_as_a_replica(cluster):
