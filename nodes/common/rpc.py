@@ -38,9 +38,9 @@ def timeout_s(ms: float) -> float:
 
 
 def make_server() -> grpc.aio.Server:
-    """A server whose requests are parsed by `grpc_adapter.RequestGuard` (garbage is answered
+    """A server whose requests are parsed by `grpc_guard.RequestGuard` (garbage is answered
     INVALID_ARGUMENT with one log line per peer, not a traceback per call)."""
-    from nodes.common.grpc_adapter import RequestGuard  # server side only: clients never load it
+    from nodes.common.grpc_guard import RequestGuard  # server side only: clients never load it
 
     return grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[RequestGuard()])
 
