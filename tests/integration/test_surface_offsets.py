@@ -150,3 +150,26 @@ def test_old_topic_at_group_keys_are_migrated_at_start(cluster, broker):
     cluster.restart("broker-a-0")
     assert "SurfOffA@legacy_group" not in keys and '["SurfOffA","legacy_group"]' in keys
     assert _stored_offsets(cluster)['["SurfOffA","legacy_group"]'] == {"0": 7}
+
+
+@given(topic=st.text(max_size=30), group=st.text(max_size=30))
+def test_a_stored_key_reads_back_as_its_pair_whatever_the_names(topic, group):
+    from nodes.broker.offsets import decode_key, encode_key, is_old_key
+
+    key = encode_key((topic, group))
+    assert decode_key(key) == (topic, group) and not is_old_key(key)
+
+
+def test_an_entry_under_its_new_key_wins_over_a_leftover_old_one(tmp_path):
+    from nodes.broker.offsets import OFFSETS_TABLE, ConsumerOffsetTable
+    from nodes.store.metadata import MetadataStore
+
+    metadata = MetadataStore(tmp_path / "metadata")
+    try:
+        metadata.put_many(OFFSETS_TABLE, {"T@g": {"0": 1}, '["T","g"]': {"0": 2}, "X@Y@Z": {"0": 3}})
+        table = ConsumerOffsetTable(metadata)
+        assert table.query("g", "T", 0) == 2
+        assert table.query("Y@Z", "X", 0) == 3  # an old key reads as it always did: split at the first '@'
+        assert set(metadata.get_all(OFFSETS_TABLE)) == {'["T","g"]', '["X","Y@Z"]'}
+    finally:
+        metadata.close()
