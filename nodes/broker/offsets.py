@@ -3,7 +3,9 @@
 Owns: (topic, group) -> queue_id -> committed queue_offset, in memory; persisted to the
 store's metadata every `consumer_offset_persist_ms` and on shutdown. A commit overwrites
 (RocketMQ has no monotonic guard; a decrease is logged). A crash loses at most one
-persistence interval of commits, as in RocketMQ.
+persistence interval of commits, as in RocketMQ. Keys are (topic, group) pairs, stored as
+`["topic","group"]` (`encode_key`); a store written with the old `topic@group` keys is
+migrated when the table loads. What may be committed is checked before (validation.py).
 
 Every change of a stored value is recorded as an `offset-commit` event (side broker) with its
 `source`: `client` (an update or a pull's piggy-backed commit), `slave-sync` (the master's
