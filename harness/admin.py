@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from harness.errors import HarnessError
+from nodes.common.credential import call_metadata
 from nodes.common.rpc import make_sync_channel
 from proto import admin_pb2, admin_pb2_grpc
 
 DESCRIBE_TIMEOUT_MS = 2_000
+CONFIG_FILE = "config.json"  # in each node's run dir (harness.process writes it)
 
 
 def describe_response_to_dict(resp: admin_pb2.DescribeResponse) -> dict[str, Any]:
@@ -27,16 +30,29 @@ def describe_response_to_dict(resp: admin_pb2.DescribeResponse) -> dict[str, Any
             "status_line": resp.status_line, "details": details, "pid": resp.pid}
 
 
-def _describe(channel: grpc.Channel, addr: str, timeout_ms: int, name: str) -> dict[str, Any]:
+def credential_of(node_run_dir: str | Path) -> str:
+    """The cluster credential from a node's config file ("" when it has none or the file is
+    unreadable): how `mqlab status` reaches a cluster it did not start."""
     try:
-        resp = admin_pb2_grpc.AdminStub(channel).Describe(admin_pb2.DescribeRequest(), timeout=timeout_ms / 1000)
+        data = json.loads((Path(node_run_dir) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    credential = data.get("cluster_credential", "") if isinstance(data, dict) else ""
+    return credential if isinstance(credential, str) else ""
+
+
+def _describe(channel: grpc.Channel, addr: str, timeout_ms: int, name: str, credential: str) -> dict[str, Any]:
+    try:
+        resp = admin_pb2_grpc.AdminStub(channel).Describe(admin_pb2.DescribeRequest(), timeout=timeout_ms / 1000,
+                                                          metadata=call_metadata(credential))
     except grpc.RpcError as exc:
         code = exc.code().name if isinstance(exc, grpc.Call) else "error"
         raise HarnessError(f"{name} at {addr} did not answer Admin.Describe ({code})") from exc
     return describe_response_to_dict(resp)
 
 
-def describe_addr(addr: str, timeout_ms: int = DESCRIBE_TIMEOUT_MS, *, name: str | None = None) -> dict[str, Any]:
+def describe_addr(addr: str, timeout_ms: int = DESCRIBE_TIMEOUT_MS, *, name: str | None = None,
+                  credential: str = "") -> dict[str, Any]:
     """Admin.Describe of the node at `addr` on a channel of its own, as a dict (see
     `describe_response_to_dict`).
 
@@ -45,17 +61,19 @@ def describe_addr(addr: str, timeout_ms: int = DESCRIBE_TIMEOUT_MS, *, name: str
     """
     channel = make_sync_channel(addr)
     try:
-        return _describe(channel, addr, timeout_ms, name or "node")
+        return _describe(channel, addr, timeout_ms, name or "node", credential)
     finally:
         channel.close()
 
 
 class AdminClient:
-    """Admin calls to one node over a channel kept until `close()` (a node's restart closes it)."""
+    """Admin calls to one node over a channel kept until `close()` (a node's restart closes it);
+    each carries the cluster credential."""
 
-    def __init__(self, addr: str, name: str) -> None:
+    def __init__(self, addr: str, name: str, credential: str = "") -> None:
         self.addr = addr
         self.name = name
+        self._credential = credential
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
 
@@ -65,7 +83,20 @@ class AdminClient:
         Raises:
             HarnessError: the node did not answer within `timeout_ms`.
         """
-        return _describe(self._open(), self.addr, timeout_ms, self.name)
+        return _describe(self._open(), self.addr, timeout_ms, self.name, self._credential)
+
+    def shutdown(self, timeout_ms: int = DESCRIBE_TIMEOUT_MS) -> None:
+        """Admin.Shutdown: the node stops as on SIGTERM.
+
+        Raises:
+            HarnessError: the node did not answer within `timeout_ms`.
+        """
+        try:
+            admin_pb2_grpc.AdminStub(self._open()).Shutdown(admin_pb2.ShutdownRequest(), timeout=timeout_ms / 1000,
+                                                            metadata=call_metadata(self._credential))
+        except grpc.RpcError as exc:
+            code = exc.code().name if isinstance(exc, grpc.Call) else "error"
+            raise HarnessError(f"{self.name} at {self.addr} did not answer Admin.Shutdown ({code})") from exc
 
     def close(self) -> None:
         with self._lock:

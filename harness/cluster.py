@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +39,7 @@ from harness.process import LIVE_STATES, NodeProcess, NodeState
 from harness.spec import REMOTING_ROLES, ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
 from nodes.common.config import NamesrvConfig, Timing
+from nodes.common.constants import CLUSTER_CREDENTIAL_BYTES as CREDENTIAL_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +96,10 @@ class LocalCluster:
             remoting = spec.remoting_nodes()
             self._remoting_port_of = dict(zip([n.id for n in remoting], self._ports.allocate(len(remoting)),
                                               strict=True))
+            # one control-plane secret per cluster, into each node's config file only
+            self._credential = secrets.token_hex(CREDENTIAL_BYTES)
             configs = spec.render_all(ports=ports, run_dir=self.run_dir,
-                                      remoting_ports=self._remoting_port_of)
+                                      remoting_ports=self._remoting_port_of, credential=self._credential)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
             if links:
                 self.links = ClusterLinks()
@@ -223,7 +227,8 @@ class LocalCluster:
                 self._remoting_port_of[node.id] = self._ports.allocate(1)[0]
             self.spec, self._port_of = spec, ports
             config = self._wire_links(node.id, spec.render(node.id, ports=ports, run_dir=self.run_dir,
-                                                           remoting_ports=self._remoting_port_of))
+                                                           remoting_ports=self._remoting_port_of,
+                                                           credential=self._credential))
             proc = NodeProcess(node.id, node.role, self.run_dir / node.id, config=config, detached=self._detach,
                                on_unexpected_exit=self._record_exit)
             self.spec, self._port_of = spec, ports

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import terminal
-from harness.admin import describe_addr
+from harness.admin import credential_of, describe_addr
 from harness.cluster import CLUSTER_JSON, LATEST_RUN_DIR, LocalCluster, read_cluster_json, write_json_atomic
 from harness.errors import HarnessError
 from harness.pids import KILL_REAP_BUDGET_MS, is_node_process, pid_alive, session_pids, wait_gone
@@ -84,7 +84,8 @@ def status(run_dir: RunDirOpt = None) -> None:
         state, line = "DOWN", ""
         if alive:
             try:
-                info = describe_addr(node["addr"], STATUS_DESCRIBE_TIMEOUT_MS, name=node["id"])
+                info = describe_addr(node["addr"], STATUS_DESCRIBE_TIMEOUT_MS, name=node["id"],
+                                     credential=credential_of(node["run_dir"]))
                 state, line = info["state"], info["status_line"]
             except HarnessError:
                 state = "UNREACHABLE"

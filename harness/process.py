@@ -125,7 +125,7 @@ class NodeProcess:
         self._expect_exit = False
         self._released = False
         self._stdout: StdoutLines | None = None
-        self._admin = AdminClient(self.addr, node_id)
+        self._admin = AdminClient(self.addr, node_id, getattr(config, "cluster_credential", "") or "")
 
     # ---- properties -----------------------------------------------------------------
 

@@ -267,7 +267,7 @@ class ClusterSpec:
     # ---- rendering ------------------------------------------------------------------
 
     def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path,
-               remoting_ports: Mapping[str, int] | None = None) -> NodeConfig:
+               remoting_ports: Mapping[str, int] | None = None, credential: str = "") -> NodeConfig:
         """The complete config of one node, ready for `save_node_config`.
 
         Args:
@@ -276,6 +276,7 @@ class ClusterSpec:
             run_dir: the cluster's run dir; the node's own is `run_dir/<node_id>`.
             remoting_ports: node id -> remoting port, for every name server and broker; None
                 leaves `remoting_port` 0 (the node takes any free port).
+            credential: the cluster's control-plane secret (`cluster_credential`); "" for none.
         """
         node = self.node(node_id)
         missing = [n.id for n in self.nodes if n.id not in ports]
@@ -288,6 +289,8 @@ class ClusterSpec:
             "run_dir": str(Path(run_dir).absolute() / node.id),
             "timing": self.scaled_timing(),
         }
+        if credential:
+            common["cluster_credential"] = credential
         if remoting_ports is not None and node.role in REMOTING_ROLES:
             if node.id not in remoting_ports:
                 raise SpecError(f"no remoting port for {node.id}; allocate one per name server and broker")
@@ -316,8 +319,9 @@ class ClusterSpec:
         return config
 
     def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path,
-                   remoting_ports: Mapping[str, int] | None = None) -> dict[str, NodeConfig]:
-        return {n.id: self.render(n.id, ports=ports, run_dir=run_dir, remoting_ports=remoting_ports)
+                   remoting_ports: Mapping[str, int] | None = None, credential: str = "") -> dict[str, NodeConfig]:
+        return {n.id: self.render(n.id, ports=ports, run_dir=run_dir, remoting_ports=remoting_ports,
+                                  credential=credential)
                 for n in self.start_order()}
 
     # ---- validation -----------------------------------------------------------------

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from nodes.broker import validation
 from nodes.broker.consumers import ConsumerRegistration, ConsumerRegistry
 from nodes.broker.send_back import ensure_retry_topic
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
@@ -108,8 +109,8 @@ class ClientManageHandler:
     async def heartbeat(self, request: HeartbeatRequest) -> ClientManageResponse:
         if not request.client_id:
             return ClientManageResponse(ResponseCode.INVALID_ARGUMENT, "client_id is required")
-        if any(not reg.group for reg in request.consumers):
-            return ClientManageResponse(ResponseCode.INVALID_ARGUMENT, "every consumer entry needs a group")
+        if refusal := validation.heartbeat_refusal(request.consumers):
+            return ClientManageResponse(*refusal)
         version = self._topics.data_version
         now_ms = self._clock.monotonic_ms()
         for reg in request.consumers:
@@ -132,6 +133,8 @@ class ClientManageHandler:
         return ClientManageResponse(ResponseCode.SUCCESS)
 
     def consumer_list(self, request: ConsumerListRequest) -> ClientManageResponse:
+        if refusal := validation.names_refusal(group=request.consumer_group):
+            return ClientManageResponse(*refusal)
         client_ids = self._registry.client_ids(request.consumer_group)
         if not client_ids:
             return ClientManageResponse(ResponseCode.SYSTEM_ERROR,

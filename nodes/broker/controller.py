@@ -134,8 +134,9 @@ class BrokerController:
         server = make_server()
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self.table), server)
         consumer_pb2_grpc.add_ConsumerManagerServicer_to_server(ConsumerManagerServicer(self.table), server)
-        replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationServicer(self.table), server)
-        health_servicer = add_control_plane(server, self, self._shutdown_requested)
+        replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationServicer(self.table, self.config.cluster_credential), server)
+        health_servicer = add_control_plane(server, self, self._shutdown_requested,
+                                   self.config.cluster_credential)
         port = bind(server, self.config.listen_host, self.config.port)
         await server.start()
         self._server = server
@@ -164,7 +165,8 @@ class BrokerController:
             self.schedule = ScheduleMessageService(
                 self.store, self._clock, poll_ms=timing.schedule_poll_ms,
                 first_delay_ms=timing.schedule_first_delay_ms, error_backoff_ms=timing.schedule_error_backoff_ms,
-                persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node)
+                persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node,
+                topics=self.topics)
             self._services.append(self.schedule)
         if self.queue_locks is not None:
             self._services.append(LockExpiryScanService(self.queue_locks, self._clock.monotonic_ms,
@@ -276,7 +278,9 @@ class BrokerController:
             "push2slave_max_offset": self.replication.push2slave_max_offset,
             "ha_client": self.ha_client.describe() if self.ha_client else None,
             "master_addr": self.registrar.master_addr if running else "",
-            "namesrv_channels": self.registrar.describe() if running else [],
+            # the channel tokens stay out: a token names the broker's channel to the name servers
+            "namesrv_channels": [{k: v for k, v in link.items() if k != "token"} for link in self.registrar.describe()]
+            if running else [],
             "slave_syncs": self.slave_sync.syncs if self.slave_sync else 0,
             "consumer_groups": self.consumers.describe(),
             "notification_streams": self.client_manage.open_channels() if self.client_manage else 0,
@@ -291,5 +295,6 @@ class BrokerController:
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} {role} {self.lifecycle.state.name} "
                         f"max={stats.get('max_phys_offset', '-')} topics={len(topics)} "
-                        f"held_pulls={details['held_pulls']} store_errors={stats.get('store_errors', '-')}",
+                        f"held_pulls={details['held_pulls']} store_errors={stats.get('store_errors', '-')}"
+                        + (f" delay_set_aside={self.schedule.set_aside}" if self.schedule and self.schedule.set_aside else ""),
             details=details)

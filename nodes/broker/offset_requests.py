@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from nodes.broker import validation
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.topics import TopicConfigManager
 from nodes.common.codes import ResponseCode
@@ -65,6 +66,8 @@ class OffsetRequestHandler:
         self._offsets = offsets
 
     def query_consumer_offset(self, req: QueryConsumerOffsetRequest) -> OffsetResponse:
+        if refusal := validation.names_refusal(topic=req.topic, group=req.consumer_group):
+            return OffsetResponse(*refusal)
         offset = self._offsets.query(req.consumer_group, req.topic, req.queue_id)
         if offset >= 0:
             return OffsetResponse(ResponseCode.SUCCESS, offset=offset)
@@ -77,10 +80,9 @@ class OffsetRequestHandler:
         return OffsetResponse(ResponseCode.QUERY_NOT_FOUND, f"no committed offset for {req.consumer_group}")
 
     def update_consumer_offset(self, req: UpdateConsumerOffsetRequest) -> OffsetResponse:
-        if req.offset < 0:
-            return OffsetResponse(ResponseCode.INVALID_ARGUMENT, f"offset must be >= 0, got {req.offset}")
-        if not req.consumer_group or not req.topic:
-            return OffsetResponse(ResponseCode.INVALID_ARGUMENT, "consumer_group and topic are required")
+        if refusal := validation.offset_refusal(self._topics, self._store, group=req.consumer_group, topic=req.topic,
+                                                queue_id=req.queue_id, queue_offset=req.offset):
+            return OffsetResponse(*refusal)
         self._offsets.commit(req.consumer_group, req.topic, req.queue_id, req.offset,
                              client_id=req.client_id or None, commit_seq=req.commit_seq)
         return OffsetResponse(ResponseCode.SUCCESS)

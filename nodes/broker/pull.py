@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable
 
+from nodes.broker import validation
 from nodes.broker.consumers import ConsumerRegistry
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.pull_hold import HeldPull, PullRequestHoldService
@@ -116,7 +117,8 @@ class PullProcessor:
         # The piggy-backed commit runs whatever the status, but never on a woken re-execution
         # and never on a slave. Its commit_seq orders it against the client's
         # explicit updates, which travel on another stream (UpdateConsumerOffsetRequest).
-        if allow_suspend and req.commit_offset and not self.is_slave:
+        if allow_suspend and req.commit_offset and not self.is_slave and validation.commit_allowed(
+                self._topics, self._store, req.consumer_group, req.topic, req.queue_id, req.commit_offset_value):
             self._offsets.commit(req.consumer_group, req.topic, req.queue_id, req.commit_offset_value,
                                  client_id=req.client_id or None, commit_seq=req.commit_seq)
 
@@ -147,6 +149,8 @@ class PullProcessor:
         return answer
 
     def _precheck(self, req: PullRequest) -> PullAnswer | None:
+        if refusal := validation.names_refusal(topic=req.topic, group=req.consumer_group):
+            return self._reply(req, *refusal)
         if not self._config.broker_perm & c.PERM_READ:
             return self._reply(req, ResponseCode.NO_PERMISSION, f"broker {self._config.broker_name} is not readable")
         group = self._groups.find(req.consumer_group)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from nodes.broker import validation
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
@@ -205,8 +206,10 @@ def _refusal(locks: QueueLockManager | None, request: LockBatchRequest, node_id:
     if locks is None:
         return LockBatchResponse(ResponseCode.SERVICE_NOT_AVAILABLE,
                                  f"{node_id} is a slave; queue locks live on the master")
-    if not request.consumer_group:
-        return LockBatchResponse(ResponseCode.INVALID_ARGUMENT, "consumer_group is required")
+    if refusal := validation.names_refusal(group=request.consumer_group):
+        return LockBatchResponse(*refusal)
+    if refusal := validation.queues_refusal(request.queues):
+        return LockBatchResponse(*refusal)
     if not request.client_id:
         return LockBatchResponse(ResponseCode.INVALID_ARGUMENT, "client_id is required")
     return None

@@ -19,19 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from nodes.broker.slave_sync import DELAY_OFFSETS_TABLE
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.errors import StoreError
+from nodes.common.names import is_send_forbidden, topic_problem
 from nodes.common.service import CrashHandler, Service
 from nodes.store.consume_queue import is_hole
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore, Record
 
 log = logging.getLogger(__name__)
+
+SET_ASIDE_SHOWN_MAX = 20  # the latest set-aside entries Admin.Describe lists
 
 
 def corrected_deliver_ms(deliver_ms: int, now_ms: int, level_delay_ms: int) -> int:
@@ -42,6 +47,26 @@ def corrected_deliver_ms(deliver_ms: int, now_ms: int, level_delay_ms: int) -> i
 
 def is_due(deliver_ms: int, now_ms: int, level_delay_ms: int) -> bool:
     return corrected_deliver_ms(deliver_ms, now_ms, level_delay_ms) <= now_ms
+
+
+def undeliverable_reason(msg: MessageToStore, topics: _Topics | None) -> str | None:
+    """Why the real message cannot go where it says, or None. A client cannot write such an
+    entry (sends to the schedule topic are refused), but one already in the log, or a topic
+    deleted since, must not stop its level."""
+    problem = topic_problem(msg.topic)
+    if problem is not None:
+        return problem
+    if is_send_forbidden(msg.topic):
+        return f"its real topic {msg.topic} is a system topic"
+    if topics is None:
+        return None if msg.queue_id >= 0 else f"queue id {msg.queue_id} is negative"
+    config = topics.get(msg.topic)
+    if config is None:
+        return f"its real topic {msg.topic} does not exist here"
+    queue_nums = max(config.read_queue_nums, config.write_queue_nums)
+    if not 0 <= msg.queue_id < queue_nums:
+        return f"queue id {msg.queue_id} is outside [0, {queue_nums}) of {msg.topic}"
+    return None
 
 
 def real_message(record: Record) -> MessageToStore | None:
@@ -61,6 +86,19 @@ def real_message(record: Record) -> MessageToStore | None:
                           reconsume_times=record.reconsume_times, sys_flag=record.sys_flag)
 
 
+class _TopicConfig(Protocol):
+    read_queue_nums: int
+    write_queue_nums: int
+
+
+class _Topics(Protocol):
+    def get(self, topic: str) -> _TopicConfig | None: ...
+
+
+# A put that fails with one of these fails the same way every time: the entry is set aside.
+_PERMANENT_PUT_FAILURES = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+
+
 @dataclass(slots=True)
 class LevelPass:
     """What one pass over a level did."""
@@ -68,7 +106,8 @@ class LevelPass:
     delivered: int = 0
     skipped: int = 0
     waiting_for_ms: int | None = None  # the next unit is not due yet (its corrected deliver time)
-    failed: bool = False  # a put failed: the same index is tried again later
+    failed: bool = False  # a put failed for now: the same index is tried again later
+    set_aside: int = 0  # entries that can never be delivered: logged once, counted, passed
     batch_full: bool = False
 
 
@@ -78,7 +117,7 @@ class ScheduleMessageService(Service):
 
     def __init__(self, store: MessageStore, clock: Clock, *, poll_ms: int, first_delay_ms: int,
                  error_backoff_ms: int, persist_ms: int, on_put: Callable[[], None] | None = None,
-                 on_crash: CrashHandler | None = None) -> None:
+                 on_crash: CrashHandler | None = None, topics: _Topics | None = None) -> None:
         super().__init__(poll_ms, on_crash=on_crash, initial_delay_ms=first_delay_ms)
         self._poll_ms = poll_ms
         self._store = store
@@ -94,6 +133,10 @@ class ScheduleMessageService(Service):
         self._backoff_until_ms: dict[int, int] = {}
         self._last_persist_ms = clock.monotonic_ms()
         self.delivered = 0
+        self._topics = topics  # where real topics are checked before delivery; None: not checked
+        self.set_aside = 0  # undeliverable entries passed over since start
+        self.recent_set_aside: deque[dict[str, object]] = deque(maxlen=SET_ASIDE_SHOWN_MAX)
+        self._failing_levels: set[int] = set()  # levels whose put failure was logged already
 
     def deliver_level(self, level: int, now_ms: int) -> LevelPass:
         """One pass over `level` from its cursor at wall time `now_ms` (pure but for the store).
@@ -141,15 +184,37 @@ class ScheduleMessageService(Service):
             log.warning("level %d index %d: discarding a delayed half message", level, offset)
             outcome.skipped += 1
             return True
+        reason = undeliverable_reason(msg, self._topics)
+        if reason is not None:
+            self._set_aside(level, offset, phys_offset, msg, reason, outcome)
+            return True
         result = self._store.put_messages([msg])
+        if result.status in _PERMANENT_PUT_FAILURES:
+            self._set_aside(level, offset, phys_offset, msg, result.remark or result.status.name, outcome)
+            return True
         if result.status is not PutStatus.PUT_OK:
-            log.error("level %d index %d: delivering to %s-%d failed (%s); retrying", level, offset, msg.topic,
-                      msg.queue_id, result.remark or result.status.name)
+            if level not in self._failing_levels:  # once per failing spell, not every retry
+                self._failing_levels.add(level)
+                log.error("level %d index %d: delivering to %s-%d failed (%s); retrying", level, offset, msg.topic,
+                          msg.queue_id, result.remark or result.status.name)
             outcome.failed = True
             return False
+        self._failing_levels.discard(level)
         outcome.delivered += 1
         self.delivered += 1
         return True
+
+    def _set_aside(self, level: int, offset: int, phys_offset: int, msg: MessageToStore, reason: str,
+                   outcome: LevelPass) -> None:
+        """An entry that can never be delivered: one log line, counted (Admin.Describe, `mqlab
+        status`), and the level's cursor moves past it; its bytes stay in the commitlog."""
+        log.error("level %d index %d (commitlog offset %d) cannot be delivered to %.80s-%d: %s; set aside",
+                  level, offset, phys_offset, msg.topic, msg.queue_id, reason)
+        self.set_aside += 1
+        outcome.set_aside += 1
+        self.recent_set_aside.append({"level": level, "queue_offset": offset, "phys_offset": phys_offset,
+                                      "real_topic": msg.topic[:200], "real_queue_id": msg.queue_id,
+                                      "reason": reason[:300]})
 
     async def tick(self) -> None:
         now_mono_ms = self._clock.monotonic_ms()
@@ -192,4 +257,5 @@ class ScheduleMessageService(Service):
         await asyncio.to_thread(self.persist, dict(self.offsets))
 
     def describe(self) -> dict[str, object]:
-        return {"offsets": {str(k): v for k, v in sorted(self.offsets.items())}, "delivered": self.delivered}
+        return {"offsets": {str(k): v for k, v in sorted(self.offsets.items())}, "delivered": self.delivered,
+                "set_aside": self.set_aside, "recent_set_aside": list(self.recent_set_aside)}

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
+from nodes.broker import validation
 from nodes.broker.ha_master import ReplicationState
 from nodes.broker.send_back import (
     RETRY_HEADER_PROPERTIES,
@@ -32,8 +33,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
-from nodes.common.errors import InvalidMessageError, StoreError
-from nodes.common.types import validate_topic
+from nodes.common.errors import StoreError
 from nodes.store import message_batch
 from nodes.store.message_batch import MalformedBatchError
 from nodes.store.message_store import MessageStore, PutStatus
@@ -124,18 +124,16 @@ class SendProcessor:
                           f"{self._config.node_id} is a slave; send to the master of {self._config.broker_name}")
         if not self._config.broker_perm & c.PERM_WRITE:
             return _reply(ResponseCode.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
-        try:
-            validate_topic(req.topic)
-        except InvalidMessageError as exc:
-            return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if req.topic == c.AUTO_CREATE_TOPIC_KEY:
-            return _reply(ResponseCode.MESSAGE_ILLEGAL, f"{req.topic} is the auto-create template; send elsewhere")
+        if refusal := validation.send_refusal(req.topic, len(req.messages), req.batch_body):
+            return _reply(*refusal)
         try:
             messages = _messages_of(req)
         except MalformedBatchError as exc:
             return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if not messages:
             return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
+        if refusal := validation.properties_refusal(messages):
+            return _reply(*refusal)
         body_bytes_max = self._config.store.message_body_bytes_max
         for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
             if not body:

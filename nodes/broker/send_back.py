@@ -15,6 +15,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from nodes.broker import validation
 from nodes.broker.topics import SubscriptionGroupConfig, SubscriptionGroupManager, TopicConfigManager
 from nodes.common import constants as c
 from nodes.common.clock import Clock
@@ -167,6 +168,8 @@ class SendBackProcessor:
 
     def process(self, req: SendBackRequest) -> SendBackResponse:
         # 1. group and broker checks
+        if refusal := validation.names_refusal(group=req.consumer_group):
+            return _reply(*refusal)
         group = self._groups.find(req.consumer_group)
         if group is None:
             return _reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

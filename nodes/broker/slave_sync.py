@@ -33,7 +33,7 @@ class MetadataSnapshot:
 
     topic_configs: tuple[TopicConfig, ...] = ()
     topics_data_version: tuple[int, int] = (0, 0)
-    consumer_offsets: Mapping[str, dict[str, int]] = field(default_factory=dict)  # {"topic@group": {"qid": offset}}
+    consumer_offsets: Mapping[str, dict[str, int]] = field(default_factory=dict)  # {'["topic","group"]': {"qid": offset}} (offsets.encode_key)
     subscription_groups: Mapping[str, Any] = field(default_factory=dict)  # {"group": {config fields}}
     delay_offsets: Mapping[str, Any] = field(default_factory=dict)  # {"level": offset}
 

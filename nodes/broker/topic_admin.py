@@ -17,7 +17,7 @@ from nodes.common.errors import InvalidMessageError
 from nodes.common.types import TopicConfig, validate_topic
 
 # The most read or write queues an operator may give a topic.
-QUEUE_COUNT_MAX = 1024
+QUEUE_COUNT_MAX = c.QUEUE_NUMS_MAX
 
 
 @dataclass(frozen=True, slots=True)

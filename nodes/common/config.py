@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,8 @@ class NamesrvConfig:
     remoting_port: int = 0
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
+    # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
+    cluster_credential: str = field(default="", repr=False)
 
     def validate(self) -> None:
         self.timing.validate()
@@ -222,6 +225,8 @@ class BrokerConfig:
     notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
     # tests only: rules to break on purpose (constants.BROKER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
+    cluster_credential: str = field(default="", repr=False)
 
     @property
     def is_master(self) -> bool:
@@ -306,7 +311,12 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def save_node_config(path: Path, role: str, config: Any) -> None:
-    path.write_text(json.dumps({"role": role, **config_to_dict(config)}, indent=2, sort_keys=True))
+    text = json.dumps({"role": role, **config_to_dict(config)}, indent=2, sort_keys=True)
+    # the file may hold the cluster credential: readable by its owner only
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(path, 0o600)
 
 
 def load_node_config(path: Path) -> tuple[str, Any]:
@@ -368,6 +378,8 @@ class ConsumerConfig:
     orderly: bool = False
     # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
+    cluster_credential: str = field(default="", repr=False)
 
     def validate(self) -> None:
         self.timing.validate()

@@ -59,7 +59,33 @@ PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS = 4  # defaultTopicQueueNums on the producer
 TOPIC_CONFIG_DEFAULT_QUEUE_NUMS = 16  # TopicConfig read/write queue count default
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"  # TopicValidator.VALID_PATTERN_STR
+TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"  # TopicValidator.VALID_PATTERN_STR (topics and groups)
+GROUP_NAME_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH: a consumer or producer group name
+# Topics only the broker writes (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET): a client send is NO_PERMISSION.
+# Any other topic starting with SYSTEM_TOPIC_PREFIX (any case) is refused too, except the trace
+# topic, which RocketMQ's clients write their traces to.
+SEND_FORBIDDEN_TOPICS = frozenset({
+    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+QUEUE_NUMS_MAX = 1024  # queues one topic may have (CreateTopic's bound); a REAL_QID must lie below it
+# Messages one send may carry. RocketMQ bounds a batch only by bytes (4 MiB of bodies); a request
+# of one-byte entries holds ~3 M of them in 64 MiB, and 300,000 held the broker's event loop for
+# 2.4 s. A batch is one atomic store append on the loop, ~50-120 us per message on a loaded
+# 2-core machine, so the cap is what bounds that hold: 1024 (what the client coalesces,
+# SEND_ASYNC_BATCH_COUNT_MAX, and RocketMQ's pull batch maximum) keeps it near 0.1 s, where
+# 4096 measured ~0.5 s. 4 MiB over 1024 messages is 4 KiB each: batches of ordinary messages
+# reach the byte limit first.
+BATCH_MESSAGES_MAX = 1024
+CLUSTER_CREDENTIAL_BYTES = 32  # random bytes of a cluster's control-plane secret (hex in the configs)
+# A request above REQUEST_SCAN_BYTES_MIN has its top-level fields counted before it is parsed:
+# parsing 8 MiB of empty repeated entries (4 M of them) holds the event loop ~1.6 s, and the
+# count stops after the method's entry limit, so it costs at most that many steps.
+REQUEST_SCAN_BYTES_MIN = 64 * 1024
+REQUEST_ENTRIES_MAX = 4096  # repeated entries of one request or stream message (pulls, lock queues, ...)
+REGISTER_TOPICS_MAX = 100_000  # topic configs in one broker registration
+REJECT_LOG_INTERVAL_MS = 10_000  # a peer's rejected requests log at most one line per this (the rest are counted)
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 MASTER_ID = 0

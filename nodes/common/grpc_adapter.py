@@ -6,6 +6,9 @@ A client's mistake or an unexpected exception in one request is logged and answe
 SYSTEM_ERROR with the exception in the remark; the node keeps serving everyone else. Only a
 broken invariant of our own (`InvariantViolation`) brings the node down (exit 70), since
 its state can no longer be trusted.
+
+Bytes that are no request at all never reach a servicer: `grpc_guard.RequestGuard` answers
+them first.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+import grpc.aio
 
 from nodes.common.codes import ResponseCode
 from nodes.common.errors import InvariantViolation
@@ -58,6 +63,8 @@ def answers_errors(response_type: type[Any], what: str) -> Callable[[_Method], _
         async def guarded(self: Any, request: Any, context: Any) -> Any:
             try:
                 return await method(self, request, context)
+            except grpc.aio.AbortError:
+                raise  # the call already ended with its status (e.g. no cluster credential)
             except Exception as exc:
                 remark = failure_remark(what, exc)
                 answer = response_type()

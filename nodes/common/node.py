@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from nodes.common.credential import CredentialCheck
 from proto import admin_pb2, admin_pb2_grpc
 
 
@@ -42,12 +43,16 @@ class NodeApp(Protocol):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
-    def __init__(self, app: NodeApp, shutdown_requested: asyncio.Event) -> None:
+    """Both calls need the cluster credential (when the node has one)."""
+
+    def __init__(self, app: NodeApp, shutdown_requested: asyncio.Event, credential: str = "") -> None:
         self._app = app
         self._shutdown_requested = shutdown_requested
+        self._check = CredentialCheck(credential)
 
     async def Describe(self, request: admin_pb2.DescribeRequest, context: grpc.aio.ServicerContext
                        ) -> admin_pb2.DescribeResponse:
+        await self._check.require(context, "Admin.Describe")
         s = self._app.status()
         return admin_pb2.DescribeResponse(node_id=s.node_id, role=s.role, state=s.state,
                                           status_line=s.status_line,
@@ -56,14 +61,16 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     async def Shutdown(self, request: admin_pb2.ShutdownRequest, context: grpc.aio.ServicerContext
                        ) -> admin_pb2.ShutdownResponse:
+        await self._check.require(context, "Admin.Shutdown")
         self._shutdown_requested.set()
         return admin_pb2.ShutdownResponse()
 
 
-def add_control_plane(server: grpc.aio.Server, app: NodeApp, shutdown_requested: asyncio.Event
-                      ) -> health.HealthServicer:
-    """Admin + standard health service; health turns SERVING once the app reports RUNNING."""
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(app, shutdown_requested), server)
+def add_control_plane(server: grpc.aio.Server, app: NodeApp, shutdown_requested: asyncio.Event,
+                      credential: str = "") -> health.HealthServicer:
+    """Admin (behind the cluster credential) + the standard health service (open); health
+    turns SERVING once the app reports RUNNING."""
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(app, shutdown_requested, credential), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     return health_servicer

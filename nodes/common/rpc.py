@@ -38,7 +38,11 @@ def timeout_s(ms: float) -> float:
 
 
 def make_server() -> grpc.aio.Server:
-    return grpc.aio.server(options=_SERVER_OPTIONS)
+    """A server whose requests are parsed by `grpc_guard.RequestGuard` (garbage is answered
+    INVALID_ARGUMENT with one log line per peer, not a traceback per call)."""
+    from nodes.common.grpc_guard import RequestGuard  # server side only: clients never load it
+
+    return grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[RequestGuard()])
 
 
 def bind(server: grpc.aio.Server, host: str, port: int) -> int:

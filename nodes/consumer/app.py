@@ -96,7 +96,8 @@ class ConsumerApp:
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
         server = make_server()
-        health = add_control_plane(server, self, self._shutdown_requested)
+        health = add_control_plane(server, self, self._shutdown_requested,
+                                   self.config.cluster_credential)
         port = bind(server, self.config.listen_host, self.config.port)
         await server.start()
         self._server = server

@@ -69,8 +69,9 @@ class NamesrvApp:
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
         server = make_server()
-        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerServicer(self.handler), server)
-        health_servicer = add_control_plane(server, self, self._shutdown_requested)
+        namesrv_pb2_grpc.add_NameServerServicer_to_server(NameServerServicer(self.handler, self.config.cluster_credential), server)
+        health_servicer = add_control_plane(server, self, self._shutdown_requested,
+                                   self.config.cluster_credential)
         port = bind(server, self.config.listen_host, self.config.port)
         await server.start()
         self._server = server

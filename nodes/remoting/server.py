@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.common.errors import InvariantViolation
+from nodes.common.reject_log import RejectLog
 from nodes.remoting.command import (
     FLAG_ONEWAY,
     FrameError,
@@ -85,6 +86,7 @@ class RemotingServer:
         self._channels: set[Channel] = set()
         self._channel_ids = itertools.count(1)
         self.frames_refused = 0
+        self._rejects = RejectLog(log)  # a client's bad frames and fields: one line per peer and interval
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0 picks a port); returns the bound port."""
@@ -154,7 +156,7 @@ class RemotingServer:
 
     def _refuse(self, channel: Channel, why: str) -> None:
         self.frames_refused += 1
-        log.warning("%s: closing %r: %s", self._name, channel, why)
+        self._rejects.reject(repr(channel), f"{self._name}: a frame (connection closed)", why)
         channel.close()
 
     async def _handle(self, cmd: RemotingCommand, channel: Channel) -> None:
@@ -163,7 +165,7 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except HeaderFieldError as exc:
-            log.info("%s: request code %d from %r: %s", self._name, cmd.code, channel, exc)
+            self._rejects.reject(repr(channel), f"{self._name}: request code {cmd.code}", exc)
             answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
         except InvariantViolation as exc:
             self._crash(exc)

@@ -16,8 +16,18 @@ def _mq(cluster_topic, queue_id=0):
     return MessageQueue(cluster_topic, "broker-a", queue_id)
 
 
+def _fill(cluster, topic, count, queue_id=0):
+    """`count` messages into the queue: the broker stores offsets only up to a queue's max offset."""
+    channel, stub = broker_stub(cluster.broker_addr)
+    with channel:
+        r = stub.SendMessage(broker_pb2.SendMessageRequest(topic=topic, queue_id=queue_id, messages=[
+            broker_pb2.OutgoingMessage(body=b"m") for _ in range(count)]), timeout=10)
+    assert code_name(r.code) == "SUCCESS", r.remark
+
+
 def test_committed_offset_round_trip_and_new_group_starts_at_zero(cluster):
     create_topic(cluster, "Off", 2)
+    _fill(cluster, "Off", 17)
     with PullConsumer(cluster.namesrv_addr, "g1") as consumer:
         mq = _mq("Off")
         assert consumer.query_offset(mq) == 0  # a young queue: a new group starts at 0
@@ -29,9 +39,10 @@ def test_committed_offset_round_trip_and_new_group_starts_at_zero(cluster):
 
 def test_pull_piggybacks_the_commit_even_when_nothing_is_found(cluster):
     create_topic(cluster, "Piggy", 1)
+    _fill(cluster, "Piggy", 3)
     channel, stub = broker_stub(cluster.broker_addr)
     with channel:
-        req = broker_pb2.PullRequest(request_id=9, consumer_group="pg", topic="Piggy", queue_id=0, queue_offset=0,
+        req = broker_pb2.PullRequest(request_id=9, consumer_group="pg", topic="Piggy", queue_id=0, queue_offset=3,
                                      max_msg_nums=32, commit_offset=True, commit_offset_value=3,
                                      has_subscription=True, subscription_expression="*")
         resp = next(iter(stub.Pull(iter([req]), timeout=10)))
@@ -44,6 +55,7 @@ def test_pull_piggybacks_the_commit_even_when_nothing_is_found(cluster):
 def test_a_piggy_backed_commit_that_overtook_a_later_update_is_dropped(cluster):
     """The client read 5 for its update, then 7 for a pull's commit; the pull arrives first."""
     create_topic(cluster, "Overtake", queue_nums=1)
+    _fill(cluster, "Overtake", 7)
     channel, stub = broker_stub(cluster.broker_addr)
     with channel:
         req = broker_pb2.PullRequest(request_id=1, consumer_group="og", topic="Overtake", queue_id=0, queue_offset=0,

@@ -1,8 +1,9 @@
 """The Broker gRPC servicer: decode, call the handler from the request table, encode.
 
-Errors map in one place (nodes.common.grpc_guard). The pull streams are the only plumbing
-here: each stream is one `PullSession`; answers queue up and are written as the stream can
-take them, a batch stream packing every ready answer into one message.
+Errors map in one place (nodes.common.grpc_adapter; bytes that are no request are refused
+before this, by nodes.common.grpc_guard). The pull streams are the only plumbing here: each
+stream is one `PullSession`; answers queue up and are written as the stream can take them, a
+batch stream packing every ready answer into one message.
 """
 
 from __future__ import annotations

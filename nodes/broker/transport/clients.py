@@ -15,6 +15,7 @@ from nodes.broker.registrar import BrokerIdentity, BrokerRegistration, RegisterR
 from nodes.broker.slave_sync import MetadataSnapshot
 from nodes.broker.transport import convert
 from nodes.common.config import BrokerConfig
+from nodes.common.credential import call_metadata
 from nodes.common.rpc import make_channel, map_rpc_error, timeout_s
 from proto import namesrv_pb2_grpc, replication_pb2, replication_pb2_grpc
 
@@ -35,15 +36,16 @@ class GrpcNamesrvApi:
     def __init__(self, addr: str, config: BrokerConfig) -> None:
         self.addr = addr
         self._stub = namesrv_pb2_grpc.NameServerStub(make_channel(addr, config.dial_overrides))
+        self._metadata = call_metadata(config.cluster_credential)
 
     async def register(self, registration: BrokerRegistration, timeout_ms: int) -> RegisterResult:
         with _mapped_errors("register with name server"):
             answer = await self._stub.RegisterBroker(convert.registration_to_pb(registration),
-                                                     timeout=timeout_s(timeout_ms))
+                                                     timeout=timeout_s(timeout_ms), metadata=self._metadata)
         return convert.register_result_from_pb(answer)
 
     async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncGenerator[bool, None]:
-        call = self._stub.WatchChannel(convert.watch_channel_to_pb(broker, channel_token))
+        call = self._stub.WatchChannel(convert.watch_channel_to_pb(broker, channel_token), metadata=self._metadata)
         try:
             with _mapped_errors("name server channel"):
                 async for event in call:
@@ -53,7 +55,8 @@ class GrpcNamesrvApi:
 
     async def unregister(self, broker: BrokerIdentity, timeout_ms: int) -> None:
         with _mapped_errors("unregister"):
-            await self._stub.UnregisterBroker(convert.unregister_broker_to_pb(broker), timeout=timeout_s(timeout_ms))
+            await self._stub.UnregisterBroker(convert.unregister_broker_to_pb(broker), timeout=timeout_s(timeout_ms),
+                                              metadata=self._metadata)
 
 
 class GrpcMasterLink:
@@ -61,6 +64,7 @@ class GrpcMasterLink:
 
     def __init__(self, config: BrokerConfig) -> None:
         self._config = config
+        self._metadata = call_metadata(config.cluster_credential)
 
     async def replicate(self, addr: str, reports: AsyncIterator[SlaveReport]) -> AsyncGenerator[LogChunk, None]:
         async def outgoing() -> AsyncIterator[replication_pb2.SlaveReport]:
@@ -70,7 +74,7 @@ class GrpcMasterLink:
         channel = make_channel(addr, self._config.dial_overrides)
         try:
             with _mapped_errors(f"replicate from {addr}"):
-                async for chunk in replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing()):
+                async for chunk in replication_pb2_grpc.ReplicationStub(channel).Replicate(outgoing(), metadata=self._metadata):
                     yield convert.log_chunk_from_pb(chunk)
         finally:
             await channel.close()
@@ -80,7 +84,8 @@ class GrpcMasterLink:
         try:
             with _mapped_errors(f"sync metadata from {addr}"):
                 answer = await replication_pb2_grpc.ReplicationStub(channel).SyncMetadata(
-                    replication_pb2.SyncMetadataRequest(), timeout=timeout_s(self._config.timing.rpc_timeout_ms))
+                    replication_pb2.SyncMetadataRequest(), timeout=timeout_s(self._config.timing.rpc_timeout_ms),
+                    metadata=self._metadata)
         finally:
             await channel.close()
         return convert.metadata_from_pb(answer)

@@ -10,6 +10,7 @@ import grpc.aio
 from nodes.broker.ha_master import SlaveReport
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.transport import convert
+from nodes.common.credential import CredentialCheck
 from nodes.common.grpc_adapter import answers_errors
 from proto import replication_pb2, replication_pb2_grpc
 
@@ -24,7 +25,12 @@ async def _reports(request_iterator: AsyncIterator[replication_pb2.SlaveReport])
 
 
 class ReplicationServicer(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, table: RequestTable) -> None:
+    """Replicate and SyncMetadata serve the whole log and the metadata and count a slave's acks:
+    they need the cluster credential (when the broker has one). Digest and VerifyStore are
+    read-only checks and stay open."""
+
+    def __init__(self, table: RequestTable, credential: str = "") -> None:
+        self._check = CredentialCheck(credential)
         self._replicate = table[RequestKind.REPLICATE]
         self._sync_metadata = table[RequestKind.SYNC_METADATA]
         self._digest = table[RequestKind.DIGEST]
@@ -32,12 +38,14 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServicer):
 
     async def Replicate(self, request_iterator: AsyncIterator[replication_pb2.SlaveReport],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[replication_pb2.LogChunk]:
+        await self._check.require(context, "Replicate")
         async for chunk in self._replicate(_reports(request_iterator)):
             yield convert.log_chunk_to_pb(chunk)
 
     @answers_errors(replication_pb2.SyncMetadataResponse, "sync metadata")
     async def SyncMetadata(self, request: replication_pb2.SyncMetadataRequest,
                            context: grpc.aio.ServicerContext) -> replication_pb2.SyncMetadataResponse:
+        await self._check.require(context, "SyncMetadata")
         return convert.metadata_to_pb(self._sync_metadata())
 
     @answers_errors(replication_pb2.DigestResponse, "digest")

@@ -17,6 +17,7 @@ import logging
 import grpc
 import grpc.aio
 
+from nodes.common.credential import CredentialCheck
 from nodes.common.grpc_adapter import CODE_TO_PB, answers_errors
 from nodes.namesrv.handlers import NameServerHandler
 from nodes.namesrv.transport import convert
@@ -26,22 +27,29 @@ log = logging.getLogger(__name__)
 
 
 class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
-    def __init__(self, handler: NameServerHandler) -> None:
+    """RegisterBroker, UnregisterBroker and WatchChannel change routes: they need the cluster
+    credential (when the name server has one). Routes and cluster info stay open."""
+
+    def __init__(self, handler: NameServerHandler, credential: str = "") -> None:
         self._handler = handler
+        self._check = CredentialCheck(credential)
 
     @answers_errors(namesrv_pb2.RegisterBrokerResponse, "register broker")
     async def RegisterBroker(self, request: namesrv_pb2.RegisterBrokerRequest,
                              context: grpc.aio.ServicerContext) -> namesrv_pb2.RegisterBrokerResponse:
+        await self._check.require(context, "RegisterBroker")
         return convert.register_to_pb(self._handler.register_broker(convert.register_from_pb(request)))
 
     @answers_errors(namesrv_pb2.UnregisterBrokerResponse, "unregister broker")
     async def UnregisterBroker(self, request: namesrv_pb2.UnregisterBrokerRequest,
                                context: grpc.aio.ServicerContext) -> namesrv_pb2.UnregisterBrokerResponse:
+        await self._check.require(context, "UnregisterBroker")
         code = self._handler.unregister_broker(convert.broker_ref_from_pb(request))
         return namesrv_pb2.UnregisterBrokerResponse(code=CODE_TO_PB[code])
 
     async def WatchChannel(self, request: namesrv_pb2.WatchChannelRequest,
                            context: grpc.aio.ServicerContext) -> None:
+        await self._check.require(context, "WatchChannel")
         if not request.broker_addr or not request.channel_token:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "broker_addr and channel_token are required")
         broker = convert.broker_ref_from_pb(request)

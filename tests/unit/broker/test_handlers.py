@@ -126,6 +126,7 @@ def test_query_offset_young_queue_rule(broker, tmp_path: Path):
     # no committed offset, queue never written: start at 0
     assert handler.query_consumer_offset(QueryConsumerOffsetRequest(G, "T", 0)).offset == 0
     broker.put("T", 0, b"x" * 1000)
+    broker.topics.create_in_send("T", 4, 0)  # offsets are stored only for a topic the broker has
     # the queue's first message is still in memory: 0 as well
     young = handler.query_consumer_offset(QueryConsumerOffsetRequest(G, "T", 0))
     assert (young.code, young.offset) == (ResponseCode.SUCCESS, 0)
