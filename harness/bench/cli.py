@@ -61,6 +61,7 @@ def pull(
     peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a target is missed or could not be judged (printed).")] = False,
     keep_store: Annotated[bool, typer.Option("--keep-store", help="Keep the brokers' stores in the run dir (deleted by default; results, logs and the plot stay).")] = False,
+    profile: Annotated[Path | None, typer.Option("--profile", help="Record py-spy profiles (no native frames) of every row's client processes, master and slave into DIR, with a text summary per row.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Cluster run dir (default: a fresh ./runs/<utc>-<pid>/).")] = None,
 ) -> None:
     """Pull (master, slave; batch sizes; consumer processes), the pull loop, push and send, each
@@ -75,7 +76,7 @@ def pull(
                                  "window": window, "push": push, "send": send,
                                  "send_batches": _int_list(send_batch, "--send-batch"),
                                  "peers": tuple(p.strip() for p in peers.split(",") if p.strip()),
-                                 "keep_store": keep_store,
+                                 "keep_store": keep_store, "profile": profile,
                                  "send_window": send_window, "tune_malloc": tune_malloc,
                                  "time_scale": time_scale, "run_dir": run_dir}
     if messages is not None:
@@ -93,10 +94,15 @@ def pull(
         report = run_bench(config, hooks.as_hooks())
     finally:
         hooks.close_bar()
-    width = max(console.width, TABLE_WIDTH_MIN)  # a log or a pipe gets whole rows, not ellipses
-    for table in (bench_report.results_table(report), bench_report.cpu_table(report),
-                  bench_report.references_table(report), bench_report.targets_table(report)):
-        console.print(table, width=width)
+    saved_width = console.width
+    if not console.is_terminal:  # a log or a pipe gets whole rows, not ellipses
+        console.width = max(saved_width, TABLE_WIDTH_MIN)
+    try:
+        for table in (bench_report.results_table(report), bench_report.cpu_table(report),
+                      bench_report.references_table(report), bench_report.targets_table(report)):
+            console.print(table)
+    finally:
+        console.width = saved_width
     data = report_json(report)
     bench_dir = Path(report.run["run_dir"])
     (bench_dir / JSON_NAME).write_text(json.dumps(data, indent=2))

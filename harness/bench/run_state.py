@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.bench.peers import PEERS, RedisPeer, redis_missing
-from harness.bench.processes import BenchError, BrokerCpu, Child
+from harness.bench.processes import BROKER_NODES, BenchError, BrokerCpu, Child
+from harness.bench.profile import RowProfile, py_spy_missing
 from harness.bench.results import (
     DEFAULT_SEND_BATCHES,
     DEFAULT_SEND_WINDOW,
@@ -62,6 +63,7 @@ class BenchConfig:
     tune_malloc: bool = False  # run every process with MALLOC_TUNING
     time_scale: float = 1.0
     keep_store: bool = False  # keep the brokers' stores in the run dir (deleted by default)
+    profile: Path | None = None  # py-spy profiles of every row's processes into this dir
     run_dir: Path | None = None
 
     @classmethod
@@ -91,6 +93,8 @@ class BenchConfig:
         unknown = set(self.peers) - set(PEERS)
         if unknown:
             raise BenchError(f"unknown peer(s) {sorted(unknown)}: --peers takes {', '.join(PEERS)}")
+        if self.profile is not None and py_spy_missing():
+            raise BenchError(py_spy_missing() or "")
         if "redis" in self.peers:
             missing = redis_missing()
             if missing:
@@ -154,15 +158,25 @@ class Run:
         workers = [self.child(_worker_argv(job), name) for job in jobs]
         extra = {"redis": self.redis.pid} if redis and self.redis is not None else None
         brokers = BrokerCpu(self.cluster, extra)
+        profile: RowProfile | None = None
         try:
             for worker in workers:
                 worker.expect("READY", WORKER_READY_BUDGET_S)
             for worker in workers:
                 worker.go()
             brokers.start(seconds)
+            if self.config.profile is not None:
+                pids = {f"client{i}": w.proc.pid for i, w in enumerate(workers)}
+                pids.update({role: pid for role, pid in self._broker_pids().items()})
+                profile = RowProfile(self.config.profile, name, pids, seconds)
             results = [json.loads(w.expect("RESULT", seconds + WORKER_RESULT_SLACK_S)) for w in workers]
             brokers.finish()  # the work ended before `seconds` (one pass, push): read the brokers now
+            if profile is not None:
+                profile.finish(sum(sum(r["windows"]) for r in results))
+                profile = None
         finally:
+            if profile is not None:
+                profile.cancel()
             brokers.cancel()
             for worker in workers:
                 worker.close()
@@ -174,6 +188,14 @@ class Run:
         cpu_s = {"clients": None if None in worker_cpu else sum(worker_cpu), **brokers.used_s()}
         cpu = cpu_per_message(cpu_s, sum(sum(r["windows"]) for r in results))
         return WorkersRun(measured, samples, cpu)
+
+    def _broker_pids(self) -> dict[str, int]:
+        pids = {}
+        for role, node_id in BROKER_NODES.items():
+            pid = self.cluster.node(node_id).pid
+            if pid is not None:
+                pids[role] = pid
+        return pids
 
     def record(self, case: CaseResult, samples: list[str]) -> None:
         self.report.results.append(case)

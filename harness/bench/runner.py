@@ -172,7 +172,7 @@ def run_bench(config: BenchConfig, hooks: Hooks | None = None) -> BenchReport:
         with cluster:
             run = Run(config, hooks, cluster)
             run.report.machine = machine
-            run.report.run = {**{k: (list(v) if isinstance(v, tuple) else v)
+            run.report.run = {**{k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                                  for k, v in dataclasses.asdict(config).items() if k != "run_dir"},
                               "run_dir": str(cluster.run_dir), "broker_store": store,
                               "malloc_env": MALLOC_TUNING if config.tune_malloc else {}}

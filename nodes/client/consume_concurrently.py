@@ -124,6 +124,11 @@ class ConsumeMessageConcurrentlyService:
         self._result_tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
+        # Listener answers posted by the pool, drained on the loop by one callback: a burst of
+        # answers costs one loop wake-up (one self-pipe write), not one per listener call.
+        self._answers: list[tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = []
+        self._answers_lock = threading.Lock()
+        self._drain_scheduled = False
 
     def start(self) -> None:
         """Bind to the running loop (call on the client's loop)."""
@@ -181,16 +186,39 @@ class ConsumeMessageConcurrentlyService:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        self._post_answer(request, status, ctx)
+
+    def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
+                     ctx: ConsumeConcurrentlyContext) -> None:
+        """Hand a listener's answer to the loop (pool thread); one drain callback per burst."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
+        with self._answers_lock:
+            self._answers.append((request, status, ctx))
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
         try:
-            loop.call_soon_threadsafe(self._on_listener_done, request, status, ctx)
+            loop.call_soon_threadsafe(self._drain_answers)
         except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
             log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
 
+    def _drain_answers(self) -> None:
+        with self._answers_lock:
+            answers, self._answers = self._answers, []
+            self._drain_scheduled = False
+        for request, status, ctx in answers:
+            self._on_listener_done(request, status, ctx)
+
     def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                           ctx: ConsumeConcurrentlyContext) -> None:
+        if resolve_ack_index(status, ctx.ack_index, len(request.msgs)) == len(request.msgs) - 1:
+            # Every message acknowledged: nothing to send back, so nothing to await; settled
+            # here rather than in a task of its own (the common case, once per listener call).
+            self._count_answer(status)
+            self._settle_all_acked(request)
+            return
         task = asyncio.create_task(self._process_consume_result(request, status, ctx),
                                    name=f"consume-result-{request.mq.queue_id}")
         self._result_tasks.add(task)
@@ -202,11 +230,29 @@ class ConsumeMessageConcurrentlyService:
             log.error("processing a consume result failed", exc_info=task.exception())
 
     # --- acting on the answer (loop) ---------------------------------------------------------
+    def _count_answer(self, status: ConsumeConcurrentlyStatus) -> None:
+        self.stats.calls += 1
+        self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+
+    def _settle_all_acked(self, request: ConsumeRequest) -> None:
+        """processConsumeResult when every message was acknowledged (nothing to send back)."""
+        pq, msgs = request.pq, request.msgs
+        if pq.dropped:
+            self.stats.discarded += len(msgs)
+            return  # the queue changed hands: no offset
+        self.stats.ok += len(msgs)
+        self._commit(pq, request.mq, msgs)
+
+    def _commit(self, pq: ProcessQueue, mq: MessageQueue, done: list[MessageExt]) -> None:
+        """Forget `done` from the process queue; commit the lowest unfinished offset."""
+        offset = pq.remove_messages(done, now_ms=self.clock.monotonic_ms())
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update_offset(mq, offset, increase_only=True)
+
     async def _process_consume_result(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                                       ctx: ConsumeConcurrentlyContext) -> None:
         """processConsumeResult: send back the failed part, commit the lowest unfinished offset."""
-        self.stats.calls += 1
-        self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+        self._count_answer(status)
         pq, mq, msgs = request.pq, request.mq, request.msgs
         if pq.dropped:
             self.stats.discarded += len(msgs)
@@ -230,9 +276,7 @@ class ConsumeMessageConcurrentlyService:
         done = [m for m in msgs if all(m is not f for f in back_failed)]
         if back_failed:
             self.submit_consume_request_later(back_failed, pq, mq)
-        offset = pq.remove_messages(done, now_ms=self.clock.monotonic_ms())
-        if offset >= 0 and not pq.dropped:
-            self.offset_store.update_offset(mq, offset, increase_only=True)
+        self._commit(pq, mq, done)
 
     async def clean_expired_messages(self, process_queues: Mapping[MessageQueue, ProcessQueue]) -> None:
         """cleanExpireMsg: send back heads that have been consuming too long, then forget them."""
