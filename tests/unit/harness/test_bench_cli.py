@@ -89,3 +89,23 @@ def test_send_batch_takes_a_list():
     assert BenchConfig().send_batches == (32, 1024)
     result = CliRunner().invoke(cli.app, ["bench", "pull", "--send-batch", "0"])
     assert result.exit_code == 2 and "positive integers" in result.output
+
+
+def test_check_exits_1_naming_each_target_missed_and_without_it_the_run_exits_0(runner, monkeypatch, tmp_path):
+    from harness.bench import cli as bench_cli
+    from harness.bench.results import BenchReport, CaseResult, Measured, Reference
+
+    def fake_run(config, hooks):
+        report = BenchReport(run={"run_dir": str(tmp_path)}, machine={"cpus": 2})
+        report.results.append(CaseResult("pull", "master", 32, 1024, 1, Measured(1_000, 0, 1.0)))
+        report.add_reference(Reference("redis-ack", 32, 1, Measured(50_000, 0, 1.0)))
+        return report
+
+    monkeypatch.setattr(bench_cli, "run_bench", fake_run)
+    checked = runner.invoke(cli.app, ["bench", "pull", "--check", "--batches", "32"])
+    assert checked.exit_code == 1, checked.output
+    assert "target missed: pull master b32 x1 >= 1.0x redis-ack b32: 0.02x" in checked.output
+    assert "target not judged: pull master b32 x1 >= 0.5x plain-stream b32" in checked.output
+    assert (tmp_path / "bench-pull.json").exists() and (tmp_path / "bench-pull.png").exists()
+    unchecked = runner.invoke(cli.app, ["bench", "pull", "--batches", "32"])
+    assert unchecked.exit_code == 0, unchecked.output
