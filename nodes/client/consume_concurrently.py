@@ -8,8 +8,8 @@ lowest unfinished offset, via `ProcessQueue.remove_messages`), and cleaning mess
 have been consuming too long. Does not pull, route or know how a send-back travels
 (`SendBack` is handed in by the facade).
 
-Threads: the listener runs on the pool (`consume_thread_min` threads; an unbounded queue in
-front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
+Threads: the listener runs on the pool (`ListenerPool`, `consume_thread_min` threads; an
+unbounded queue in front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
 offset store included, stays on the client's event loop: a finished listener call is posted
 back to the loop, so the queue caches need no lock.
 """
@@ -17,13 +17,13 @@ back to the loop, so the queue caches need no lock.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.client.listener_pool import ListenerPool
 from nodes.client.offset_store import OffsetStore
 from nodes.client.process_queue import (
     CLEAN_EXPIRED_DELAY_LEVEL,
@@ -116,11 +116,8 @@ class ConsumeMessageConcurrentlyService:
         self.resubmit_delay_ms = resubmit_delay_ms
         self.consume_timeout_ms = consume_timeout_ms
         self.stats = ConsumeStats()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=thread_count, thread_name_prefix=f"ConsumeMessageThread_{group}")
+        self._pool = ListenerPool(thread_count, f"ConsumeMessageThread_{group}")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._futures: set[concurrent.futures.Future[None]] = set()
-        self._futures_lock = threading.Lock()
         self._result_tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
@@ -140,16 +137,9 @@ class ConsumeMessageConcurrentlyService:
         if self._shutdown:
             return
         batch = self.batch_max_size
+        submit, consume = self._pool.submit, self._consume
         for start in range(0, len(msgs), batch):
-            request = ConsumeRequest(list(msgs[start:start + batch]), pq, mq)
-            fut = self._executor.submit(self._consume, request)
-            with self._futures_lock:
-                self._futures.add(fut)
-            fut.add_done_callback(self._forget_future)
-
-    def _forget_future(self, fut: concurrent.futures.Future[None]) -> None:
-        with self._futures_lock:
-            self._futures.discard(fut)
+            submit(consume, ConsumeRequest(list(msgs[start:start + batch]), pq, mq))
 
     def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
@@ -294,8 +284,7 @@ class ConsumeMessageConcurrentlyService:
     # --- shutdown (loop) ---------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        with self._futures_lock:
-            return len(self._futures)
+        return self._pool.unfinished
 
     async def shutdown(self, await_termination_ms: int) -> None:
         """Stop taking work; let running listener calls finish for up to `await_termination_ms`.
@@ -307,14 +296,11 @@ class ConsumeMessageConcurrentlyService:
         for handle in list(self._later):
             handle.cancel()
         self._later.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        with self._futures_lock:
-            pending = [asyncio.wrap_future(f) for f in self._futures if not f.done()]
-        if pending and await_termination_ms > 0:
-            _, still = await asyncio.wait(pending, timeout=await_termination_ms / 1000)
-            if still:
-                log.warning("%s: %d listener calls still running after %d ms; their results are dropped",
-                            self.group, len(still), await_termination_ms)
+        self._pool.shutdown()
+        if (self._pool.unfinished > 0 and await_termination_ms > 0
+                and not await asyncio.to_thread(self._pool.wait_finished, await_termination_ms / 1000)):
+            log.warning("%s: %d listener calls still running after %d ms; their results are dropped",
+                        self.group, self._pool.unfinished, await_termination_ms)
         await asyncio.sleep(0)  # let results posted by finished calls start their processing
         if self._result_tasks:
             await asyncio.gather(*list(self._result_tasks), return_exceptions=True)

@@ -48,10 +48,6 @@ def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_of
     got past the broker's tag-hash filter by collision. Like RocketMQ's client-side
     MessageDecoder, it does not re-check body CRCs; it checks magic and framing.
 
-    Per record: one header unpack, the body slice handed to the user, the properties text
-    (without the store's record CRC, which ends every record) split into the user's dict, and
-    the MessageExt; the topic and the store host are decoded once per run of equal values.
-
     Raises:
         CorruptRecordError: a record's magic or lengths do not add up.
     """
@@ -59,47 +55,41 @@ def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_of
     append = out.append
     unpack_from = _HEADER.unpack_from
     decode_properties = record.decode_properties
-    new_message = MessageExt
     tag_key, uniq_key, record_crc_key = c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC
     min_key, max_key = c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET
     min_s, max_s = str(min_offset), str(max_offset)
-    magic_ok, header_bytes, record_bytes_min = c.RECORD_MAGIC, _HEADER_BYTES, _RECORD_BYTES_MIN
-    crc_prefix, crc_bytes = record.RECORD_CRC_PREFIX, record.RECORD_CRC_PROPERTY_BYTES
-    topic_raw, topic = b"", ""
-    host_ip, host_port, host = b"", -1, ""
+    magic_ok = c.RECORD_MAGIC
+    host_hex: dict[tuple[bytes, int], str] = {}
+    topics: dict[bytes, str] = {}
     pos, end = 0, len(records)
     while pos < end:
-        if end - pos < header_bytes:
+        if end - pos < _HEADER_BYTES:
             raise CorruptRecordError(f"pull response: {end - pos} trailing bytes at {pos}, less than a header")
         (total_size, magic, _crc, queue_id, flag, queue_offset, phys_offset, _sys_flag, born_ts, _born_ip,
          _born_port, store_ts, store_ip, store_port, reconsume_times, _prepared_tx, body_len) = unpack_from(records, pos)
         rec_end = pos + total_size
-        body_end = pos + header_bytes + body_len
-        if magic != magic_ok or total_size < record_bytes_min or rec_end > end or body_len < 0 \
+        body_end = pos + _HEADER_BYTES + body_len
+        if magic != magic_ok or total_size < _RECORD_BYTES_MIN or rec_end > end or body_len < 0 \
                 or body_end + 3 > rec_end:
             raise CorruptRecordError(f"pull response: bad record at {pos} (magic {magic:#010x}, size {total_size})")
-        topic_len = records[body_end]
-        topic_end = body_end + 1 + topic_len
-        crc_at = rec_end - crc_bytes
-        if topic_end + 2 <= crc_at and records.startswith(crc_prefix, crc_at):
-            props = decode_properties(records[topic_end + 2:crc_at].decode())
-        else:  # not the store's usual tail: decode everything, then drop the record CRC if present
-            props = decode_properties(records[topic_end + 2:rec_end].decode())
-            props.pop(record_crc_key, None)
+        topic_end = body_end + 1 + records[body_end]
+        props = decode_properties(records[topic_end + 2:rec_end].decode())
+        props.pop(record_crc_key, None)  # the store's own checksum, not a user property
         if tags is not None and props.get(tag_key) not in tags:
             pos = rec_end
             continue
-        if len(topic_raw) != topic_len or not records.startswith(topic_raw, body_end + 1):
-            topic_raw = records[body_end + 1:topic_end]
-            topic = topic_raw.decode()
-        if store_port != host_port or store_ip != host_ip:
-            host_ip, host_port = store_ip, store_port
-            host = (store_ip + _PORT.pack(store_port)).hex().upper()
+        topic_raw = records[body_end + 1:topic_end]
+        topic = topics.get(topic_raw)
+        if topic is None:
+            topic = topics[topic_raw] = topic_raw.decode()
+        host = host_hex.get((store_ip, store_port))
+        if host is None:
+            host = host_hex[(store_ip, store_port)] = (store_ip + _PORT.pack(store_port)).hex().upper()
         offset_msg_id = f"{host}{phys_offset:016X}"  # = record.offset_msg_id(store host, phys offset)
         props[min_key] = min_s
         props[max_key] = max_s
-        append(new_message(
-            topic, records[pos + header_bytes:body_end], props,
+        append(MessageExt(
+            topic, records[pos + _HEADER_BYTES:body_end], props,
             props.get(uniq_key) or offset_msg_id,  # MessageClientExt#getMsgId
             offset_msg_id, queue_id, queue_offset, phys_offset, reconsume_times, store_ts, born_ts,
             broker_name, flag, total_size))
