@@ -3,9 +3,12 @@
 Owns starting `py-spy record` on each process of a row (its client processes, the master, the
 slave) for the row's measuring windows, and turning the raw stacks into a text summary per
 process: the frames where samples were taken (self) and the functions on the stack (total), each
-in % of the process's samples and in CPU microseconds per message of the row. py-spy counts a
-thread only while it runs Python or holds the CPU (idle threads are left out), so samples / rate
-approximates CPU seconds. Only samples holding the GIL count (`--gil`): a thread waiting in a syscall (epoll, a condition, fsync) is not work, and without `--gil` py-spy counts many such waits as busy.
+in % of the process's samples and in microseconds per message of the row. Only samples of a
+thread holding the GIL count (`--gil`): a thread waiting in a syscall (epoll, a condition,
+fsync) is not work, and without `--gil` py-spy counts many such waits as busy. Samples / rate
+is time spent holding the GIL, which on a machine with more runnable threads than cores
+includes time the holder waited for a core: read the shares, and take CPU per message from
+the benchmark's own table (the kernel's count).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def summarize(name: str, stacks: Counter[tuple[str, ...]], messages: int, top: i
     def us(count: int) -> float:
         return count / PROFILE_RATE_HZ * 1e6 / messages if messages else 0.0
 
-    lines = [f"== {name}: {total} samples = {us(total):.1f} us/msg"]
+    lines = [f"== {name}: {total} samples = {us(total):.1f} us/msg holding the GIL"]
     for title, counts in (("self", self_counts), ("total", incl_counts)):
         lines.append(f"-- top {top} by {title}: %  us/msg  frame")
         for frame, count in counts.most_common(top):

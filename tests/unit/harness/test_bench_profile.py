@@ -23,7 +23,7 @@ def test_summary_gives_self_and_total_shares_and_microseconds_per_message():
     text = summarize("client0", stacks, messages=1000)
     lines = text.splitlines()
     # 0.4 s of samples over 1000 messages = 400 us per message
-    assert lines[0] == f"== client0: {4 * PROFILE_RATE_HZ // 10} samples = 400.0 us/msg"
+    assert lines[0] == f"== client0: {4 * PROFILE_RATE_HZ // 10} samples = 400.0 us/msg holding the GIL"
     self_part = lines[lines.index(next(line for line in lines if "by self" in line)) + 1:]
     assert self_part[0].split() == ["75.0%", "300.00", "decode", "(d.py)"]
     total_at = lines.index(next(line for line in lines if "by total" in line))
