@@ -109,3 +109,16 @@ def test_check_exits_1_naming_each_target_missed_and_without_it_the_run_exits_0(
     assert (tmp_path / "bench-pull.json").exists() and (tmp_path / "bench-pull.png").exists()
     unchecked = runner.invoke(cli.app, ["bench", "pull", "--batches", "32"])
     assert unchecked.exit_code == 0, unchecked.output
+
+
+def test_a_run_leaves_its_results_logs_and_configs_but_not_the_brokers_stores(tmp_path):
+    from harness.bench.runner import _delete_stores
+
+    for node in ("broker-a-0", "broker-a-1", "namesrv-0"):
+        (tmp_path / node / "store" / "commitlog").mkdir(parents=True)
+        (tmp_path / node / "store" / "commitlog" / "00000000000000000000").write_bytes(b"x" * 100)
+        (tmp_path / node / "node.log").write_text("log")
+    (tmp_path / "bench-pull.json").write_text("{}")
+    _delete_stores(tmp_path)
+    assert not list(tmp_path.glob("*/store"))
+    assert len(list(tmp_path.glob("*/node.log"))) == 3 and (tmp_path / "bench-pull.json").exists()
