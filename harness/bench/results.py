@@ -31,7 +31,6 @@ SLAVE_WITHIN_FRACTION = 0.10  # a slave within 10% of the master
 ASYNC_OF_BEST_BATCH = 0.8  # send_async with a window, of the best send_batch
 
 DEFAULT_SEND_BATCHES = (32, 1024)  # messages per send_batch call
-DEFAULT_SEND_BATCH = DEFAULT_SEND_BATCHES[0]
 # send_async coalesces what is submitted while batches are in flight: a window of 1024 lets
 # the batches grow to the producer's batch cap, where a call's fixed cost is spread thin.
 DEFAULT_SEND_WINDOW = 1024
