@@ -32,6 +32,16 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
     echo "mqlab: no java on PATH; the checker needs it: apt-get install -y openjdk-17-jre-headless" >&2
   fi
 fi
+# `mqlab bench pull --peers redis` measures Redis Streams beside mqlab: it needs redis-server.
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mqlab: installing redis-server for the benchmark's Redis rows (apt-get)..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >&2 \
+      || echo "mqlab: apt-get could not install redis-server; bench --peers redis needs it" >&2
+  else
+    echo "mqlab: no redis-server on PATH; bench --peers redis needs it: apt-get install -y redis-server" >&2
+  fi
+fi
 # The interop tests drive ali-ons, a RocketMQ client written in JavaScript, under node; its exact
 # version is pinned by tests/interop/js/package-lock.json and installed beside it (npm ci).
 JS_DIR="$REPO/tests/interop/js"

@@ -16,7 +16,7 @@ import typer
 
 from harness import terminal
 from harness.bench import report as bench_report
-from harness.bench.results import DEFAULT_SEND_BATCH, DEFAULT_SEND_WINDOW, report_json
+from harness.bench.results import DEFAULT_SEND_BATCHES, DEFAULT_SEND_WINDOW, evaluate_targets, report_json
 from harness.bench.runner import BenchConfig, Hooks, run_bench
 from harness.terminal import EXIT_PROBLEM, CliError, cli_command
 
@@ -25,6 +25,7 @@ app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False, pret
 
 PLOT_NAME = "bench-pull.png"
 JSON_NAME = "bench-pull.json"
+TABLE_WIDTH_MIN = 170
 
 
 def _int_list(text: str, option: str) -> tuple[int, ...]:
@@ -54,20 +55,28 @@ def pull(
     window: Annotated[int, typer.Option("--window", min=1, max=256, help="Pulls in flight per consumer process.")] = 8,
     push: Annotated[bool, typer.Option("--push/--no-push", help="Measure the push consumer.")] = True,
     send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
-    send_batch: Annotated[int, typer.Option("--send-batch", min=1, help="Messages per send_batch call.")] = DEFAULT_SEND_BATCH,
+    send_batch: Annotated[str, typer.Option("--send-batch", help="Messages per send_batch call, comma-separated (one send case each).")] = ",".join(map(str, DEFAULT_SEND_BATCHES)),
     send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
     tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run every process (nodes, clients, limits) with glibc's mmap threshold raised, so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
+    peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when a target is missed or could not be judged (printed).")] = False,
+    keep_store: Annotated[bool, typer.Option("--keep-store", help="Keep the brokers' stores in the run dir (deleted by default; results, logs and the plot stay).")] = False,
+    profile: Annotated[Path | None, typer.Option("--profile", help="Record py-spy profiles (no native frames) of every row's client processes, master and slave into DIR, with a text summary per row.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Cluster run dir (default: a fresh ./runs/<utc>-<pid>/).")] = None,
 ) -> None:
-    """Pull throughput (master, slave; batch sizes; consumer processes), push and send, as fractions
-    of same-run limits: a bare gRPC stream with no storage and a raw mmap scan of the commitlog."""
+    """Pull (master, slave; batch sizes; consumer processes), the pull loop, push and send, each
+    consumer reading every message, as ratios of same-run references: plain gRPC stream and
+    unary calls of the same bytes, loopback TCP, an mmap scan and (--peers redis) Redis Streams."""
     try:
         bench_report.require_matplotlib()  # fail before a long run, not after it
     except ImportError as exc:
         raise CliError(str(exc)) from None
     base = BenchConfig.quick() if quick else BenchConfig()
     overrides: dict[str, Any] = {"body_bytes": body_bytes, "queues": queues, "batches": _int_list(batches, "--batches"),
-                                 "window": window, "push": push, "send": send, "send_batch": send_batch,
+                                 "window": window, "push": push, "send": send,
+                                 "send_batches": _int_list(send_batch, "--send-batch"),
+                                 "peers": tuple(p.strip() for p in peers.split(",") if p.strip()),
+                                 "keep_store": keep_store, "profile": profile,
                                  "send_window": send_window, "tune_malloc": tune_malloc,
                                  "time_scale": time_scale, "run_dir": run_dir}
     if messages is not None:
@@ -85,10 +94,15 @@ def pull(
         report = run_bench(config, hooks.as_hooks())
     finally:
         hooks.close_bar()
-    console.print(bench_report.results_table(report))
-    console.print(bench_report.cpu_table(report))
-    console.print(bench_report.limits_table(report))
-    console.print(bench_report.targets_table(report))
+    saved_width = console.width
+    if not console.is_terminal:  # a log or a pipe gets whole rows, not ellipses
+        console.width = max(saved_width, TABLE_WIDTH_MIN)
+    try:
+        for table in (bench_report.results_table(report), bench_report.cpu_table(report),
+                      bench_report.references_table(report), bench_report.targets_table(report)):
+            console.print(table)
+    finally:
+        console.width = saved_width
     data = report_json(report)
     bench_dir = Path(report.run["run_dir"])
     (bench_dir / JSON_NAME).write_text(json.dumps(data, indent=2))
@@ -101,6 +115,13 @@ def pull(
         terminal.err_console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True)
     if report.problems:
         raise typer.Exit(EXIT_PROBLEM)
+    if check:
+        unmet = [v for v in evaluate_targets(report) if v.met is not True]
+        for verdict in unmet:
+            what = "not judged" if verdict.met is None else "missed"
+            terminal.err_console.print(f"[bold red]target {what}:[/] {verdict.name}: {verdict.detail}", soft_wrap=True)
+        if unmet:
+            raise typer.Exit(EXIT_PROBLEM)
 
 
 class _Hooks:

@@ -10,6 +10,15 @@ exactly the message types and sizes the real path does:
     SendMessage   answered SUCCESS with one SendEntry per message, like a broker that stores
                   nothing
 
+and, for the plain references (`harness.bench.ref_workers`), raw-bytes methods with no protobuf:
+
+    benchplain.Plain/Stream    each request (a 4-byte count) answered with that many records of
+                               `record_bytes` back to back, each led by its 4-byte total size
+    benchplain.Plain/Publish   each request (count, then length-prefixed bodies) answered with
+                               8 bytes per message, the size of an offset
+    TCP                        a loopback socket (`TCP <port>` before `READY`) written full of
+                               records as fast as the reader takes them
+
 `scan_commitlog` walks the broker's segment files through read-only mappings by the records'
 framing (total size, magic) and copies each record out, as a reader that decodes nothing would.
 """
@@ -28,6 +37,7 @@ from pathlib import Path
 
 import grpc.aio
 
+from harness.bench.ref_workers import COUNT, PLAIN_SERVICE
 from harness.bench.results import Measured
 from nodes.client.rpc.send_wire import request_message_count
 from nodes.common import constants as c
@@ -37,6 +47,7 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2
 SIZE_AND_MAGIC = struct.Struct(">iI")  # the first two fields of every commitlog record and blank marker
 SCAN_SECONDS_MIN = 0.5  # the scan repeats passes until it has run this long
 SEGMENT_NAME_DIGITS = 20
+TCP_BLOB_BYTES = 1 << 20  # what the TCP reference writes per call
 
 
 class LimitServicer(broker_pb2_grpc.BrokerServicer):
@@ -82,15 +93,63 @@ class LimitServicer(broker_pb2_grpc.BrokerServicer):
         return answer
 
 
+def plain_record(record_bytes: int) -> bytes:
+    """A record of the plain references: its total size (4 bytes, big-endian), then noise."""
+    size = max(record_bytes, COUNT.size)
+    return COUNT.pack(size) + os.urandom(size - COUNT.size)
+
+
+def plain_handler(record_bytes: int) -> grpc.GenericRpcHandler:
+    """Raw-bytes Stream and Publish (no serializers: requests and answers are bytes)."""
+    record = plain_record(record_bytes)
+    blobs: dict[int, bytes] = {}
+
+    async def stream(request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in request_iterator:
+            count = max(1, COUNT.unpack_from(request)[0])
+            blob = blobs.get(count)
+            if blob is None:
+                blob = blobs[count] = record * count
+            yield blob
+
+    async def publish(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return bytes(8 * COUNT.unpack_from(request)[0])
+
+    return grpc.method_handlers_generic_handler(PLAIN_SERVICE, {
+        "Stream": grpc.stream_stream_rpc_method_handler(stream),
+        "Publish": grpc.unary_unary_rpc_method_handler(publish),
+    })
+
+
+async def _tcp_writer(record_bytes: int) -> asyncio.Server:
+    blob = plain_record(record_bytes) * max(1, TCP_BLOB_BYTES // max(record_bytes, COUNT.size))
+
+    async def feed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                writer.write(blob)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(feed, "127.0.0.1", 0)
+
+
 async def serve(record_bytes: int) -> None:
     server = rpc.make_server()
     broker_pb2_grpc.add_BrokerServicer_to_server(LimitServicer(record_bytes), server)
+    server.add_generic_rpc_handlers((plain_handler(record_bytes),))
     port = rpc.bind(server, "127.0.0.1", 0)
     await server.start()
+    tcp = await _tcp_writer(record_bytes)
+    print(f"TCP {tcp.sockets[0].getsockname()[1]}", flush=True)
     print(f"READY {port}", flush=True)
     loop = asyncio.get_running_loop()
     # Serve until the parent closes our stdin (or dies): nothing outlives the benchmark.
     await loop.run_in_executor(None, sys.stdin.read)
+    tcp.close()
     await server.stop(0.5)
 
 

@@ -100,8 +100,13 @@ class BrokerCpu:
     thread takes the second reading, so it lines up with the workers' windows), or `finish`
     if that comes first."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, extra_pids: dict[str, int] | None = None) -> None:
         self._procs: dict[str, psutil.Process] = {}
+        for role, pid in (extra_pids or {}).items():  # a peer's server (redis), read the same way
+            try:
+                self._procs[role] = psutil.Process(pid)
+            except psutil.Error:
+                continue
         for role, node_id in BROKER_NODES.items():
             try:
                 pid = cluster.node(node_id).pid

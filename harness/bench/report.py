@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.bench.results import BenchReport, evaluate_targets
+from harness.bench.results import REFERENCE_TITLES, BenchReport, evaluate_targets
 
 MATPLOTLIB_MISSING = ("the benchmark's plot needs matplotlib, which is not installed: "
                       "install the dev (or checker) extra, e.g. `pip install -e '.[dev]'`")
@@ -28,19 +28,31 @@ def require_matplotlib() -> Any:
     return plt
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _range(low: float, high: float) -> str:
+    return f"{low / 1000:,.0f}k-{high / 1000:,.0f}k" if high >= 10_000 else f"{low:,.0f}-{high:,.0f}"
+
+
+RATIO_COLUMNS = (("plain", ("plain-stream", "plain-unary")), ("redis", ("redis-ack", "redis-xadd")),
+                 ("redis noack", ("redis-noack",)), ("tcp", ("tcp",)), ("scan", ("mmap-scan",)))
 
 
 def results_table(report: BenchReport) -> Table:
-    table = Table(title="results (MB/s of message bodies)")
-    for col in ("case", "window", "msgs/s", "MB/s", "of gRPC", "of scan", "errors"):
+    table = Table(title="mqlab (median window; range: slowest-fastest window; ratio: of the same-run reference)")
+    for col in ("case", "window", "msgs/s", "range", "MB/s", *(f"x {name}" for name, _ in RATIO_COLUMNS), "errors"):
         table.add_column(col, justify="left" if col == "case" else "right", no_wrap=col != "case")
     for case in report.results:
         m = case.measured
-        table.add_row(case.label, str(case.window or "-"), f"{m.msgs_per_s:,.0f}", f"{m.mb_per_s:,.1f}",
-                      _pct(report.fraction_of_grpc_limit(case)), _pct(report.fraction_of_scan_limit(case)),
-                      f"[red]{m.errors}[/]" if m.errors else "0")
+        ratios = report.ratios(case)
+        cells = []
+        for _, kinds in RATIO_COLUMNS:
+            found = [ratios[k] for k in kinds if k in ratios]
+            cells.append(_ratio(found[0]) if found else "-")
+        table.add_row(case.label, str(case.window or "-"), f"{m.msgs_per_s:,.0f}", _range(*m.spread),
+                      f"{m.mb_per_s:,.1f}", *cells, f"[red]{m.errors}[/]" if m.errors else "0")
     return table
 
 
@@ -61,22 +73,17 @@ def cpu_table(report: BenchReport) -> Table:
     return table
 
 
-def limits_table(report: BenchReport) -> Table:
-    limits = report.limits
-    table = Table(title=f"same-run limits ({limits.record_bytes}-byte records)")
-    for col in ("limit", "batch", "window", "msgs/s", "MB/s"):
-        table.add_column(col, justify="left" if col == "limit" else "right", no_wrap=col != "limit")
-    for stream in sorted(limits.grpc_stream.values(), key=lambda s: s.batch):
-        m = stream.measured
-        table.add_row("gRPC stream (Pull)", str(stream.batch), str(stream.window), f"{m.msgs_per_s:,.0f}",
-                      f"{m.mb_per_s:,.1f}")
-    for unary in limits.grpc_unary.values():
-        m = unary.measured
-        table.add_row(f"gRPC unary ({unary.mode})", str(unary.batch), str(unary.window), f"{m.msgs_per_s:,.0f}",
-                      f"{m.mb_per_s:,.1f}")
-    if limits.mmap_scan is not None:
-        m = limits.mmap_scan
-        table.add_row("mmap scan (commitlog)", "-", "-", f"{m.msgs_per_s:,.0f}", f"{m.mb_per_s:,.1f}")
+def references_table(report: BenchReport) -> Table:
+    table = Table(title=f"same-run references ({report.record_bytes}-byte records)")
+    for col in ("reference", "batch", "window", "msgs/s", "range", "MB/s", "client us/msg", "server us/msg"):
+        table.add_column(col, justify="left" if col == "reference" else "right", no_wrap=col != "reference")
+    for ref in report.references.values():
+        m = ref.measured
+        cpu = ref.cpu_us_per_msg
+        client = f"{cpu['clients']:,.1f}" if "clients" in cpu else "-"
+        server = f"{cpu['redis']:,.1f}" if "redis" in cpu else "-"
+        table.add_row(f"{ref.kind}: {REFERENCE_TITLES.get(ref.kind, '')}", str(ref.batch or "-"), str(ref.window),
+                      f"{m.msgs_per_s:,.0f}", _range(*m.spread), f"{m.mb_per_s:,.1f}", client, server)
     return table
 
 
@@ -92,31 +99,31 @@ def targets_table(report: BenchReport) -> Table:
 
 
 def write_plot(report: BenchReport, path: Path) -> Path:
-    """A log-scale bar per case, its gRPC limit drawn over it, the mmap scan as a line."""
+    """A log-scale bar per case and per reference (references hatched)."""
     plt = require_matplotlib()
     cases = report.results
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(cases) + 3), 5.5))
+    refs = list(report.references.values())
+    labels = [c.label for c in cases] + [ref.key for ref in refs]
+    rates = [c.measured.msgs_per_s for c in cases] + [ref.measured.msgs_per_s for ref in refs]
+    lows = [c.measured.spread[0] for c in cases] + [ref.measured.spread[0] for ref in refs]
+    highs = [c.measured.spread[1] for c in cases] + [ref.measured.spread[1] for ref in refs]
+    colors = {"pull": "#4C72B0", "pull-loop": "#8172B2", "push": "#55A868", "send": "#C44E52"}
+    fills = [colors.get(c.client, "#4C72B0") for c in cases] + [
+        "#DD8452" if ref.kind.startswith("redis") else "#BBBBBB" for ref in refs]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.45 * len(labels) + 3), 6))
     try:
-        colors = {"pull": "#4C72B0", "push": "#55A868", "send": "#C44E52"}
-        xs = range(len(cases))
-        ax.bar(list(xs), [c.measured.msgs_per_s for c in cases], color=[colors[c.client] for c in cases])
-        labelled = False
-        for x, case in zip(xs, cases, strict=True):
-            limit = report.limits.grpc_limit_for(case)
-            if limit:
-                ax.hlines(limit, x - 0.4, x + 0.4, colors="black", linestyles="--",
-                          label=None if labelled else "bare gRPC limit of the case")
-                labelled = True
-        if report.limits.mmap_scan is not None:
-            ax.axhline(report.limits.mmap_scan.msgs_per_s, color="grey", linestyle=":", label="raw mmap scan")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels([c.label for c in cases], rotation=35, ha="right", fontsize=8)
+        xs = list(range(len(labels)))
+        errors = [[r - lo for r, lo in zip(rates, lows, strict=True)], [hi - r for r, hi in zip(rates, highs, strict=True)]]
+        bars = ax.bar(xs, rates, color=fills, yerr=errors, capsize=2)
+        for bar in list(bars)[len(cases):]:
+            bar.set_hatch("//")
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_yscale("log")
-        ax.set_ylabel("messages / s")
+        ax.set_ylabel("messages / s (median window, bars: slowest-fastest)")
         body = cases[0].body_bytes if cases else 0
-        ax.set_title(f"mqlab bench pull: {body}-byte bodies, {report.machine.get('cpus', '?')} CPUs")
-        if labelled or report.limits.mmap_scan is not None:
-            ax.legend(loc="upper right", fontsize=8)
+        ax.set_title(f"mqlab bench pull: {body}-byte bodies, {report.machine.get('cpus', '?')} CPUs; "
+                     "hatched: same-run references")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

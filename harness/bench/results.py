@@ -1,45 +1,66 @@
-"""The benchmark's numbers: measured cases, same-run limits, fractions, targets, the JSON shape.
+"""The benchmark's numbers: measured cases, same-run references, ratios, targets, the JSON shape.
 
-Pure: no processes, no clock. The runner fills a `BenchReport`; `report_json` renders the
-benchmark's shape (`{"results": [...], "limits": {...}, "machine": {...}}`, plus the run's
-parameters and the target verdicts), and `evaluate_targets` judges it.
+Pure: no processes, no clock. The runner fills a `BenchReport`; `report_json` renders it and
+`evaluate_targets` judges it.
 
-Which limit a case is a fraction of:
-    pull (batch B)      the bare gRPC stream at batch B (same window, one stream message per pull)
-    push                the bare gRPC stream at the push consumer's pull batch (32)
-    send (mode M)       bare gRPC unary calls of mode M's shape, same request bytes: sync one
-                        message per call; batch `send_batch` messages per call; async the
-                        batches send_async coalesces under load (its count and byte caps, 4 in flight)
-A pull or push case is also a fraction of the raw mmap scan of the commitlog.
+A case or reference counts its messages in back-to-back windows; the figure is the **median**
+window (what a user sees most of the time), with the slowest and fastest window as its spread.
+
+Which references a case is a ratio of (all measured in the same run, same body size):
+    consumer cases      (pull, pull-loop, push at pull batch B)
+                        plain-stream bB (a bare grpc server stream of the same record bytes, the
+                        client taking every message as bytes), redis-ack bB (XREADGROUP + XACK),
+                        redis-noack bB (XREADGROUP NOACK), tcp (loopback socket), mmap-scan
+    send cases          (send_batch bB; send_async: its coalesced batch; sync: b1)
+                        plain-unary bB (bare grpc unary calls carrying the same B bodies),
+                        redis-xadd bB (pipelined XADD of B entries)
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PUSH_PULL_BATCH = 32  # PushConsumer's default pull_batch_size (DefaultMQPushConsumer.pullBatchSize)
+PULL_LOOP_BATCH = 32  # the plain PullConsumer.pull loop: max_nums of each call
 
-# The targets (benchmark, not tests)
-PULL_TARGET_FRACTION = {32: 0.5, 1024: 0.7}  # single PullConsumer from the master, of the gRPC limit
+# The targets (benchmark, not tests): (case key, reference key or None, wanted ratio)
 SLAVE_WITHIN_FRACTION = 0.10  # a slave within 10% of the master
-SEND_TARGET_MSGS_PER_S = 50_000.0  # one producer, send_batch or send_async
+ASYNC_OF_BEST_BATCH = 0.8  # send_async with a window, of the best send_batch
 
-DEFAULT_SEND_BATCH = 100  # messages per send_batch call
+DEFAULT_SEND_BATCHES = (32, 1024)  # messages per send_batch call
 # send_async coalesces what is submitted while batches are in flight: a window of 1024 lets
 # the batches grow to the producer's batch cap, where a call's fixed cost is spread thin.
 DEFAULT_SEND_WINDOW = 1024
 
+CONSUMER_CLIENTS = ("pull", "pull-loop", "push")
+CONSUMER_REFERENCES = ("plain-stream", "redis-ack", "redis-noack", "tcp", "mmap-scan")
+SEND_REFERENCES = ("plain-unary", "redis-xadd")
+REFERENCE_TITLES = {
+    "plain-stream": "plain grpc server stream of the record bytes, every message taken as bytes",
+    "plain-unary": "plain grpc unary publish of the same bodies",
+    "grpc-stream": "mqlab's Pull stream shape, canned records, record count only (transport-only)",
+    "tcp": "loopback TCP, one socket, record-sized units",
+    "mmap-scan": "mmap scan of the master's commitlog, each record copied out",
+    "redis-ack": "Redis Streams XREADGROUP + XACK",
+    "redis-noack": "Redis Streams XREADGROUP NOACK",
+    "redis-xadd": "Redis Streams pipelined XADD",
+}
+
 
 @dataclass(frozen=True)
 class Measured:
-    """What a worker (or the sum of a case's workers) counted over its measuring window."""
+    """What a worker (or the sum of a case's workers) counted in its median window, with the
+    slowest and fastest window's rates as its spread (None: a single window)."""
 
     messages: int
     payload_bytes: int
     seconds: float
     errors: int = 0
+    low_msgs_per_s: float | None = None
+    high_msgs_per_s: float | None = None
 
     @property
     def msgs_per_s(self) -> float:
@@ -49,10 +70,19 @@ class Measured:
     def mb_per_s(self) -> float:
         return self.payload_bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(slowest, fastest) window in msgs/s; the figure itself when there was one window."""
+        rate = self.msgs_per_s
+        return (rate if self.low_msgs_per_s is None else self.low_msgs_per_s,
+                rate if self.high_msgs_per_s is None else self.high_msgs_per_s)
 
-def best_window(parts: Iterable[tuple[list[int], float]], body_bytes: int, errors: int = 0) -> Measured:
+
+def median_window(parts: Iterable[tuple[list[int], float]], body_bytes: int, errors: int = 0) -> Measured:
     """Workers that ran side by side, each with its messages per window (windows of the same
-    length, started together): sum the i-th windows across workers and keep the best sum.
+    length, started together): sum the i-th windows across workers and keep the median sum
+    (the lower middle one of an even count, so it is a window that happened), with the
+    slowest and fastest sums as the spread.
 
     Parts whose window lengths differ (one-pass reads, push) cannot be lined up: their
     messages add up over the longest of their durations.
@@ -64,15 +94,21 @@ def best_window(parts: Iterable[tuple[list[int], float]], body_bytes: int, error
     counts = {len(windows) for windows, _ in parts}
     if len(lengths) == 1 and len(counts) == 1:
         sums = [sum(windows[i] for windows, _ in parts) for i in range(counts.pop())]
-        best = max(sums) if sums else 0
-        return Measured(best, best * body_bytes, lengths.pop(), errors)
+        seconds = lengths.pop()
+        if not sums:
+            return Measured(0, 0, seconds, errors)
+        middle = statistics.median_low(sums)
+        low = high = None
+        if len(sums) > 1 and seconds > 0:
+            low, high = min(sums) / seconds, max(sums) / seconds
+        return Measured(middle, middle * body_bytes, seconds, errors, low, high)
     messages = sum(sum(windows) for windows, _ in parts)
     return Measured(messages, messages * body_bytes, max(lengths), errors)
 
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One row of the results table; `client` is pull, push or send."""
+    """One row of the results table; `client` is pull, pull-loop, push or send."""
 
     client: str
     source: str  # master | slave
@@ -80,18 +116,22 @@ class CaseResult:
     body_bytes: int
     consumers: int
     measured: Measured
-    mode: str = ""  # send: sync | batch | async; pull: "" or first-read (one pass, cold); push: ""
+    mode: str = ""  # send: sync | batch | async; pull: "" or first-read (one pass, cold)
     window: int = 0  # pulls (or async sends) in flight per process
     # CPU microseconds per message over the measuring windows, by process ("clients" is the
     # case's worker processes together): where a message's cost is paid.
     cpu_us_per_msg: dict[str, float] = field(default_factory=dict)
+    # send_async: the batch it coalesces into under load (what its references are measured at)
+    reference_batch: int = 0
 
     @property
     def label(self) -> str:
         if self.client == "send":
             return f"send {self.mode} b{self.batch}"
         if self.client == "push":
-            return f"push {self.source}"
+            return f"push {self.source} b{self.batch}"
+        if self.client == "pull-loop":
+            return f"pull loop {self.source} b{self.batch}"
         suffix = f" ({self.mode})" if self.mode else ""
         return f"pull {self.source} b{self.batch} x{self.consumers}{suffix}"
 
@@ -105,61 +145,55 @@ def cpu_per_message(cpu_s_by_process: dict[str, float | None], messages: int) ->
 
 
 @dataclass(frozen=True)
-class StreamLimit:
+class Reference:
+    """A same-run reference: `kind` (see REFERENCE_TITLES) at `batch` (0: none), `window` in flight."""
+
+    kind: str
     batch: int
     window: int
     measured: Measured
+    cpu_us_per_msg: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return reference_key(self.kind, self.batch)
 
 
-@dataclass(frozen=True)
-class UnaryLimit:
-    mode: str  # sync | batch | async
-    batch: int
-    window: int
-    measured: Measured
+def reference_key(kind: str, batch: int = 0) -> str:
+    return f"{kind} b{batch}" if batch else kind
 
 
-@dataclass
-class Limits:
-    grpc_stream: dict[int, StreamLimit] = field(default_factory=dict)  # by batch
-    grpc_unary: dict[str, UnaryLimit] = field(default_factory=dict)  # by send mode
-    mmap_scan: Measured | None = None
-    record_bytes: int = 0  # mean commitlog record size the limits stream
-
-    def grpc_limit_for(self, case: CaseResult) -> float | None:
-        """msgs/s of the gRPC limit `case` is compared with, None if it was not measured."""
-        if case.client == "send":
-            unary = self.grpc_unary.get(case.mode)
-            return unary.measured.msgs_per_s if unary else None
-        batch = PUSH_PULL_BATCH if case.client == "push" else case.batch
-        stream = self.grpc_stream.get(batch)
-        return stream.measured.msgs_per_s if stream else None
-
-    def scan_limit_for(self, case: CaseResult) -> float | None:
-        if case.client == "send" or self.mmap_scan is None:
-            return None
-        return self.mmap_scan.msgs_per_s
-
-
-def fraction(value: float, limit: float | None) -> float | None:
-    if not limit:
-        return None
-    return value / limit
+def case_reference_keys(case: CaseResult) -> dict[str, str]:
+    """The references `case` is a ratio of: {kind: reference key}."""
+    if case.client == "send":
+        batch = case.reference_batch or case.batch
+        return {kind: reference_key(kind, batch) for kind in SEND_REFERENCES}
+    if case.client in CONSUMER_CLIENTS:
+        return {kind: reference_key(kind, case.batch if kind.startswith(("plain", "redis")) else 0)
+                for kind in CONSUMER_REFERENCES}
+    return {}
 
 
 @dataclass
 class BenchReport:
     results: list[CaseResult] = field(default_factory=list)
-    limits: Limits = field(default_factory=Limits)
+    references: dict[str, Reference] = field(default_factory=dict)  # by key
+    record_bytes: int = 0  # mean commitlog record size (what the plain stream carries)
     machine: dict[str, Any] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)  # the parameters the run used
     problems: list[str] = field(default_factory=list)  # cases that failed or counted errors
 
-    def fraction_of_grpc_limit(self, case: CaseResult) -> float | None:
-        return fraction(case.measured.msgs_per_s, self.limits.grpc_limit_for(case))
+    def add_reference(self, ref: Reference) -> None:
+        self.references[ref.key] = ref
 
-    def fraction_of_scan_limit(self, case: CaseResult) -> float | None:
-        return fraction(case.measured.msgs_per_s, self.limits.scan_limit_for(case))
+    def ratios(self, case: CaseResult) -> dict[str, float | None]:
+        """msgs/s of `case` over each of its references' ({kind: ratio}; None: not measured)."""
+        out: dict[str, float | None] = {}
+        for kind, key in case_reference_keys(case).items():
+            ref = self.references.get(key)
+            rate = ref.measured.msgs_per_s if ref is not None else 0.0
+            out[kind] = case.measured.msgs_per_s / rate if rate else None
+        return out
 
     def find(self, client: str, source: str = "master", batch: int | None = None, consumers: int = 1,
              mode: str = "") -> CaseResult | None:
@@ -177,17 +211,30 @@ class TargetVerdict:
     detail: str
 
 
+def _ratio_verdict(report: BenchReport, name: str, case: CaseResult | None, kind: str,
+                   wanted: float) -> TargetVerdict:
+    if case is None:
+        return TargetVerdict(name, None, "case not measured")
+    got = report.ratios(case).get(kind)
+    if got is None:
+        hint = " (add --peers redis)" if kind.startswith("redis") else ""
+        return TargetVerdict(name, None, f"{kind} not measured{hint}")
+    ref = report.references[case_reference_keys(case)[kind]]
+    return TargetVerdict(name, got >= wanted, f"{got:.2f}x ({case.measured.msgs_per_s:,.0f} vs "
+                                              f"{ref.measured.msgs_per_s:,.0f} msgs/s)")
+
+
 def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
-    """The targets against this run's numbers."""
+    """The targets against this run's numbers (1 KiB bodies, one consumer or producer)."""
     verdicts: list[TargetVerdict] = []
-    for batch, wanted in PULL_TARGET_FRACTION.items():
-        name = f"pull master b{batch} x1 >= {wanted:.0%} of gRPC limit"
+    batches = sorted({c.batch for c in report.results if c.client == "pull" and not c.mode}) or [32, 1024]
+    for batch in batches:
         case = report.find("pull", "master", batch)
-        got = report.fraction_of_grpc_limit(case) if case else None
-        if got is None:
-            verdicts.append(TargetVerdict(name, None, "not measured"))
-        else:
-            verdicts.append(TargetVerdict(name, got >= wanted, f"{got:.0%} ({case.measured.msgs_per_s:,.0f} msgs/s)"))
+        verdicts.append(_ratio_verdict(report, f"pull master b{batch} x1 >= 1.0x redis-ack b{batch}",
+                                       case, "redis-ack", 1.0))
+        plain = 0.5 if batch <= 32 else 0.4
+        verdicts.append(_ratio_verdict(report, f"pull master b{batch} x1 >= {plain:.1f}x plain-stream b{batch}",
+                                       case, "plain-stream", plain))
     for case in report.results:
         if case.client != "pull" or case.source != "slave" or case.mode:
             continue
@@ -198,14 +245,24 @@ def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
             continue
         ratio = case.measured.msgs_per_s / master.measured.msgs_per_s
         verdicts.append(TargetVerdict(name, ratio >= 1 - SLAVE_WITHIN_FRACTION, f"{ratio:.0%} of master"))
-    sends = [c for c in report.results if c.client == "send" and c.mode in ("batch", "async")]
-    name = f"one producer, send_batch or send_async >= {SEND_TARGET_MSGS_PER_S:,.0f} msgs/s"
-    if not sends:
+    verdicts.append(_ratio_verdict(report, f"push b{PUSH_PULL_BATCH} >= 1.0x redis-ack b{PUSH_PULL_BATCH}",
+                                   report.find("push", "master"), "redis-ack", 1.0))
+    verdicts.append(_ratio_verdict(report, f"pull loop b{PULL_LOOP_BATCH} >= 0.5x redis-ack b{PULL_LOOP_BATCH}",
+                                   report.find("pull-loop", "master"), "redis-ack", 0.5))
+    batch_sends = [c for c in report.results if c.client == "send" and c.mode == "batch"]
+    for case in batch_sends:
+        verdicts.append(_ratio_verdict(report, f"send_batch b{case.batch} >= 1.0x redis-xadd b{case.batch}",
+                                       case, "redis-xadd", 1.0))
+    name = f"send_async >= {ASYNC_OF_BEST_BATCH:.1f}x the best send_batch"
+    async_case = report.find("send", mode="async")
+    if async_case is None or not batch_sends:
         verdicts.append(TargetVerdict(name, None, "not measured"))
     else:
-        best = max(sends, key=lambda c: c.measured.msgs_per_s)
-        verdicts.append(TargetVerdict(name, best.measured.msgs_per_s >= SEND_TARGET_MSGS_PER_S,
-                                      f"best {best.label}: {best.measured.msgs_per_s:,.0f} msgs/s"))
+        best = max(batch_sends, key=lambda c: c.measured.msgs_per_s)
+        ratio = async_case.measured.msgs_per_s / best.measured.msgs_per_s if best.measured.msgs_per_s else 0.0
+        verdicts.append(TargetVerdict(name, ratio >= ASYNC_OF_BEST_BATCH,
+                                      f"{ratio:.2f}x ({async_case.measured.msgs_per_s:,.0f} vs {best.label} "
+                                      f"{best.measured.msgs_per_s:,.0f} msgs/s)"))
     return verdicts
 
 
@@ -214,43 +271,34 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
 
 
 def _measured_json(m: Measured) -> dict[str, Any]:
-    return {"msgs_per_s": round(m.msgs_per_s, 1), "mb_per_s": round(m.mb_per_s, 3), "messages": m.messages,
-            "seconds": round(m.seconds, 3)}
+    low, high = m.spread
+    return {"msgs_per_s": round(m.msgs_per_s, 1), "msgs_per_s_min": round(low, 1), "msgs_per_s_max": round(high, 1),
+            "mb_per_s": round(m.mb_per_s, 3), "messages": m.messages, "seconds": round(m.seconds, 3),
+            "errors": m.errors}
 
 
 def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
-    """One entry of "results": the documented keys first, then what tells the rows apart."""
+    """One entry of "results": what tells the rows apart, the median and spread, the ratios."""
     return {
         "client": case.client,
         "source": case.source,
         "batch": case.batch,
         "body_bytes": case.body_bytes,
         "consumers": case.consumers,
-        "msgs_per_s": round(case.measured.msgs_per_s, 1),
-        "mb_per_s": round(case.measured.mb_per_s, 3),
-        "fraction_of_grpc_limit": _rounded(report.fraction_of_grpc_limit(case)),
-        "fraction_of_scan_limit": _rounded(report.fraction_of_scan_limit(case)),
+        **_measured_json(case.measured),
+        "ratios": {kind: _rounded(value) for kind, value in report.ratios(case).items()},
         "mode": case.mode or case.client,
         "window": case.window,
-        "messages": case.measured.messages,
-        "seconds": round(case.measured.seconds, 3),
-        "errors": case.measured.errors,
         "cpu_us_per_msg": dict(case.cpu_us_per_msg),
     }
 
 
 def report_json(report: BenchReport) -> dict[str, Any]:
-    limits = report.limits
     return {
         "results": [result_json(report, case) for case in report.results],
-        "limits": {
-            "grpc_stream": [{"batch": s.batch, "window": s.window, **_measured_json(s.measured)}
-                            for s in sorted(limits.grpc_stream.values(), key=lambda s: s.batch)],
-            "grpc_unary": [{"mode": u.mode, "batch": u.batch, "window": u.window, **_measured_json(u.measured)}
-                           for u in limits.grpc_unary.values()],
-            "mmap_scan": _measured_json(limits.mmap_scan) if limits.mmap_scan else None,
-            "record_bytes": limits.record_bytes,
-        },
+        "references": [{"kind": ref.kind, "batch": ref.batch, "window": ref.window, **_measured_json(ref.measured),
+                        "cpu_us_per_msg": dict(ref.cpu_us_per_msg)} for ref in report.references.values()],
+        "record_bytes": report.record_bytes,
         "machine": dict(report.machine),
         "run": dict(report.run),
         "targets": [asdict(v) for v in evaluate_targets(report)],

@@ -1,31 +1,24 @@
 """One benchmark client process: `python -m harness.bench.worker '<job json>'`.
 
 Every measured client runs in a process of its own, as a real consumer or producer would, so
-the benchmark process's own work never competes with it for the GIL. Roles:
+the benchmark process's own work never competes with it for the GIL. Every consumer role
+reads each message it gets as an application would (`read_messages`: body, topic, queue
+offset, properties). Roles:
 
     pull         PullConsumer.pull_async over its queues, `window` pulls in flight
-    push         PushConsumer with a no-op listener, from the first offset
+    pull-loop    a plain loop of PullConsumer.pull(mq, offset, max_nums=batch), one call at a time
+    push         PushConsumer (concurrently) with a listener that reads each message
     send         one Producer: `sync` (send), `batch` (send_batch), `async` (send_async, window)
-    grpc-stream  the limit: bare grpc.aio Pull stream against the limits server
-    grpc-unary   the limit: bare grpc.aio SendMessage calls against the limits server
+    the references (plain-stream, plain-unary, tcp, redis-pull, redis-xadd, grpc-stream,
+    grpc-unary): `harness.bench.ref_workers`
 
-Protocol on stdout: `READY` once set up (client started, routes and streams warm), then the
-worker waits for `GO` on stdin, counts what completes in `windows` back-to-back windows of
-`seconds` each, prints `RESULT {json}` and exits. Windows start at GO, so the windows of
-workers started together line up and the benchmark can sum them (and keep the best one: the
-machine is shared, and a window that lost the CPU to something else measures that). Any
-failure prints `ERROR <text>` and exits 1. If stdin closes early (the benchmark died or gave
-up), the worker exits at once, so none outlives a run.
+The line protocol and the windows: `harness.bench.worker_protocol`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures as cf
-import ctypes
 import json
-import os
-import signal
 import sys
 import threading
 import time
@@ -33,76 +26,25 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from nodes.client.rpc.send_wire import Outgoing, build_request
+from harness.bench import ref_workers
+from harness.bench.worker_protocol import Windows, await_go, die_with_parent, emit
+from harness.bench.worker_protocol import result as worker_result
 from nodes.common import constants as c
-from nodes.common import rpc
 from nodes.common.config import Timing
 from nodes.common.types import Message, MessageQueue, PullStatus, SendStatus
-from proto import broker_pb2, broker_pb2_grpc
 
-_PR_SET_PDEATHSIG = 1
+__all__ = ["PullLoop", "Windows", "main", "read_messages"]
+
 WARM_UP_TIMEOUT_S = 30.0  # a loaded machine may take a while to connect
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the benchmark process dies, whatever kills it."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: the stdin watchdog below still ends us
-
-
-def _emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def _await_go() -> None:
-    """Block until the benchmark says GO; exit if it closes stdin instead. Afterwards a
-    watchdog thread ends the process as soon as stdin closes."""
-    line = sys.stdin.readline()
-    if line.strip() != "GO":
-        sys.exit(3)
-
-    def watchdog() -> None:
-        sys.stdin.read()
-        os._exit(3)
-
-    threading.Thread(target=watchdog, name="stdin-watchdog", daemon=True).start()
-
-
-class Windows:
-    """Completions counted into `count` back-to-back windows of `seconds`, from `start`."""
-
-    def __init__(self, start: float, seconds: float, count: int) -> None:
-        self.start = start
-        self.seconds = seconds
-        self.messages = [0] * count
-        self.end = start + seconds * count
-        self._cpu_start_s = time.process_time()
-        self.cpu_s: float | None = None  # this process's CPU (every thread) over the windows
-
-    def close(self) -> None:
-        """The windows are over: take the process's CPU time spent in them."""
-        if self.cpu_s is None:
-            self.cpu_s = time.process_time() - self._cpu_start_s
-
-    @classmethod
-    def from_now(cls, job: dict[str, Any]) -> Windows:
-        return cls(time.monotonic(), job["seconds"], job.get("windows", 1))
-
-    def is_open(self) -> bool:
-        return time.monotonic() < self.end
-
-    def add(self, count: int) -> None:
-        index = int((time.monotonic() - self.start) / self.seconds)
-        if 0 <= index < len(self.messages):
-            self.messages[index] += count
-
-
-def _result(windows: list[int], window_seconds: float, errors: int = 0, *, cpu_s: float | None = None,
-            **extra: Any) -> dict[str, Any]:
-    return {"windows": windows, "window_seconds": window_seconds, "errors": errors, "cpu_s": cpu_s, **extra}
+def read_messages(messages: Any) -> int:
+    """What an application does with each message it consumes: look at its body, topic, queue
+    offset and properties. Returns a number built from them, so nothing is skipped."""
+    touched = 0
+    for msg in messages:
+        touched += len(msg.body) + len(msg.topic) + msg.queue_offset + len(msg.properties)
+    return touched
 
 
 # ---- pull -------------------------------------------------------------------------------
@@ -130,6 +72,7 @@ class PullLoop:
         self._inflight: dict[cf.Future[Any], tuple[MessageQueue, int, int]] = {}
         self._turn = 0
         self.messages = 0
+        self.touched = 0
         self.windows: Windows | None = None
         self.errors = 0
         self.error_samples: list[str] = []
@@ -169,7 +112,11 @@ class PullLoop:
                 self.error_samples.append(f"{type(exc).__name__}: {exc}")
             self._gaps[mq].append((offset, count))
             return
-        got = len(result.messages) if result.status is PullStatus.FOUND else 0
+        got = 0
+        if result.status is PullStatus.FOUND:
+            messages = result.messages
+            self.touched += read_messages(messages)
+            got = len(messages)
         self.messages += got
         if self.windows is not None:
             self.windows.add(got)
@@ -213,16 +160,53 @@ def run_pull(job: dict[str, Any]) -> dict[str, Any]:
                 raise RuntimeError(f"pulled a {len(result.messages[0].body)}-byte body, expected {job['body_bytes']}")
         one_pass = job.get("one_pass", False)
         loop = PullLoop(consumer.pull_async, ends, job["batch"], job["window"], one_pass=one_pass)
-        _emit("READY")
-        _await_go()
+        emit("READY")
+        await_go()
         windows = Windows.from_now(job)
         end = loop.run(windows)
         windows.close()
         if one_pass:  # the rate of the pass itself, however long it took
-            return _result([loop.messages], end - windows.start, loop.errors, cpu_s=windows.cpu_s,
+            return worker_result([loop.messages], end - windows.start, loop.errors, cpu_s=windows.cpu_s,
                            error_samples=loop.error_samples)
-        return _result(windows.messages, windows.seconds, loop.errors, cpu_s=windows.cpu_s,
+        return worker_result(windows.messages, windows.seconds, loop.errors, cpu_s=windows.cpu_s,
                        error_samples=loop.error_samples)
+    finally:
+        consumer.shutdown()
+
+
+def run_pull_loop(job: dict[str, Any]) -> dict[str, Any]:
+    """RocketMQ's pull consumer as applications use it: one `pull` at a time, round robin over
+    the queues, each from where the last answer said to go on (wrapping to 0 at the end)."""
+    from nodes.client import PullConsumer
+
+    consumer = PullConsumer(job["namesrv"], job["group"], timing=Timing(**job["timing"]))
+    consumer.start()
+    try:
+        queues = [mq for mq in consumer.fetch_queues(job["topic"]) if consumer.max_offset(mq) > 0]
+        if not queues:
+            raise RuntimeError("every queue is empty: nothing to pull")
+        offsets = dict.fromkeys(queues, 0)
+        batch, touched, errors = job["batch"], 0, 0
+        consumer.pull(queues[0], 0, 1)  # warm up: routes and the stream
+        emit("READY")
+        await_go()
+        windows = Windows.from_now(job)
+        turn = 0
+        while windows.is_open():
+            mq = queues[turn % len(queues)]
+            turn += 1
+            pulled = consumer.pull(mq, offsets[mq], batch)
+            if pulled.status is PullStatus.FOUND:
+                touched += read_messages(pulled.messages)
+                windows.add(len(pulled.messages))
+                offsets[mq] = pulled.next_begin_offset
+            elif pulled.status is PullStatus.NO_NEW_MSG:
+                offsets[mq] = 0  # the next pass over this queue
+            else:
+                errors += 1
+                offsets[mq] = 0
+        windows.close()
+        return worker_result(windows.messages, windows.seconds, errors, cpu_s=windows.cpu_s, touched=touched)
     finally:
         consumer.shutdown()
 
@@ -239,6 +223,7 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
     expected = job["expected"]
 
     def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        read_messages(msgs)
         now = time.monotonic()
         with lock:
             if not seen["messages"]:
@@ -253,8 +238,8 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
                             timing=Timing(**job["timing"]), pull_batch_size=job["batch"])
     consumer.subscribe(job["topic"])
     consumer.register_listener(listener)
-    _emit("READY")
-    _await_go()
+    emit("READY")
+    await_go()
     start = time.monotonic()
     cpu_start_s = time.process_time()
     consumer.start()
@@ -266,9 +251,9 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
             messages, first, last = seen["messages"], seen["first"], seen["last"]
         consumer.shutdown()
     if not messages:
-        return _result([0], time.monotonic() - start, 1, error_samples=["no message arrived"])
+        return worker_result([0], time.monotonic() - start, 1, error_samples=["no message arrived"])
     # From the first delivery to the last: rebalance and start-up are not consumption.
-    return _result([messages], last - first, 0, cpu_s=cpu_s, started_after_s=first - start)
+    return worker_result([messages], last - first, 0, cpu_s=cpu_s, started_after_s=first - start)
 
 
 # ---- send -------------------------------------------------------------------------------
@@ -308,8 +293,8 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
 
     try:
         producer.send(Message(topic, body))  # warm up: route, channel
-        _emit("READY")
-        _await_go()
+        emit("READY")
+        await_go()
         windows = Windows.from_now(job)
         pending: list[cf.Future[Any]] = []
         while windows.is_open():
@@ -331,114 +316,33 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         producer.shutdown()
     assert windows is not None
-    return _result(windows.messages, windows.seconds, counts["errors"], cpu_s=windows.cpu_s, error_samples=samples)
-
-
-# ---- the limits' clients --------------------------------------------------------------------
-
-class _Feed:
-    """Request iterator for a bare stream call: yields what was put, one message each."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    def __aiter__(self) -> _Feed:
-        return self
-
-    async def __anext__(self) -> Any:
-        item = await self.queue.get()
-        if item is None:
-            raise StopAsyncIteration
-        return item
-
-
-async def _stream_limit(job: dict[str, Any]) -> dict[str, Any]:
-    batch, window = job["batch"], job["window"]
-    channel = rpc.make_channel(job["addr"])
-    try:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        feed = _Feed()
-        call = stub.Pull(feed, wait_for_ready=True)
-        ids = iter(range(1, 1 << 62))
-
-        def request() -> broker_pb2.PullRequest:
-            return broker_pb2.PullRequest(request_id=next(ids), consumer_group="bench", topic="BenchLimit",
-                                          queue_id=0, queue_offset=0, max_msg_nums=batch, has_subscription=True,
-                                          subscription_expression="*")
-
-        feed.queue.put_nowait(request())  # warm up: the connection and the server's blob
-        await call.read()
-        _emit("READY")
-        await asyncio.get_running_loop().run_in_executor(None, _await_go)
-        windows = Windows.from_now(job)
-        for _ in range(window):
-            feed.queue.put_nowait(request())
-        inflight = window
-        while inflight:
-            resp = await call.read()
-            inflight -= 1
-            windows.add(resp.record_count)
-            if windows.is_open():
-                feed.queue.put_nowait(request())
-                inflight += 1
-        feed.queue.put_nowait(None)
-        call.cancel()
-        return _result(windows.messages, windows.seconds)
-    finally:
-        await channel.close()
-
-
-async def _unary_limit(job: dict[str, Any]) -> dict[str, Any]:
-    mode, batch, window = job["mode"], job["batch"], job["window"]
-    channel = rpc.make_channel(job["addr"])
-    try:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        # The bytes a Producer sends: the same request shape (a batch body for several), a
-        # unique id per message.
-        msg = Message("BenchLimit", b"b" * job["body_bytes"], properties={c.PROPERTY_UNIQ_KEY: "0" * 32})
-        out = Outgoing(msg.body, msg.flag, msg.all_properties(), int(time.time() * 1000))
-        request = build_request([out] * batch, producer_group="bench", topic="BenchLimit", queue_id=0,
-                                born_host="127.0.0.1:0")
-        await stub.SendMessage(request, wait_for_ready=True, timeout=WARM_UP_TIMEOUT_S)  # warm up
-        _emit("READY")
-        await asyncio.get_running_loop().run_in_executor(None, _await_go)
-        windows = Windows.from_now(job)
-
-        async def caller() -> None:
-            while windows.is_open():
-                await stub.SendMessage(request)
-                windows.add(batch)
-
-        await asyncio.gather(*(caller() for _ in range(window if mode == "async" else 1)))
-        return _result(windows.messages, windows.seconds)
-    finally:
-        await channel.close()
+    return worker_result(windows.messages, windows.seconds, counts["errors"], cpu_s=windows.cpu_s, error_samples=samples)
 
 
 ROLES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "pull": run_pull,
     "push": run_push,
     "send": run_send,
-    "grpc-stream": lambda job: asyncio.run(_stream_limit(job)),
-    "grpc-unary": lambda job: asyncio.run(_unary_limit(job)),
+    "pull-loop": run_pull_loop,
+    **ref_workers.ROLES,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    _die_with_parent()
+    die_with_parent()
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        _emit("ERROR usage: python -m harness.bench.worker '<job json>'")
+        emit("ERROR usage: python -m harness.bench.worker '<job json>'")
         return 2
     try:
         job = json.loads(args[0])
-        result = ROLES[job["role"]](job)
+        outcome = ROLES[job["role"]](job)
     except SystemExit:
         raise
     except BaseException as exc:
-        _emit(f"ERROR {type(exc).__name__}: {exc}".replace("\n", " "))
+        emit(f"ERROR {type(exc).__name__}: {exc}".replace("\n", " "))
         return 1
-    _emit("RESULT " + json.dumps(result))
+    emit("RESULT " + json.dumps(outcome))
     return 0
 
 

@@ -38,6 +38,7 @@ from nodes.store import message_batch
 from nodes.store.message_batch import MalformedBatchError
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore
+from nodes.store.record_batch import scan_batch_body
 
 log = logging.getLogger(__name__)
 
@@ -126,21 +127,30 @@ class SendProcessor:
             return _reply(ResponseCode.NO_PERMISSION, f"broker {self._config.broker_name} is not writable")
         if refusal := validation.send_refusal(req.topic, len(req.messages), req.batch_body):
             return _reply(*refusal)
-        try:
-            messages = _messages_of(req)
-        except MalformedBatchError as exc:
-            return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if not messages:
-            return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
-        if refusal := validation.properties_refusal(messages):
-            return _reply(*refusal)
         body_bytes_max = self._config.store.message_body_bytes_max
-        for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
-            if not body:
-                return _reply(ResponseCode.MESSAGE_ILLEGAL, f"message {i} has an empty body")
-            if len(body) > body_bytes_max:
-                return _reply(ResponseCode.MESSAGE_ILLEGAL,
-                              f"message {i} body is {len(body)} bytes, over the {body_bytes_max}-byte limit")
+        # A plain batch body (the common batch) is written as records straight from its bytes;
+        # anything else (a retry or schedule topic, a delay level, odd properties, a bad entry)
+        # is decoded into messages, which also finds what to answer about it.
+        scanned = None
+        if (req.batch_body and not req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
+                and req.topic != c.SCHEDULE_TOPIC):
+            scanned = scan_batch_body(req.batch_body, body_bytes_max)
+        messages: Sequence[IncomingMessage] = ()
+        if scanned is None:
+            try:
+                messages = _messages_of(req)
+            except MalformedBatchError as exc:
+                return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if not messages:
+                return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
+            if refusal := validation.properties_refusal(messages):
+                return _reply(*refusal)
+            for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
+                if not body:
+                    return _reply(ResponseCode.MESSAGE_ILLEGAL, f"message {i} has an empty body")
+                if len(body) > body_bytes_max:
+                    return _reply(ResponseCode.MESSAGE_ILLEGAL,
+                                  f"message {i} body is {len(body)} bytes, over the {body_bytes_max}-byte limit")
 
         topic = self.topics.get(req.topic)
         if topic is None:
@@ -158,6 +168,26 @@ class SendProcessor:
             return _reply(ResponseCode.SYSTEM_ERROR,
                           f"queue id {req.queue_id} is outside [0, {topic.write_queue_nums}) of {req.topic}")
 
+        if scanned is not None:
+            result = self._store.put_scanned(scanned, topic=req.topic, queue_id=req.queue_id,
+                                             born_timestamp_ms=req.born_timestamp_ms, born_host=req.born_host,
+                                             store_host=self._store_host, sys_flag=req.sys_flag,
+                                             reconsume_times=req.reconsume_times)
+        else:
+            records = self._records(req, messages)
+            if isinstance(records, SendResponse):
+                return records  # the retry route refused it
+            result = self._store.put_messages(records)
+        code = _CODE_BY_PUT_STATUS[result.status]
+        if code != ResponseCode.SUCCESS:
+            return _reply(code, result.remark or result.status.name)
+        appended = result.appended
+        last = appended[-1]
+        self.last_put_end_offset = last.phys_offset + last.size
+        return SendResponse(code, queue_id=req.queue_id, appended=appended, compact=bool(req.batch_body))
+
+    def _records(self, req: SendRequest, messages: Sequence[IncomingMessage]) -> list[MessageToStore] | SendResponse:
+        """The store input for decoded messages (a retry topic routed as handleRetryAndDLQ does)."""
         store_topic, store_queue_id, reconsume_times = req.topic, req.queue_id, req.reconsume_times
         dropped: tuple[str, ...] = ()  # properties not stored
         if self._groups is not None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
@@ -170,21 +200,12 @@ class SendProcessor:
             store_topic, store_queue_id = route.topic, route.queue_id
             # a dead letter is stored at once, whatever delay level it asked for
             dropped = RETRY_HEADER_PROPERTIES + ((c.PROPERTY_DELAY,) if route.dead_letter else ())
-
         born_host, store_host, sys_flag = req.born_host, self._store_host, req.sys_flag
-        records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
-                                  properties=_without(properties, dropped), born_timestamp_ms=born_ms,
-                                  born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
-                                  sys_flag=sys_flag)
-                   for body, flag, properties, born_ms in messages]
-        result = self._store.put_messages(records)
-        code = _CODE_BY_PUT_STATUS[result.status]
-        if code != ResponseCode.SUCCESS:
-            return _reply(code, result.remark or result.status.name)
-        appended = result.appended
-        last = appended[-1]
-        self.last_put_end_offset = last.phys_offset + last.size
-        return SendResponse(code, queue_id=req.queue_id, appended=appended, compact=bool(req.batch_body))
+        return [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
+                               properties=_without(properties, dropped), born_timestamp_ms=born_ms,
+                               born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
+                               sys_flag=sys_flag)
+                for body, flag, properties, born_ms in messages]
 
 
 class SendHandler:

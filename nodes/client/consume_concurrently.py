@@ -8,8 +8,8 @@ lowest unfinished offset, via `ProcessQueue.remove_messages`), and cleaning mess
 have been consuming too long. Does not pull, route or know how a send-back travels
 (`SendBack` is handed in by the facade).
 
-Threads: the listener runs on the pool (`consume_thread_min` threads; an unbounded queue in
-front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
+Threads: the listener runs on the pool (`ListenerPool`, `consume_thread_min` threads; an
+unbounded queue in front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
 offset store included, stays on the client's event loop: a finished listener call is posted
 back to the loop, so the queue caches need no lock.
 """
@@ -17,7 +17,6 @@ back to the loop, so the queue caches need no lock.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -25,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.client.listener_pool import ListenerPool
 from nodes.client.offset_store import OffsetStore
 from nodes.client.process_queue import (
     CLEAN_EXPIRED_DELAY_LEVEL,
@@ -119,14 +119,16 @@ class ConsumeMessageConcurrentlyService:
         self.resubmit_delay_ms = resubmit_delay_ms
         self.consume_timeout_ms = consume_timeout_ms
         self.stats = ConsumeStats()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=thread_count, thread_name_prefix=f"ConsumeMessageThread_{group}")
+        self._pool = ListenerPool(thread_count, f"ConsumeMessageThread_{group}")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._futures: set[concurrent.futures.Future[None]] = set()
-        self._futures_lock = threading.Lock()
         self._result_tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
+        # Listener answers posted by the pool, drained on the loop by one callback: a burst of
+        # answers costs one loop wake-up (one self-pipe write), not one per listener call.
+        self._answers: list[tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = []
+        self._answers_lock = threading.Lock()
+        self._drain_scheduled = False
 
     def start(self) -> None:
         """Bind to the running loop (call on the client's loop)."""
@@ -138,16 +140,9 @@ class ConsumeMessageConcurrentlyService:
         if self._shutdown:
             return
         batch = self.batch_max_size
+        submit, consume = self._pool.submit, self._consume
         for start in range(0, len(msgs), batch):
-            request = ConsumeRequest(list(msgs[start:start + batch]), pq, mq)
-            fut = self._executor.submit(self._consume, request)
-            with self._futures_lock:
-                self._futures.add(fut)
-            fut.add_done_callback(self._forget_future)
-
-    def _forget_future(self, fut: concurrent.futures.Future[None]) -> None:
-        with self._futures_lock:
-            self._futures.discard(fut)
+            submit(consume, ConsumeRequest(list(msgs[start:start + batch]), pq, mq))
 
     def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
@@ -188,16 +183,39 @@ class ConsumeMessageConcurrentlyService:
             for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
                 with contextlib.suppress(Exception):
                     self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
+        self._post_answer(request, status, ctx)
+
+    def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
+                     ctx: ConsumeConcurrentlyContext) -> None:
+        """Hand a listener's answer to the loop (pool thread); one drain callback per burst."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
+        with self._answers_lock:
+            self._answers.append((request, status, ctx))
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
         try:
-            loop.call_soon_threadsafe(self._on_listener_done, request, status, ctx)
+            loop.call_soon_threadsafe(self._drain_answers)
         except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
             log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
 
+    def _drain_answers(self) -> None:
+        with self._answers_lock:
+            answers, self._answers = self._answers, []
+            self._drain_scheduled = False
+        for request, status, ctx in answers:
+            self._on_listener_done(request, status, ctx)
+
     def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                           ctx: ConsumeConcurrentlyContext) -> None:
+        if resolve_ack_index(status, ctx.ack_index, len(request.msgs)) == len(request.msgs) - 1:
+            # Every message acknowledged: nothing to send back, so nothing to await; settled
+            # here rather than in a task of its own (the common case, once per listener call).
+            self._count_answer(status)
+            self._settle_all_acked(request)
+            return
         task = asyncio.create_task(self._process_consume_result(request, status, ctx),
                                    name=f"consume-result-{request.mq.queue_id}")
         self._result_tasks.add(task)
@@ -209,11 +227,29 @@ class ConsumeMessageConcurrentlyService:
             log.error("processing a consume result failed", exc_info=task.exception())
 
     # --- acting on the answer (loop) ---------------------------------------------------------
+    def _count_answer(self, status: ConsumeConcurrentlyStatus) -> None:
+        self.stats.calls += 1
+        self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+
+    def _settle_all_acked(self, request: ConsumeRequest) -> None:
+        """processConsumeResult when every message was acknowledged (nothing to send back)."""
+        pq, msgs = request.pq, request.msgs
+        if pq.dropped:
+            self.stats.discarded += len(msgs)
+            return  # the queue changed hands: no offset
+        self.stats.ok += len(msgs)
+        self._commit(pq, request.mq, msgs)
+
+    def _commit(self, pq: ProcessQueue, mq: MessageQueue, done: list[MessageExt]) -> None:
+        """Forget `done` from the process queue; commit the lowest unfinished offset."""
+        offset = pq.remove_messages(done, now_ms=self.clock.monotonic_ms())
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update_offset(mq, offset, increase_only=True)
+
     async def _process_consume_result(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                                       ctx: ConsumeConcurrentlyContext) -> None:
         """processConsumeResult: send back the failed part, commit the lowest unfinished offset."""
-        self.stats.calls += 1
-        self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+        self._count_answer(status)
         pq, mq, msgs = request.pq, request.mq, request.msgs
         if pq.dropped:
             self.stats.discarded += len(msgs)
@@ -237,9 +273,7 @@ class ConsumeMessageConcurrentlyService:
         done = [m for m in msgs if all(m is not f for f in back_failed)]
         if back_failed:
             self.submit_consume_request_later(back_failed, pq, mq)
-        offset = pq.remove_messages(done, now_ms=self.clock.monotonic_ms())
-        if offset >= 0 and not pq.dropped:
-            self.offset_store.update_offset(mq, offset, increase_only=True)
+        self._commit(pq, mq, done)
 
     async def clean_expired_messages(self, process_queues: Mapping[MessageQueue, ProcessQueue]) -> None:
         """cleanExpireMsg: send back heads that have been consuming too long, then forget them."""
@@ -257,8 +291,7 @@ class ConsumeMessageConcurrentlyService:
     # --- shutdown (loop) ---------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        with self._futures_lock:
-            return len(self._futures)
+        return self._pool.unfinished
 
     async def shutdown(self, await_termination_ms: int) -> None:
         """Stop taking work; let running listener calls finish for up to `await_termination_ms`.
@@ -270,14 +303,11 @@ class ConsumeMessageConcurrentlyService:
         for handle in list(self._later):
             handle.cancel()
         self._later.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        with self._futures_lock:
-            pending = [asyncio.wrap_future(f) for f in self._futures if not f.done()]
-        if pending and await_termination_ms > 0:
-            _, still = await asyncio.wait(pending, timeout=await_termination_ms / 1000)
-            if still:
-                log.warning("%s: %d listener calls still running after %d ms; their results are dropped",
-                            self.group, len(still), await_termination_ms)
+        self._pool.shutdown()
+        if (self._pool.unfinished > 0 and await_termination_ms > 0
+                and not await asyncio.to_thread(self._pool.wait_finished, await_termination_ms / 1000)):
+            log.warning("%s: %d listener calls still running after %d ms; their results are dropped",
+                        self.group, self._pool.unfinished, await_termination_ms)
         await asyncio.sleep(0)  # let results posted by finished calls start their processing
         if self._result_tasks:
             await asyncio.gather(*list(self._result_tasks), return_exceptions=True)

@@ -69,6 +69,17 @@ def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY
     """DefaultMQProducer#batch checks; returns the batch's topic.
 
     Raises:
+        InvalidMessageError: as `checked_batch`.
+    """
+    return checked_batch(msgs, body_bytes_max)[0]
+
+
+def checked_batch(msgs: Sequence[Message],
+                  body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> tuple[str, list[dict[str, str]]]:
+    """DefaultMQProducer#batch checks; returns the batch's topic and each message's properties
+    as sent (what `validate_message` built while checking them).
+
+    Raises:
         InvalidMessageError: empty batch, mixed topics, a retry topic, a delayed message, a bad
             message, or bodies adding up to more than one message may hold.
     """
@@ -78,13 +89,14 @@ def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY
         raise InvalidMessageError("send_batch got an empty list; a batch needs at least one message")
     topic = msgs[0].topic if isinstance(msgs[0], Message) else None
     total = 0
+    properties: list[dict[str, str]] = []
     for msg in msgs:
         if not isinstance(msg, Message):
             raise InvalidMessageError(f"send_batch takes Message objects, got {type(msg).__name__}")
         if msg.topic != topic:
             raise InvalidMessageError(
                 f"a batch goes to one topic; got {topic!r} and {msg.topic!r}: split it by topic")
-        validate_message(msg, body_bytes_max)
+        properties.append(validate_message(msg, body_bytes_max))
         if msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
             raise InvalidMessageError("retry topics are not supported for batching")
         if msg.properties and msg.properties.get(PROPERTY_DELAY_TIME_LEVEL):
@@ -95,7 +107,7 @@ def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY
         raise InvalidMessageError(
             f"batch bodies add up to {total} bytes, over the {body_bytes_max}-byte limit; split the batch")
     assert topic is not None
-    return topic
+    return topic, properties
 
 
 def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
@@ -221,8 +233,8 @@ class Producer:
 
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send messages of one topic as one request to one queue, all or nothing."""
-        topic = validate_batch(msgs, self.body_bytes_max)
-        prepared = [self._prepare(m, validated=True) for m in msgs]
+        topic, properties = checked_batch(msgs, self.body_bytes_max)
+        prepared = [self._prepare(m, props) for m, props in zip(msgs, properties, strict=True)]
         coro = self._send_default(topic, [out for out, _ in prepared], [uid for _, uid in prepared],
                                   self.retry_times)
         return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
@@ -270,11 +282,13 @@ class Producer:
                                         first_queue=queue, deadline=deadline)
 
     # --- preparation (caller thread) ---------------------------------------------------
-    def _prepare(self, msg: Message, *, validated: bool = False) -> tuple[Outgoing, str]:
-        """Validate, stamp UNIQ_KEY (kept if the message already has one) and encode."""
+    def _prepare(self, msg: Message, checked_properties: dict[str, str] | None = None) -> tuple[Outgoing, str]:
+        """Validate (unless `checked_properties`, what `validate_message` returned for it, are
+        given), stamp UNIQ_KEY (kept if the message already has one) and encode."""
         if not isinstance(msg, Message):
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
-        properties = msg.all_properties() if validated else validate_message(msg, self.body_bytes_max)
+        properties = (checked_properties if checked_properties is not None
+                      else validate_message(msg, self.body_bytes_max))
         if self._ids is None:
             raise ClientStateError("the producer is not started; call start() first")
         if msg.properties is None:

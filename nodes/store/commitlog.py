@@ -80,17 +80,7 @@ class CommitLog:
         """
         blob, sizes = encode_batch(msgs, first_queue_offset=first_queue_offset,
                                    store_timestamp_ms=store_timestamp_ms)
-        total_bytes = len(blob)
-        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > self.segment_bytes:
-            raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
-        mapped = self._files.writable_file()
-        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
-            # The rest of this segment is already zero, so the marker alone closes it.
-            mapped.append(blank_marker(mapped.remaining_bytes))
-            mapped.mark_full()
-            mapped = self._files.writable_file()
-        positions = place_batch(blob, sizes, mapped.wrote_offset)
-        mapped.append(blob)
+        positions = self._place(blob, sizes)
         results = []
         queue_offset = first_queue_offset
         prefixes: dict[tuple[str, int], str] = {}
@@ -103,6 +93,41 @@ class CommitLog:
                                         f"{prefix}{phys_offset:016X}"))
             queue_offset += 1
         return results
+
+    def append_encoded(self, blob: bytearray, sizes: Sequence[int], *, store_host: tuple[str, int],
+                       first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+        """`append` for records already encoded (`record_batch.encode_scanned`), all of one
+        store host.
+
+        Raises:
+            ValueError: the batch cannot fit in one segment.
+        """
+        positions = self._place(blob, sizes)
+        prefix = offset_msg_id_prefix(*store_host)
+        return [AppendResult(phys_offset, size, queue_offset, store_timestamp_ms, f"{prefix}{phys_offset:016X}")
+                for queue_offset, phys_offset, size in zip(range(first_queue_offset, first_queue_offset + len(sizes)),
+                                                           positions, sizes, strict=True)]
+
+    def _place(self, blob: bytearray, sizes: Sequence[int]) -> list[int]:
+        """Put records encoded with every PHYSICALOFFSET zero in one segment (closing the
+        current one with a blank marker if they do not fit), stamp their positions in, copy
+        them in with one write; returns the positions.
+
+        Raises:
+            ValueError: the batch cannot fit in one segment.
+        """
+        total_bytes = len(blob)
+        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > self.segment_bytes:
+            raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
+        mapped = self._files.writable_file()
+        if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
+            # The rest of this segment is already zero, so the marker alone closes it.
+            mapped.append(blank_marker(mapped.remaining_bytes))
+            mapped.mark_full()
+            mapped = self._files.writable_file()
+        positions = place_batch(blob, sizes, mapped.wrote_offset)
+        mapped.append(blob)
+        return positions
 
     def append_bytes(self, phys_offset: int, data: bytes) -> None:
         """Append raw commitlog bytes copied from a master (a replica's write path).

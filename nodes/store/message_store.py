@@ -23,6 +23,7 @@ from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS
 from nodes.store.metadata import MetadataStore
 from nodes.store.read_path import GetResult, GetStatus, StoreReader
 from nodes.store.record import MessageToStore, Record
+from nodes.store.record_batch import ScannedBatch
 from nodes.store.recovery import RecoveryReport
 from nodes.store.store_events import Reporter
 from nodes.store.store_files import StoreFiles
@@ -130,6 +131,15 @@ class MessageStore:
         AppendResult per message, or the reason nothing was stored.
         """
         return self._writer.put_messages(msgs)
+
+    def put_scanned(self, scanned: ScannedBatch, *, topic: str, queue_id: int, born_timestamp_ms: int,
+                    born_host: tuple[str, int], store_host: tuple[str, int], sys_flag: int = 0,
+                    reconsume_times: int = 0) -> PutResult:
+        """`put_messages` for a batch body `record_batch.scan_batch_body` found plain, written
+        straight from its bytes (the same records as its decoded messages would give)."""
+        return self._writer.put_scanned(scanned, topic=topic, queue_id=queue_id, born_timestamp_ms=born_timestamp_ms,
+                                        born_host=born_host, store_host=store_host, sys_flag=sys_flag,
+                                        reconsume_times=reconsume_times)
 
     def append_commitlog(self, phys_offset: int, data: bytes) -> None:
         """Append raw bytes from a master at `phys_offset` (== max_phys_offset), then dispatch.

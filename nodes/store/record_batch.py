@@ -1,8 +1,9 @@
 """The commitlog's write path: a batch of messages encoded into records in one pass, pure.
 
-Owns `encode_batch` (every record of a put in one buffer, topic and hosts encoded once) and
-`place_batch` (writing each record's position into it once the commitlog knows where the
-batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
+Owns `encode_batch` (every record of a put in one buffer, topic and hosts encoded once),
+`scan_batch_body` + `encode_scanned` (a producer's batch body written as those records
+straight from its bytes, without a dict or a `MessageToStore` per message) and `place_batch`
+(writing each record's position into it once the commitlog knows where the batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
 stays the one description of the layout, this module only makes writing it cheap.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nodes.common import constants as c
+from nodes.store.message_batch import ENTRY_BYTES_MIN, ENTRY_HEAD
 from nodes.store.record import (
     HEADER,
     PHYS_OFFSET_FIELD,
@@ -28,6 +31,7 @@ from nodes.store.record import (
     ipv4_bytes,
     offset_msg_id,
     properties_bytes,
+    tag_hash,
 )
 
 _IPV4_BY_HOST: dict[str, bytes] = {}  # dotted host -> packed IPv4; a store sees few distinct hosts
@@ -108,3 +112,112 @@ def place_batch(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list
 def offset_msg_id_prefix(host: str, port: int) -> str:
     """The first 16 hex characters of every offset message id of one store host."""
     return offset_msg_id(host, port, 0)[:16]
+
+
+# --- a producer's batch body written as records without decoding it ------------------------------
+
+# translate() deletes every byte but the two separators, leaving the pattern of a properties text
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
+_TAGS_FIRST = f"{c.PROPERTY_TAGS}\x01".encode()
+_TAGS_LATER = b"\x02" + _TAGS_FIRST
+_RESERVED = c.PROPERTY_RECORD_CRC.encode()
+_DELAY_NAME = f"{c.PROPERTY_DELAY}\x01".encode()
+# a client-set REAL_TOPIC / REAL_QID is validated on the general path (nodes.broker.validation)
+_REAL_NAMES = (f"{c.PROPERTY_REAL_TOPIC}\x01".encode(), f"{c.PROPERTY_REAL_QUEUE_ID}\x01".encode())
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedBatch:
+    """A batch body (RocketMQ's, `message_batch`) whose every entry can become a record straight
+    from its bytes: `entries` = (body start, body length, flag, properties start, properties
+    length, tag code) in `blob`."""
+
+    blob: bytes
+    entries: list[tuple[int, int, int, int, int, int]]
+
+
+def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
+    """The entries of a batch body when each one is plain: framed, a body of 1..`body_bytes_max`
+    bytes, ASCII properties laid out exactly as `properties_bytes` writes them, none reserved
+    for the store, no delay level, within USER_PROPERTIES_BYTES_MAX; the bodies together
+    within `body_bytes_max`. None for anything else: the caller then decodes the batch the
+    general way, which also says what is wrong with it. Pure; no copy of any body.
+
+    Records written from such entries carry the same properties as decoding and re-encoding
+    would give (a name given twice keeps both pairs; readers keep the last, as decoding does).
+    """
+    entries = []
+    head_bytes, entry_min = ENTRY_HEAD.size, ENTRY_BYTES_MIN
+    unpack_head = ENTRY_HEAD.unpack_from
+    props_max = USER_PROPERTIES_BYTES_MAX
+    pos, end, bodies = 0, len(blob), 0
+    while pos < end:
+        if end - pos < entry_min:
+            return None
+        total_size, _magic, _crc, flag, body_len = unpack_head(blob, pos)
+        body_start = pos + head_bytes
+        props_start = body_start + body_len + 2
+        entry_end = pos + total_size
+        if body_len <= 0 or body_len > body_bytes_max or total_size < entry_min + body_len or entry_end > end:
+            return None
+        props_len = entry_end - props_start
+        if ((blob[props_start - 2] << 8) | blob[props_start - 1]) != props_len or props_len > props_max:
+            return None
+        tag_code = 0
+        if props_len:
+            props = blob[props_start:entry_end]
+            separators = props.translate(None, _NOT_SEPARATORS)
+            if (not props.isascii() or props[-1] != 2 or separators != b"\x01\x02" * (len(separators) // 2)
+                    or _RESERVED in props or _DELAY_NAME in props
+                    or _REAL_NAMES[0] in props or _REAL_NAMES[1] in props):
+                return None
+            at = props.rfind(_TAGS_LATER)
+            at = at + len(_TAGS_LATER) if at >= 0 else (len(_TAGS_FIRST) if props.startswith(_TAGS_FIRST) else -1)
+            if at >= 0:
+                tag_code = tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
+        entries.append((body_start, body_len, flag, props_start, props_len, tag_code))
+        bodies += body_len
+        pos = entry_end
+    if not entries or (len(entries) > 1 and bodies > body_bytes_max):
+        return None
+    return ScannedBatch(blob, entries)
+
+
+def encode_scanned(scanned: ScannedBatch, *, topic: str, queue_id: int, first_queue_offset: int,
+                   store_timestamp_ms: int, born_timestamp_ms: int, born_host: tuple[str, int],
+                   store_host: tuple[str, int], sys_flag: int = 0,
+                   reconsume_times: int = 0) -> tuple[bytearray, list[int]]:
+    """`encode_batch` for a scanned batch body: the same record bytes as encoding its decoded
+    messages, with every PHYSICALOFFSET field zero, and the size of each record.
+
+    Raises:
+        ValueError: as `encode_batch` (topic length, IPv6 flags, a host that is not IPv4).
+    """
+    topic_bytes = topic.encode()
+    if not 0 < len(topic_bytes) <= c.TOPIC_NAME_BYTES_MAX:
+        raise ValueError(f"topic must be 1..{c.TOPIC_NAME_BYTES_MAX} bytes, got {len(topic_bytes)}")
+    if sys_flag & (SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6):
+        raise ValueError("IPv6 hosts are not supported (sys_flag has an IPv6 bit set)")
+    topic_part = TOPIC_LEN.pack(len(topic_bytes)) + topic_bytes
+    born_ip, born_port = _ipv4_cached(born_host[0]), born_host[1]
+    store_ip, store_port = _ipv4_cached(store_host[0]), store_host[1]
+    fixed_bytes = HEADER.size + len(topic_part) + PROPS_LEN.size + RECORD_CRC_PROPERTY_BYTES
+    pack_header, pack_props_len = HEADER.pack, PROPS_LEN.pack
+    crc32 = zlib.crc32
+    magic = c.RECORD_MAGIC
+    view = memoryview(scanned.blob)
+    parts: list[bytes | memoryview] = []
+    sizes: list[int] = []
+    queue_offset = first_queue_offset
+    for body_start, body_len, flag, props_start, props_len, _tag_code in scanned.entries:
+        body = view[body_start:body_start + body_len]
+        total_size = fixed_bytes + body_len + props_len
+        header = pack_header(
+            total_size, magic, crc32(body), queue_id, flag, queue_offset, 0, sys_flag, born_timestamp_ms, born_ip,
+            born_port, store_timestamp_ms, store_ip, store_port, reconsume_times, 0, body_len)
+        tail = b"".join((topic_part, pack_props_len(props_len + RECORD_CRC_PROPERTY_BYTES),
+                         view[props_start:props_start + props_len], RECORD_CRC_PREFIX))
+        parts += (header, body, tail, b"%08X\x02" % crc32(tail, crc32(body, crc32(header))))
+        sizes.append(total_size)
+        queue_offset += 1
+    return bytearray().join(parts), sizes

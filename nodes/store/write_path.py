@@ -17,6 +17,7 @@ from nodes.common.clock import Clock
 from nodes.store.commitlog import AppendResult
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
 from nodes.store.record import MessageToStore, PropertiesTooLargeError, tag_hash
+from nodes.store.record_batch import ScannedBatch, encode_scanned
 from nodes.store.store_files import StoreFiles, is_path_safe
 
 # (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
@@ -84,6 +85,47 @@ class StoreWriter:
             end_phys_offset = commitlog.max_phys_offset
             units = [(a.phys_offset, a.size, self._tag_code_of(msg, store_timestamp_ms))
                      for msg, a in zip(msgs, appended, strict=True)]
+            if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
+                                                      first_queue_offset, units, store_timestamp_ms):
+                self._dispatcher.dispatch_until(end_phys_offset)
+            arrivals = self._take_arrivals()
+        self._fire(arrivals)
+        return PutResult(PutStatus.PUT_OK, appended)
+
+    def put_scanned(self, scanned: ScannedBatch, *, topic: str, queue_id: int, born_timestamp_ms: int,
+                    born_host: tuple[str, int], store_host: tuple[str, int], sys_flag: int = 0,
+                    reconsume_times: int = 0) -> PutResult:
+        """`put_messages` for a producer's batch body that `scan_batch_body` found plain: the
+        records are written from its bytes, with the same outcome as putting its decoded messages."""
+        files = self._files
+        if not files.running or files.is_slave:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             remark="the store is a slave" if files.is_slave else "the store is not open")
+        if not is_path_safe(topic) or len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {topic!r} cannot be stored")
+        if queue_id < 0:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"queue id {queue_id} is negative")
+        commitlog = self._commitlog
+        with files.lock:
+            if not files.running:  # closed while this call was on its way in
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is closed")
+            queue = files.consume_queues.get((topic, queue_id))
+            first_queue_offset = queue.max_queue_offset if queue is not None else 0
+            start_phys_offset = commitlog.max_phys_offset
+            store_timestamp_ms = self._clock.wall_ms()
+            try:
+                blob, sizes = encode_scanned(scanned, topic=topic, queue_id=queue_id,
+                                             first_queue_offset=first_queue_offset,
+                                             store_timestamp_ms=store_timestamp_ms,
+                                             born_timestamp_ms=born_timestamp_ms, born_host=born_host,
+                                             store_host=store_host, sys_flag=sys_flag, reconsume_times=reconsume_times)
+                appended = commitlog.append_encoded(blob, sizes, store_host=store_host,
+                                                    first_queue_offset=first_queue_offset,
+                                                    store_timestamp_ms=store_timestamp_ms)
+            except ValueError as exc:  # encoding refused it (host, topic, segment size)
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
+            end_phys_offset = commitlog.max_phys_offset
+            units = [(a.phys_offset, a.size, entry[5]) for a, entry in zip(appended, scanned.entries, strict=True)]
             if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
                                                       first_queue_offset, units, store_timestamp_ms):
                 self._dispatcher.dispatch_until(end_phys_offset)

@@ -18,7 +18,8 @@ from proto import broker_pb2
 
 
 class Outgoing(NamedTuple):
-    """A validated message ready to send (its UNIQ_KEY already among the properties)."""
+    """A validated message ready to send (its UNIQ_KEY already among the properties, which
+    `validate_message` has checked: no separator character, no name reserved for the store)."""
 
     body: bytes
     flag: int
@@ -40,9 +41,8 @@ def build_request(outs: Sequence[Outgoing], **fields: object) -> broker_pb2.Send
         return broker_pb2.SendMessageRequest(
             messages=[broker_pb2.OutgoingMessage(body=bytes(out.body), flag=out.flag, properties=out.properties,
                                                  born_timestamp_ms=out.born_timestamp_ms)], **fields)
-    encode = message_batch.encode_entry
-    try:
-        batch_body = b"".join([encode(out.body, out.flag, out.properties) for out in outs])
+    try:  # the producer checked every message's properties (validate_message)
+        batch_body = message_batch.encode_checked([(out.body, out.flag, out.properties) for out in outs])
     except ValueError as exc:
         raise InvalidMessageError(f"a message of the batch cannot be sent: {exc}") from None
     return broker_pb2.SendMessageRequest(batch_body=batch_body, born_timestamp_ms=outs[0].born_timestamp_ms,

@@ -300,3 +300,56 @@ def test_shutdown_waits_for_running_calls_and_cancels_queued_ones():
     asyncio.run(run())
     assert calls == ["id0"]  # the two queued calls never ran
     assert h.store.memory[MQ] == 1 and h.pq.offsets() == [1, 2]
+
+
+def test_a_burst_of_answers_is_drained_by_one_loop_wakeup_and_commits_every_offset():
+    """Answers posted by the pool while a drain is pending ride on it: one loop callback settles
+    them all, each fully acknowledged call without a task of its own."""
+    h = Harness(6)
+    wakeups: list[int] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        h.service.start()
+        real = loop.call_soon_threadsafe
+
+        def counting(callback, *args):
+            wakeups.append(1)
+            return real(callback, *args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        try:
+            # Post from a thread while the loop is blocked here: all six pile up behind one wake-up.
+            def post_all() -> None:
+                for m in h.msgs:
+                    h.service._post_answer(ConsumeRequest([m], h.pq, MQ), OK, ConsumeConcurrentlyContext(MQ))
+
+            worker = threading.Thread(target=post_all)
+            worker.start()
+            worker.join()
+            assert h.service._result_tasks == set()
+            await asyncio.sleep(0.01)
+        finally:
+            loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+        assert h.service._result_tasks == set()  # nothing to send back: settled in the callback
+
+    asyncio.run(run())
+    assert len(wakeups) == 1
+    assert h.store.memory[MQ] == 6 and h.pq.msg_count == 0
+    assert (h.service.stats.calls, h.service.stats.ok) == (6, 6)
+
+
+def test_a_partly_failed_answer_still_sends_back_its_tail_after_the_drain():
+    h = Harness(3, batch=3)
+
+    async def run() -> None:
+        h.service.start()
+        threading.Thread(target=h.service._post_answer,
+                         args=(ConsumeRequest(h.msgs, h.pq, MQ), OK, ConsumeConcurrentlyContext(MQ, 0))).start()
+        for _ in range(200):
+            if h.sent_back and not h.service._result_tasks:
+                break
+            await asyncio.sleep(0.005)
+
+    asyncio.run(run())
+    assert [s[0] for s in h.sent_back] == ["id1", "id2"] and h.store.memory[MQ] == 3

@@ -11,7 +11,8 @@ from harness.bench import report as bench_report
 from harness.bench.runner import BenchConfig
 
 OPTIONS = ["--messages", "--body-bytes", "--queues", "--batches", "--consumers", "--quick", "--json", "--plot",
-           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc", "--send-batch", "--send-window"]
+           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc", "--send-batch", "--send-window", "--peers", "--check",
+           "--keep-store"]
 
 
 @pytest.fixture
@@ -63,14 +64,61 @@ def test_quick_is_the_documented_matrix():
     assert quick.measuring_seconds <= 3.0
 
 
-def test_send_async_is_measured_against_the_batches_it_coalesces_into():
-    from harness.bench.runner import _send_shape, _unary_limit_shape
+def test_send_async_is_compared_with_the_batches_it_coalesces_into():
+    from harness.bench.stages import async_batch
     from nodes.common import constants as c
 
-    config = BenchConfig(send_batch=50, send_window=1024)
-    assert _send_shape(config, "async") == (1, 1024)  # one message per send_async call, 1024 in the window
-    assert _unary_limit_shape(config, "async") == (c.SEND_ASYNC_BATCH_BYTES_MAX // 1024, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
-    big = BenchConfig(body_bytes=64 * 1024, send_batch=10, send_window=1024)
-    assert _unary_limit_shape(big, "async") == (c.SEND_ASYNC_BATCH_BYTES_MAX // (64 * 1024), c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
-    assert _unary_limit_shape(BenchConfig(send_window=16), "async") == (16, c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX)
-    assert _unary_limit_shape(config, "batch") == (50, 1) and _unary_limit_shape(config, "sync") == (1, 1)
+    assert async_batch(1024, 1024) == c.SEND_ASYNC_BATCH_BYTES_MAX // 1024
+    assert async_batch(64 * 1024, 1024) == c.SEND_ASYNC_BATCH_BYTES_MAX // (64 * 1024)
+    assert async_batch(1024, 16) == 16
+
+
+def test_unknown_peer_and_missing_redis_server_exit_2_saying_how_to_install(runner, monkeypatch):
+    result = runner.invoke(cli.app, ["bench", "pull", "--peers", "kafka"])
+    assert result.exit_code == 2 and "--peers takes redis" in result.output
+    import shutil
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "redis-server" else real_which(name))
+    result = runner.invoke(cli.app, ["bench", "pull", "--peers", "redis"])
+    assert result.exit_code == 2
+    assert "redis-server" in result.output and "apt-get install -y redis-server" in result.output
+
+
+def test_send_batch_takes_a_list():
+    assert BenchConfig().send_batches == (32, 1024)
+    result = CliRunner().invoke(cli.app, ["bench", "pull", "--send-batch", "0"])
+    assert result.exit_code == 2 and "positive integers" in result.output
+
+
+def test_check_exits_1_naming_each_target_missed_and_without_it_the_run_exits_0(runner, monkeypatch, tmp_path):
+    from harness.bench import cli as bench_cli
+    from harness.bench.results import BenchReport, CaseResult, Measured, Reference
+
+    def fake_run(config, hooks):
+        report = BenchReport(run={"run_dir": str(tmp_path)}, machine={"cpus": 2})
+        report.results.append(CaseResult("pull", "master", 32, 1024, 1, Measured(1_000, 0, 1.0)))
+        report.add_reference(Reference("redis-ack", 32, 1, Measured(50_000, 0, 1.0)))
+        return report
+
+    monkeypatch.setattr(bench_cli, "run_bench", fake_run)
+    checked = runner.invoke(cli.app, ["bench", "pull", "--check", "--batches", "32"])
+    assert checked.exit_code == 1, checked.output
+    assert "target missed: pull master b32 x1 >= 1.0x redis-ack b32: 0.02x" in checked.output
+    assert "target not judged: pull master b32 x1 >= 0.5x plain-stream b32" in checked.output
+    assert (tmp_path / "bench-pull.json").exists() and (tmp_path / "bench-pull.png").exists()
+    unchecked = runner.invoke(cli.app, ["bench", "pull", "--batches", "32"])
+    assert unchecked.exit_code == 0, unchecked.output
+
+
+def test_a_run_leaves_its_results_logs_and_configs_but_not_the_brokers_stores(tmp_path):
+    from harness.bench.runner import _delete_stores
+
+    for node in ("broker-a-0", "broker-a-1", "namesrv-0"):
+        (tmp_path / node / "store" / "commitlog").mkdir(parents=True)
+        (tmp_path / node / "store" / "commitlog" / "00000000000000000000").write_bytes(b"x" * 100)
+        (tmp_path / node / "node.log").write_text("log")
+    (tmp_path / "bench-pull.json").write_text("{}")
+    _delete_stores(tmp_path)
+    assert not list(tmp_path.glob("*/store"))
+    assert len(list(tmp_path.glob("*/node.log"))) == 3 and (tmp_path / "bench-pull.json").exists()

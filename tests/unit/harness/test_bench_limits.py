@@ -44,6 +44,8 @@ def test_limits_server_streams_canned_records_and_answers_sends(limits_server):
 
 
 @pytest.mark.parametrize("job", [
+    {"role": "plain-stream", "batch": 4, "window": 2},
+    {"role": "plain-unary", "batch": 3},
     {"role": "grpc-stream", "batch": 4, "window": 2},
     {"role": "grpc-unary", "mode": "batch", "batch": 3, "window": 1},
     {"role": "grpc-unary", "mode": "async", "batch": 1, "window": 4},
@@ -59,6 +61,36 @@ def test_limit_workers_follow_the_protocol(limits_server, tmp_path, job):
         worker.close()
     assert result["window_seconds"] == 0.2 and len(result["windows"]) == 2 and result["errors"] == 0
     assert all(count > 0 and count % job["batch"] == 0 for count in result["windows"])
+
+
+def test_plain_references_take_every_record_and_frame_every_body(limits_server):
+    from harness.bench.ref_workers import PLAIN_PUBLISH, PLAIN_STREAM, plain_publish_body, take_records
+
+    with grpc.insecure_channel(limits_server) as channel:
+        answers = list(channel.stream_stream(PLAIN_STREAM)(iter([(3).to_bytes(4, "big"), (1).to_bytes(4, "big")]),
+                                                           timeout=10))
+        assert [len(take_records(a)) for a in answers] == [3, 1]
+        assert all(len(r) == 100 and int.from_bytes(r[:4], "big") == 100 for r in take_records(answers[0]))
+        assert len(channel.unary_unary(PLAIN_PUBLISH)(plain_publish_body([b"ab", b"c"]), timeout=10)) == 16
+    assert plain_publish_body([b"ab", b"c"]) == b"\0\0\0\x02" + b"\0\0\0\x02ab" + b"\0\0\0\x01c"
+
+
+def test_tcp_reference_counts_record_sized_units(tmp_path):
+    server = Child([sys.executable, "-m", "harness.bench.limits", "--record-bytes", "100"], "limits", tmp_path)
+    try:
+        tcp_port = int(server.expect("TCP", 30))
+        server.expect("READY", 30)
+        worker = Child(_worker_argv({"role": "tcp", "host": "127.0.0.1", "tcp_port": tcp_port, "record_bytes": 100,
+                                     "seconds": 0.2, "windows": 2}), "worker", tmp_path)
+        try:
+            worker.expect("READY", 30)
+            worker.go()
+            result = json.loads(worker.expect("RESULT", 30))
+        finally:
+            worker.close()
+    finally:
+        server.close()
+    assert len(result["windows"]) == 2 and all(count > 0 for count in result["windows"])
 
 
 def test_a_failing_worker_reports_its_error(tmp_path):
@@ -105,6 +137,7 @@ def test_scan_of_an_empty_directory_says_so(tmp_path):
 # ---- the pull loop ------------------------------------------------------------------------------
 
 MQ0, MQ1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+FAKE_MSG = SimpleNamespace(body=b"xyz", topic="T", queue_offset=5, properties={"a": "1"})
 
 
 class FakeBroker:
@@ -118,7 +151,7 @@ class FakeBroker:
         self.pulls.append((mq.queue_id, offset, count))
         got = count if self.short is None else min(count, self.short)
         fut: cf.Future = cf.Future()
-        fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[None] * got, next_begin_offset=offset + got))
+        fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[FAKE_MSG] * got, next_begin_offset=offset + got))
         return fut
 
 
@@ -128,6 +161,7 @@ def test_pull_loop_one_pass_reads_every_queue_once_with_offsets_ahead_of_answers
                     one_pass=True)
     loop.run(Windows(time.monotonic(), 60.0, 1))
     assert loop.messages == 15
+    assert loop.touched == 15 * (3 + 1 + 5 + 1)  # every message read: body, topic, offset, properties
     assert sorted(broker.pulls) == [(0, 0, 4), (0, 4, 4), (0, 8, 2), (1, 0, 4), (1, 4, 1)]
 
 
@@ -157,7 +191,7 @@ def test_pull_loop_counts_failures_and_pulls_again():
         if len(calls) == 1:
             fut.set_exception(RuntimeError("broker away"))
         else:
-            fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[None] * count,
+            fut.set_result(SimpleNamespace(status=PullStatus.FOUND, messages=[FAKE_MSG] * count,
                                            next_begin_offset=offset + count))
         return fut
 

@@ -1,4 +1,4 @@
-"""The benchmark's numbers: windows, fractions of the same-run limits, targets, the JSON shape."""
+"""The benchmark's numbers: median windows, ratios of the same-run references, targets, the JSON shape."""
 
 from __future__ import annotations
 
@@ -10,110 +10,131 @@ import pytest
 from harness.bench.results import (
     BenchReport,
     CaseResult,
-    Limits,
     Measured,
-    StreamLimit,
-    UnaryLimit,
-    best_window,
+    Reference,
     cpu_per_message,
     evaluate_targets,
+    median_window,
     report_json,
 )
 
-ISSUE_RESULT_KEYS = ("client", "source", "batch", "body_bytes", "consumers", "msgs_per_s", "mb_per_s",
-                     "fraction_of_grpc_limit")
+RESULT_KEYS = ("client", "source", "batch", "body_bytes", "consumers", "msgs_per_s", "msgs_per_s_min",
+               "msgs_per_s_max", "mb_per_s")
 
 
 def pull(source: str, batch: int, msgs: int, consumers: int = 1, mode: str = "") -> CaseResult:
     return CaseResult("pull", source, batch, 1024, consumers, Measured(msgs, msgs * 1024, 1.0), mode=mode, window=8)
 
 
-def send(mode: str, msgs: int, batch: int = 1) -> CaseResult:
-    return CaseResult("send", "master", batch, 1024, 1, Measured(msgs, msgs * 1024, 1.0), mode=mode)
+def send(mode: str, msgs: int, batch: int = 1, reference_batch: int = 0) -> CaseResult:
+    return CaseResult("send", "master", batch, 1024, 1, Measured(msgs, msgs * 1024, 1.0), mode=mode,
+                      reference_batch=reference_batch)
 
 
-def report_with(*cases: CaseResult) -> BenchReport:
-    limits = Limits(grpc_stream={32: StreamLimit(32, 8, Measured(100_000, 0, 1.0)),
-                                 1024: StreamLimit(1024, 8, Measured(200_000, 0, 1.0))},
-                    grpc_unary={"batch": UnaryLimit("batch", 100, 1, Measured(80_000, 0, 1.0))},
-                    mmap_scan=Measured(1_000_000, 0, 1.0), record_bytes=1190)
-    return BenchReport(results=list(cases), limits=limits, machine={"cpus": 2})
+def ref(kind: str, batch: int, msgs: int) -> Reference:
+    return Reference(kind, batch, 1, Measured(msgs, 0, 1.0))
 
 
-def test_measured_rates():
+def report_with(*cases: CaseResult, redis: bool = True) -> BenchReport:
+    report = BenchReport(results=list(cases), record_bytes=1190, machine={"cpus": 2})
+    for r in (ref("plain-stream", 32, 200_000), ref("plain-stream", 1024, 1_000_000), ref("tcp", 0, 2_000_000),
+              ref("mmap-scan", 0, 4_000_000), ref("plain-unary", 32, 50_000), ref("plain-unary", 1024, 300_000)):
+        report.add_reference(r)
+    if redis:
+        for r in (ref("redis-ack", 32, 100_000), ref("redis-noack", 32, 150_000), ref("redis-ack", 1024, 250_000),
+                  ref("redis-noack", 1024, 500_000), ref("redis-xadd", 32, 90_000), ref("redis-xadd", 1024, 140_000)):
+            report.add_reference(r)
+    return report
+
+
+def test_measured_rates_and_spread():
     m = Measured(3_000, 3_000_000, 2.0)
     assert (m.msgs_per_s, m.mb_per_s) == (1_500.0, 1.5)
+    assert m.spread == (1_500.0, 1_500.0)  # one window: no spread
     assert Measured(5, 5, 0.0).msgs_per_s == 0.0
 
 
-def test_best_window_sums_aligned_windows_across_workers_and_keeps_the_best():
-    measured = best_window([([10, 40, 20], 0.5), ([30, 5, 20], 0.5)], body_bytes=100, errors=2)
-    assert (measured.messages, measured.payload_bytes, measured.seconds, measured.errors) == (45, 4_500, 0.5, 2)
-    assert measured.msgs_per_s == 90.0
+def test_median_window_sums_aligned_windows_across_workers_and_keeps_the_median_with_the_spread():
+    measured = median_window([([10, 40, 20], 0.5), ([30, 5, 20], 0.5)], body_bytes=100, errors=2)
+    # sums 40, 45, 40: the median is 40, not the best 45
+    assert (measured.messages, measured.payload_bytes, measured.seconds, measured.errors) == (40, 4000, 0.5, 2)
+    assert measured.spread == (80.0, 90.0)
+    even = median_window([([10, 40, 20, 30], 1.0)], body_bytes=1)
+    assert even.messages == 20  # the lower middle of an even count: a window that happened
 
 
-def test_best_window_of_unaligned_parts_adds_up_over_the_longest():
-    measured = best_window([([100], 2.0), ([50], 1.0)], body_bytes=10)
+def test_median_window_of_unaligned_parts_adds_up_over_the_longest():
+    measured = median_window([([100], 2.0), ([50], 1.0)], body_bytes=10)
     assert (measured.messages, measured.seconds) == (150, 2.0)
-    assert best_window([], body_bytes=10).messages == 0
+    assert median_window([], body_bytes=10).messages == 0
 
 
-def test_fractions_use_the_limit_of_the_same_batch_and_mode():
-    report = report_with(pull("master", 32, 60_000), pull("master", 1024, 150_000), send("batch", 8_000, 100),
-                         send("sync", 500), CaseResult("push", "master", 32, 1024, 1, Measured(10_000, 0, 1.0)))
+def test_ratios_use_the_references_of_the_same_batch():
+    push = CaseResult("push", "master", 32, 1024, 1, Measured(50_000, 0, 1.0))
+    report = report_with(pull("master", 32, 120_000), pull("master", 1024, 300_000), send("batch", 45_000, 32),
+                         send("async", 70_000, 1, reference_batch=1024), push)
     by_label = {c.label: c for c in report.results}
-    assert report.fraction_of_grpc_limit(by_label["pull master b32 x1"]) == pytest.approx(0.6)
-    assert report.fraction_of_grpc_limit(by_label["pull master b1024 x1"]) == pytest.approx(0.75)
-    assert report.fraction_of_scan_limit(by_label["pull master b1024 x1"]) == pytest.approx(0.15)
-    assert report.fraction_of_grpc_limit(by_label["push master"]) == pytest.approx(0.1)  # the push batch (32)
-    assert report.fraction_of_grpc_limit(by_label["send batch b100"]) == pytest.approx(0.1)
-    assert report.fraction_of_grpc_limit(by_label["send sync b1"]) is None  # its limit was not measured
-    assert report.fraction_of_scan_limit(by_label["send sync b1"]) is None  # sends never read the commitlog
+    r32 = report.ratios(by_label["pull master b32 x1"])
+    assert r32["plain-stream"] == pytest.approx(0.6) and r32["redis-ack"] == pytest.approx(1.2)
+    assert r32["redis-noack"] == pytest.approx(0.8) and r32["tcp"] == pytest.approx(0.06)
+    assert r32["mmap-scan"] == pytest.approx(0.03)
+    assert report.ratios(by_label["pull master b1024 x1"])["plain-stream"] == pytest.approx(0.3)
+    assert report.ratios(by_label["push master b32"])["redis-ack"] == pytest.approx(0.5)
+    assert report.ratios(by_label["send batch b32"]) == {"plain-unary": pytest.approx(0.9),
+                                                         "redis-xadd": pytest.approx(0.5)}
+    assert report.ratios(by_label["send async b1"])["redis-xadd"] == pytest.approx(0.5)  # its coalesced batch
+    assert report.ratios(send("sync", 500))["plain-unary"] is None  # b1 was not measured
 
 
 def test_targets_met_and_missed():
-    report = report_with(pull("master", 32, 60_000), pull("master", 1024, 120_000), pull("slave", 32, 56_000),
-                         pull("slave", 1024, 90_000), pull("slave", 1024, 1, mode="first-read"),
-                         send("batch", 52_000, 100), send("async", 900))
+    loop = CaseResult("pull-loop", "master", 32, 1024, 1, Measured(60_000, 0, 1.0))
+    push = CaseResult("push", "master", 32, 1024, 1, Measured(40_000, 0, 1.0))
+    report = report_with(pull("master", 32, 120_000), pull("master", 1024, 300_000), pull("slave", 32, 110_000),
+                         pull("slave", 1024, 200_000), pull("slave", 1024, 1, mode="first-read"), loop, push,
+                         send("batch", 100_000, 32), send("batch", 120_000, 1024),
+                         send("async", 90_000, 1, reference_batch=1024))
     verdicts = {v.name: v for v in evaluate_targets(report)}
-    assert verdicts["pull master b32 x1 >= 50% of gRPC limit"].met is True
-    assert verdicts["pull master b1024 x1 >= 70% of gRPC limit"].met is False  # 60%
-    assert verdicts["pull slave b32 x1 within 10% of master"].met is True  # 93%
-    assert verdicts["pull slave b1024 x1 within 10% of master"].met is False  # 75%
-    assert verdicts["one producer, send_batch or send_async >= 50,000 msgs/s"].met is True
-    assert len(verdicts) == 5  # the first-read row is no slave target
+    assert verdicts["pull master b32 x1 >= 1.0x redis-ack b32"].met is True  # 1.2x
+    assert verdicts["pull master b32 x1 >= 0.5x plain-stream b32"].met is True  # 0.6x
+    assert verdicts["pull master b1024 x1 >= 1.0x redis-ack b1024"].met is True  # 1.2x
+    assert verdicts["pull master b1024 x1 >= 0.4x plain-stream b1024"].met is False  # 0.3x
+    assert verdicts["pull slave b32 x1 within 10% of master"].met is True  # 92%
+    assert verdicts["pull slave b1024 x1 within 10% of master"].met is False  # 67%
+    assert verdicts["push b32 >= 1.0x redis-ack b32"].met is False  # 0.4x
+    assert verdicts["pull loop b32 >= 0.5x redis-ack b32"].met is True  # 0.6x
+    assert verdicts["send_batch b32 >= 1.0x redis-xadd b32"].met is True
+    assert verdicts["send_batch b1024 >= 1.0x redis-xadd b1024"].met is False  # 0.86x
+    assert verdicts["send_async >= 0.8x the best send_batch"].met is False  # 0.75x
+    assert len(verdicts) == 11  # the first-read row is no slave target
 
 
-def test_targets_not_measured_are_neither_met_nor_missed():
-    verdicts = evaluate_targets(BenchReport())
-    assert [v.met for v in verdicts] == [None, None, None]
+def test_targets_without_redis_or_cases_are_not_judged_and_say_why():
+    verdicts = {v.name: v for v in evaluate_targets(report_with(pull("master", 32, 120_000), redis=False))}
+    missing = verdicts["pull master b32 x1 >= 1.0x redis-ack b32"]
+    assert missing.met is None and "--peers redis" in missing.detail
+    assert verdicts["pull master b32 x1 >= 0.5x plain-stream b32"].met is True
+    assert all(v.met is None for v in evaluate_targets(BenchReport()))
 
 
-def test_report_json_has_the_issue_shape():
-    report = report_with(pull("master", 32, 60_000), pull("slave", 1024, 150_000, consumers=4),
-                         send("async", 700))
+def test_report_json_shape():
+    report = report_with(pull("master", 32, 60_000), pull("slave", 1024, 150_000, consumers=4), send("async", 700))
     data = json.loads(json.dumps(report_json(report)))  # plain JSON types only
-    assert {"results", "limits", "machine"} <= set(data)
+    assert {"results", "references", "record_bytes", "machine", "targets", "problems"} <= set(data)
     first = data["results"][0]
-    assert list(first)[:len(ISSUE_RESULT_KEYS)] == list(ISSUE_RESULT_KEYS)
-    assert first["client"] == "pull" and first["source"] == "master" and first["batch"] == 32
-    assert (first["body_bytes"], first["consumers"], first["msgs_per_s"]) == (1024, 1, 60_000.0)
-    assert first["mb_per_s"] == pytest.approx(61.44) and first["fraction_of_grpc_limit"] == 0.6
-    assert data["results"][1]["consumers"] == 4 and data["results"][1]["source"] == "slave"
-    assert data["results"][2]["client"] == "send" and data["results"][2]["mode"] == "async"
-    assert data["results"][2]["fraction_of_grpc_limit"] is None
-    limits = data["limits"]
-    assert [s["batch"] for s in limits["grpc_stream"]] == [32, 1024]
-    assert limits["grpc_stream"][0]["msgs_per_s"] == 100_000.0 and limits["mmap_scan"]["msgs_per_s"] == 1e6
-    assert limits["grpc_unary"][0]["mode"] == "batch" and limits["record_bytes"] == 1190
-    assert data["machine"] == {"cpus": 2}
-    assert {t["name"] for t in data["targets"]} >= {"pull master b32 x1 >= 50% of gRPC limit"}
+    assert list(first)[:len(RESULT_KEYS)] == list(RESULT_KEYS)
+    assert (first["client"], first["source"], first["batch"], first["msgs_per_s"]) == ("pull", "master", 32, 60_000.0)
+    assert first["mb_per_s"] == pytest.approx(61.44) and first["ratios"]["plain-stream"] == 0.3
+    assert data["results"][1]["consumers"] == 4 and data["results"][2]["mode"] == "async"
+    kinds = {(r["kind"], r["batch"]) for r in data["references"]}
+    assert {("plain-stream", 32), ("redis-ack", 1024), ("tcp", 0), ("mmap-scan", 0)} <= kinds
+    assert data["machine"] == {"cpus": 2} and data["record_bytes"] == 1190
 
 
 def test_case_labels():
     assert pull("slave", 1024, 1, consumers=4).label == "pull slave b1024 x4"
     assert pull("master", 1024, 1, mode="first-read").label == "pull master b1024 x1 (first-read)"
     assert send("batch", 1, 100).label == "send batch b100"
+    assert CaseResult("pull-loop", "master", 32, 1024, 1, Measured(1, 1, 1.0)).label == "pull loop master b32"
 
 
 def test_cpu_per_message_divides_each_process_by_the_messages_and_leaves_unknowns_out():
@@ -141,3 +162,17 @@ def test_the_cpu_table_shows_each_process_and_the_total_and_a_dash_for_unknowns(
     rows = [line for line in console.export_text().splitlines() if "send" in line]
     assert [cell.strip() for cell in rows[0].split("│")[1:-1]] == ["send batch b100", "21.5", "33.0", "22.5", "77.0"]
     assert [cell.strip() for cell in rows[1].split("│")[1:-1]] == ["send sync b1", "-", "-", "-", "-"]
+
+
+def test_the_results_table_shows_the_median_the_range_and_the_ratios():
+    from rich.console import Console
+
+    from harness.bench.report import results_table
+
+    case = CaseResult("pull", "master", 32, 1024, 1, Measured(120_000, 0, 1.0, 0, 100_000.0, 130_000.0))
+    console = Console(width=200, record=True)
+    console.print(results_table(report_with(case)))
+    row = next(line for line in console.export_text().splitlines() if "pull master" in line)
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    assert cells[2:6] == ["120,000", "100k-130k", "0.0", "0.60x"]
+    assert cells[6:9] == ["1.20x", "0.80x", "0.06x"]

@@ -29,19 +29,23 @@ def _bench_children() -> list[psutil.Process]:
 
 def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     config = BenchConfig(messages=400, body_bytes=100, queues=2, batches=(8,), consumers=(1, 2), seconds=0.3,
-                         windows=1, send_batch=10, send_window=4, time_scale=0.05, run_dir=tmp_path / "run")
+                         windows=2, send_batches=(10,), send_window=4, time_scale=0.05, run_dir=tmp_path / "run")
     stages: list[str] = []
     report = run_bench(config, Hooks(stage=stages.append))
     assert not report.problems, report.problems
     labels = [case.label for case in report.results]
     assert labels == ["pull master b8 x1 (first-read)", "pull slave b8 x1 (first-read)",
                       "pull master b8 x1", "pull master b8 x2", "pull slave b8 x1", "pull slave b8 x2",
-                      "push master", "send sync b1", "send batch b10", "send async b1"]
+                      "pull loop master b32", "push master b32", "send batch b10", "send sync b1", "send async b1"]
     assert all(case.measured.messages > 0 for case in report.results)
     first_reads = [c for c in report.results if c.mode == "first-read"]
     assert [c.measured.messages for c in first_reads] == [400, 400]  # one pass, every message once
-    assert set(report.limits.grpc_stream) == {8, 32} and set(report.limits.grpc_unary) == {"sync", "batch", "async"}
-    assert report.limits.mmap_scan is not None and report.limits.record_bytes > 100
+    assert set(report.references) == {"mmap-scan", "tcp", "plain-stream b8", "grpc-stream b8", "plain-stream b32",
+                                      "grpc-stream b32", "plain-unary b10", "plain-unary b1", "plain-unary b4"}
+    assert report.record_bytes > 100
+    timed = report.find("pull", "master", 8)
+    low, high = timed.measured.spread
+    assert low <= timed.measured.msgs_per_s <= high  # the median window, inside its spread
     # Where the cost is paid: every case knows its clients' CPU per message, and a send case the
     # master's too (it stored every message).
     for case in report.results:
@@ -50,7 +54,10 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     assert all(c.cpu_us_per_msg.get("master", 0) > 0 for c in sends), sends
     data = json.loads(json.dumps(report_json(report)))
     assert set(data["results"][-1]["cpu_us_per_msg"]) >= {"clients", "master"}
-    assert data["results"][2]["client"] == "pull" and data["results"][2]["fraction_of_grpc_limit"] > 0
+    assert data["results"][2]["client"] == "pull" and data["results"][2]["ratios"]["plain-stream"] > 0
     assert write_plot(report, tmp_path / "plot.png").stat().st_size > 1000
     assert any("first read" in stage for stage in stages)
     assert not _bench_children()
+    # the stores are gone (not kept by default); logs and configs stay
+    run_dir = tmp_path / "run"
+    assert not list(run_dir.glob("*/store")) and list(run_dir.glob("*/node.log"))

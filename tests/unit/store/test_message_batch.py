@@ -42,3 +42,16 @@ def test_a_property_with_a_separator_is_refused():
 def test_bad_framing_is_refused(blob):
     with pytest.raises(MalformedBatchError):
         decode(encode_entry(b"ok", 0, {}) + blob)
+
+
+def test_encode_checked_writes_the_bytes_of_encode_entry_for_checked_properties():
+    import pytest
+
+    from nodes.common import constants as c
+    from nodes.store import message_batch
+
+    entries = [(b"one", 0, {}), (b"two", -5, {"TAGS": "t", "UNIQ_KEY": "U1"}), (b"x" * 300, 7, {"k": "välue", "": ""})]
+    assert message_batch.encode_checked(entries) == b"".join(message_batch.encode_entry(*e) for e in entries)
+    assert message_batch.decode(message_batch.encode_checked(entries)) == [(b, f, dict(p)) for b, f, p in entries]
+    with pytest.raises(ValueError, match="over the"):
+        message_batch.encode_checked([(b"b", 0, {"k": "v" * c.PROPERTIES_BYTES_MAX})])

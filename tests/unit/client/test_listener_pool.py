@@ -1,0 +1,56 @@
+"""ListenerPool: the push consumer's listener threads (no Future per call)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from nodes.client.listener_pool import ListenerPool
+
+
+def test_calls_run_on_named_threads_never_more_than_the_pool_size():
+    pool = ListenerPool(3, "ConsumeMessageThread_g")
+    lock = threading.Lock()
+    running, peak, names, done = [0], [0], set(), threading.Event()
+    total = 12
+
+    def call(i: int) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            names.add(threading.current_thread().name)
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+            if i == total - 1:
+                done.set()
+
+    for i in range(total):
+        assert pool.submit(call, i)
+    assert pool.wait_finished(10)
+    assert pool.unfinished == 0
+    assert peak[0] == 3  # all three threads worked side by side, and no fourth was started
+    assert len(names) == 3 and all(n.startswith("ConsumeMessageThread_g_") for n in names)
+    pool.shutdown()
+
+
+def test_shutdown_drops_queued_calls_lets_the_running_one_finish_and_refuses_more():
+    pool = ListenerPool(1, "p")
+    started, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        ran.append(i)
+        started.set()
+        release.wait(5)
+
+    for i in range(3):
+        pool.submit(call, i)
+    assert started.wait(5)
+    assert pool.unfinished == 3
+    assert pool.shutdown() == 2  # the two queued calls are dropped
+    assert not pool.submit(call, 9)
+    assert not pool.wait_finished(0.05)  # the running call has not finished
+    release.set()
+    assert pool.wait_finished(5) and pool.unfinished == 0
+    assert ran == [0]
