@@ -20,6 +20,7 @@ import grpc
 
 from nodes.broker.client_manage import ClientManageHandler
 from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
+from nodes.broker.ha_check import StoreErrors
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
 from nodes.broker.master_sync import MasterSyncHandler
@@ -98,6 +99,7 @@ class BrokerController:
         self._remoting: RemotingServer | None = None
         self.remoting_adapter: BrokerRemotingAdapter | None = None
         self._services: list[Service] = []
+        self._background: list[asyncio.Task[None]] = []
         self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
                                           events=self.events)
         self.schedule: ScheduleMessageService | None = None
@@ -112,6 +114,7 @@ class BrokerController:
         self.lifecycle.transition(Lifecycle.STARTING)
         self.recovery = self.store.open()
         log.info("store opened: %s", self.recovery)
+        self._hold_writes_for_restore()
         md = self.store.metadata
         now_ms = self._clock.wall_ms()
         self.topics = TopicConfigManager(md, auto_create_enable=self.config.auto_create_topic_enable,
@@ -164,7 +167,11 @@ class BrokerController:
                 self.store, self._clock, poll_ms=timing.schedule_poll_ms,
                 first_delay_ms=timing.schedule_first_delay_ms, error_backoff_ms=timing.schedule_error_backoff_ms,
                 persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node)
-            self._services.append(self.schedule)
+            if self.replication.writes.is_open:
+                self._services.append(self.schedule)
+            else:  # it writes too: not before the lost tail is back (or the wait gave up)
+                self._background.append(asyncio.create_task(self._start_when_writable(self.schedule),
+                                                            name="schedule-after-restore"))
         if self.queue_locks is not None:
             self._services.append(LockExpiryScanService(self.queue_locks, self._clock.monotonic_ms,
                                                         timing.broker_lock_expiry_scan_ms, on_crash=crash_node))
@@ -184,6 +191,24 @@ class BrokerController:
         self.lifecycle.transition(Lifecycle.RUNNING)
         return self.addr
 
+    def _hold_writes_for_restore(self) -> None:
+        """A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave the
+        tail back or the bounded wait ends: a message it acknowledged lives on in that slave."""
+        assert self.recovery is not None
+        if not self.config.is_sync_master or self.recovery.clean_shutdown:
+            return
+        timing = self.config.timing
+        wait_ms = round(c.HA_RESTORE_WAIT_RECONNECTS * timing.ha_reconnect_max_ms * c.HA_RECONNECT_JITTER_MAX)
+        self.replication.writes.close(f"unclean start: waiting up to {wait_ms} ms for a slave to restore the tail")
+        self._background.append(asyncio.create_task(self.replication.writes.open_after(wait_ms),
+                                                    name="restore-wait"))
+
+    async def _start_when_writable(self, service: Service) -> None:
+        await self.replication.writes.wait_open()
+        if self.lifecycle.state in (Lifecycle.STARTING, Lifecycle.RUNNING):
+            service.start()
+            self._services.append(service)
+
     def _register_handlers(self) -> None:
         """The one wiring place: every request kind's handler, whatever transport carries it."""
         config, clock, table = self.config, self._clock, self.table
@@ -195,10 +220,19 @@ class BrokerController:
         send_back = SendBackProcessor(config, self.store, self.topics, self.groups, clock,
                                       on_put=self.replication.log_grew, on_topics_changed=self._register_now)
         locks = QueueLockHandler(self.queue_locks, clock.monotonic_ms, config.node_id)
-        master = ReplicationMaster(config, self.store, self.replication, clock) if config.is_master else None
+        master = None
+        if config.is_master:
+            assert self.recovery is not None
+            master = ReplicationMaster(
+                config, self.store, self.replication, clock,
+                errors=StoreErrors(self.events.record, config.store.commitlog_segment_bytes),
+                clean_start=self.recovery.clean_shutdown,
+                recovered_max_phys_offset=self.recovery.commitlog_max_phys_offset)
+        gate = self.replication.writes.guard
         master_sync = MasterSyncHandler(config=config, store=self.store, topics=self.topics, groups=self.groups,
                                         offsets=self.offsets, master=master)
-        table.register(RequestKind.SEND_MESSAGE, SendHandler(self.send, self.replication, self._register_now).handle)
+        table.register(RequestKind.SEND_MESSAGE,
+                       gate(SendHandler(self.send, self.replication, self._register_now).handle))
         table.register(RequestKind.PULL_MESSAGE, pull.open_session)
         table.register(RequestKind.QUERY_CONSUMER_OFFSET, offsets.query_consumer_offset)
         table.register(RequestKind.UPDATE_CONSUMER_OFFSET, offsets.update_consumer_offset)
@@ -208,7 +242,7 @@ class BrokerController:
         table.register(RequestKind.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, self.client_manage.consumer_list)
         table.register(RequestKind.NOTIFY_CONSUMER_IDS_CHANGED, self.client_manage.open_channel)
-        table.register(RequestKind.CONSUMER_SEND_MSG_BACK, send_back.handle)
+        table.register(RequestKind.CONSUMER_SEND_MSG_BACK, gate(send_back.handle))
         table.register(RequestKind.LOCK_BATCH_MQ, locks.lock_batch)
         table.register(RequestKind.UNLOCK_BATCH_MQ, locks.unlock_batch)
         table.register(RequestKind.REPLICATE, master_sync.replicate)
@@ -254,6 +288,9 @@ class BrokerController:
             await self._server.stop(grace=0.5)
         if self.ha_client is not None:
             await self.ha_client.stop()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         for service in self._services:
             await service.stop()
         self.offsets.persist()
@@ -273,6 +310,7 @@ class BrokerController:
             "broker_role": self.config.role,
             "slaves": self.replication.describe(),
             "push2slave_max_offset": self.replication.push2slave_max_offset,
+            "writes_held": self.replication.writes.reason,
             "ha_client": self.ha_client.describe() if self.ha_client else None,
             "master_addr": self.registrar.master_addr if running else "",
             "namesrv_channels": self.registrar.describe() if running else [],

@@ -172,6 +172,11 @@ HA_RECONNECT_MAX_MS = 5_000  # RocketMQ's HAClient waits 5 s after a failed conn
 SLAVE_SYNC_INTERVAL_MS = 10_000  # SlaveSynchronize#syncAll period
 SLAVE_SYNC_FIRST_MS = 3_000  # ... and its first run after start
 HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes before the slave's end
+# A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave it back,
+# at most this many of the slave's longest reconnect periods (ha_reconnect_max_ms, jitter
+# included: the slave retries within 1.5x of it): a live slave is back within the first.
+HA_RESTORE_WAIT_RECONNECTS = 2
+HA_RECONNECT_JITTER_MAX = 1.5  # a reconnect delay is backoff x [0.5, 1.5)
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # ---------------------------------------------------------------------------
@@ -295,6 +300,7 @@ assert SUSPEND_CURRENT_QUEUE_MIN_MS <= SUSPEND_CURRENT_QUEUE_MS <= SUSPEND_CURRE
 # ---------------------------------------------------------------------------
 FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
 FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
+FAULT_HA_SKIP_CHUNK = "ha-skip-chunk"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
 BROKER_FAULT_SWITCHES: dict[str, str] = {
@@ -302,6 +308,8 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
                                      "checkpoint instead of scanning forward",
+    FAULT_HA_SKIP_CHUNK: "replicas converge: the master drops one replication chunk and resumes every slave "
+                         "after it, so the slave never catches up",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "
