@@ -114,7 +114,7 @@ class BrokerController:
         self.lifecycle.transition(Lifecycle.STARTING)
         self.recovery = self.store.open()
         log.info("store opened: %s", self.recovery)
-        self._hold_writes_for_restore()
+        restore_wait_ms = self._hold_writes_for_restore()
         md = self.store.metadata
         now_ms = self._clock.wall_ms()
         self.topics = TopicConfigManager(md, auto_create_enable=self.config.auto_create_topic_enable,
@@ -187,21 +187,26 @@ class BrokerController:
             self.ha_client.start()
         for service in self._services:
             service.start()
+        if restore_wait_ms is not None:  # counted from now: the slave can reach us from here on
+            self._background.append(asyncio.create_task(self.replication.writes.open_after(restore_wait_ms),
+                                                        name="restore-wait"))
         await set_serving(health_servicer, True)
         self.lifecycle.transition(Lifecycle.RUNNING)
         return self.addr
 
-    def _hold_writes_for_restore(self) -> None:
+    def _hold_writes_for_restore(self) -> int | None:
         """A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave the
-        tail back or the bounded wait ends: a message it acknowledged lives on in that slave."""
+        tail back or a bounded wait ends: a message it acknowledged lives on in that slave. The
+        wait (returned) covers the slave learning our address again from its next registration
+        and its slowest reconnects, jitter included."""
         assert self.recovery is not None
         if not self.config.is_sync_master or self.recovery.clean_shutdown:
-            return
+            return None
         timing = self.config.timing
-        wait_ms = round(c.HA_RESTORE_WAIT_RECONNECTS * timing.ha_reconnect_max_ms * c.HA_RECONNECT_JITTER_MAX)
+        wait_ms = timing.register_interval_ms + round(
+            c.HA_RESTORE_WAIT_RECONNECTS * timing.ha_reconnect_max_ms * c.HA_RECONNECT_JITTER_MAX)
         self.replication.writes.close(f"unclean start: waiting up to {wait_ms} ms for a slave to restore the tail")
-        self._background.append(asyncio.create_task(self.replication.writes.open_after(wait_ms),
-                                                    name="restore-wait"))
+        return wait_ms
 
     async def _start_when_writable(self, service: Service) -> None:
         await self.replication.writes.wait_open()

@@ -173,8 +173,9 @@ SLAVE_SYNC_INTERVAL_MS = 10_000  # SlaveSynchronize#syncAll period
 SLAVE_SYNC_FIRST_MS = 3_000  # ... and its first run after start
 HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes before the slave's end
 # A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave it back,
-# at most this many of the slave's longest reconnect periods (ha_reconnect_max_ms, jitter
-# included: the slave retries within 1.5x of it): a live slave is back within the first.
+# at most one registration period (the slave learns the master's address again from its own
+# next registration) plus this many of the slave's longest reconnect periods
+# (ha_reconnect_max_ms, jitter included: the slave retries within 1.5x of it).
 HA_RESTORE_WAIT_RECONNECTS = 2
 HA_RECONNECT_JITTER_MAX = 1.5  # a reconnect delay is backoff x [0.5, 1.5)
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
