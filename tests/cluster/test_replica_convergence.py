@@ -133,3 +133,21 @@ def test_sync_master_loses_no_acknowledged_message_to_a_power_loss(tmp_path, tim
         acked += [r for r in sent if r.status is SendStatus.SEND_OK]
         _assert_identical(cluster)
         _assert_readable(cluster, acked)
+
+
+def test_switch_ha_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_scale):
+    """The breaking switch of replica convergence: a master that drops a chunk and resumes past
+    it never lets its slave catch up (the slave sees the gap and reconnects, and is skipped again)."""
+    spec = _spec(time_scale, fault_switches=["ha-skip-chunk"])
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
+        with Producer(cluster.namesrv_addr) as producer:
+            _send(producer, 20, "first")
+            wait_for(lambda: max_phys_offset(slave) > 0, 30, "the slave to receive the first chunk")
+            _send(producer, 100, "then")
+        master_end = max_phys_offset(master)
+        # a healthy slave catches up within a few heartbeats; this one keeps reconnecting short of it
+        connects = wait_for(lambda: (n := slave.describe()["details"]["ha_client"]["connects"]) >= 3 and n,
+                            30, "the slave to reconnect after the gap, again and again")
+        assert connects >= 3
+        assert 0 < max_phys_offset(slave) < master_end
