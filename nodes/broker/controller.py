@@ -44,7 +44,7 @@ from nodes.broker.transport.remoting_adapter import BrokerRemotingAdapter
 from nodes.broker.transport.replication_servicer import ReplicationServicer
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
-from nodes.common.config import BrokerConfig
+from nodes.common.config import BrokerConfig, store_config_with_switches
 from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving, warn_fault_switches
 from nodes.common.rpc import bind, make_server
@@ -81,14 +81,14 @@ class BrokerController:
         self._shutdown_requested = shutdown_requested
         self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
         warn_fault_switches(config.node_id, config.fault_switches, c.BROKER_FAULT_SWITCHES)
-        store_config = config.store
-        if c.FAULT_RECOVERY_TRUST_CHECKPOINT in config.fault_switches:
-            store_config = dataclasses.replace(store_config, recovery_trust_checkpoint=True)
+        store_config = store_config_with_switches(config.store, config.fault_switches)
+        self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, clock)
+        # store-error and store-recovered events go to the broker's event log
         self.store = MessageStore(Path(config.run_dir) / "store", store_config, is_slave=not config.is_master,
                                   offset_check_in_slave=config.offset_check_in_slave, clock=clock,
                                   delay_levels_ms=parse_delay_levels(config.message_delay_level,
-                                                                     config.timing.delay_level_unit_ms))
-        self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, clock)
+                                                                     config.timing.delay_level_unit_ms),
+                                  reporter=self.events.record)
         self.replication = ReplicationState(clock)
         self.ha_client: HaClient | None = None
         self.slave_sync: SlaveSyncService | None = None

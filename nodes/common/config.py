@@ -145,8 +145,18 @@ class StoreConfig:
     transfer_count_max_in_memory: int = c.TRANSFER_COUNT_MAX_IN_MEMORY
     transfer_bytes_max_on_disk: int = c.TRANSFER_BYTES_MAX_ON_DISK
     transfer_count_max_on_disk: int = c.TRANSFER_COUNT_MAX_ON_DISK
-    # Test-only fault switch recovery-trust-checkpoint, set by the broker from its fault_switches.
+    # flushDiskType (constants.FLUSH_DISK_TYPES) and, for SYNC_FLUSH, how long a send waits for its fsync
+    flush_disk_type: str = "ASYNC_FLUSH"
+    sync_flush_timeout_ms: int = c.SYNC_FLUSH_TIMEOUT_MS
+    # Test-only fault switches, set by the broker from its fault_switches (never directly):
+    # recovery-trust-checkpoint, recovery-keep-torn-tail, read-skip-crc.
     recovery_trust_checkpoint: bool = False
+    recovery_keep_torn_tail: bool = False
+    read_skip_crc: bool = False
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"
 
     def validate(self) -> None:
         if min(self.transfer_bytes_max_in_memory, self.transfer_count_max_in_memory,
@@ -160,6 +170,11 @@ class StoreConfig:
             raise ConfigError("store.cq_units_per_file must be at least 16")
         if self.memory_budget_bytes <= 0:
             raise ConfigError("store.memory_budget_bytes must be positive")
+        if self.flush_disk_type not in c.FLUSH_DISK_TYPES:
+            raise ConfigError(f"store.flush_disk_type must be one of {c.FLUSH_DISK_TYPES}, "
+                              f"got {self.flush_disk_type!r}")
+        if self.sync_flush_timeout_ms <= 0:
+            raise ConfigError("store.sync_flush_timeout_ms must be positive")
 
 
 @dataclass(frozen=True)
@@ -234,9 +249,23 @@ class BrokerConfig:
         if self.ha_transfer_batch_bytes < 1024:
             raise ConfigError("ha_transfer_batch_bytes must be at least 1024")
         _check_fault_switches(self.fault_switches, c.BROKER_FAULT_SWITCHES, "broker")
-        if self.store.recovery_trust_checkpoint:
-            raise ConfigError("store.recovery_trust_checkpoint is not set directly: put "
-                              f"{c.FAULT_RECOVERY_TRUST_CHECKPOINT!r} in fault_switches")
+        for field_name, switch in _STORE_FAULT_SWITCHES.items():
+            if getattr(self.store, field_name):
+                raise ConfigError(f"store.{field_name} is not set directly: put {switch!r} in fault_switches")
+
+
+# StoreConfig's test-only fields and the broker fault switch that sets each
+_STORE_FAULT_SWITCHES = {
+    "recovery_trust_checkpoint": c.FAULT_RECOVERY_TRUST_CHECKPOINT,
+    "recovery_keep_torn_tail": c.FAULT_RECOVERY_KEEP_TORN_TAIL,
+    "read_skip_crc": c.FAULT_READ_SKIP_CRC,
+}
+
+
+def store_config_with_switches(store: StoreConfig, fault_switches: tuple[str, ...]) -> StoreConfig:
+    """`store` with the test-only fields of the store fault switches among `fault_switches` set."""
+    changes = {name: True for name, switch in _STORE_FAULT_SWITCHES.items() if switch in fault_switches}
+    return dataclasses.replace(store, **changes) if changes else store
 
 
 def _check_fault_switches(switches: Any, known: dict[str, str], role: str) -> None:

@@ -35,7 +35,6 @@ CHECKPOINT_SAFETY_MS = 3_000  # abnormal recovery starts 3 s before the checkpoi
 MEMORY_RATIO_PERCENT = 40  # accessMessageInMemoryMaxRatio: "in memory" = last 40% of RAM
 CQ_HOLE_SIZE_MARK = 0x7FFFFFFF  # the size field of a hole unit: Integer.MAX_VALUE, as RocketMQ's fillPreBlank writes
 METADATA_MAP_SIZE_BYTES = 1024**3  # LMDB address space reserved for the metadata; the file grows only as data does
-CHECKED_EXTENTS_MAX = 100_000  # ranges of read-checked records a store remembers (~7 MB) before starting over
 
 # Pull batch limits (DefaultMessageStore#isTheBatchFull)
 PULL_FILTER_SCAN_BYTES_MIN = 16_000  # maxFilterMessageCount floor, in CQ bytes
@@ -97,6 +96,12 @@ CONSUMER_OFFSET_PERSIST_MS = 5_000  # flushConsumerOffsetInterval (broker) / per
 FLUSH_COMMITLOG_MS = 500  # flushIntervalCommitLog
 FLUSH_COMMITLOG_THOROUGH_MS = 10_000  # flushCommitLogThoroughInterval
 FLUSH_CONSUME_QUEUE_MS = 1_000  # flushIntervalConsumeQueue
+# flushDiskType: ASYNC_FLUSH answers a send once the record is in the page cache (a flush
+# service syncs every FLUSH_COMMITLOG_MS); SYNC_FLUSH answers after the commitlog is fsync'd
+# through the record (GroupCommitService).
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+SYNC_FLUSH_TIMEOUT_MS = 5_000  # syncFlushTimeout: past it a SYNC_FLUSH send answers FLUSH_DISK_TIMEOUT
+FLUSHED_POSITIONS_FILE = "flushed.json"  # in the store dir: the positions the last fsync covered
 LONG_POLL_SCAN_MS = 5_000  # PullRequestHoldService wait when longPollingEnable
 SHORT_POLL_MS = 1_000  # shortPollingTimeMills
 BROKER_SUSPEND_MAX_MS = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS: long-poll hold asked by consumers
@@ -304,6 +309,9 @@ FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
 FAULT_HA_SKIP_CHUNK = "ha-skip-chunk"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
+FAULT_SYNC_FLUSH_ACK_EARLY = "sync-flush-ack-early"
+FAULT_RECOVERY_KEEP_TORN_TAIL = "recovery-keep-torn-tail"
+FAULT_READ_SKIP_CRC = "read-skip-crc"
 BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
@@ -311,6 +319,11 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                                      "checkpoint instead of scanning forward",
     FAULT_HA_SKIP_CHUNK: "replicas converge: the master drops one replication chunk and resumes every slave "
                          "after it, so the slave never catches up",
+    FAULT_SYNC_FLUSH_ACK_EARLY: "SYNC_FLUSH loses no acked message on power loss: a send is answered before the "
+                                "commitlog fsync it should wait for",
+    FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "
+                                   "record are kept and dispatched as a record",
+    FAULT_READ_SKIP_CRC: "a pull never serves a record that fails its checks: records are served unchecked",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "

@@ -49,6 +49,7 @@ class ConsumeQueue:
         self._min_queue_offset = 0
         # The commitlog end of the last real unit: a unit ending at or before it is already here.
         self.max_phys_end = 0
+        self.load_dropped_bytes = 0  # torn bytes `load` cut from the tail (recovery reports them)
 
     def load(self) -> None:
         """Map the files and recover the tail: keep units while phys_offset >= 0 and size > 0.
@@ -65,7 +66,7 @@ class ConsumeQueue:
             if phys_offset < 0 or size <= 0:
                 break
             count += 1
-        dropped = last.truncate_to(count * _UNIT)
+        dropped = self.load_dropped_bytes = last.truncate_to(count * _UNIT)
         if dropped:
             log.warning("%s-%d: dropped %d bytes of torn units at the tail", self.topic, self.queue_id, dropped)
         self._refresh_bounds()
@@ -201,6 +202,11 @@ class ConsumeQueue:
             log.warning("%s-%d: dropped %d units past commitlog offset %d",
                         self.topic, self.queue_id, dropped, phys_end)
         return dropped
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Drop every unit from `queue_offset` on (recovery: units that match no record)."""
+        self._files.truncate_after(queue_offset * _UNIT)
+        self._refresh_bounds()
 
     def flush(self) -> None:
         self._files.flush()

@@ -87,6 +87,9 @@ class Dispatcher:
         self._tag_code = tag_code
         self._consume_queue_for = consume_queue_for
         self.on_arrival = on_arrival
+        # (start, end) of bytes a walk found failing their checks, once each; set after recovery
+        # (recovery reports its own findings).
+        self.on_damaged: Callable[[int, int], None] | None = None
         self.reput_from_phys_offset = 0
         self.damaged_ranges: list[tuple[int, int]] = []
         self._damaged_end_by_start: dict[int, int] = {}
@@ -124,6 +127,8 @@ class Dispatcher:
                 if step is Step.STUCK:
                     log.warning("dispatch waits at phys offset %d: the bytes there do not check and no "
                                 "valid record follows before %d", position, end_phys_offset)
+                    if self.on_damaged is not None:
+                        self.on_damaged(position, end_phys_offset)
                 self._waiting_at = (position, end_phys_offset)
                 break
         return walked
@@ -163,6 +168,8 @@ class Dispatcher:
             self.damaged_ranges.append((start_phys_offset, end_phys_offset))
             log.error("commitlog bytes [%d, %d) are damaged; skipping to the next valid record",
                       start_phys_offset, end_phys_offset)
+            if self.on_damaged is not None:
+                self.on_damaged(start_phys_offset, end_phys_offset)
 
     def _dispatch_run(self, phys_offset: int, end_phys_offset: int) -> int:
         """Index the records from `phys_offset` on that pass every check, in one pass over one

@@ -13,6 +13,7 @@ may run on a worker thread at the same time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from nodes.store.metadata import MetadataStore
 from nodes.store.read_path import GetResult, GetStatus, StoreReader
 from nodes.store.record import MessageToStore, Record
 from nodes.store.recovery import RecoveryReport
+from nodes.store.store_events import Reporter
 from nodes.store.store_files import StoreFiles
 from nodes.store.write_path import PutResult, PutStatus, StoreWriter
 
@@ -32,7 +34,8 @@ __all__ = ["GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus", "
 class MessageStore:
     def __init__(self, root: Path, config: StoreConfig, *, is_slave: bool = False,
                  offset_check_in_slave: bool = False, clock: Clock = SYSTEM_CLOCK,
-                 delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS) -> None:
+                 delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS, reporter: Reporter | None = None) -> None:
+        """`reporter` receives the store's `store-error` and `store-recovered` events (store_events.py)."""
         self.root = Path(root)
         # The delay of each level (level i+1 = index i): delayed puts and their tag codes.
         self.delay_levels_ms = tuple(delay_levels_ms)
@@ -40,6 +43,7 @@ class MessageStore:
         self.metadata: MetadataStore
         self._recovery: RecoveryReport | None = None  # what the last open found
         self._files = StoreFiles(self.root, config, self.delay_levels_ms, is_slave=is_slave)
+        self._files.reporter = reporter
         self._writer = StoreWriter(self._files, clock, self.delay_levels_ms)
         self._reader = StoreReader(self._files, offset_check_in_slave=offset_check_in_slave)
 
@@ -77,6 +81,11 @@ class MessageStore:
         """Damaged records a read stepped over since the store opened."""
         return self._reader.corrupt_records_skipped
 
+    @property
+    def store_errors(self) -> int:
+        """Bad records found by reads and dispatch since the store opened (each counted once)."""
+        return self._files.bad_records.count
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     def open(self) -> RecoveryReport:
@@ -96,6 +105,15 @@ class MessageStore:
     def flush(self) -> None:
         """Sync the files to disk and write the checkpoint; callable from any thread."""
         self._files.flush()
+
+    def wait_flushed(self, end_phys_offset: int) -> Future[None]:
+        """SYNC_FLUSH: a future completed once the commitlog is fsync'd through `end_phys_offset`
+        (group commit: sends arriving during one fsync share the next).
+
+        Raises:
+            StoreError: the store's flush_disk_type is not SYNC_FLUSH, or it is not open.
+        """
+        return self._files.wait_flushed(end_phys_offset)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -174,6 +192,8 @@ class MessageStore:
             "topics": len(self.topics()),
             "queues": len(self._files.consume_queues),
             "corrupt_records_skipped": self.corrupt_records_skipped,
+            "store_errors": self.store_errors,
+            "flush_disk_type": self.config.flush_disk_type,
             "damaged_ranges": [list(r) for r in self._files.dispatcher.damaged_ranges],
             "is_slave": self.is_slave,
         }

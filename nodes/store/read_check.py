@@ -1,64 +1,15 @@
 """How a pull trusts a record without decoding it: the in-place check of its framing and CRC
-(`record_checks`), and the memory of commitlog ranges that already passed it (`CheckedExtents`).
-
-Both serve the read path's scan loop (read_path.py), which runs them on the mapped segment
-bytes, so neither copies a record.
+(`record_checks`), run by the read path's scan loop (read_path.py) on the mapped segment bytes,
+so it copies nothing.
 """
 
 from __future__ import annotations
 
-import bisect
 import struct
 import zlib
 
 from nodes.common import constants as c
 from nodes.store import record
-
-
-class CheckedExtents:
-    """Commitlog byte ranges whose records passed the read check since the store opened.
-
-    The commitlog is append-only and a running store never reuses an offset (truncation only
-    happens in recovery, at open), so checked bytes change only through an outside write to
-    the files (which RocketMQ never checks at all); re-reads skip the CRC. Holds sorted,
-    disjoint, merged [start, end) ranges; past `extents_max` of them it forgets everything.
-    Loop-confined, like every read.
-    """
-
-    def __init__(self, extents_max: int) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self._extents_max = extents_max
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    def around(self, phys_offset: int) -> tuple[bool, int, int]:
-        """(checked, lo, hi): every byte of [lo, hi), which holds `phys_offset`, is checked, or none is."""
-        starts, ends = self._starts, self._ends
-        i = bisect.bisect_right(starts, phys_offset) - 1
-        if i >= 0 and phys_offset < ends[i]:
-            return True, starts[i], ends[i]
-        lo = ends[i] if i >= 0 else 0
-        hi = starts[i + 1] if i + 1 < len(starts) else 1 << 62
-        return False, lo, hi
-
-    def add(self, start: int, end: int) -> None:
-        starts, ends = self._starts, self._ends
-        i = bisect.bisect_right(starts, start)
-        if i > 0 and ends[i - 1] >= start:  # touches the range before it
-            i -= 1
-            start, end = starts[i], max(end, ends[i])
-            del starts[i], ends[i]
-        while i < len(starts) and starts[i] <= end:  # swallows the ranges it reaches
-            end = max(end, ends[i])
-            del starts[i], ends[i]
-        starts.insert(i, start)
-        ends.insert(i, end)
-        if len(starts) > self._extents_max:
-            starts.clear()
-            ends.clear()
-
 
 # The framing fields a pull checks, in one unpack: total size, magic, PHYSICALOFFSET, SYSFLAG,
 # BODYLEN (the layout is nodes.store.record's; the struct skips everything else).

@@ -3,8 +3,8 @@
 Owns: the getMessage status table and scan loop, the transfer caps of one
 pull, offset queries (min, max, search by time), single-record lookup, consume-queue units,
 the in-memory test behind the slave suggestion, and raw commitlog reads for replication.
-Records are checked before they are handed out (read_check.py); a damaged one is skipped and
-counted in `corrupt_records_skipped`.
+Records are checked every time they are handed out (read_check.py); a damaged one is skipped,
+counted in `corrupt_records_skipped` and reported once as a `bad-record` store error.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from nodes.common import constants as c
 from nodes.store.consume_queue import CQ_UNIT
-from nodes.store.read_check import CheckedExtents, record_checks
+from nodes.store.read_check import record_checks
 from nodes.store.record import Record, RecordKind, check_at, decode_record
 from nodes.store.store_files import StoreFiles
 
@@ -100,7 +100,8 @@ class StoreReader:
         self.corrupt_records_skipped = 0
         self._transfer_caps = TransferCaps(config.transfer_bytes_max_in_memory, config.transfer_count_max_in_memory,
                                            config.transfer_bytes_max_on_disk, config.transfer_count_max_on_disk)
-        self._checked_extents = CheckedExtents(c.CHECKED_EXTENTS_MAX)
+        # test-only fault switch read-skip-crc: hand records out without checking them
+        self._skip_checks = config.read_skip_crc
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
                      tag_hashes: frozenset[int] | None) -> GetResult:
@@ -134,16 +135,24 @@ class StoreReader:
         units = queue.read_units(queue_offset, scan_bytes_max - scan_bytes_max % _UNIT)
         if units is None:
             return result(GetStatus.OFFSET_FOUND_NULL, queue.next_file_start(queue_offset))
-        return self._scan(units, queue_offset, max_count, tag_hashes, min_offset, max_offset)
+        return self._scan(units, queue_offset, max_count, tag_hashes, min_offset, max_offset, topic, queue_id)
+
+    def _skip_bad_record(self, phys_offset: int, size: int, topic: str, queue_id: int, queue_offset: int) -> None:
+        self.corrupt_records_skipped += 1
+        log.error("skipping the damaged record at phys offset %d (queue offset %d)", phys_offset, queue_offset)
+        self._files.bad_records.report(phys_offset, size, "a record read for a pull failed its checks (CRC, magic, "
+                                       "size or own offset) and was stepped over", topic=topic, queue_id=queue_id,
+                                       queue_offset=queue_offset)
 
     def _scan(self, units: bytes, queue_offset: int, max_count: int, tag_hashes: frozenset[int] | None,
-              min_offset: int, max_offset: int) -> GetResult:
+              min_offset: int, max_offset: int, topic: str = "", queue_id: int = -1) -> GetResult:
         """RocketMQ's scan loop over the units of one consume-queue file.
 
         Hot path of every pull: records are checked in place in the mapped segment and only
         their positions are kept (adjacent records merge into one run), so the found bytes
-        are copied exactly once, by the final join. A record is checked the first time this
-        store hands it out; later reads of it skip the check (`CheckedExtents`).
+        are copied exactly once, by the final join. Every record is checked each time it is
+        handed out (framing, own offset, CRC): bytes can change under a running store (a
+        damaged disk, an outside write), and a pull never serves what fails.
         """
         status = GetStatus.NO_MATCHED_MESSAGE
         commitlog = self._commitlog
@@ -159,9 +168,7 @@ class StoreReader:
         last_phys_offset: int | None = None
         scanned_bytes = 0
         seg_start, seg_written = 0, -1  # the segment the last record came from (start, written end)
-        checked_extents = self._checked_extents
-        known_checked, known_lo, known_hi = False, 0, 0  # [lo, hi) is all checked, or all not
-        newly_checked: list[tuple[int, int]] = []
+        skip_checks = self._skip_checks
         view: memoryview | None = None
         run_view: memoryview | None = None
         run_start = run_end = 0
@@ -203,22 +210,12 @@ class StoreReader:
                         view = views[seg_start] = memoryview(mapped.buffer)
                 assert view is not None
                 pos = phys_offset - seg_start
-                end_phys_offset = phys_offset + size
-                if not known_lo <= phys_offset < known_hi:
-                    known_checked, known_lo, known_hi = checked_extents.around(phys_offset)
-                if not (known_checked and end_phys_offset <= known_hi):
-                    if not (record_checks(view, pos, size, phys_offset)
-                            or check_at(view[pos:pos + size].tobytes(), 0, base_phys_offset=phys_offset)
-                            == (RecordKind.RECORD, size)):
-                        # Never hand out bytes that do not check; the consumer steps over them.
-                        self.corrupt_records_skipped += 1
-                        log.error("skipping the damaged record at phys offset %d (queue offset %d)",
-                                  phys_offset, queue_offset + scanned_bytes // _UNIT - 1)
-                        continue
-                    if newly_checked and newly_checked[-1][1] == phys_offset:
-                        newly_checked[-1] = (newly_checked[-1][0], end_phys_offset)
-                    else:
-                        newly_checked.append((phys_offset, end_phys_offset))
+                if not (skip_checks or record_checks(view, pos, size, phys_offset)
+                        or check_at(view[pos:pos + size].tobytes(), 0, base_phys_offset=phys_offset)
+                        == (RecordKind.RECORD, size)):
+                    # Never hand out bytes that do not check; the consumer steps over them.
+                    self._skip_bad_record(phys_offset, size, topic, queue_id, queue_offset + scanned_bytes // _UNIT - 1)
+                    continue
                 if view is run_view and pos == run_end:
                     run_end = pos + size
                 else:
@@ -232,8 +229,6 @@ class StoreReader:
             if run_view is not None:
                 runs.append((run_view, run_start, run_end))
             record_data = b"".join([run[start:end] for run, start, end in runs])
-            for start, end in newly_checked:
-                checked_extents.add(start, end)
         finally:
             runs.clear()
             run_view = view = None

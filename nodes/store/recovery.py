@@ -36,11 +36,31 @@ from dataclasses import dataclass, field
 from nodes.common import constants as c
 from nodes.store.checkpoint import Checkpoint
 from nodes.store.commitlog import CommitLog
-from nodes.store.consume_queue import ConsumeQueue
+from nodes.store.consume_queue import ConsumeQueue, is_hole
 from nodes.store.dispatch import Dispatcher, Step, scan_step
-from nodes.store.record import STORE_TIMESTAMP_FIELD, STORE_TIMESTAMP_POS, Record, RecordKind, check_at
+from nodes.store.record import (
+    HEADER,
+    STORE_TIMESTAMP_FIELD,
+    STORE_TIMESTAMP_POS,
+    Record,
+    RecordKind,
+    check_at,
+    peek_size_and_magic,
+)
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class CqTruncation:
+    """Units one consume queue lost in recovery: torn bytes at its tail, units that did not match
+    their record, units pointing past the commitlog's end."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int  # the first queue offset dropped (the queue's new max offset)
+    units: int
+    bytes: int
 
 
 @dataclass
@@ -52,6 +72,14 @@ class RecoveryReport:
     damaged_ranges: list[tuple[int, int]] = field(default_factory=list)
     redispatched_records: int = 0
     consume_queues: int = 0
+    cq_truncations: list[CqTruncation] = field(default_factory=list)
+    # where the torn tail began (the recovered end) when recovery cut one; the fault switch
+    # recovery-keep-torn-tail instead leaves it here uncut
+    torn_tail_phys_offset: int | None = None
+
+    @property
+    def cq_units_dropped(self) -> int:
+        return sum(t.units for t in self.cq_truncations)
 
 
 @dataclass
@@ -63,12 +91,16 @@ class _Walk:
 
 def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], ConsumeQueue],
             dispatcher: Dispatcher, *, clean_shutdown: bool, checkpoint: Checkpoint,
-            trust_checkpoint: bool = False) -> RecoveryReport:
+            trust_checkpoint: bool = False, keep_torn_tail: bool = False) -> RecoveryReport:
     """Recover a loaded commitlog and loaded consume queues; leaves `dispatcher` caught up.
 
-    `trust_checkpoint` is the test-only fault switch recovery-trust-checkpoint
-    (constants.FAULT_RECOVERY_TRUST_CHECKPOINT).
+    `trust_checkpoint` and `keep_torn_tail` are the test-only fault switches
+    recovery-trust-checkpoint and recovery-keep-torn-tail (constants.FAULT_*).
     """
+    truncations = {key: CqTruncation(key[0], key[1], queue.max_queue_offset, 0, queue.load_dropped_bytes)
+                   for key, queue in consume_queues.items() if queue.load_dropped_bytes}
+    for key, queue in consume_queues.items():
+        _note_truncation(truncations, key, queue, drop_unmatched_tail(commitlog, queue))
     segments = commitlog.segments
     dispatch_point = max((queue.max_phys_end for queue in consume_queues.values()), default=0)
     if segments:
@@ -88,11 +120,18 @@ def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], Consu
         end = min(end, _checkpointed_end(commitlog, walk_start, end, checkpoint.physic_msg_timestamp_ms))
         walk.damaged_ranges = [(start, stop) for start, stop in walk.damaged_ranges if stop <= end]
         log.warning("fault switch recovery-trust-checkpoint: commitlog cut at the checkpoint, phys offset %d", end)
+    torn_tail_phys_offset = end if segments and _has_data_after(commitlog, end) else None
+    if keep_torn_tail and torn_tail_phys_offset is not None:
+        # FAULT SWITCH recovery-keep-torn-tail: breaks "recovery never serves a torn tail": the
+        # garbled bytes after the last valid record stay, the write position moves past them, and
+        # dispatch meets them later as if they were a record.
+        end = _torn_end(commitlog, end)
+        log.warning("fault switch recovery-keep-torn-tail: commitlog keeps its torn tail up to phys offset %d", end)
     truncated_bytes = commitlog.truncate_after(end)
     if truncated_bytes:
         log.warning("commitlog: discarded %d bytes of torn tail after phys offset %d", truncated_bytes, end)
-    for queue in consume_queues.values():
-        queue.truncate_after_phys(end)
+    for key, queue in consume_queues.items():
+        _note_truncation(truncations, key, queue, queue.truncate_after_phys(end))
         queue.correct_min_offset(commitlog.min_phys_offset)
 
     reput_from = min(max((queue.max_phys_end for queue in consume_queues.values()), default=0), end)
@@ -109,7 +148,8 @@ def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], Consu
         clean_shutdown=clean_shutdown, commitlog_min_phys_offset=commitlog.min_phys_offset,
         commitlog_max_phys_offset=commitlog.max_phys_offset, truncated_bytes=truncated_bytes,
         damaged_ranges=list(dispatcher.damaged_ranges), redispatched_records=redispatched,
-        consume_queues=len(consume_queues))
+        consume_queues=len(consume_queues), cq_truncations=list(truncations.values()),
+        torn_tail_phys_offset=torn_tail_phys_offset if truncated_bytes else None)
     log.info("recovery: %s", report)
     return report
 
@@ -185,3 +225,83 @@ def _queue_lost_units(record: Record, consume_queues: Mapping[tuple[str, int], C
     expected = next_expected.get(key, queue.max_queue_offset if queue is not None else 0)
     next_expected[key] = record.queue_offset + 1
     return record.queue_offset > expected
+
+
+def _note_truncation(truncations: dict[tuple[str, int], CqTruncation], key: tuple[str, int], queue: ConsumeQueue,
+                     units: int) -> None:
+    if not units:
+        return
+    known = truncations.get(key)
+    if known is None:
+        truncations[key] = CqTruncation(key[0], key[1], queue.max_queue_offset, units, units * c.CQ_UNIT_SIZE_BYTES)
+    else:
+        known.first_queue_offset = queue.max_queue_offset
+        known.units += units
+        known.bytes += units * c.CQ_UNIT_SIZE_BYTES
+
+
+def drop_unmatched_tail(commitlog: CommitLog, queue: ConsumeQueue) -> int:
+    """Drop the queue's last units while they do not match a valid record of this queue at this
+    queue offset (a torn or garbled unit); returns how many were dropped.
+
+    Walks back from the tail and stops at the first unit that matches, or that points below the
+    commitlog's first byte (its record is gone; nothing to check it against). Holes are passed
+    over: trailing ones are dropped with the commitlog's tail.
+    """
+    queue_offset = queue.max_queue_offset
+    keep = queue_offset
+    while queue_offset > queue.min_queue_offset:
+        unit = queue.unit_at(queue_offset - 1)
+        if unit is None:
+            break
+        phys_offset, size, _tag = unit
+        if is_hole(phys_offset, size):
+            queue_offset -= 1
+            continue
+        if phys_offset < commitlog.min_phys_offset or _unit_matches(commitlog, queue, queue_offset - 1, phys_offset,
+                                                                    size):
+            break
+        queue_offset -= 1
+        keep = queue_offset
+    dropped = queue.max_queue_offset - keep
+    if dropped:
+        queue.truncate_to(keep)
+        log.warning("%s-%d: dropped %d units at the tail that match no record", queue.topic, queue.queue_id, dropped)
+    return dropped
+
+
+def _unit_matches(commitlog: CommitLog, queue: ConsumeQueue, queue_offset: int, phys_offset: int, size: int) -> bool:
+    """Whether a record's header at `phys_offset` claims this unit: its size, its own phys
+    offset, this queue id and queue offset. The header only: a record whose body was damaged
+    keeps its unit (a read then steps over it), so its queue offset is never handed out twice."""
+    mapped = commitlog.segment_for(phys_offset)
+    if mapped is None or size < HEADER.size or phys_offset + size > mapped.end_offset:
+        return False
+    fields = HEADER.unpack_from(mapped.buffer, phys_offset - mapped.start_offset)
+    total_size, magic, _crc, queue_id, _flag, record_queue_offset, record_phys_offset = fields[:7]
+    return (total_size == size and magic == c.RECORD_MAGIC and record_phys_offset == phys_offset
+            and queue_id == queue.queue_id and record_queue_offset == queue_offset)
+
+
+def _has_data_after(commitlog: CommitLog, end: int) -> bool:
+    """Whether any non-zero byte lies at or after `end` (a torn tail to cut)."""
+    for mapped in commitlog.segments:
+        if mapped.end_offset <= end:
+            continue
+        start = max(0, end - mapped.start_offset)
+        if mapped.data_end(start) > start:
+            return True
+    return False
+
+
+def _torn_end(commitlog: CommitLog, end: int) -> int:
+    """Where the fault switch recovery-keep-torn-tail puts the write position: after the torn
+    record's claimed size when its header looks like a record's, else after the segment's data."""
+    mapped = commitlog.segment_for(end)
+    if mapped is None:
+        return end
+    position = end - mapped.start_offset
+    size, magic = peek_size_and_magic(mapped.buffer, position) if mapped.size_bytes - position >= 8 else (0, 0)
+    if magic == c.RECORD_MAGIC and 0 < size <= mapped.size_bytes - position:
+        return max(end + size, mapped.start_offset + mapped.data_end(position))
+    return mapped.start_offset + mapped.data_end(position)

@@ -9,6 +9,7 @@ Layout under `root`:
     commitlog/<20-digit phys offset>                 the messages (commitlog.py)
     consumequeue/<topic>/<queue_id>/<20-digit byte>  the per-queue indexes (consume_queue.py)
     checkpoint                                       flush timestamps (checkpoint.py)
+    flushed.json                                     the positions the last fsync covered
     abort                                            exists while open: its presence at open
                                                      means the last stop was not clean
     metadata/                                        LMDB (metadata.py)
@@ -20,11 +21,15 @@ flusher's snapshot; the disk syncs run outside it.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
+from nodes.common import constants as c
 from nodes.common.config import StoreConfig
 from nodes.common.errors import DataDirError, StoreError
 from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -32,8 +37,10 @@ from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.delay import schedule_tag_code_of
 from nodes.store.dispatch import ArrivalListener, Dispatcher
+from nodes.store.group_commit import GroupCommitService
 from nodes.store.metadata import MetadataStore
 from nodes.store.recovery import RecoveryReport, recover
+from nodes.store.store_events import BadRecordReporter, Reporter, recovery_events, safe_report
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,14 @@ class StoreFiles:
         self._consume_queue_root = root / "consumequeue"
         self._flush_lock = threading.Lock()
         self._opened = False
+        # Bad records found by reads and dispatch, each reported once (store_events.py).
+        self.bad_records = BadRecordReporter(config.commitlog_segment_bytes)
+        self.reporter: Reporter | None = None
+        # What the fsyncs so far made durable, as written to flushed.json (guarded by _flushed_lock).
+        self._flushed_lock = threading.Lock()
+        self._flushed_commitlog = 0
+        self._flushed_queues: dict[str, int] = {}
+        self._group_commit: GroupCommitService | None = None
 
     def open(self, on_arrival: ArrivalListener) -> RecoveryReport:
         """Create or recover the store under `root`; from then on every newly indexed record is
@@ -81,14 +96,31 @@ class StoreFiles:
             self._load_consume_queues()
             report = recover(self.commitlog, self.consume_queues, self.dispatcher,
                              clean_shutdown=clean_shutdown, checkpoint=checkpoint,
-                             trust_checkpoint=self.config.recovery_trust_checkpoint)
+                             trust_checkpoint=self.config.recovery_trust_checkpoint,
+                             keep_torn_tail=self.config.recovery_keep_torn_tail)
             self.metadata = MetadataStore(self.root / "metadata")
+            # Recovery rewrote the tails in the page cache; make them durable before flushed.json
+            # claims anything about this run.
+            self._flush_files()
         except OSError as exc:
             raise DataDirError(f"cannot open the store at {self.root}: {exc}; check that it is a writable "
                                "directory, or move it aside") from exc
+        for event in recovery_events(report, self.config.commitlog_segment_bytes):
+            safe_report(self.reporter, event)
+        self.bad_records.reporter = self.reporter
+        self.dispatcher.on_damaged = self._report_damaged
         self.dispatcher.on_arrival = on_arrival
+        if self.config.sync_flush:
+            self._group_commit = GroupCommitService(self.flush_commitlog, f"group-commit {self.root.name}")
+            self._group_commit.start(self._flushed_commitlog)
         self.running = True
         return report
+
+    def _report_damaged(self, start_phys_offset: int, end_phys_offset: int) -> None:
+        """Dispatch stepped over bytes that fail their checks (after recovery: a bad record)."""
+        self.bad_records.report(start_phys_offset, end_phys_offset - start_phys_offset,
+                                "dispatch found bytes that fail their checks and stepped over them to the next "
+                                "valid record")
 
     def _prepare_root(self) -> None:
         if self.root.exists() and not self.root.is_dir():
@@ -154,6 +186,9 @@ class StoreFiles:
                 return
             with self.lock:
                 self.running = False
+            if self._group_commit is not None:
+                self._group_commit.stop()  # answers the sends still waiting with a last fsync
+                self._group_commit = None
             self._flush_files()
             self.commitlog.close()
             for queue in self.consume_queues.values():
@@ -171,6 +206,8 @@ class StoreFiles:
         with self.lock:
             store_timestamp_ms = self.dispatcher.last_store_timestamp_ms
             queues = list(self.consume_queues.values())
+            commitlog_end = self.commitlog.max_phys_offset
+            queue_ends = {f"{queue.topic}/{queue.queue_id}": queue.max_queue_offset for queue in queues}
         # Everything dispatched by now is appended, so after these syncs the checkpoint's
         # timestamp is a lower bound for both the commitlog and the consume queues.
         self.commitlog.flush()
@@ -178,3 +215,39 @@ class StoreFiles:
             queue.flush()
         if store_timestamp_ms:
             write_checkpoint(self.root / "checkpoint", Checkpoint(store_timestamp_ms, store_timestamp_ms, 0))
+        self._note_flushed(commitlog_end, queue_ends)
+
+    def flush_commitlog(self) -> int:
+        """Fsync the commitlog alone (SYNC_FLUSH's group commit); returns the phys offset it covers."""
+        with self.lock:
+            commitlog_end = self.commitlog.max_phys_offset
+        self.commitlog.flush()
+        self._note_flushed(commitlog_end, {})
+        return commitlog_end
+
+    def wait_flushed(self, end_phys_offset: int) -> Future[None]:
+        """SYNC_FLUSH: a future completed once the commitlog is fsync'd through `end_phys_offset`.
+
+        Raises:
+            StoreError: the store does not flush synchronously, or is not open.
+        """
+        group_commit = self._group_commit
+        if group_commit is None:
+            raise StoreError(f"the store at {self.root} is not open with flush_disk_type SYNC_FLUSH")
+        return group_commit.request(end_phys_offset)
+
+    def _note_flushed(self, commitlog_end: int, queue_ends: dict[str, int]) -> None:
+        """Record positions an fsync that returned made durable in flushed.json (temp file and
+        rename, no fsync of its own: the page cache survives a process kill, and a power-loss
+        simulation reads it before it rewrites anything)."""
+        with self._flushed_lock:
+            self._flushed_commitlog = max(self._flushed_commitlog, commitlog_end)
+            flushed_queues = self._flushed_queues
+            for key, queue_offset in queue_ends.items():
+                if queue_offset > flushed_queues.get(key, -1):
+                    flushed_queues[key] = queue_offset
+            path = self.root / c.FLUSHED_POSITIONS_FILE
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps({"commitlog": self._flushed_commitlog, "consume_queues": flushed_queues},
+                                      sort_keys=True, separators=(",", ":")))
+            os.replace(tmp, path)

@@ -235,7 +235,7 @@ def test_a_pull_is_the_records_back_to_back_and_reads_repeat_exactly(store):
     first = store.get_messages("T", 0, 0, 32, None)
     assert first.records_bytes == len(first.record_data) == sum(first.record_sizes)
     assert b"".join(first.records) == first.record_data and len(first.records) == 10
-    again = store.get_messages("T", 0, 0, 32, None)  # from the memory of checked records
+    again = store.get_messages("T", 0, 0, 32, None)  # checked again, served the same
     assert (again.record_data, again.next_begin_offset) == (first.record_data, 10)
     assert [m.body for m in decode_messages(again.record_data, broker_name="b", min_offset=0, max_offset=10,
                                             tags=None)][:2] == [b"payload0", b"payload1"]
