@@ -73,6 +73,11 @@ class RunOptions:
     spark_master: str | None = None
     spark: SparkSession | None = None  # reuse a running session (tests)
     schedule_file: Path | None = None  # replay this schedule instead of drawing one
+    mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
+
+    @property
+    def mode_name(self) -> str:
+        return self.mode or self.suite.default_mode
 
 
 @dataclass
@@ -97,7 +102,7 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
-    timing = suite.spec(options.time_scale).scaled_timing()
+    timing = suite.spec(options.time_scale, mode=options.mode).scaled_timing()
     bounds = derive_bounds(timing)
     if options.schedule_file is not None:
         schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
@@ -110,7 +115,7 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
 def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
     """The derived bounds table, any broken timer ratio, and the schedule (also `--dry-run`'s output)."""
     console.print(bounds_table(bounds, f"derived bounds at time scale {options.time_scale}"))
-    for warning in check_ratios(options.suite.spec(options.time_scale).scaled_timing()):
+    for warning in check_ratios(options.suite.spec(options.time_scale, mode=options.mode).scaled_timing()):
         console.print(f"[yellow]warning:[/] {warning}")
     console.print(format_schedule(schedule))
 
@@ -130,7 +135,7 @@ class ChaosRun:
 
     def execute(self) -> RunOutcome:
         schedule, bounds = plan(self.options)
-        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
+        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
         show_plan(self.console, self.options, schedule, bounds)
@@ -284,11 +289,12 @@ class ChaosRun:
     def _write_run_json(self, outcome: RunOutcome | None) -> None:
         o = self.options
         data: dict[str, Any] = {
-            "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale,
+            "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale, "mode": o.mode_name,
             "duration_s": o.duration_s or self.suite.default_duration_s,
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
             "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
-            "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale}",
+            "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
+                      f"--mode {o.mode_name}",
         }
         if outcome is not None:
             s = outcome.status

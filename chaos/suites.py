@@ -5,6 +5,9 @@ A suite says what it exists to guard (its checks), which faults it throws at the
 and consumers are configured for it, and which test-only fault switch breaks the rule it
 guards (`breaking_switch`): a suite that cannot fail on a broken build is worthless, so the
 tests run every suite once with that switch on and expect exit 1 with the named check.
+
+A run also has a durability mode (`MODES`: flush type x replication role, `--mode` on
+`mqlab chaos run`); the durability check judges loss against what that mode promises.
 """
 
 from __future__ import annotations
@@ -24,6 +27,34 @@ SLAVE = "broker-a-1"
 
 # the checks that need nothing but sends and deliveries
 QUEUE_CHECKS = ("lost", "unexpected", "duplicates")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A run's durability mode: the flush type of every broker's store and the masters' role."""
+
+    name: str
+    flush_disk_type: str
+    broker_role: str
+    promise: str  # what RocketMQ promises about acknowledged messages in this mode
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("async", "ASYNC_FLUSH", "ASYNC_MASTER",
+         "a power loss may lose acknowledged messages inside the unflushed window (unless a slave held them)"),
+    Mode("sync-flush", "SYNC_FLUSH", "ASYNC_MASTER", "no acknowledged message lost, even to a power loss"),
+    Mode("sync-master", "ASYNC_FLUSH", "SYNC_MASTER",
+         "no acknowledged message lost while a slave is live (the slave holds every one)"),
+    Mode("sync", "SYNC_FLUSH", "SYNC_MASTER", "no acknowledged message lost"),
+)}
+DEFAULT_MODE = "async"
+
+
+def mode(name: str) -> Mode:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise KeyError(f"no mode {name!r}; modes are {', '.join(MODES)}") from None
 
 
 @dataclass(frozen=True)
@@ -51,12 +82,19 @@ class Suite:
     keys: int = 16
     checker: Mapping[str, Any] = field(default_factory=dict)
     default_duration_s: float = 40.0
+    default_mode: str = DEFAULT_MODE
 
-    def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None) -> ClusterSpec:
-        """The cluster for this suite; `fault_switches` maps a role to switches (tests only)."""
+    def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None,
+             mode: str | None = None) -> ClusterSpec:
+        """The cluster for this suite; `fault_switches` maps a role to switches (tests only);
+        `mode` (a key of MODES; None: the suite's default) sets every broker's flush type and
+        the masters' role."""
         switches = dict(fault_switches or {})
+        chosen = MODES[mode or self.default_mode]
         spec = ClusterSpec.default(time_scale=time_scale)
         for node in spec.broker_nodes():
+            spec = spec.with_node_options(node.id, store={"flush_disk_type": chosen.flush_disk_type},
+                                          broker_role=chosen.broker_role)
             options = dict(self.broker_options)
             wanted = switches.get("broker", ())
             if wanted and (node.broker_id == 0 or not switches.get("broker-masters-only")):
@@ -80,6 +118,7 @@ class Suite:
 
 
 _ORDERLY_CONSUMER = {"sleep_ms": 2}
+_DURABILITY_SEGMENT_BYTES = 256 * 1024
 _SLAVE_READS = {"slave_read_enable": True}
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -153,6 +192,23 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         ),
         breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
         orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS,
+    ),
+    Suite(
+        name="durability",
+        summary="power loss on master and slave, a corrupted sealed record, a kill; run it under each --mode",
+        checks=(*QUEUE_CHECKS, "integrity", "replication", "store-health", "durability"),
+        faults=(
+            FaultChoice("power-loss", "master", 2.0, "N_r", 2.0),
+            FaultChoice("power-loss", "slave", 1.0, "N_r", 2.0),
+            FaultChoice("corrupt", "master", 1.0, "N_r", 1.0),
+            FaultChoice("kill", "master", 1.0, "N_r", 2.0),
+        ),
+        breaking_switch=BreakingSwitch("broker", "ha-skip-chunk", "replication", masters_only=True),
+        consumers=2, consumer_options={"sleep_ms": 2},
+        # small segments: the corrupt nemesis needs a sealed one within seconds of load
+        broker_options={"store": {"commitlog_segment_bytes": _DURABILITY_SEGMENT_BYTES,
+                                  "message_body_bytes_max": 64 * 1024}},
+        rate_per_s=200.0,
     ),
 )}
 

@@ -72,6 +72,7 @@ class HaClient:
         self._segment_bytes = config.store.commitlog_segment_bytes
         self._errors = StoreErrors(self._on_event, self._segment_bytes)
         self._retry_now = False  # the log was just cut back: connect again without backing off
+        self._last_master_addr = ""
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
@@ -96,7 +97,11 @@ class HaClient:
         timing = self._config.timing
         backoff_ms = timing.ha_reconnect_min_ms
         while not self._stopping.is_set():
-            addr = self._config.ha_master_addr or self._master_addr()
+            # The last known master until the name server names another (RocketMQ's HAClient
+            # keeps its master address likewise): a restarted master comes back on it, and the
+            # slave's next registration may be a while.
+            addr = self._config.ha_master_addr or self._master_addr() or self._last_master_addr
+            self._last_master_addr = addr
             if not addr:
                 self.state = HaClientState.NO_MASTER
             else:

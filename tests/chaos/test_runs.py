@@ -58,7 +58,7 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     from chaos.checker.checks import CHECKS
 
     known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES}
-    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed"}
+    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed", "durability"}
     for s in SUITES.values():
         assert set(s.checks) <= set(CHECKS), s.name
         b = s.breaking_switch
@@ -145,7 +145,7 @@ def test_ctrl_c_undoes_the_faults_and_stops_every_process(tmp_path):
 # the fault each suite's broken rule needs to show, drawn within the short fault phase
 NEEDED_FAULT = {"lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
                 "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"),
-                "mixed": ("kill", "lock-holder")}
+                "mixed": ("kill", "lock-holder"), "durability": ("power-loss", "master")}
 
 
 def _seed_drawing(suite_name: str, op: str, target: str) -> int:
