@@ -28,6 +28,17 @@ def truncate_replica(store: MessageStore, phys_offset: int) -> int:
         dispatcher = files.dispatcher
         dispatcher.reput_from_phys_offset = min(dispatcher.reput_from_phys_offset, phys_offset)
         dispatcher.damaged_ranges[:] = [(a, b) for a, b in dispatcher.damaged_ranges if b <= phys_offset]
+        queue_ends = {f"{q.topic}/{q.queue_id}": q.max_queue_offset for q in files.consume_queues.values()}
+    # What the fsyncs made durable only ever grows; the bytes cut are no longer there, so the
+    # recorded positions come back to the cut (a later power loss must drop what is rewritten
+    # above it until the next fsync), then a flush records them.
+    flushed_lock = getattr(files, "_flushed_lock", None)
+    if flushed_lock is not None:
+        with flushed_lock:
+            files._flushed_commitlog = min(files._flushed_commitlog, phys_offset)
+            for key, queue_offset in list(files._flushed_queues.items()):
+                files._flushed_queues[key] = min(queue_offset, queue_ends.get(key, 0))
+    files.flush()
     log.warning("replica log cut at phys offset %d: %d bytes and %d consume-queue units dropped",
                 phys_offset, dropped_bytes, units)
     return dropped_bytes
