@@ -224,7 +224,8 @@ def format_schedule(schedule: Schedule) -> str:
             f"{schedule.fault_phase_ms / 1000:.1f} s, then heal and recover for {schedule.recovery_phase_ms / 1000:.1f} s")
     lines = [head]
     for e in schedule.entries:
-        dur = "until recovery" if e.duration_ms is None else f"for {e.duration_ms / 1000:7.3f} s"
+        dur = "instant" if isinstance(e.op, Corrupt) else (
+            "until recovery" if e.duration_ms is None else f"for {e.duration_ms / 1000:7.3f} s")
         note = f"  ({e.note})" if e.note else ""
         lines.append(f"  +{e.at_ms / 1000:8.3f} s  {describe_op(e.op):<50} {dur}{note}")
     lines.append(f"  +{schedule.fault_phase_ms / 1000:8.3f} s  {'recover all: resume, heal, restart':<50} "

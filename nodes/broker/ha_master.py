@@ -24,6 +24,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
 from nodes.store.message_store import MessageStore
+from nodes.store.record import peek_size_and_magic
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,8 @@ class ReplicationMaster:
         self.agreed_max_phys_offset: int | None = None if clean_start else (
             store.max_phys_offset if recovered_max_phys_offset is None else recovered_max_phys_offset)
         self.restored_bytes = 0
-        # FAULT SWITCH ha-skip-chunk: [start, end) of the one chunk dropped
+        # FAULT SWITCH ha-skip-chunk: [start, end) of the record never sent (the first one at or
+        # after HA_SKIP_CHUNK_AT_PHYS_OFFSET: the same one after every restart)
         self._skip_chunk = c.FAULT_HA_SKIP_CHUNK in config.fault_switches
         self._skipped: tuple[int, int] | None = None
 
@@ -288,13 +290,12 @@ class ReplicationMaster:
                     self._errors.bad_record(check, self._store.read_commitlog(next_offset, batch_bytes),
                                             next_offset, "replication read on the master")
                 if data:
-                    if self._skip_chunk and self._skipped is None and next_offset > self._store.min_phys_offset:
-                        self._skipped = (next_offset, next_offset + len(data))
-                        log.warning("fault switch ha-skip-chunk: chunk [%d, %d) dropped", *self._skipped)
-                    else:
+                    if self._skip_chunk:
+                        data, next_offset = self._skip_one_record(data, next_offset)
+                    if data:
                         yield LogChunk(phys_offset=next_offset, data=data,
                                        master_max_phys_offset=self._store.max_phys_offset)
-                    next_offset += len(data)
+                        next_offset += len(data)
                     continue
                 try:
                     await asyncio.wait_for(conn.wakeup.wait(), heartbeat_s)
@@ -304,6 +305,22 @@ class ReplicationMaster:
             reader.cancel()
             self.state.close(conn)
             log.info("slave %s disconnected (acked %d)", conn.slave_node_id, conn.acked_offset)
+
+    def _skip_one_record(self, data: bytes, at: int) -> tuple[bytes, int]:
+        """FAULT SWITCH ha-skip-chunk (breaks "replicas converge"): the chunk stops before the
+        skipped record, and a chunk that would start on it starts after it instead."""
+        if self._skipped is None:
+            pos = 0
+            while pos < len(data) and at + pos < c.HA_SKIP_CHUNK_AT_PHYS_OFFSET:
+                pos += peek_size_and_magic(data, pos)[0]
+            if pos < len(data):
+                self._skipped = (at + pos, at + pos + peek_size_and_magic(data, pos)[0])
+                log.warning("fault switch ha-skip-chunk: the record at [%d, %d) is never replicated", *self._skipped)
+        if self._skipped is None or not at <= self._skipped[0] < at + len(data):
+            return data, at
+        if at == self._skipped[0]:  # "the slave has it already": move on past it
+            return b"", self._skipped[1]
+        return data[:self._skipped[0] - at], at
 
     async def _read_reports(self, reports: AsyncIterator[SlaveReport], conn: SlaveConnection) -> None:
         housekeeping_s = self._config.timing.ha_housekeeping_ms / 1000.0

@@ -183,6 +183,7 @@ HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes bef
 # (ha_reconnect_max_ms, jitter included: the slave retries within 1.5x of it).
 HA_RESTORE_WAIT_RECONNECTS = 2
 HA_RECONNECT_JITTER_MAX = 1.5  # a reconnect delay is backoff x [0.5, 1.5)
+HA_SKIP_CHUNK_AT_PHYS_OFFSET = 16 * 1024  # fault switch ha-skip-chunk: the first record from here is never sent
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # ---------------------------------------------------------------------------
@@ -317,8 +318,8 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
                                      "checkpoint instead of scanning forward",
-    FAULT_HA_SKIP_CHUNK: "replicas converge: the master drops one replication chunk and resumes every slave "
-                         "after it, so the slave never catches up",
+    FAULT_HA_SKIP_CHUNK: "replicas converge: the master never sends one record (the first from "
+                         "HA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes every slave past it, so the slave never catches up",
     FAULT_SYNC_FLUSH_ACK_EARLY: "SYNC_FLUSH loses no acked message on power loss: a send is answered before the "
                                 "commitlog fsync it should wait for",
     FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "

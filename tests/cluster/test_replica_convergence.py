@@ -13,6 +13,7 @@ from support.cluster_rpc import digest, max_phys_offset, wait_for, wait_slave_ca
 from harness import LocalCluster
 from harness.spec import ClusterSpec
 from nodes.client import Producer, PullConsumer
+from nodes.common import constants as c
 from nodes.common.types import Message, SendStatus
 
 pytestmark = pytest.mark.cluster
@@ -136,8 +137,9 @@ def test_sync_master_loses_no_acknowledged_message_to_a_power_loss(tmp_path, tim
 
 
 def test_switch_ha_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_scale):
-    """The breaking switch of replica convergence: a master that drops a chunk and resumes past
-    it never lets its slave catch up (the slave sees the gap and reconnects, and is skipped again)."""
+    """The breaking switch of replica convergence: a master that never sends one record (the
+    first from HA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes past it never lets its slave catch up
+    (the slave sees the gap, reconnects, and is skipped again), also after a master restart."""
     spec = _spec(time_scale, fault_switches=["ha-skip-chunk"])
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
@@ -150,4 +152,10 @@ def test_switch_ha_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_sc
         connects = wait_for(lambda: (n := slave.describe()["details"]["ha_client"]["connects"]) >= 3 and n,
                             30, "the slave to reconnect after the gap, again and again")
         assert connects >= 3
-        assert 0 < max_phys_offset(slave) < master_end
+        stuck = max_phys_offset(slave)
+        assert 0 < stuck <= c.HA_SKIP_CHUNK_AT_PHYS_OFFSET + 4096 < master_end
+        cluster.kill("broker-a-0")
+        cluster.restart("broker-a-0")
+        wait_for(lambda: slave.describe()["details"]["ha_client"]["connects"] > connects + 2, 30,
+                 "the slave to reconnect to the restarted master, again and again")
+        assert max_phys_offset(slave) == stuck
