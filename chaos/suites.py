@@ -203,7 +203,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
             FaultChoice("corrupt", "master", 1.0, "N_r", 1.0),
             FaultChoice("kill", "master", 1.0, "N_r", 2.0),
         ),
-        breaking_switch=BreakingSwitch("broker", "ha-skip-chunk", "replication", masters_only=True),
+        breaking_switch=BreakingSwitch("broker", "replica-skip-chunk", "replication", masters_only=True),
         consumers=2, consumer_options={"sleep_ms": 2},
         # small segments: the corrupt nemesis needs a sealed one within seconds of load
         broker_options={"store": {"commitlog_segment_bytes": _DURABILITY_SEGMENT_BYTES,

@@ -186,9 +186,9 @@ class ReplicationMaster:
         self.agreed_max_phys_offset: int | None = None if clean_start else (
             store.max_phys_offset if recovered_max_phys_offset is None else recovered_max_phys_offset)
         self.restored_bytes = 0
-        # FAULT SWITCH ha-skip-chunk: [start, end) of the record never sent (the first one at or
-        # after HA_SKIP_CHUNK_AT_PHYS_OFFSET: the same one after every restart)
-        self._skip_chunk = c.FAULT_HA_SKIP_CHUNK in config.fault_switches
+        # FAULT SWITCH replica-skip-chunk: [start, end) of the record never sent (the first one at or
+        # after REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET: the same one after every restart)
+        self._skip_chunk = c.FAULT_REPLICA_SKIP_CHUNK in config.fault_switches
         self._skipped: tuple[int, int] | None = None
 
     def refusal_for(self, report: SlaveReport) -> tuple[Refusal, str] | None:
@@ -275,7 +275,7 @@ class ReplicationMaster:
         # A new slave starts at the master's oldest retained byte (RocketMQ: its newest file).
         next_offset = first.max_phys_offset or self._store.min_phys_offset
         if self._skipped is not None and self._skipped[0] <= next_offset < self._skipped[1]:
-            next_offset = self._skipped[1]  # FAULT SWITCH ha-skip-chunk: "the slave has it already"
+            next_offset = self._skipped[1]  # FAULT SWITCH replica-skip-chunk: "the slave has it already"
         log.info("slave %s connected at offset %d (master max %d)", first.slave_node_id, next_offset,
                  self._store.max_phys_offset)
         reader = asyncio.create_task(self._read_reports(reports, conn), name=f"replication-reports-{conn.conn_id}")
@@ -307,15 +307,15 @@ class ReplicationMaster:
             log.info("slave %s disconnected (acked %d)", conn.slave_node_id, conn.acked_offset)
 
     def _skip_one_record(self, data: bytes, at: int) -> tuple[bytes, int]:
-        """FAULT SWITCH ha-skip-chunk (breaks "replicas converge"): the chunk stops before the
+        """FAULT SWITCH replica-skip-chunk (breaks "replicas converge"): the chunk stops before the
         skipped record, and a chunk that would start on it starts after it instead."""
         if self._skipped is None:
             pos = 0
-            while pos < len(data) and at + pos < c.HA_SKIP_CHUNK_AT_PHYS_OFFSET:
+            while pos < len(data) and at + pos < c.REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET:
                 pos += peek_size_and_magic(data, pos)[0]
             if pos < len(data):
                 self._skipped = (at + pos, at + pos + peek_size_and_magic(data, pos)[0])
-                log.warning("fault switch ha-skip-chunk: the record at [%d, %d) is never replicated", *self._skipped)
+                log.warning("fault switch replica-skip-chunk: the record at [%d, %d) is never replicated", *self._skipped)
         if self._skipped is None or not at <= self._skipped[0] < at + len(data):
             return data, at
         if at == self._skipped[0]:  # "the slave has it already": move on past it

@@ -183,7 +183,8 @@ HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes bef
 # (ha_reconnect_max_ms, jitter included: the slave retries within 1.5x of it).
 HA_RESTORE_WAIT_RECONNECTS = 2
 HA_RECONNECT_JITTER_MAX = 1.5  # a reconnect delay is backoff x [0.5, 1.5)
-HA_SKIP_CHUNK_AT_PHYS_OFFSET = 16 * 1024  # fault switch ha-skip-chunk: the first record from here is never sent
+# fault switch replica-skip-chunk: the first record from this phys offset is never replicated
+REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET = 16 * 1024
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # ---------------------------------------------------------------------------
@@ -307,7 +308,7 @@ assert SUSPEND_CURRENT_QUEUE_MIN_MS <= SUSPEND_CURRENT_QUEUE_MS <= SUSPEND_CURRE
 # ---------------------------------------------------------------------------
 FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
 FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
-FAULT_HA_SKIP_CHUNK = "ha-skip-chunk"
+FAULT_REPLICA_SKIP_CHUNK = "replica-skip-chunk"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
 FAULT_SYNC_FLUSH_ACK_EARLY = "sync-flush-ack-early"
@@ -318,8 +319,8 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
                                      "checkpoint instead of scanning forward",
-    FAULT_HA_SKIP_CHUNK: "replicas converge: the master never sends one record (the first from "
-                         "HA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes every slave past it, so the slave never catches up",
+    FAULT_REPLICA_SKIP_CHUNK: "replicas converge: the master never sends one record (the first from "
+                         "REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes every slave past it, so the slave never catches up",
     FAULT_SYNC_FLUSH_ACK_EARLY: "SYNC_FLUSH loses no acked message on power loss: a send is answered before the "
                                 "commitlog fsync it should wait for",
     FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "

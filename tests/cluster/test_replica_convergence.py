@@ -136,11 +136,11 @@ def test_sync_master_loses_no_acknowledged_message_to_a_power_loss(tmp_path, tim
         _assert_readable(cluster, acked)
 
 
-def test_switch_ha_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_scale):
+def test_switch_replica_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_scale):
     """The breaking switch of replica convergence: a master that never sends one record (the
-    first from HA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes past it never lets its slave catch up
+    first from REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes past it never lets its slave catch up
     (the slave sees the gap, reconnects, and is skipped again), also after a master restart."""
-    spec = _spec(time_scale, fault_switches=["ha-skip-chunk"])
+    spec = _spec(time_scale, fault_switches=["replica-skip-chunk"])
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
         with Producer(cluster.namesrv_addr) as producer:
@@ -153,7 +153,7 @@ def test_switch_ha_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, time_sc
                             30, "the slave to reconnect after the gap, again and again")
         assert connects >= 3
         stuck = max_phys_offset(slave)
-        assert 0 < stuck <= c.HA_SKIP_CHUNK_AT_PHYS_OFFSET + 4096 < master_end
+        assert 0 < stuck <= c.REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET + 4096 < master_end
         cluster.kill("broker-a-0")
         cluster.restart("broker-a-0")
         wait_for(lambda: slave.describe()["details"]["ha_client"]["connects"] > connects + 2, 30,
