@@ -183,7 +183,7 @@ class BrokerController:
                 on_crash=crash_node)
             self._services.append(self.slave_sync)
             self.ha_client = HaClient(self.config, self.store, self._master_addr, self._clock,
-                                      master_link.replicate, on_event=self.events.record)
+                                      master_link.replicate, on_event=self.events.record, errors=self._store_errors())
             self.ha_client.start()
         for service in self._services:
             service.start()
@@ -208,6 +208,14 @@ class BrokerController:
         self.replication.writes.close(f"unclean start: waiting up to {wait_ms} ms for a slave to restore the tail")
         return wait_ms
 
+    def _store_errors(self) -> StoreErrors:
+        """Replication's store errors, its bad records deduplicated with the store's own (one
+        line per phys offset per process, whoever tripped over it first). The store has no
+        public call for that reporter yet; it lives on its files."""
+        bad_records = getattr(getattr(self.store, "_files", None), "bad_records", None)
+        return StoreErrors(self.events.record, self.config.store.commitlog_segment_bytes,
+                           bad_records.report if bad_records is not None else None)
+
     async def _start_when_writable(self, service: Service) -> None:
         await self.replication.writes.wait_open()
         if self.lifecycle.state in (Lifecycle.STARTING, Lifecycle.RUNNING):
@@ -230,7 +238,7 @@ class BrokerController:
             assert self.recovery is not None
             master = ReplicationMaster(
                 config, self.store, self.replication, clock,
-                errors=StoreErrors(self.events.record, config.store.commitlog_segment_bytes),
+                errors=self._store_errors(),
                 clean_start=self.recovery.clean_shutdown,
                 recovered_max_phys_offset=self.recovery.commitlog_max_phys_offset)
         gate = self.replication.writes.guard

@@ -18,6 +18,7 @@ from nodes.store.mapped_file import segment_name
 from nodes.store.record import HEADER, RECORD_BYTES_MIN, index_fields, peek_size_and_magic
 
 StoreEvent = Callable[[dict[str, Any]], None]
+ReportBad = Callable[..., None]  # (phys_offset, size_bytes, detail, *, queue_id, queue_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,13 @@ def record_location(data: bytes, pos: int) -> tuple[int | None, int | None]:
 class StoreErrors:
     """Writes `store-error` events; a bad record is reported once per phys offset."""
 
-    def __init__(self, record: StoreEvent, segment_bytes: int) -> None:
+    def __init__(self, record: StoreEvent, segment_bytes: int, report_bad: ReportBad | None = None) -> None:
+        """`report_bad`: the store's own once-per-phys-offset bad-record reporter, so a record a
+        pull and replication both trip over is one line (None: this object dedupes alone)."""
         self._record = record
         self._segment_bytes = segment_bytes
         self._bad_seen: set[int] = set()
+        self._report_bad = report_bad
 
     def note(self, event: dict[str, Any]) -> None:
         """Any other replication event (not a store error) into the same log."""
@@ -86,9 +90,13 @@ class StoreErrors:
             return
         self._bad_seen.add(at)
         queue_id, queue_offset = record_location(data, at - data_phys_offset)
+        size_bytes = len(data) - (at - data_phys_offset)
+        if self._report_bad is not None:
+            self._report_bad(at, size_bytes, f"{where}: {check.reason}", queue_id=queue_id, queue_offset=queue_offset)
+            return
         self._record({"event": "store-error", "kind": "bad-record", "file": self._file(at), "phys_offset": at,
-                      "bytes": len(data) - (at - data_phys_offset), "topic": None, "queue_id": queue_id,
-                      "queue_offset": queue_offset, "detail": f"{where}: {check.reason}"})
+                      "bytes": size_bytes, "topic": None, "queue_id": queue_id, "queue_offset": queue_offset,
+                      "detail": f"{where}: {check.reason}"})
 
     def replica_refused(self, phys_offset: int, dropped_bytes: int, detail: str) -> None:
         self._record({"event": "store-error", "kind": "replica-refused", "file": self._file(phys_offset),

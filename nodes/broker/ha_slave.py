@@ -52,7 +52,8 @@ class HaClient:
 
     def __init__(self, config: BrokerConfig, store: MessageStore, master_addr: Callable[[], str], clock: Clock,
                  replicate: Replicate, rng: random.Random | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 errors: StoreErrors | None = None) -> None:
         self._config = config
         self._replicate = replicate
         self._store = store
@@ -70,7 +71,7 @@ class HaClient:
         self.truncated_bytes = 0
         self.restore_sent_bytes = 0
         self._segment_bytes = config.store.commitlog_segment_bytes
-        self._errors = StoreErrors(self._on_event, self._segment_bytes)
+        self._errors = errors or StoreErrors(self._on_event, self._segment_bytes)
         self._retry_now = False  # the log was just cut back: connect again without backing off
         self._last_master_addr = ""
         self._task: asyncio.Task[None] | None = None

@@ -5,6 +5,8 @@ no acknowledged message is lost."""
 
 import dataclasses
 import json
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from harness.spec import ClusterSpec
 from nodes.client import Producer, PullConsumer
 from nodes.common import constants as c
 from nodes.common.types import Message, SendStatus
+from nodes.store.faults import corrupt_sealed_record
 
 pytestmark = pytest.mark.cluster
 
@@ -159,3 +162,25 @@ def test_switch_replica_skip_chunk_leaves_the_slave_behind_for_good(tmp_path, ti
         wait_for(lambda: slave.describe()["details"]["ha_client"]["connects"] > connects + 2, 30,
                  "the slave to reconnect to the restarted master, again and again")
         assert max_phys_offset(slave) == stuck
+
+
+def test_a_master_never_replicates_past_a_record_that_fails_its_checks(tmp_path, time_scale):
+    """A record corrupted on the master before its slave copied it: the slave ends right before
+    it (nothing garbled reaches it), and the master reports it once however often the slave asks."""
+    small = {"commitlog_segment_bytes": 128 * 1024, "message_body_bytes_max": 16 * 1024}
+    spec = ClusterSpec.default(time_scale=time_scale)
+    spec = spec.with_node_options("broker-a-0", store=small).with_node_options("broker-a-1", store=small)
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
+        cluster.stop("broker-a-1")
+        with Producer(cluster.namesrv_addr) as producer:
+            _send(producer, 400, "sealed")  # > 3 segments of 128 KiB
+        damage = corrupt_sealed_record(Path(master.run_dir) / "store", random.Random(3))
+        assert damage is not None
+        cluster.restart("broker-a-1")
+        wait_for(lambda: max_phys_offset(slave) == damage["phys_offset"], 30, "the slave to stop at the bad record")
+        time.sleep(4 * c.HA_HEARTBEAT_MS / 1000 * time_scale)  # a few more rounds of asking
+        assert max_phys_offset(slave) == damage["phys_offset"] < max_phys_offset(master)
+        bad = [e for e in _events(cluster, "broker-a-0")
+               if e.get("event") == "store-error" and e.get("kind") == "bad-record"]
+        assert [e["phys_offset"] for e in bad] == [damage["phys_offset"]]
