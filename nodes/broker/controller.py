@@ -341,5 +341,5 @@ class BrokerController:
             node_id=self.node_id, role=self.role, state=self.lifecycle.state.name,
             status_line=f"{self.node_id} {role} {self.lifecycle.state.name} "
                         f"max={stats.get('max_phys_offset', '-')} topics={len(topics)} "
-                        f"held_pulls={details['held_pulls']}",
+                        f"held_pulls={details['held_pulls']} store_errors={stats.get('store_errors', '-')}",
             details=details)

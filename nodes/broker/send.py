@@ -3,17 +3,20 @@
 Owns: request checks (permission, topic name, topic existence and auto-creation, queue
 id), turning the request (its messages, or RocketMQ's batch body) into store records,
 mapping put statuses to answer codes, and what follows a stored put: waking the slaves'
-streams, registering an auto-created topic before answering, and the SYNC_MASTER wait for
-a slave's ack. Does not own queue offset assignment or durability (the store does), nor
+streams, registering an auto-created topic before answering, the SYNC_FLUSH wait for the
+commitlog fsync (FLUSH_DISK_TIMEOUT past store.sync_flush_timeout_ms) and the SYNC_MASTER wait
+for a slave's ack. Does not own queue offset assignment or durability (the store does), nor
 any wire format: requests and answers are the plain values below.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +32,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
-from nodes.common.errors import InvalidMessageError
+from nodes.common.errors import InvalidMessageError, StoreError
 from nodes.common.types import validate_topic
 from nodes.store import message_batch
 from nodes.store.message_batch import MalformedBatchError
@@ -102,12 +105,14 @@ class SendProcessor:
         self._config = config
         self._groups = groups  # for sends to %RETRY% topics (handleRetryAndDLQ)
         self._rng = rng or random.Random()
-        self._store = store
+        self._store = self.store = store
         self.topics = topics
-        self._clock = clock
+        self._clock = self.clock = clock
         self._store_host = (_ipv4_of(config.listen_host), config.port)
         self.config = config
         self.sync_master = config.is_sync_master
+        self.sync_flush = config.store.sync_flush
+        self.flush_ack_early = c.FAULT_SYNC_FLUSH_ACK_EARLY in config.fault_switches
         self.last_put_end_offset = 0  # the commitlog end after the last successful put
 
     def bind_port(self, port: int) -> None:
@@ -200,16 +205,53 @@ class SendHandler:
         if response.code != ResponseCode.SUCCESS:
             return response
         end_offset = self.processor.last_put_end_offset
+        flushed, deadline_ms = self._request_flush(end_offset)
         self._replication.log_grew()
         if self._topics.data_version != version:
             # RocketMQ registers an auto-created topic with the name servers before it answers,
             # so a client that saw SEND_OK can already find the route.
             await self._on_topics_changed()
+        code = ResponseCode.SUCCESS
+        if flushed is not None:
+            code = await self._wait_for_flush(flushed, deadline_ms)
         if self.processor.sync_master:
-            code = await self._wait_for_slave(end_offset)
-            if code != ResponseCode.SUCCESS:
-                return SendResponse(code, response.remark, response.queue_id, response.appended, response.compact)
+            slave_code = await self._wait_for_slave(end_offset)
+            if slave_code != ResponseCode.SUCCESS:  # as RocketMQ: the replica's status wins over the flush's
+                code = slave_code
+        if code != ResponseCode.SUCCESS:
+            return SendResponse(code, response.remark, response.queue_id, response.appended, response.compact)
         return response
+
+    def _request_flush(self, end_offset: int) -> tuple[Future[None] | None, int]:
+        """SYNC_FLUSH: ask the store's group commit to fsync through `end_offset`; (future, deadline ms)."""
+        processor = self.processor
+        if not processor.sync_flush or processor.flush_ack_early:
+            # FAULT SWITCH sync-flush-ack-early: breaks "SYNC_FLUSH loses no acked message": the
+            # answer goes out at once and only the periodic flush makes the record durable.
+            return None, 0
+        timeout_ms = processor.config.store.sync_flush_timeout_ms
+        try:
+            flushed = processor.store.wait_flushed(end_offset)
+        except StoreError as exc:  # closing under this send: answered as a flush that did not happen
+            flushed = Future()
+            flushed.set_exception(exc)
+        return flushed, processor.clock.monotonic_ms() + timeout_ms
+
+    async def _wait_for_flush(self, flushed: Future[None], deadline_ms: int) -> ResponseCode:
+        """FLUSH_DISK_TIMEOUT when the fsync has not returned by the deadline (or failed); the
+        message stays stored either way."""
+        timeout_s = max(0, deadline_ms - self.processor.clock.monotonic_ms()) / 1000
+        try:
+            # shielded: a timeout must not cancel the store's future (the group commit completes it)
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flushed)), timeout_s)
+        except TimeoutError:
+            log.warning("SYNC_FLUSH: the commitlog fsync took longer than %d ms; answering FLUSH_DISK_TIMEOUT",
+                        self.processor.config.store.sync_flush_timeout_ms)
+            return ResponseCode.FLUSH_DISK_TIMEOUT
+        except Exception as exc:  # the fsync failed: the client hears it as a flush timeout
+            log.error("SYNC_FLUSH: the commitlog fsync failed (%s); answering FLUSH_DISK_TIMEOUT", exc)
+            return ResponseCode.FLUSH_DISK_TIMEOUT
+        return ResponseCode.SUCCESS
 
     async def _wait_for_slave(self, end_offset: int) -> ResponseCode:
         """SYNC_MASTER: any slave's ack within slave_timeout; the message is stored either way."""

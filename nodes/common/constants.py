@@ -35,6 +35,7 @@ CHECKPOINT_SAFETY_MS = 3_000  # abnormal recovery starts 3 s before the checkpoi
 MEMORY_RATIO_PERCENT = 40  # accessMessageInMemoryMaxRatio: "in memory" = last 40% of RAM
 CQ_HOLE_SIZE_MARK = 0x7FFFFFFF  # the size field of a hole unit: Integer.MAX_VALUE, as RocketMQ's fillPreBlank writes
 METADATA_MAP_SIZE_BYTES = 1024**3  # LMDB address space reserved for the metadata; the file grows only as data does
+CHECKED_EXTENTS_MAX = 100_000  # ranges of read-checked records a store remembers (~7 MB) before starting over
 
 # Pull batch limits (DefaultMessageStore#isTheBatchFull)
 PULL_FILTER_SCAN_BYTES_MIN = 16_000  # maxFilterMessageCount floor, in CQ bytes

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class GroupCommitService:
             except Exception as exc:  # answered as a failed flush; the next round tries again
                 log.exception("group commit: the commitlog fsync failed")
                 for _, future in batch:
-                    future.set_exception(exc)
+                    _settle(future, exc)
                 continue
             self.fsyncs += 1
             with self._cond:
@@ -80,4 +80,15 @@ class GroupCommitService:
                 self._pending[:0] = later  # appended after the fsync's snapshot: the next round
             for end, future in batch:
                 if end <= flushed:
-                    future.set_result(None)
+                    _settle(future, None)
+
+
+def _settle(future: Future[None], exc: BaseException | None) -> None:
+    """Complete `future` unless its waiter cancelled it already."""
+    try:
+        if exc is None:
+            future.set_result(None)
+        else:
+            future.set_exception(exc)
+    except InvalidStateError:
+        pass

@@ -83,8 +83,14 @@ class MessageStore:
 
     @property
     def store_errors(self) -> int:
-        """Bad records found by reads and dispatch since the store opened (each counted once)."""
-        return self._files.bad_records.count
+        """The store errors reported since the store opened: what recovery found (torn tail,
+        dropped consume-queue units per queue, damaged ranges) and bad records met by reads and
+        dispatch (each once)."""
+        report = self._recovery
+        found_in_recovery = 0 if report is None else (
+            (report.torn_tail_phys_offset is not None) + len(report.cq_truncations) + len(report.damaged_ranges)
+            + report.redispatched_whole_log)
+        return found_in_recovery + self._files.bad_records.count
 
     # --- lifecycle -----------------------------------------------------------------------------
 

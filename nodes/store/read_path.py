@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from nodes.common import constants as c
 from nodes.store.consume_queue import CQ_UNIT
-from nodes.store.read_check import record_checks
+from nodes.store.read_check import CheckedExtents, body_checks, record_checks
 from nodes.store.record import Record, RecordKind, check_at, decode_record
 from nodes.store.store_files import StoreFiles
 
@@ -100,8 +100,8 @@ class StoreReader:
         self.corrupt_records_skipped = 0
         self._transfer_caps = TransferCaps(config.transfer_bytes_max_in_memory, config.transfer_count_max_in_memory,
                                            config.transfer_bytes_max_on_disk, config.transfer_count_max_on_disk)
-        # test-only fault switch read-skip-crc: hand records out without checking them
-        self._skip_checks = config.read_skip_crc
+        self._checked_extents = CheckedExtents(c.CHECKED_EXTENTS_MAX)
+        self._skip_checks = config.read_skip_crc  # the test-only fault switch read-skip-crc
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
                      tag_hashes: frozenset[int] | None) -> GetResult:
@@ -150,9 +150,9 @@ class StoreReader:
 
         Hot path of every pull: records are checked in place in the mapped segment and only
         their positions are kept (adjacent records merge into one run), so the found bytes
-        are copied exactly once, by the final join. Every record is checked each time it is
-        handed out (framing, own offset, CRC): bytes can change under a running store (a
-        damaged disk, an outside write), and a pull never serves what fails.
+        are copied exactly once, by the final join. A record is checked in full the first time
+        this store hands it out; later reads check its framing and body CRC again (bytes can
+        change under a running store), skipping the rest (`CheckedExtents`).
         """
         status = GetStatus.NO_MATCHED_MESSAGE
         commitlog = self._commitlog
@@ -168,7 +168,10 @@ class StoreReader:
         last_phys_offset: int | None = None
         scanned_bytes = 0
         seg_start, seg_written = 0, -1  # the segment the last record came from (start, written end)
+        checked_extents = self._checked_extents
         skip_checks = self._skip_checks
+        known_checked, known_lo, known_hi = False, 0, 0  # [lo, hi) is all checked, or all not
+        newly_checked: list[tuple[int, int]] = []
         view: memoryview | None = None
         run_view: memoryview | None = None
         run_start = run_end = 0
@@ -210,12 +213,26 @@ class StoreReader:
                         view = views[seg_start] = memoryview(mapped.buffer)
                 assert view is not None
                 pos = phys_offset - seg_start
-                if not (skip_checks or record_checks(view, pos, size, phys_offset)
-                        or check_at(view[pos:pos + size].tobytes(), 0, base_phys_offset=phys_offset)
-                        == (RecordKind.RECORD, size)):
-                    # Never hand out bytes that do not check; the consumer steps over them.
-                    self._skip_bad_record(phys_offset, size, topic, queue_id, queue_offset + scanned_bytes // _UNIT - 1)
-                    continue
+                end_phys_offset = phys_offset + size
+                if not known_lo <= phys_offset < known_hi:
+                    known_checked, known_lo, known_hi = checked_extents.around(phys_offset)
+                if skip_checks:  # FAULT SWITCH read-skip-crc: breaks "a pull never serves a bad record"
+                    pass
+                elif known_checked and end_phys_offset <= known_hi:
+                    if not body_checks(view, pos, size, phys_offset):  # changed on disk since its full check
+                        self._skip_bad_record(phys_offset, size, topic, queue_id, queue_offset + scanned_bytes // _UNIT - 1)
+                        continue
+                else:
+                    if not (record_checks(view, pos, size, phys_offset)
+                            or check_at(view[pos:pos + size].tobytes(), 0, base_phys_offset=phys_offset)
+                            == (RecordKind.RECORD, size)):
+                        # Never hand out bytes that do not check; the consumer steps over them.
+                        self._skip_bad_record(phys_offset, size, topic, queue_id, queue_offset + scanned_bytes // _UNIT - 1)
+                        continue
+                    if newly_checked and newly_checked[-1][1] == phys_offset:
+                        newly_checked[-1] = (newly_checked[-1][0], end_phys_offset)
+                    else:
+                        newly_checked.append((phys_offset, end_phys_offset))
                 if view is run_view and pos == run_end:
                     run_end = pos + size
                 else:
@@ -229,6 +246,8 @@ class StoreReader:
             if run_view is not None:
                 runs.append((run_view, run_start, run_end))
             record_data = b"".join([run[start:end] for run, start, end in runs])
+            for start, end in newly_checked:
+                checked_extents.add(start, end)
         finally:
             runs.clear()
             run_view = view = None

@@ -21,6 +21,11 @@ it, a torn tail, is truncated (zeroed, and later segments deleted). Records keep
 QUEUEOFFSET, so every surviving message stays pullable at the offset it was acknowledged
 with; a damaged one becomes a hole its consumers step over.
 
+Also beyond RocketMQ: before the walk, each consume queue's tail units are checked against the
+record headers they point at; a unit no header claims (a torn or garbled unit, as a power loss
+leaves) is dropped and rebuilt by dispatch. What recovery cut or stepped over is listed in the
+report (`torn_tail_phys_offset`, `cq_truncations`, `damaged_ranges`) for the store's events.
+
 Also beyond RocketMQ: while walking, recovery checks that each record below the dispatch
 point is indexed and that each queue's first unindexed record continues its queue. If a
 consume queue lost units (its files were deleted), dispatch restarts from the commitlog's
@@ -76,6 +81,9 @@ class RecoveryReport:
     # where the torn tail began (the recovered end) when recovery cut one; the fault switch
     # recovery-keep-torn-tail instead leaves it here uncut
     torn_tail_phys_offset: int | None = None
+    # a consume queue lacked units the commitlog holds below the dispatch point, so every
+    # record was dispatched again from the commitlog's first byte
+    redispatched_whole_log: bool = False
 
     @property
     def cq_units_dropped(self) -> int:
@@ -149,7 +157,8 @@ def recover(commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], Consu
         commitlog_max_phys_offset=commitlog.max_phys_offset, truncated_bytes=truncated_bytes,
         damaged_ranges=list(dispatcher.damaged_ranges), redispatched_records=redispatched,
         consume_queues=len(consume_queues), cq_truncations=list(truncations.values()),
-        torn_tail_phys_offset=torn_tail_phys_offset if truncated_bytes else None)
+        torn_tail_phys_offset=torn_tail_phys_offset if truncated_bytes else None,
+        redispatched_whole_log=walk.queue_lost_units)
     log.info("recovery: %s", report)
     return report
 
@@ -241,8 +250,8 @@ def _note_truncation(truncations: dict[tuple[str, int], CqTruncation], key: tupl
 
 
 def drop_unmatched_tail(commitlog: CommitLog, queue: ConsumeQueue) -> int:
-    """Drop the queue's last units while they do not match a valid record of this queue at this
-    queue offset (a torn or garbled unit); returns how many were dropped.
+    """Drop the queue's last units while no record header claims them (`_unit_matches`: a torn or
+    garbled unit); returns how many were dropped.
 
     Walks back from the tail and stops at the first unit that matches, or that points below the
     commitlog's first byte (its record is gone; nothing to check it against). Holes are passed

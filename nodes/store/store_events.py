@@ -102,6 +102,10 @@ def recovery_events(report: Any, segment_bytes: int) -> list[dict[str, Any]]:
             DAMAGED_RANGE, f"recovery kept the records after damaged commitlog bytes [{start}, {end}); "
                            "the range is a hole",
             file=commitlog_file(start, segment_bytes), phys_offset=start, size_bytes=end - start))
+    if report.redispatched_whole_log:
+        events.append(store_error(
+            RECOVERY_ANOMALY, "a consume queue lacked units the commitlog holds below the dispatch point; "
+                              "recovery dispatched the whole commitlog again"))
     events.append({"event": "store-recovered", "clean": report.clean_shutdown,
                    "commitlog_max_phys_offset": report.commitlog_max_phys_offset,
                    "truncated_bytes": report.truncated_bytes, "damaged_ranges": len(report.damaged_ranges),

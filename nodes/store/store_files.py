@@ -99,9 +99,7 @@ class StoreFiles:
                              trust_checkpoint=self.config.recovery_trust_checkpoint,
                              keep_torn_tail=self.config.recovery_keep_torn_tail)
             self.metadata = MetadataStore(self.root / "metadata")
-            # Recovery rewrote the tails in the page cache; make them durable before flushed.json
-            # claims anything about this run.
-            self._flush_files()
+            self._carry_flushed_over()
         except OSError as exc:
             raise DataDirError(f"cannot open the store at {self.root}: {exc}; check that it is a writable "
                                "directory, or move it aside") from exc
@@ -235,6 +233,27 @@ class StoreFiles:
         if group_commit is None:
             raise StoreError(f"the store at {self.root} is not open with flush_disk_type SYNC_FLUSH")
         return group_commit.request(end_phys_offset)
+
+    def _carry_flushed_over(self) -> None:
+        """Start flushed.json from what the last run's fsyncs covered and recovery kept: no
+        position past the recovered ends (recovery cut what lay beyond them), none past what an
+        fsync of the last run covered (recovered bytes after it are in the page cache only).
+        No fsync here, so a restart waits for no disk write."""
+        path = self.root / c.FLUSHED_POSITIONS_FILE
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            before = {}
+        previous_queues = before.get("consume_queues", {}) if isinstance(before, dict) else {}
+        commitlog = min(int(before.get("commitlog", 0)) if isinstance(before, dict) else 0,
+                        self.commitlog.max_phys_offset)
+        queues = {}
+        for queue in self.consume_queues.values():
+            key = f"{queue.topic}/{queue.queue_id}"
+            queues[key] = min(int(previous_queues.get(key, 0)), queue.max_queue_offset)
+        with self._flushed_lock:
+            self._flushed_commitlog, self._flushed_queues = 0, {}
+        self._note_flushed(commitlog, queues)
 
     def _note_flushed(self, commitlog_end: int, queue_ends: dict[str, int]) -> None:
         """Record positions an fsync that returned made durable in flushed.json (temp file and

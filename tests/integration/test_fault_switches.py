@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -87,3 +88,14 @@ def test_recovery_trust_checkpoint_reaches_the_store(tmp_path):
     with InProcessCluster(tmp_path, fault_switches=("recovery-trust-checkpoint",)) as cluster:
         assert cluster.broker.store.config.recovery_trust_checkpoint is True
         assert cluster.broker.config.store.recovery_trust_checkpoint is False  # the config file keeps the list
+
+
+def test_the_store_switches_reach_the_store_and_events_reach_the_event_log(tmp_path):
+    switches = ("recovery-keep-torn-tail", "read-skip-crc")
+    with InProcessCluster(tmp_path, fault_switches=switches) as cluster:
+        config = cluster.broker.store.config
+        assert config.recovery_keep_torn_tail is True and config.read_skip_crc is True
+        assert not cluster.broker.config.store.read_skip_crc  # the config file keeps the list
+        events = (Path(cluster.broker.config.run_dir) / "events.jsonl").read_text()
+        assert '"event":"store-recovered"' in events  # the broker passed its event log to the store
+        assert cluster.broker.status().status_line.endswith(" store_errors=0")  # what `mqlab status` shows

@@ -22,10 +22,11 @@ from .conftest import SMALL, crash_copy, msg
 
 TOPICS = (("T", 0), ("T", 1), ("U", 0))
 
-# one step of a write pattern: ("put", queue index, body bytes) | ("flush",) | ("flush-commitlog",)
+# one step of a write pattern: ("put", queue index, body bytes, messages in the batch) | ("flush",)
+# | ("flush-commitlog",) (SYNC_FLUSH's group commit: the commitlog alone) | ("restart",) (clean)
 _steps = st.lists(st.one_of(
-    st.tuples(st.just("put"), st.integers(0, len(TOPICS) - 1), st.integers(1, 3000)),
-    st.just(("flush",)), st.just(("flush-commitlog",))), min_size=1, max_size=60)
+    st.tuples(st.just("put"), st.integers(0, len(TOPICS) - 1), st.integers(1, 3000), st.integers(1, 4)),
+    st.just(("flush",)), st.just(("flush-commitlog",)), st.just(("restart",))), min_size=1, max_size=60)
 
 
 class Sent:
@@ -34,11 +35,11 @@ class Sent:
     def __init__(self) -> None:
         self.by_queue: dict[tuple[str, int], list[tuple[int, int, bytes]]] = {q: [] for q in TOPICS}
 
-    def put(self, store: MessageStore, queue: tuple[str, int], body: bytes) -> None:
-        result = store.put_messages([msg(queue[0], queue[1], body)])
+    def put(self, store: MessageStore, queue: tuple[str, int], *bodies: bytes) -> None:
+        result = store.put_messages([msg(queue[0], queue[1], body) for body in bodies])
         assert result.status.name == "PUT_OK"
-        appended = result.appended[0]
-        self.by_queue[queue].append((appended.queue_offset, appended.phys_offset + appended.size, body))
+        for appended, body in zip(result.appended, bodies, strict=True):
+            self.by_queue[queue].append((appended.queue_offset, appended.phys_offset + appended.size, body))
 
 
 def _open(root: Path, events: list, config: StoreConfig = SMALL) -> MessageStore:
@@ -47,15 +48,19 @@ def _open(root: Path, events: list, config: StoreConfig = SMALL) -> MessageStore
     return store
 
 
-def _write(store: MessageStore, steps, sent: Sent) -> None:
+def _write(store: MessageStore, steps, sent: Sent) -> MessageStore:
     for i, step in enumerate(steps):
         if step[0] == "put":
             queue = TOPICS[step[1]]
-            sent.put(store, queue, f"{queue}-{i}:".encode().ljust(step[2], b"x"))
+            sent.put(store, queue, *(f"{queue}-{i}-{j}:".encode().ljust(step[2], b"x") for j in range(step[3])))
         elif step[0] == "flush":
             store.flush()
-        else:
+        elif step[0] == "flush-commitlog":
             store._files.flush_commitlog()
+        else:
+            store.close()
+            store = _open(store.root, [])
+    return store
 
 
 def _pull_all(store: MessageStore, topic: str, queue_id: int) -> dict[int, bytes]:
@@ -83,7 +88,7 @@ def test_power_loss_keeps_every_fsynced_message_and_serves_no_garbage(tmp_path_f
     store = _open(base / "live", [])
     sent = Sent()
     try:
-        _write(store, steps, sent)
+        store = _write(store, steps, sent)
         copy = crash_copy(store, base / "lost")
     finally:
         store.close()
@@ -115,7 +120,7 @@ def test_power_loss_keeps_every_fsynced_message_and_serves_no_garbage(tmp_path_f
     assert [(e["phys_offset"], e["bytes"]) for e in _store_errors(events, "torn-tail")] == (
         [(flushed, torn)] if torn else [])
     assert recovered_events[0]["truncated_bytes"] == torn
-    assert not _store_errors(events, "bad-record")
+    assert not _store_errors(events, "bad-record") and not _store_errors(events, "recovery-anomaly")
     for event in _store_errors(events, "cq-truncated"):
         assert f"{event['topic']}/{event['queue_id']}" in done["consume_queues"] and event["bytes"] > 0
 
@@ -213,5 +218,23 @@ def test_a_torn_unit_that_looks_real_is_dropped_and_rebuilt(open_store, tmp_path
         assert sorted(_pull_all(recovered, "T", 0)) == list(range(8))
         [event] = _store_errors(events, "cq-truncated")
         assert (event["topic"], event["queue_id"], event["queue_offset"], event["bytes"]) == ("T", 0, 8, 20)
+    finally:
+        recovered.close()
+
+
+def test_a_kill_alone_reports_no_store_error(open_store, tmp_path):
+    store = open_store()
+    sent = Sent()
+    for i in range(40):
+        sent.put(store, TOPICS[i % 3], b"k-%d" % i * 40)
+        if i == 20:
+            store.flush()
+    events: list = []
+    recovered = _open(crash_copy(store, tmp_path / "killed"), events)  # the page cache survives a kill
+    try:
+        assert [e["event"] for e in events] == ["store-recovered"] and events[0]["clean"] is False
+        assert events[0]["truncated_bytes"] == 0 and events[0]["cq_units_dropped"] == 0
+        for queue, acked in sent.by_queue.items():
+            assert _pull_all(recovered, *queue) == {offset: body for offset, _end, body in acked}
     finally:
         recovered.close()

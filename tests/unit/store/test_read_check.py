@@ -1,10 +1,10 @@
-"""The pull's in-place record check against record.check_at."""
+"""The pull's in-place record check against record.check_at, and the memory of checked records."""
 
 from __future__ import annotations
 
 import random
 
-from nodes.store.read_check import record_checks
+from nodes.store.read_check import CheckedExtents, body_checks, record_checks
 from nodes.store.record import MessageToStore, RecordKind, check_at, encode_record
 
 
@@ -41,3 +41,39 @@ def test_fast_check_is_never_looser_than_check_at():
         if _fast(damaged, claimed_size, phys_offset):
             assert _slow(damaged, claimed_size, phys_offset)
     assert sum(_fast(*case) for case in cases) == 1  # only the undamaged record passes
+
+
+def test_checked_extents_merge_and_answer_for_ranges():
+    extents = CheckedExtents(extents_max=10)
+    assert extents.around(50) == (False, 0, 1 << 62)
+    extents.add(100, 200)
+    extents.add(300, 400)
+    assert extents.around(150) == (True, 100, 200)
+    assert extents.around(250) == (False, 200, 300)
+    assert extents.around(50) == (False, 0, 100)
+    extents.add(200, 300)  # bridges the two
+    assert len(extents) == 1 and extents.around(399) == (True, 100, 400)
+    extents.add(50, 120)
+    extents.add(390, 500)
+    assert len(extents) == 1 and extents.around(60) == (True, 50, 500)
+
+
+def test_checked_extents_forget_everything_past_their_bound():
+    extents = CheckedExtents(extents_max=3)
+    for start in range(0, 400, 100):
+        extents.add(start, start + 10)
+    assert len(extents) == 0 and extents.around(5)[0] is False
+
+
+def test_the_re_check_catches_every_flip_in_the_body_and_framing():
+    data = _record(body=bytes(range(256)) * 2)
+    size = len(data)
+    body_end = 88 + 512
+    guarded = [*range(0, 12), *range(28, 36), *range(84, body_end)]  # size, magic, body CRC, own offset, body
+    for position in guarded:
+        damaged = bytearray(data)
+        damaged[position] ^= 0x10
+        with memoryview(bytes(damaged)) as view:
+            assert not body_checks(view, 0, size, 4096), position
+    with memoryview(data) as view:
+        assert body_checks(view, 0, size, 4096) and not body_checks(view, 0, size, 4097)

@@ -261,6 +261,7 @@ def test_one_lost_consume_queue_is_rebuilt_even_beyond_the_recovery_window(open_
     rebuilt = open_store(root)
     assert rebuilt.min_queue_offset("T", 1) == 0
     assert_holds(rebuilt, expected)
+    assert rebuilt._recovery.redispatched_whole_log and rebuilt.store_errors == 1  # a recovery-anomaly
 
 
 def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
