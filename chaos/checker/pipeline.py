@@ -53,6 +53,7 @@ def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extr
     b = cfg.bounds
     info = {
         "inputs": {"files": h.present, **h.stats},
+        "bounds_from": "bounds.json" if cfg.bounds_json else cfg.timing_origin,
         "timers_ms": b.timers, "timer_sources": b.sources, "time_scale": b.scale,
         "bounds_ms": {k: {"ms": v, "formula": f} for k, (v, f) in b.derived().items()},
         "slack": {"ms": b.slack_ms, "ratio": b.slack_ratio, "clock_ms": cfg.clock_slack_ms},

@@ -84,6 +84,8 @@ KEY_SEPARATOR = " "
 # judge per-key order.
 PROPERTY_WORKLOAD_SHARDING_KEY = "MQLAB_SHARDING_KEY"
 PROPERTY_WORKLOAD_SEQ = "MQLAB_SEQ"
+# the chaos producer's digest of the body it sent: decimal zlib.crc32 (the `integrity` check)
+PROPERTY_WORKLOAD_BODY_CRC32 = "BODY_CRC32"
 
 # ---------------------------------------------------------------------------
 # Timing defaults in ms (each becomes a Timing field; Timing.scaled() scales them all)

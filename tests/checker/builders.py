@@ -97,11 +97,13 @@ class Run:
 
     def pull(self, t: int, *, offset: int, requested: int = 0, answered: int = 0, suggest: int = 0,
              next_offset: int | None = None, status: str = "FOUND", commit: bool = False, client: str = "c1",
-             queue: int = 0) -> Run:
-        return self.event("pull-route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=T,
+             queue: int = 0, sent: int | None = None, topic: str = T) -> Run:
+        """A pull answered at `t` (sent at `sent`, default `t`)."""
+        return self.event("pull-route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=topic,
                           broker_name=B, queue_id=queue, queue_offset=offset, requested_broker_id=requested,
                           broker_id=answered, suggest_which_broker_id=suggest, status=status,
-                          next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit)
+                          next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit,
+                          sent_mono_ms=sent)
 
     # ---- harness ----------------------------------------------------------------------------
 
