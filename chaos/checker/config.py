@@ -156,6 +156,11 @@ class CheckerConfig:
     # RocketMQ 4.9 lets a returning master overwrite the slave's newer offsets (#1094, #2513):
     # report such regressions (counted against the duplicate budget) instead of failing
     allow_master_return_regression: bool = True
+    # broker node -> {"broker_name", "broker_id", "broker_role", "flush_disk_type"} (each broker's
+    # config.json): the durability mode the run promised
+    store_modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the checks the run asked for (run.json "checks"); None: every check
+    checks: tuple[str, ...] | None = None
     # overlapping orderly consumers caused by a holder paused past L_b - L_c mid-batch are
     # RocketMQ's design (no fencing); True makes them failures
     fail_expected_overlaps: bool = False
@@ -197,11 +202,23 @@ class CheckerConfig:
                     values["timing"] = raw["timing"]
                     values["timing_origin"] = f"{config_path.parent.name}/config.json"
                     break
+        modes = {}
+        for config_path in sorted(run_dir.glob("*/config.json")):
+            raw = _read_json(config_path)
+            if isinstance(raw, dict) and (raw.get("role") == "broker" or "broker_role" in raw):
+                store = raw.get("store") if isinstance(raw.get("store"), dict) else {}
+                modes[raw.get("node_id") or config_path.parent.name] = {
+                    "broker_name": raw.get("broker_name"), "broker_id": raw.get("broker_id"),
+                    "broker_role": raw.get("broker_role"), "flush_disk_type": store.get("flush_disk_type", "ASYNC_FLUSH")}
+        if modes:
+            values["store_modes"] = modes
         run_json = run_dir / "run.json"
         if run_json.is_file():
             raw = _read_json(run_json)
             if isinstance(raw, dict):
                 values.update({k: raw[k] for k in ("suite", "seed") if k in raw})
+                if isinstance(raw.get("checks"), list):
+                    values["checks"] = tuple(str(x) for x in raw["checks"])
                 known = {f.name for f in dataclasses.fields(cls)}
                 values.update({k: v for k, v in (raw.get("checker") or {}).items() if k in known})
         values.update(overrides)

@@ -299,7 +299,10 @@ FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
 FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
+FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
 BROKER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_PULL_FLIP_BODY_BYTE: "a slave serves the bodies it stored: every body a slave answers a pull with has "
+                               "its first byte inverted",
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "

@@ -190,3 +190,14 @@ def test_a_switch_back_cut_short_by_the_masters_next_kill_is_not_stuck(spark):
     assert stuck.parts["switch back"] is False and any(e["rule"] == "stuck on slave" for e in stuck.examples)
     r = check_read_routing(run(True).history(spark), config())
     assert r.parts["switch back"] is not False and r.parts["wrong target"] is True, r.examples
+
+
+def test_a_long_poll_sent_while_the_master_was_down_is_judged_when_sent(spark):
+    # sent to the slave at 850 (master down 300..900) and held there until 2001 (a client paused
+    # meanwhile gets it as it resumes): by its answer time it would look like a misroute long
+    # after the route refresh (900 + 691)
+    run = Run().pull(100, offset=0).fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=1, answered=1, next_offset=2)
+    run.pull(2_001, offset=2, answered=1, sent=850, status="NO_NEW_MSG", next_offset=2)
+    r = check_read_routing(run.history(spark), config())
+    assert r.counts["wrong target"] == {"violations": 0, "excused": 2}, r.examples
