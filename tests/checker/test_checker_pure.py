@@ -118,3 +118,34 @@ def test_a_measurement_shows_its_bound_and_slack_and_a_late_failover_is_slow():
     # the defaults: a fixed second of slack plus a quarter hid this one; they no longer do
     default = CheckerConfig(timing={"route_poll_ms": 1_500, "pull_delay_when_exception_ms": 50}).bounds
     assert default.judge("failover", 2_049, default.failover_kill())["verdict"] == "slow"
+
+
+def test_a_power_loss_is_a_kill_window_and_a_storage_fault_with_its_cut():
+    from chaos.checker.faults import storage_faults
+
+    detail = json.dumps({"store": {"commitlog": {"flushed_phys_offset": 10, "written_phys_offset": 20,
+                                                 "torn_bytes": 5}}, "flush_disk_type": "ASYNC_FLUSH"})
+    rows = [{"op": "power-loss", "phase": "start", "targets": ["broker-a-0"], "mono_ms": 100, "detail": "SIGKILL"},
+            {"op": "power-loss", "phase": "end", "targets": ["broker-a-0"], "mono_ms": 105, "detail": detail},
+            {"op": "restart", "phase": "start", "targets": ["broker-a-0"], "mono_ms": 200},
+            {"op": "restart", "phase": "end", "targets": ["broker-a-0"], "mono_ms": 210},
+            {"op": "corrupt", "phase": "start", "targets": ["broker-a-1"], "mono_ms": 300},
+            {"op": "corrupt", "phase": "end", "targets": ["broker-a-1"], "mono_ms": 301,
+             "detail": json.dumps({"phys_offset": 7, "bytes": 3, "msg_ids": ["m"]})}]
+    [w] = fault_windows(rows, 1_000)  # the corruption opens no window: nothing is down
+    assert (w.op, w.storage, w.label, w.start_ms, w.end_ms) == ("kill", "power-loss", "power-loss broker-a-0", 100, 210)
+    pl, co = storage_faults(rows)
+    assert (pl.op, pl.node, pl.detail["store"]["commitlog"]["torn_bytes"]) == ("power-loss", "broker-a-0", 5)
+    assert (co.op, co.node, co.detail["msg_ids"]) == ("corrupt", "broker-a-1", ["m"])
+
+
+def test_config_reads_the_durability_mode_and_the_runs_checks(tmp_path):
+    (tmp_path / "broker-a-0").mkdir()
+    (tmp_path / "broker-a-0" / "config.json").write_text(json.dumps(
+        {"role": "broker", "node_id": "broker-a-0", "broker_name": "broker-a", "broker_id": 0,
+         "broker_role": "SYNC_MASTER", "store": {"flush_disk_type": "SYNC_FLUSH"}}))
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "failover", "checks": ["lost", "integrity"]}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    assert cfg.store_modes["broker-a-0"] == {"broker_name": "broker-a", "broker_id": 0, "broker_role": "SYNC_MASTER",
+                                             "flush_disk_type": "SYNC_FLUSH"}
+    assert cfg.checks == ("lost", "integrity")
