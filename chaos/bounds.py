@@ -19,6 +19,7 @@ were given); symbols follow the anchors' table:
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -280,9 +281,8 @@ def bounds_from_timing_fields(timing: Mapping[str, Any] | None, origin: str = "t
             if key in values:
                 found[symbol] = (int(values[key]), f"{origin}:{key}")
                 break
-    ratios = sorted(found[s][0] / getattr(defaults, _TIMER_FIELD[s]) for s in _SCALE_SYMBOLS if s in found)
-    scale = (ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2
-             ) if ratios else 1.0
+    ratios = [found[s][0] / getattr(defaults, _TIMER_FIELD[s]) for s in _SCALE_SYMBOLS if s in found]
+    scale = statistics.median(ratios) if ratios else 1.0
     timers: dict[str, int] = {}
     sources: dict[str, str] = {}
     for symbol, name in _TIMER_FIELD.items():
