@@ -36,6 +36,7 @@ from rich.table import Table
 from chaos.bounds import Bounds, check_ratios, derive_bounds
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
+from chaos.readback import Replica, read_back
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.suites import GROUP, QUEUES, TOPIC, Suite
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
@@ -194,6 +195,10 @@ class ChaosRun:
                 self._drain(producer, tally, bounds, refresh)
                 self._phase("converge", refresh)
                 self._wait(lambda: False, bounds.converge_ms, refresh)
+                self._phase("read-back", refresh)
+                read_back([Replica(n.id, n.broker_name or "", n.broker_id or 0, cluster.node(n.id).describe)
+                           for n in spec.broker_nodes()], cluster.namesrv_addr, (TOPIC, f"%RETRY%{GROUP}"),
+                          self.run_dir, timing=timing, catch_up_ms=bounds.converge_ms)
                 self._phase("stopping", refresh)
         finally:
             if nemesis is not None:

@@ -84,6 +84,8 @@ KEY_SEPARATOR = " "
 # judge per-key order.
 PROPERTY_WORKLOAD_SHARDING_KEY = "MQLAB_SHARDING_KEY"
 PROPERTY_WORKLOAD_SEQ = "MQLAB_SEQ"
+# the chaos producer's digest of the body it sent: decimal zlib.crc32 (the `integrity` check)
+PROPERTY_WORKLOAD_BODY_CRC32 = "BODY_CRC32"
 
 # ---------------------------------------------------------------------------
 # Timing defaults in ms (each becomes a Timing field; Timing.scaled() scales them all)
@@ -315,7 +317,10 @@ FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
 FAULT_SYNC_FLUSH_ACK_EARLY = "sync-flush-ack-early"
 FAULT_RECOVERY_KEEP_TORN_TAIL = "recovery-keep-torn-tail"
 FAULT_READ_SKIP_CRC = "read-skip-crc"
+FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
 BROKER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_PULL_FLIP_BODY_BYTE: "a slave serves the bodies it stored: every body a slave answers a pull with has "
+                               "its first byte inverted",
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
