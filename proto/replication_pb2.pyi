@@ -40,7 +40,7 @@ class SlaveReport(_message.Message):
     def __init__(self, max_phys_offset: _Optional[int] = ..., slave_node_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., tail_check_from: _Optional[int] = ..., tail_crc32: _Optional[int] = ..., data_phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., restore_check_failed: _Optional[bool] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("phys_offset", "data", "master_max_phys_offset", "refusal", "remark", "truncate", "restore", "offset", "check_from", "check_crc32")
+    __slots__ = ("phys_offset", "data", "master_max_phys_offset", "refusal", "remark", "truncate", "restore", "offset", "check_from", "check_crc32", "damaged")
     PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class LogChunk(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_FROM_FIELD_NUMBER: _ClassVar[int]
     CHECK_CRC32_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
     phys_offset: int
     data: bytes
     master_max_phys_offset: int
@@ -61,7 +62,8 @@ class LogChunk(_message.Message):
     offset: int
     check_from: int
     check_crc32: int
-    def __init__(self, phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_phys_offset: _Optional[int] = ..., refusal: _Optional[_Union[ReplicationRefusal, str]] = ..., remark: _Optional[str] = ..., truncate: _Optional[bool] = ..., restore: _Optional[bool] = ..., offset: _Optional[int] = ..., check_from: _Optional[int] = ..., check_crc32: _Optional[int] = ...) -> None: ...
+    damaged: bool
+    def __init__(self, phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_phys_offset: _Optional[int] = ..., refusal: _Optional[_Union[ReplicationRefusal, str]] = ..., remark: _Optional[str] = ..., truncate: _Optional[bool] = ..., restore: _Optional[bool] = ..., offset: _Optional[int] = ..., check_from: _Optional[int] = ..., check_crc32: _Optional[int] = ..., damaged: _Optional[bool] = ...) -> None: ...
 
 class SyncMetadataRequest(_message.Message):
     __slots__ = ()

@@ -56,6 +56,22 @@ def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck
     return ChunkCheck(end)
 
 
+def damaged_record_bytes(data: bytes, phys_offset: int, segment_bytes: int) -> int:
+    """When `data` starts with one damaged record whose size field still holds and that a valid
+    record or blank follows (or that ends its segment): that record's size; else 0 (the bytes
+    may be a torn tail or garbage of unknown length, never to be passed on)."""
+    if len(data) < c.END_FILE_MIN_BLANK_BYTES:
+        return 0
+    size, magic = peek_size_and_magic(data, 0)
+    segment_end = phys_offset - phys_offset % segment_bytes + segment_bytes
+    if magic != c.RECORD_MAGIC or size < RECORD_BYTES_MIN or phys_offset + size > segment_end or size > len(data):
+        return 0
+    if phys_offset + size == segment_end:
+        return size
+    after = check_chunk(data[size:], phys_offset + size, segment_bytes)
+    return size if after.valid_bytes > 0 else 0
+
+
 def record_location(data: bytes, pos: int) -> tuple[int | None, int | None]:
     """(queue id, queue offset) a damaged record's header claims, when a header is there at all
     (the fields may be as damaged as the rest; they only help a reader find the record)."""

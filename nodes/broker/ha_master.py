@@ -18,7 +18,7 @@ import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from nodes.broker.ha_check import StoreErrors
+from nodes.broker.ha_check import StoreErrors, damaged_record_bytes
 from nodes.broker.ha_restore import WriteGate, apply_restore, collect_restore, read_checked
 from nodes.common import constants as c
 from nodes.common.clock import Clock
@@ -73,6 +73,7 @@ class LogChunk:
     offset: int = 0
     check_from: int = 0
     check_crc32: int = 0
+    damaged: bool = False  # data is one record damaged on the master too (a hole both keep)
 
 
 @dataclass
@@ -286,9 +287,18 @@ class ReplicationMaster:
                 conn.wakeup.clear()
                 data, check = read_checked(self._store, next_offset, batch_bytes, self._segment_bytes)
                 if check.bad_phys_offset is not None and not data:
-                    # Never past a bad record: the slave waits here, and the replication check sees it.
-                    self._errors.bad_record(check, self._store.read_commitlog(next_offset, batch_bytes),
-                                            next_offset, "replication read on the master")
+                    raw = self._store.read_commitlog(next_offset, batch_bytes + self._config.store.message_body_bytes_max)
+                    self._errors.bad_record(check, raw, next_offset, "replication read on the master")
+                    hole_bytes = damaged_record_bytes(raw, next_offset, self._segment_bytes)
+                    if hole_bytes:
+                        # Checked past it: a valid record follows, so this is a hole in the log,
+                        # not its end. The slave keeps the same hole (its readers step over it as
+                        # ours do); without this it would stop here for good.
+                        yield LogChunk(phys_offset=next_offset, data=raw[:hole_bytes], damaged=True,
+                                       master_max_phys_offset=self._store.max_phys_offset)
+                        next_offset += hole_bytes
+                        continue
+                    # Nothing valid after it: never past it; the slave waits here.
                 if data:
                     if self._skip_chunk:
                         data, next_offset = self._skip_one_record(data, next_offset)

@@ -209,8 +209,16 @@ class HaClient:
 
     def _append_checked(self, chunk: LogChunk) -> bool:
         """Append the chunk's whole, valid records; False (reconnect) when anything is left over:
-        a bad record is never appended, and a master sends whole records only."""
+        a bad record is never appended, and a master sends whole records only. The one exception
+        is a record the master flags as damaged on its side too, with a valid record after it:
+        appended as it is, the same hole in both logs."""
         check = check_chunk(chunk.data, chunk.phys_offset, self._segment_bytes)
+        if chunk.damaged and check.bad_phys_offset == chunk.phys_offset and check.valid_bytes == 0:
+            self._errors.bad_record(check, chunk.data, chunk.phys_offset,
+                                    "replicated as a hole: the record is damaged on the master too")
+            self._store.append_commitlog(chunk.phys_offset, chunk.data)
+            self.bytes_received += len(chunk.data)
+            return True
         if check.valid_bytes:
             self._store.append_commitlog(chunk.phys_offset, chunk.data[:check.valid_bytes])
             self.bytes_received += check.valid_bytes

@@ -172,13 +172,14 @@ def log_chunk_to_pb(chunk: LogChunk) -> replication_pb2.LogChunk:
         phys_offset=chunk.phys_offset, data=chunk.data, master_max_phys_offset=chunk.master_max_phys_offset,
         refusal=_REFUSAL_TO_PB[chunk.refusal] if chunk.refusal is not None else 0, remark=chunk.remark,
         truncate=chunk.truncate, restore=chunk.restore, offset=chunk.offset, check_from=chunk.check_from,
-        check_crc32=chunk.check_crc32)
+        check_crc32=chunk.check_crc32, damaged=chunk.damaged)
 
 
 def log_chunk_from_pb(pb: replication_pb2.LogChunk) -> LogChunk:
     return LogChunk(phys_offset=pb.phys_offset, data=pb.data, master_max_phys_offset=pb.master_max_phys_offset,
                     refusal=_REFUSAL_FROM_PB.get(pb.refusal), remark=pb.remark, truncate=pb.truncate,
-                    restore=pb.restore, offset=pb.offset, check_from=pb.check_from, check_crc32=pb.check_crc32)
+                    restore=pb.restore, offset=pb.offset, check_from=pb.check_from, check_crc32=pb.check_crc32,
+                    damaged=pb.damaged)
 
 
 def metadata_to_pb(snapshot: MetadataSnapshot) -> replication_pb2.SyncMetadataResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nodes.broker.ha_check import StoreErrors, check_chunk
+from nodes.broker.ha_check import StoreErrors, check_chunk, damaged_record_bytes
 from nodes.broker.ha_master import SlaveReport
 from nodes.broker.ha_restore import WriteGate, collect_restore
 from nodes.store.record import MessageToStore, blank_marker, encode_record
@@ -107,3 +107,14 @@ def test_a_restore_collects_checked_pieces_up_to_the_end_marker_or_a_bad_record(
     half = len(second) // 2
     assert asyncio.run(feed(damaged)) == [(start, first), (start + len(first), second[:half])]
     assert asyncio.run(feed([SlaveReport(9, restore_check_failed=True)])) == []
+
+
+def test_a_damaged_record_is_a_hole_only_when_a_valid_record_follows():
+    data = bytearray(_records(0, 3))
+    one = len(data) // 3
+    data[60] ^= 0xFF  # the first record's body
+    assert damaged_record_bytes(bytes(data), 0, SEGMENT) == one
+    assert damaged_record_bytes(bytes(data[:one]), 0, SEGMENT) == 0  # nothing after it: maybe a torn end
+    garbage = bytes(data[:one]) + b"\x5a" * 300
+    assert damaged_record_bytes(garbage, 0, SEGMENT) == 0
+    assert damaged_record_bytes(b"\0" * 500, 0, SEGMENT) == 0  # no size to trust
