@@ -19,11 +19,21 @@ were given); symbols follow the anchors' table:
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from nodes.common import constants as c
 from nodes.common.config import Timing
+
+# A measured reaction is late only beyond bound + JUDGE_SLACK_MS + JUDGE_SLACK_RATIO x bound. The
+# fixed part covers what no timer explains: cross-process event-log jitter, an RPC round trip and
+# one scheduler delay on a loaded host; the proportional part covers timers that fire late under
+# load (a bound of n timer periods collects n such delays). Both are small next to the scaled
+# bounds, so a reaction that takes a timer period longer than the formula says is caught.
+JUDGE_SLACK_MS = 150
+JUDGE_SLACK_RATIO = 0.1
 
 # P_c << R_b: RocketMQ's own defaults keep the persist period a quarter of the rebalance period,
 # so a queue moved by rebalance has had its offset persisted a few times before it moves.
@@ -58,14 +68,35 @@ class Bounds:
 
     @property
     def takeover_after_kill_ms(self) -> int:
-        """From a holder's SIGKILL: its lease (from its last renewal, at most R_l before the kill,
-        plus one renew period of slack) must run out, then a rebalance or relock and a pull retry."""
-        return self.L_b + max(self.R_b, self.R_l) + self.W_p + self.R_l
+        """From the killed holder's last lock grant or renewal t_L (the broker stamps the lease when it
+        processes the request; t_L <= the kill, so measured from the kill it is an upper bound too):
+        the lease runs out at t_L + L_b, then a rebalance or relock and a pull retry (docs/chaos.md)."""
+        return self.L_b + max(self.R_b, self.R_l) + self.W_p
 
     @property
     def takeover_after_stop_ms(self) -> int:
         """From a holder's SIGTERM: it unlocks everything, the others rebalance and pull."""
         return self.R_b + self.W_p
+
+    @property
+    def takeover_after_rebalance_ms(self) -> int:
+        """A queue dropped by a rebalance: the delayed unlock, the next rebalance, a pull retry."""
+        return self.U_d + self.R_b + self.W_p
+
+    @property
+    def takeover_after_lost_lock_ms(self) -> int:
+        """A lock lost or expired (or the master back with an empty lock table): a rebalance, a relock, a pull."""
+        return self.R_b + self.R_l + self.W_p
+
+    @property
+    def first_consume_ms(self) -> int:
+        """From a lock grant to the first orderly consumption: one relock period and a pull retry."""
+        return self.R_l + self.W_p
+
+    @property
+    def expected_overlap_pause_ms(self) -> int:
+        """A holder paused longer than this mid-batch may overlap the next holder by design (no fencing)."""
+        return self.L_b - self.L_c
 
     @property
     def takeover_after_partition_ms(self) -> int:
@@ -110,6 +141,12 @@ class Bounds:
     # ---- before and after the faults ---------------------------------------------------
 
     @property
+    def dup_window_broker_fault_ms(self) -> int:
+        """Any broker fault (restart or failover, whichever came): the client persist plus the longer
+        of the broker's offset flush and the slave's sync."""
+        return self.P_c + max(self.F_b, self.S_s)
+
+    @property
     def warmup_ms(self) -> int:
         """From consumers starting to their first delivery: a route poll, a rebalance, a lock, a pull."""
         return self.N_r + self.R_b + self.R_l + self.W_p
@@ -148,17 +185,17 @@ class Bounds:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def derived(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name, _ in _DERIVED}
+        return {name: getattr(self, name) for name, _ in DERIVED_FORMULAS}
 
     def as_rows(self) -> list[tuple[str, int, str]]:
         """(name, value in ms, formula or source) for every timer, then every derived bound."""
         rows = [(f.name, getattr(self, f.name), _TIMER_SOURCE[f.name]) for f in fields(self)]
-        rows += [(name, getattr(self, name), formula) for name, formula in _DERIVED]
+        rows += [(name, getattr(self, name), formula) for name, formula in DERIVED_FORMULAS]
         return rows
 
     def to_json(self) -> dict[str, Any]:
         return {"timers": self.timers(),
-                "derived": {name: {"ms": getattr(self, name), "formula": formula} for name, formula in _DERIVED}}
+                "derived": {name: {"ms": getattr(self, name), "formula": formula} for name, formula in DERIVED_FORMULAS}}
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True)
@@ -175,9 +212,13 @@ _TIMER_FIELD: dict[str, str] = {
 }
 _TIMER_SOURCE = {symbol: f"timing.{name}" for symbol, name in _TIMER_FIELD.items()}
 
-_DERIVED: tuple[tuple[str, str], ...] = (
-    ("takeover_after_kill_ms", "L_b + max(R_b, R_l) + W_p + R_l  (from the kill; last renewal <= kill, + one renew)"),
+DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
+    ("takeover_after_kill_ms", "L_b + max(R_b, R_l) + W_p  (from the holder's last lock grant t_L <= the kill)"),
     ("takeover_after_stop_ms", "R_b + W_p  (from SIGTERM: unlockAll, rebalance, pull)"),
+    ("takeover_after_rebalance_ms", "U_d + R_b + W_p  (from the drop: delayed unlock, rebalance, pull)"),
+    ("takeover_after_lost_lock_ms", "R_b + R_l + W_p  (from the loss: rebalance, relock, pull)"),
+    ("first_consume_ms", "R_l + W_p  (from the lock grant)"),
+    ("expected_overlap_pause_ms", "L_b - L_c  (a holder paused longer mid-batch may overlap by design)"),
     ("takeover_after_partition_ms", "max(L_b, X_c + K_c) + R_b + W_p  (silent holder: channel expiry + scan)"),
     ("failover_read_kill_ms", "N_r + W_p  (master's sockets close)"),
     ("failover_read_silent_ms", "X_b + K_b + N_r + W_p  (master silent: name server expiry first)"),
@@ -185,6 +226,7 @@ _DERIVED: tuple[tuple[str, str], ...] = (
     ("dup_window_consumer_kill_ms", "P_c"),
     ("dup_window_master_restart_ms", "P_c + F_b"),
     ("dup_window_failover_ms", "P_c + S_s"),
+    ("dup_window_broker_fault_ms", "P_c + max(F_b, S_s)"),
     ("warmup_ms", "N_r + R_b + R_l + W_p  (route, rebalance, lock, first pull)"),
     ("converge_ms", "S_s + P_c  (slave offsets equal the master's)"),
     ("drain_ms", "max(takeover_after_kill, switch_back, H + R_b + W_p, A_h) + P_c"),
@@ -195,6 +237,73 @@ _DERIVED: tuple[tuple[str, str], ...] = (
 def derive_bounds(timing: Timing) -> Bounds:
     """The bounds of a run whose nodes were given `timing` (already scaled)."""
     return Bounds(**{symbol: int(getattr(timing, name)) for symbol, name in _TIMER_FIELD.items()})
+
+
+# older names a run's timing.json or config.json may carry a timer under (read after the current one)
+_TIMER_ALIASES: dict[str, tuple[str, ...]] = {
+    "L_b": ("lock_lease_broker_ms", "rebalance_lock_max_live_broker_ms"),
+    "L_c": ("lock_lease_client_ms", "rebalance_lock_max_live_ms", "lock_max_live_ms"),
+    "R_l": ("rebalance_lock_interval_ms", "lock_interval_ms", "lock_renew_ms"),
+    "F_b": ("broker_offset_flush_ms", "consumer_offset_flush_ms"),
+    "U_d": ("unlock_delay_time_ms",),
+}
+# the timers a run's time scale is inferred from when some timers are missing
+_SCALE_SYMBOLS = ("R_b", "P_c", "H", "N_r", "X_b", "G_r", "S_s", "X_c")
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """The bounds a run is judged with, where each timer came from, and the run's time scale.
+
+    `derived_ms` holds what the run's own `bounds.json` recorded for its derived bounds: judging
+    with them (not with today's formulas) gives an old run the verdict it had."""
+
+    bounds: Bounds
+    sources: dict[str, str]
+    scale: float
+    derived_ms: dict[str, int]
+
+    def ms(self, name: str) -> int:
+        """A derived bound (or a timer) by name, as the run recorded it when it did."""
+        if name in self.derived_ms:
+            return self.derived_ms[name]
+        return int(getattr(self.bounds, name))
+
+
+def bounds_from_timing_fields(timing: Mapping[str, Any] | None, origin: str = "timing.json") -> RunBounds:
+    """Bounds from a Timing written as a dict; a timer it lacks is RocketMQ's default times the
+    run's scale (the median ratio of the timers it has to their defaults)."""
+    values = {k: v for k, v in (timing or {}).items() if isinstance(v, int | float) and not isinstance(v, bool) and v > 0}
+    defaults = Timing()
+    found: dict[str, tuple[int, str]] = {}
+    for symbol, name in _TIMER_FIELD.items():
+        for key in (name, *_TIMER_ALIASES.get(symbol, ())):
+            if key in values:
+                found[symbol] = (int(values[key]), f"{origin}:{key}")
+                break
+    ratios = [found[s][0] / getattr(defaults, _TIMER_FIELD[s]) for s in _SCALE_SYMBOLS if s in found]
+    scale = statistics.median(ratios) if ratios else 1.0
+    timers: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    for symbol, name in _TIMER_FIELD.items():
+        if symbol in found:
+            timers[symbol], sources[symbol] = found[symbol]
+        else:
+            timers[symbol] = max(1, round(getattr(defaults, name) * scale))
+            sources[symbol] = "default" if scale == 1.0 else f"default x{scale:g}"
+    return RunBounds(Bounds(**timers), sources, scale, {})
+
+
+def bounds_from_json(data: Mapping[str, Any], origin: str = "bounds.json") -> RunBounds:
+    """A run's own `bounds.json` (`Bounds.to_json`): its timers, and its derived values as recorded."""
+    raw_timers = data.get("timers") if isinstance(data.get("timers"), Mapping) else {}
+    known = {s: int(v) for s, v in raw_timers.items() if s in _TIMER_FIELD and isinstance(v, int | float)}
+    base = bounds_from_timing_fields({_TIMER_FIELD[s]: v for s, v in known.items()}, origin)
+    sources = {s: (f"{origin}:{s}" if s in known else src) for s, src in base.sources.items()}
+    derived = data.get("derived") if isinstance(data.get("derived"), Mapping) else {}
+    derived_ms = {name: int(v["ms"]) for name, v in derived.items()
+                  if isinstance(v, Mapping) and isinstance(v.get("ms"), int | float)}
+    return RunBounds(base.bounds, sources, base.scale, derived_ms)
 
 
 def check_ratios(timing: Timing) -> list[str]:

@@ -70,17 +70,24 @@ def check(
 @app.command("list")
 def list_suites() -> None:
     """Show every suite with its faults, checks, and the fault switch that must make it fail."""
-    from chaos.suites import SUITES
+    from chaos.suites import MODES, SUITES
 
     table = Table(title="chaos suites")
-    for col in ("suite", "what it does", "faults", "checks", "fails with switch"):
+    for col in ("suite", "what it does", "faults", "checks", "fails with switch", "mode"):
         table.add_column(col)
     for s in SUITES.values():
         faults = "\n".join(f"{f.op} {f.target}" + (f" ({f.partition})" if f.partition else "")
                            + f" {f.duration_x:g}x{f.duration_of}" for f in s.faults)
         b = s.breaking_switch
-        table.add_row(s.name, s.summary, faults, "\n".join(s.checks), f"{b.role}: {b.switch}\n→ {b.check}")
+        table.add_row(s.name, s.summary, faults, "\n".join(s.checks), f"{b.role}: {b.switch}\n→ {b.check}",
+                      s.default_mode)
     console.print(table)
+    modes = Table(title="durability modes (--mode)")
+    for col in ("mode", "flush", "replication", "acknowledged messages"):
+        modes.add_column(col)
+    for m in MODES.values():
+        modes.add_row(m.name, m.flush_disk_type, m.broker_role, m.promise)
+    console.print(modes)
 
 
 @app.command()
@@ -92,6 +99,8 @@ def run(
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="Durability mode: async, sync-flush, sync-master or sync "
+                                             "(flush x replication; default: the suite's).")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Run and record, but do not start the checker.")] = False,
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the check.")] = None,
     broken: Annotated[bool, typer.Option("--broken", hidden=True,
@@ -99,15 +108,18 @@ def run(
 ) -> None:
     """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
     from chaos.runner import ChaosRun, RunOptions, plan, show_plan
+    from chaos.suites import mode as find_mode
     from chaos.suites import suite as find_suite
 
     try:
         chosen = find_suite(suite)
+        if mode is not None:
+            find_mode(mode)
     except KeyError as exc:
         _fail(str(exc.args[0]))
     options = RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration, out_dir=out,
                          check=not no_check, spark_master=spark_master, schedule_file=replay,
-                         fault_switches=chosen.switch_map() if broken else {})
+                         fault_switches=chosen.switch_map() if broken else {}, mode=mode)
     if dry_run:
         schedule, bounds = plan(options)
         show_plan(console, options, schedule, bounds)

@@ -9,6 +9,7 @@ no node leaves nothing to recover.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -16,8 +17,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chaos import nemesis_storage
 from chaos.nemesis_journal import Clock, NemesisJournal
-from chaos.nemesis_ops import RECOVERY_OP, Heal, Kill, Op, Outcome, Partition, Pause, Stop, describe_op
+from chaos.nemesis_ops import (
+    RECOVERY_OP,
+    Corrupt,
+    Heal,
+    Kill,
+    Op,
+    Outcome,
+    Partition,
+    Pause,
+    PowerLoss,
+    Stop,
+    describe_op,
+)
 from chaos.nemesis_targets import ResolveError, TargetResolver
 from harness import HarnessError, LocalCluster, NodeState
 from harness.netproxy import LinkMode, complete_grudge, isolate
@@ -98,6 +112,8 @@ class NemesisRunner:
             note = self.resolver.note  # resolving a partition's peer below would overwrite it
             if isinstance(op, Partition):
                 return self._partition(op, fault_id, targets, note)
+            if isinstance(op, PowerLoss | Corrupt):
+                return self._storage(op, fault_id, targets, note)
             return self._signal_nodes(op, fault_id, targets, note)
 
     def recover(self, fault_id: str) -> Outcome | None:
@@ -120,7 +136,7 @@ class NemesisRunner:
         killed or stopped (in that order: restarted nodes find their peers awake and reachable)."""
         outcomes: list[Outcome] = []
         with self._act_lock:
-            order = {"pause": 0, "partition": 1, "kill": 2, "stop": 2}
+            order = {"pause": 0, "partition": 1, "kill": 2, "stop": 2, "power-loss": 2}
             for fault in sorted(self.faults(), key=lambda f: (order[f.op], f.started_mono_ms)):
                 try:
                     result = self.recover(fault.fault_id)
@@ -149,6 +165,27 @@ class NemesisRunner:
         if done:
             self._open(fault_id, op.op, done, detail)
         return outcome
+
+    def _storage(self, op: PowerLoss | Corrupt, fault_id: str, targets: list[str], note: str) -> Outcome:
+        """A power loss (SIGKILL, then the unsynced bytes dropped; restarted by its recovery) or a
+        corruption (instant). The end line's detail is the JSON of what the files lost."""
+        target = targets[0]
+        rng = random.Random(self.resolver.rng.getrandbits(64))  # seeded: the same bytes on a replay
+        if isinstance(op, PowerLoss):
+            detail = f"SIGKILL pid {self.cluster.node(target).pid} ({target}), then drop its unsynced store bytes"
+        else:
+            detail = f"flip bytes in a sealed commitlog record of {target}"
+        if note:
+            detail += f"; {note}"
+        with self._journal.action(op.op, fault_id, [target], detail, symbol=op.target) as result:
+            try:
+                act = nemesis_storage.lose_power if isinstance(op, PowerLoss) else nemesis_storage.corrupt
+                result["detail"] = json.dumps(act(self.cluster, target, rng), sort_keys=True)
+            except (HarnessError, OSError) as exc:
+                result["error"] = str(exc)
+        if isinstance(op, PowerLoss) and self.cluster.node(target).state in _RESTARTABLE:
+            self._open(fault_id, op.op, [target], detail)  # down (even if the rewrite failed): restart it later
+        return Outcome(op.op, fault_id, (target,), result["detail"], result["error"])
 
     def _recover_nodes(self, fault: ActiveFault) -> Outcome:
         """Restart (kill, stop) or SIGCONT (pause) the fault's nodes; a node another recovery already

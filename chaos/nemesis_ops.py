@@ -8,6 +8,8 @@ An op is a frozen dataclass naming a symbolic target (chaos.nemesis_targets reso
     Pause("slave", duration_ms=...)                SIGSTOP, later SIGCONT
     Partition("isolate", "master", mode="DROP")    cut links (needs LocalCluster(links=True)), later heal
     Heal()                                         every link OPEN again, every partition closed
+    PowerLoss("master", restart_after_ms=...)      SIGKILL, drop what the disk had not synced, later a restart
+    Corrupt("slave")                               flip bytes in a record of a sealed segment (no recovery)
 
 Durations belong to the op (a schedule derives them from `chaos.bounds`). Ops travel in
 schedules as `op_to_dict` / `op_from_dict` dicts.
@@ -23,7 +25,7 @@ from harness.netproxy import LinkMode
 
 PARTITION_KINDS = ("isolate", "halves", "master-slave", "consumer-master", "one-way")
 LINK_MODES = (LinkMode.DROP.value, LinkMode.REJECT.value)
-RECOVERY_OP = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}
+RECOVERY_OP = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal", "power-loss": "restart"}
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,35 @@ class Heal:
         return None
 
 
-Op = Kill | Stop | Pause | Partition | Heal
-OP_TYPES: dict[str, type[Kill | Stop | Pause | Partition | Heal]] = {
-    t.op: t for t in (Kill, Stop, Pause, Partition, Heal)}
+@dataclass(frozen=True)
+class PowerLoss:
+    """SIGKILL a broker, wait for its exit, rewrite its store as a power loss leaves it (every byte
+    after the last fsync gone, a torn record at the tail); restart it `restart_after_ms` later."""
+
+    op: ClassVar[str] = "power-loss"
+    target: str = "master"
+    restart_after_ms: int | None = None
+
+    @property
+    def duration_ms(self) -> int | None:
+        return self.restart_after_ms
+
+
+@dataclass(frozen=True)
+class Corrupt:
+    """Flip bytes inside one record of a sealed commitlog segment of a running broker. Instant:
+    nothing to undo (the damage is what recovery and reads must cope with)."""
+
+    op: ClassVar[str] = "corrupt"
+    target: str = "master"
+
+    @property
+    def duration_ms(self) -> int | None:
+        return None
+
+
+Op = Kill | Stop | Pause | Partition | Heal | PowerLoss | Corrupt
+OP_TYPES: dict[str, type[Op]] = {t.op: t for t in (Kill, Stop, Pause, Partition, Heal, PowerLoss, Corrupt)}
 
 
 def op_to_dict(op: Op) -> dict[str, Any]:

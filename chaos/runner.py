@@ -37,6 +37,7 @@ from chaos.bounds import Bounds, check_ratios, derive_bounds
 from chaos.judge import judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
+from chaos.readback import Replica, read_back
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.suites import GROUP, QUEUES, TOPIC, Suite
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
@@ -75,6 +76,11 @@ class RunOptions:
     spark_master: str | None = None
     spark: SparkSession | None = None  # reuse a running session (tests)
     schedule_file: Path | None = None  # replay this schedule instead of drawing one
+    mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
+
+    @property
+    def mode_name(self) -> str:
+        return self.mode or self.suite.default_mode
 
 
 @dataclass
@@ -99,7 +105,7 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
-    bounds = derive_bounds(suite.spec(options.time_scale).scaled_timing())
+    bounds = derive_bounds(suite.spec(options.time_scale, mode=options.mode).scaled_timing())
     if options.schedule_file is not None:
         schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
         return schedule, bounds
@@ -117,7 +123,7 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
 def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
     """The derived bounds table, any broken timer ratio, and the schedule (also `--dry-run`'s output)."""
     console.print(bounds_table(bounds, f"derived bounds at time scale {options.time_scale}"))
-    for warning in check_ratios(options.suite.spec(options.time_scale).scaled_timing()):
+    for warning in check_ratios(options.suite.spec(options.time_scale, mode=options.mode).scaled_timing()):
         console.print(f"[yellow]warning:[/] {warning}")
     console.print(format_schedule(schedule))
 
@@ -139,7 +145,7 @@ class ChaosRun:
     def execute(self) -> RunOutcome:
         schedule, bounds = plan(self.options)
         self._fault_phase_s = schedule.fault_phase_ms / 1000
-        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches)
+        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
         show_plan(self.console, self.options, schedule, bounds)
@@ -198,6 +204,10 @@ class ChaosRun:
                 self._drain(producer, tally, bounds, refresh)
                 self._phase("converge", refresh)
                 self._wait(lambda: False, bounds.converge_ms, refresh)
+                self._phase("read-back", refresh)
+                read_back([Replica(n.id, n.broker_name or "", n.broker_id or 0, cluster.node(n.id).describe)
+                           for n in spec.broker_nodes()], cluster.namesrv_addr, (TOPIC, f"%RETRY%{GROUP}"),
+                          self.run_dir, timing=timing, catch_up_ms=bounds.converge_ms)
                 self._phase("stopping", refresh)
         finally:
             if nemesis is not None:
@@ -301,12 +311,13 @@ class ChaosRun:
     def _write_run_json(self, outcome: RunOutcome | None) -> None:
         o = self.options
         data: dict[str, Any] = {
-            "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale,
+            "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale, "mode": o.mode_name,
             "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
             "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
-            "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale}",
+            "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
+                      f"--mode {o.mode_name}",
         }
         if outcome is not None:
             s = outcome.status

@@ -24,12 +24,24 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.bounds import Bounds
-from chaos.nemesis_ops import Kill, Op, Outcome, Partition, Pause, Stop, describe_op, op_from_dict, op_to_dict
+from chaos.nemesis_ops import (
+    Corrupt,
+    Kill,
+    Op,
+    Outcome,
+    Partition,
+    Pause,
+    PowerLoss,
+    Stop,
+    describe_op,
+    op_from_dict,
+    op_to_dict,
+)
 
 SCHEDULE_VERSION = 1
 # How often a waiting `play` reports progress: a display refresh rate, not a system timer.
 PROGRESS_TICK_MS = 250
-FAULT_OPS = ("kill", "stop", "pause", "partition")
+FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss", "corrupt")
 
 
 class Clock(Protocol):
@@ -153,6 +165,10 @@ def op_for(choice: ChoiceLike, duration_ms: int) -> Op:
     if choice.op == "partition":
         return Partition(choice.partition or "isolate", choice.target, mode=getattr(choice, "mode", "DROP"),
                          duration_ms=duration_ms)
+    if choice.op == "power-loss":
+        return PowerLoss(choice.target, restart_after_ms=duration_ms)
+    if choice.op == "corrupt":  # instant; its duration only spaces the next fault
+        return Corrupt(choice.target)
     raise ValueError(f"fault op must be one of {FAULT_OPS}, got {choice.op!r}")
 
 
@@ -226,7 +242,8 @@ def format_schedule(schedule: Schedule) -> str:
             f"{schedule.fault_phase_ms / 1000:.1f} s, then heal and recover for {schedule.recovery_phase_ms / 1000:.1f} s")
     lines = [head]
     for e in schedule.entries:
-        dur = "until recovery" if e.duration_ms is None else f"for {e.duration_ms / 1000:7.3f} s"
+        dur = "instant" if isinstance(e.op, Corrupt) else (
+            "until recovery" if e.duration_ms is None else f"for {e.duration_ms / 1000:7.3f} s")
         note = f"  ({e.note})" if e.note else ""
         lines.append(f"  +{e.at_ms / 1000:8.3f} s  {describe_op(e.op):<50} {dur}{note}")
     lines.append(f"  +{schedule.fault_phase_ms / 1000:8.3f} s  {'recover all: resume, heal, restart':<50} "

@@ -24,7 +24,14 @@ from rich.table import Table
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from chaos.matrix import Cell, Row, read_row
-from chaos.selftest_cases import NEEDED_FAULT, NEEDED_LAST, SEEDS_TRIED, SELFTEST_FAULT_PHASE_S, SelftestCase
+from chaos.selftest_cases import (
+    NEEDED_FAULT,
+    NEEDED_LAST,
+    NEEDED_SWITCH_FAULT,
+    SEEDS_TRIED,
+    SELFTEST_FAULT_PHASE_S,
+    SelftestCase,
+)
 
 SELFTEST_JSON = "selftest.json"
 EXIT_INTERRUPTED = 130
@@ -52,7 +59,8 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
     from chaos.suites import suite
 
     last = case.switch in NEEDED_LAST
-    needed = NEEDED_LAST.get(case.switch) or NEEDED_FAULT.get(case.suite)
+    needed = (NEEDED_LAST.get(case.switch) or NEEDED_SWITCH_FAULT.get(case.switch)
+              or NEEDED_FAULT.get(case.suite))
     if needed is None:
         return 1
     for seed in range(1, SEEDS_TRIED + 1):

@@ -47,13 +47,22 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("failover", "broker", c.FAULT_RECOVERY_TRUST_CHECKPOINT, "lost", masters_only=True),
     SelftestCase("failover", "consumer", c.FAULT_REDELIVER_CONSUMED_BATCH, "duplicates"),
     SelftestCase("mixed", "broker", c.FAULT_LOCK_NO_EXCLUSION, "lock-exclusivity", masters_only=True),
+    SelftestCase("durability", "broker", c.FAULT_REPLICA_SKIP_CHUNK, "replication", masters_only=True),
+    SelftestCase("durability", "broker", c.FAULT_RECOVERY_KEEP_TORN_TAIL, "store-health", masters_only=True),
+    SelftestCase("durability", "broker", c.FAULT_SYNC_FLUSH_ACK_EARLY, "durability", masters_only=True,
+                 mode="sync-flush"),
+    SelftestCase("durability", "broker", c.FAULT_READ_SKIP_CRC, "integrity", masters_only=True),
+    SelftestCase("read-routing", "broker", c.FAULT_PULL_FLIP_BODY_BYTE, "integrity"),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show
 NEEDED_FAULT: dict[str, tuple[str, str]] = {
     "lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
     "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"), "mixed": ("kill", "lock-holder"),
+    "durability": ("power-loss", "master"),
 }
+# switches whose bug needs another fault than their suite's (a corrupted record read back unchecked)
+NEEDED_SWITCH_FAULT: dict[str, tuple[str, str]] = {c.FAULT_READ_SKIP_CRC: ("corrupt", "master")}
 # switches whose bug shows only when nothing follows the needed fault: a later fault's recovery pushes the
 # bound out (a slow takeover after a kill hides behind a consumer restarted after it)
 NEEDED_LAST: dict[str, tuple[str, str]] = {c.FAULT_LOCK_SLOW_TAKEOVER: ("kill", "lock-holder")}

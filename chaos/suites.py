@@ -5,6 +5,9 @@ A suite says what it exists to guard (its checks), which faults it throws at the
 and consumers are configured for it, and which test-only fault switch breaks the rule it
 guards (`breaking_switch`): a suite that cannot fail on a broken build is worthless, so the
 tests run every suite once with that switch on and expect exit 1 with the named check.
+
+A run also has a durability mode (`MODES`: flush type x replication role, `--mode` on
+`mqlab chaos run`); the durability check judges loss against what that mode promises.
 """
 
 from __future__ import annotations
@@ -24,7 +27,35 @@ MASTER = "broker-a-0"
 SLAVE = "broker-a-1"
 
 # the checks that need nothing but sends and deliveries
-QUEUE_CHECKS = ("lost", "unexpected", "duplicates")
+QUEUE_CHECKS = ("lost", "unexpected", "duplicates", "integrity")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A run's durability mode: the flush type of every broker's store and the masters' role."""
+
+    name: str
+    flush_disk_type: str
+    broker_role: str
+    promise: str  # what RocketMQ promises about acknowledged messages in this mode
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("async", "ASYNC_FLUSH", "ASYNC_MASTER",
+         "a power loss may lose acknowledged messages inside the unflushed window (unless a slave held them)"),
+    Mode("sync-flush", "SYNC_FLUSH", "ASYNC_MASTER", "no acknowledged message lost, even to a power loss"),
+    Mode("sync-master", "ASYNC_FLUSH", "SYNC_MASTER",
+         "no acknowledged message lost while a slave is live (the slave holds every one)"),
+    Mode("sync", "SYNC_FLUSH", "SYNC_MASTER", "no acknowledged message lost"),
+)}
+DEFAULT_MODE = "async"
+
+
+def mode(name: str) -> Mode:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise KeyError(f"no mode {name!r}; modes are {', '.join(MODES)}") from None
 
 
 @dataclass(frozen=True)
@@ -55,16 +86,23 @@ class Suite:
     # polls: 40.5 s at time scale 0.05), so a seed is the same run at every time scale
     fault_phase_x: float = 27.0
     fault_phase_of: str = "N_r"
+    default_mode: str = DEFAULT_MODE
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
         return round(self.fault_phase_x * bound_ms(bounds, self.fault_phase_of))
 
-    def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None) -> ClusterSpec:
-        """The cluster for this suite; `fault_switches` maps a role to switches (tests only)."""
+    def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None,
+             mode: str | None = None) -> ClusterSpec:
+        """The cluster for this suite; `fault_switches` maps a role to switches (tests only);
+        `mode` (a key of MODES; None: the suite's default) sets every broker's flush type and
+        the masters' role."""
         switches = dict(fault_switches or {})
+        chosen = MODES[mode or self.default_mode]
         spec = ClusterSpec.default(time_scale=time_scale)
         for node in spec.broker_nodes():
+            spec = spec.with_node_options(node.id, store={"flush_disk_type": chosen.flush_disk_type},
+                                          broker_role=chosen.broker_role)
             options = dict(self.broker_options)
             wanted = switches.get("broker", ())
             if wanted and (node.broker_id == 0 or not switches.get("broker-masters-only")):
@@ -88,6 +126,7 @@ class Suite:
 
 
 _ORDERLY_CONSUMER = {"sleep_ms": 2}
+_DURABILITY_SEGMENT_BYTES = 256 * 1024
 _SLAVE_READS = {"slave_read_enable": True}
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -137,10 +176,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     ),
     Suite(
         name="failover",
-        summary="kill or partition the master under send and consume load; nothing acknowledged lost",
-        checks=QUEUE_CHECKS,
+        summary="kill or partition the master under send and consume load; consumers read on from the slave "
+                "while it is down; nothing acknowledged lost, every replica converges",
+        checks=(*QUEUE_CHECKS, "read-routing", "replication"),
         faults=(
-            FaultChoice("kill", "master", 2.0, "N_r", 2.0),
+            # down for three failover bounds: the consumers fall back to the slave within one and read
+            # from it for the other two, so a broken fall-back fails read-routing here too
+            FaultChoice("kill", "master", 2.0, "failover_read_kill_ms", 3.0),
             FaultChoice("partition", "master", 1.0, "N_r", 2.0, partition="isolate"),
             FaultChoice("partition", "master", 1.0, "N_r", 2.0, partition="master-slave"),
         ),
@@ -161,6 +203,23 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         ),
         breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
         orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS,
+    ),
+    Suite(
+        name="durability",
+        summary="power loss on master and slave, a corrupted sealed record, a kill; run it under each --mode",
+        checks=(*QUEUE_CHECKS, "replication", "store-health", "durability"),
+        faults=(
+            FaultChoice("power-loss", "master", 2.0, "N_r", 2.0),
+            FaultChoice("power-loss", "slave", 1.0, "N_r", 2.0),
+            FaultChoice("corrupt", "master", 1.0, "N_r", 1.0),
+            FaultChoice("kill", "master", 1.0, "N_r", 2.0),
+        ),
+        breaking_switch=BreakingSwitch("broker", "replica-skip-chunk", "replication", masters_only=True),
+        consumers=2, consumer_options={"sleep_ms": 2},
+        # small segments: the corrupt nemesis needs a sealed one within seconds of load
+        broker_options={"store": {"commitlog_segment_bytes": _DURABILITY_SEGMENT_BYTES,
+                                  "message_body_bytes_max": 64 * 1024}},
+        rate_per_s=200.0,
     ),
 )}
 

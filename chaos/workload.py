@@ -1,8 +1,9 @@
 """The chaos workloads: a producer that records every send, and a tally of what consumers delivered.
 
 `ProducerWorkload` runs in the harness process (Jepsen's client threads): unique message ids
-(UNIQ_KEY, known before the send), sharding keys and per-key sequence numbers carried in user
-properties, every attempt recorded in `<run_dir>/<node>/sends.jsonl` as an `invoke` line and
+(UNIQ_KEY, known before the send), sharding keys, per-key sequence numbers and the body's
+zlib.crc32 (`BODY_CRC32`, also on the send's lines as `body_crc32`) carried in user properties,
+every attempt recorded in `<run_dir>/<node>/sends.jsonl` as an `invoke` line and
 then exactly one `ok` / `fail` / `info` line (info: the outcome is unknown — the broker may have
 stored it). Its producer dials the brokers through the harness's link proxies, so partitions
 reach it like any node. Keys are split over threads so each key's sends are strictly sequential:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,11 +134,12 @@ class ProducerWorkload:
             op_id = f"{self.node_id}:{self._op_seq}"
             self.counts.invoked += 1
         body = (f"{key}:{seq}:".encode() + b"x" * self.config.body_bytes)[: self.config.body_bytes]
+        body_crc32 = zlib.crc32(body)
         msg = Message(self.config.topic, body, keys=key, properties={
             c.PROPERTY_UNIQ_KEY: msg_id, c.PROPERTY_WORKLOAD_SHARDING_KEY: key,
-            c.PROPERTY_WORKLOAD_SEQ: str(seq)})
+            c.PROPERTY_WORKLOAD_SEQ: str(seq), c.PROPERTY_WORKLOAD_BODY_CRC32: str(body_crc32)})
         base: dict[str, Any] = {"event": "send", "op_id": op_id, "msg_id": msg_id, "topic": self.config.topic,
-                                "sharding_key": key, "seq": seq}
+                                "sharding_key": key, "seq": seq, "body_crc32": body_crc32}
         self._history.record({**base, "type": "invoke"})
         try:
             result = self._producer.send_orderly(msg, key)

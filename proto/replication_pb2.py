@@ -25,31 +25,31 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"}\n\x0bSlaveReport\x12\x17\n\x0fmax_phys_offset\x18\x01 \x01(\x03\x12\x15\n\rslave_node_id\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x17\n\x0ftail_check_from\x18\x04 \x01(\x03\x12\x12\n\ntail_crc32\x18\x05 \x01(\r\"\x8c\x01\n\x08LogChunk\x12\x13\n\x0bphys_offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x1e\n\x16master_max_phys_offset\x18\x03 \x01(\x03\x12-\n\x07refusal\x18\x04 \x01(\x0e\x32\x1c.mqlab.v1.ReplicationRefusal\x12\x0e\n\x06remark\x18\x05 \x01(\t\"\x15\n\x13SyncMetadataRequest\"\xdc\x01\n\x14SyncMetadataResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12,\n\rtopic_configs\x18\x02 \x03(\x0b\x32\x15.mqlab.v1.TopicConfig\x12\x1b\n\x13topics_data_version\x18\x03 \x01(\t\x12\x1d\n\x15\x63onsumer_offsets_json\x18\x04 \x01(\t\x12 \n\x18subscription_groups_json\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x65lay_offsets_json\x18\x06 \x01(\t\"A\n\rDigestRequest\x12\x18\n\x10\x66rom_phys_offset\x18\x01 \x01(\x03\x12\x16\n\x0eto_phys_offset\x18\x02 \x01(\x03\"\x80\x01\n\x0e\x44igestResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x18\n\x10\x66rom_phys_offset\x18\x03 \x01(\x03\x12\x16\n\x0eto_phys_offset\x18\x04 \x01(\x03\x12\x0e\n\x06sha256\x18\x05 \x01(\t\"\x14\n\x12VerifyStoreRequest\"U\n\x13VerifyStoreResponse\x12\x15\n\runits_checked\x18\x01 \x01(\x03\x12\x15\n\rinvalid_units\x18\x02 \x01(\x03\x12\x10\n\x08\x65xamples\x18\x03 \x03(\t*n\n\x12ReplicationRefusal\x12#\n\x1fREPLICATION_REFUSAL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSLAVE_AHEAD\x10\x01\x12\x12\n\x0eSLAVE_DIVERGED\x10\x02\x12\x0e\n\nNOT_MASTER\x10\x03\x32\xa1\x02\n\x0bReplication\x12:\n\tReplicate\x12\x15.mqlab.v1.SlaveReport\x1a\x12.mqlab.v1.LogChunk(\x01\x30\x01\x12M\n\x0cSyncMetadata\x12\x1d.mqlab.v1.SyncMetadataRequest\x1a\x1e.mqlab.v1.SyncMetadataResponse\x12;\n\x06\x44igest\x12\x17.mqlab.v1.DigestRequest\x1a\x18.mqlab.v1.DigestResponse\x12J\n\x0bVerifyStore\x12\x1c.mqlab.v1.VerifyStoreRequest\x1a\x1d.mqlab.v1.VerifyStoreResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17proto/replication.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"\xc3\x01\n\x0bSlaveReport\x12\x17\n\x0fmax_phys_offset\x18\x01 \x01(\x03\x12\x15\n\rslave_node_id\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x17\n\x0ftail_check_from\x18\x04 \x01(\x03\x12\x12\n\ntail_crc32\x18\x05 \x01(\r\x12\x18\n\x10\x64\x61ta_phys_offset\x18\x06 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x1c\n\x14restore_check_failed\x18\x08 \x01(\x08\"\xf9\x01\n\x08LogChunk\x12\x13\n\x0bphys_offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x1e\n\x16master_max_phys_offset\x18\x03 \x01(\x03\x12-\n\x07refusal\x18\x04 \x01(\x0e\x32\x1c.mqlab.v1.ReplicationRefusal\x12\x0e\n\x06remark\x18\x05 \x01(\t\x12\x10\n\x08truncate\x18\x06 \x01(\x08\x12\x0f\n\x07restore\x18\x07 \x01(\x08\x12\x0e\n\x06offset\x18\x08 \x01(\x03\x12\x12\n\ncheck_from\x18\t \x01(\x03\x12\x13\n\x0b\x63heck_crc32\x18\n \x01(\r\x12\x0f\n\x07\x64\x61maged\x18\x0b \x01(\x08\"\x15\n\x13SyncMetadataRequest\"\xdc\x01\n\x14SyncMetadataResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12,\n\rtopic_configs\x18\x02 \x03(\x0b\x32\x15.mqlab.v1.TopicConfig\x12\x1b\n\x13topics_data_version\x18\x03 \x01(\t\x12\x1d\n\x15\x63onsumer_offsets_json\x18\x04 \x01(\t\x12 \n\x18subscription_groups_json\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x65lay_offsets_json\x18\x06 \x01(\t\"A\n\rDigestRequest\x12\x18\n\x10\x66rom_phys_offset\x18\x01 \x01(\x03\x12\x16\n\x0eto_phys_offset\x18\x02 \x01(\x03\"\x80\x01\n\x0e\x44igestResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x18\n\x10\x66rom_phys_offset\x18\x03 \x01(\x03\x12\x16\n\x0eto_phys_offset\x18\x04 \x01(\x03\x12\x0e\n\x06sha256\x18\x05 \x01(\t\"\x14\n\x12VerifyStoreRequest\"U\n\x13VerifyStoreResponse\x12\x15\n\runits_checked\x18\x01 \x01(\x03\x12\x15\n\rinvalid_units\x18\x02 \x01(\x03\x12\x10\n\x08\x65xamples\x18\x03 \x03(\t*n\n\x12ReplicationRefusal\x12#\n\x1fREPLICATION_REFUSAL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSLAVE_AHEAD\x10\x01\x12\x12\n\x0eSLAVE_DIVERGED\x10\x02\x12\x0e\n\nNOT_MASTER\x10\x03\x32\xa1\x02\n\x0bReplication\x12:\n\tReplicate\x12\x15.mqlab.v1.SlaveReport\x1a\x12.mqlab.v1.LogChunk(\x01\x30\x01\x12M\n\x0cSyncMetadata\x12\x1d.mqlab.v1.SyncMetadataRequest\x1a\x1e.mqlab.v1.SyncMetadataResponse\x12;\n\x06\x44igest\x12\x17.mqlab.v1.DigestRequest\x1a\x18.mqlab.v1.DigestResponse\x12J\n\x0bVerifyStore\x12\x1c.mqlab.v1.VerifyStoreRequest\x1a\x1d.mqlab.v1.VerifyStoreResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPLICATIONREFUSAL']._serialized_start=880
-  _globals['_REPLICATIONREFUSAL']._serialized_end=990
-  _globals['_SLAVEREPORT']._serialized_start=57
-  _globals['_SLAVEREPORT']._serialized_end=182
-  _globals['_LOGCHUNK']._serialized_start=185
-  _globals['_LOGCHUNK']._serialized_end=325
-  _globals['_SYNCMETADATAREQUEST']._serialized_start=327
-  _globals['_SYNCMETADATAREQUEST']._serialized_end=348
-  _globals['_SYNCMETADATARESPONSE']._serialized_start=351
-  _globals['_SYNCMETADATARESPONSE']._serialized_end=571
-  _globals['_DIGESTREQUEST']._serialized_start=573
-  _globals['_DIGESTREQUEST']._serialized_end=638
-  _globals['_DIGESTRESPONSE']._serialized_start=641
-  _globals['_DIGESTRESPONSE']._serialized_end=769
-  _globals['_VERIFYSTOREREQUEST']._serialized_start=771
-  _globals['_VERIFYSTOREREQUEST']._serialized_end=791
-  _globals['_VERIFYSTORERESPONSE']._serialized_start=793
-  _globals['_VERIFYSTORERESPONSE']._serialized_end=878
-  _globals['_REPLICATION']._serialized_start=993
-  _globals['_REPLICATION']._serialized_end=1282
+  _globals['_REPLICATIONREFUSAL']._serialized_start=1060
+  _globals['_REPLICATIONREFUSAL']._serialized_end=1170
+  _globals['_SLAVEREPORT']._serialized_start=58
+  _globals['_SLAVEREPORT']._serialized_end=253
+  _globals['_LOGCHUNK']._serialized_start=256
+  _globals['_LOGCHUNK']._serialized_end=505
+  _globals['_SYNCMETADATAREQUEST']._serialized_start=507
+  _globals['_SYNCMETADATAREQUEST']._serialized_end=528
+  _globals['_SYNCMETADATARESPONSE']._serialized_start=531
+  _globals['_SYNCMETADATARESPONSE']._serialized_end=751
+  _globals['_DIGESTREQUEST']._serialized_start=753
+  _globals['_DIGESTREQUEST']._serialized_end=818
+  _globals['_DIGESTRESPONSE']._serialized_start=821
+  _globals['_DIGESTRESPONSE']._serialized_end=949
+  _globals['_VERIFYSTOREREQUEST']._serialized_start=951
+  _globals['_VERIFYSTOREREQUEST']._serialized_end=971
+  _globals['_VERIFYSTORERESPONSE']._serialized_start=973
+  _globals['_VERIFYSTORERESPONSE']._serialized_end=1058
+  _globals['_REPLICATION']._serialized_start=1173
+  _globals['_REPLICATION']._serialized_end=1462
 # @@protoc_insertion_point(module_scope)

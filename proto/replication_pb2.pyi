@@ -20,32 +20,50 @@ SLAVE_DIVERGED: ReplicationRefusal
 NOT_MASTER: ReplicationRefusal
 
 class SlaveReport(_message.Message):
-    __slots__ = ("max_phys_offset", "slave_node_id", "broker_id", "tail_check_from", "tail_crc32")
+    __slots__ = ("max_phys_offset", "slave_node_id", "broker_id", "tail_check_from", "tail_crc32", "data_phys_offset", "data", "restore_check_failed")
     MAX_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SLAVE_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_CHECK_FROM_FIELD_NUMBER: _ClassVar[int]
     TAIL_CRC32_FIELD_NUMBER: _ClassVar[int]
+    DATA_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_CHECK_FAILED_FIELD_NUMBER: _ClassVar[int]
     max_phys_offset: int
     slave_node_id: str
     broker_id: int
     tail_check_from: int
     tail_crc32: int
-    def __init__(self, max_phys_offset: _Optional[int] = ..., slave_node_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., tail_check_from: _Optional[int] = ..., tail_crc32: _Optional[int] = ...) -> None: ...
+    data_phys_offset: int
+    data: bytes
+    restore_check_failed: bool
+    def __init__(self, max_phys_offset: _Optional[int] = ..., slave_node_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., tail_check_from: _Optional[int] = ..., tail_crc32: _Optional[int] = ..., data_phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., restore_check_failed: _Optional[bool] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("phys_offset", "data", "master_max_phys_offset", "refusal", "remark")
+    __slots__ = ("phys_offset", "data", "master_max_phys_offset", "refusal", "remark", "truncate", "restore", "offset", "check_from", "check_crc32", "damaged")
     PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FROM_FIELD_NUMBER: _ClassVar[int]
+    CHECK_CRC32_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
     phys_offset: int
     data: bytes
     master_max_phys_offset: int
     refusal: ReplicationRefusal
     remark: str
-    def __init__(self, phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_phys_offset: _Optional[int] = ..., refusal: _Optional[_Union[ReplicationRefusal, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+    truncate: bool
+    restore: bool
+    offset: int
+    check_from: int
+    check_crc32: int
+    damaged: bool
+    def __init__(self, phys_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_phys_offset: _Optional[int] = ..., refusal: _Optional[_Union[ReplicationRefusal, str]] = ..., remark: _Optional[str] = ..., truncate: _Optional[bool] = ..., restore: _Optional[bool] = ..., offset: _Optional[int] = ..., check_from: _Optional[int] = ..., check_crc32: _Optional[int] = ..., damaged: _Optional[bool] = ...) -> None: ...
 
 class SyncMetadataRequest(_message.Message):
     __slots__ = ()

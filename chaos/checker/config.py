@@ -1,147 +1,134 @@
-"""What the checks compare against: the run's timers (from its Timing) and the suite's budgets.
+"""What the checks compare against: the run's bounds (from `chaos.bounds`) and the suite's budgets.
 
-The checker never uses a literal duration. Every bound is derived from the timers of the run
- (docs/chaos.md), read from `<run_dir>/timing.json` (or a node's `config.json`);
-a timer the run does not record gets RocketMQ's default multiplied by the run's time scale,
-which is inferred from the timers it does record. So the same history checked at k = 1/10
-and k = 1/20 gives the same verdict.
+The checker never uses a literal duration and derives no bound of its own: `chaos.bounds` is the
+one place bounds come from. A run's own `<run_dir>/bounds.json` is used when present (re-checking
+an old run gives the verdict it had); otherwise the bounds are derived from `<run_dir>/timing.json`
+(or a node's `config.json`), a timer the run does not record getting RocketMQ's default times the
+run's time scale, inferred from the timers it does record (docs/chaos.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# symbol -> (RocketMQ default ms, Timing field names that carry it, meaning)
-TIMERS: dict[str, tuple[int, tuple[str, ...], str]] = {
-    "L_b": (60_000, ("broker_lock_lease_ms", "lock_lease_broker_ms", "rebalance_lock_max_live_broker_ms"),
-            "broker-side queue-lock lease"),
-    "L_c": (30_000, ("client_lock_lease_ms", "lock_lease_client_ms", "rebalance_lock_max_live_ms",
-                     "lock_max_live_ms"), "client-side lock validity"),
-    "R_l": (20_000, ("lock_renew_interval_ms", "rebalance_lock_interval_ms", "lock_interval_ms",
-                     "lock_renew_ms"), "lock refresh period"),
-    "R_b": (20_000, ("rebalance_interval_ms",), "rebalance period"),
-    "W_p": (1_000, ("pull_delay_when_exception_ms",), "pull retry after an error / not locked"),
-    "P_c": (5_000, ("consumer_offset_persist_ms",), "client offset persist period"),
-    "F_b": (5_000, ("broker_offset_flush_ms", "consumer_offset_flush_ms", "consumer_offset_persist_ms"),
-            "broker offset flush period"),
-    "S_s": (10_000, ("slave_sync_interval_ms",), "slave metadata + offset sync period"),
-    "H": (30_000, ("client_heartbeat_ms",), "client heartbeat period"),
-    "X_c": (120_000, ("consumer_channel_expiry_ms",), "broker drops a silent client after"),
-    "K_c": (10_000, ("client_housekeeping_ms",), "broker's silent-client scan period"),
-    "N_r": (30_000, ("route_poll_ms",), "client route refresh period"),
-    "X_b": (120_000, ("broker_expiry_ms",), "name server drops a silent broker after"),
-    "K_b": (10_000, ("broker_expiry_scan_ms",), "name server's silent-broker scan period"),
-    "G_r": (30_000, ("register_interval_ms",), "broker registration period"),
-    "U_d": (20_000, ("unlock_delay_ms", "unlock_delay_time_ms"), "delayed unlock of a dropped orderly queue"),
-}
+from chaos.bounds import (
+    DERIVED_FORMULAS,
+    JUDGE_SLACK_MS,
+    JUDGE_SLACK_RATIO,
+    RunBounds,
+    bounds_from_json,
+    bounds_from_timing_fields,
+)
 
-_DEFAULT_SCALE_KEYS = ("R_b", "P_c", "H", "N_r", "X_b", "G_r", "S_s", "X_c")
+# symbol -> what the timer means (the report's timers table); values come from `chaos.bounds`
+TIMERS: dict[str, str] = {
+    "L_b": "broker-side queue-lock lease", "L_c": "client-side lock validity", "R_l": "lock refresh period",
+    "R_b": "rebalance period", "P_c": "client offset persist period", "F_b": "broker offset flush period",
+    "S_s": "slave metadata + offset sync period", "H": "client heartbeat period",
+    "X_c": "broker drops a silent client after", "K_c": "broker's silent-client scan period",
+    "N_r": "client route refresh period", "X_b": "name server drops a silent broker after",
+    "K_b": "name server's silent-broker scan period", "G_r": "broker registration period",
+    "W_p": "pull retry after an error / not locked", "U_d": "delayed unlock of a dropped orderly queue",
+    "A_h": "slave reconnect backoff ceiling",
+}
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """Timer values (ms) and where each came from; derived bounds are methods with their formula."""
+    """The checker's view of one run's bounds (`chaos.bounds`, the single source) with the slack
+    a measurement may exceed them by. Timers read as attributes (`b.L_b`); derived bounds are
+    methods; `judge` turns a measurement into a row that shows the bound and the slack."""
 
-    timers: dict[str, int]
-    sources: dict[str, str]
-    scale: float
+    run: RunBounds
     slack_ms: int
     slack_ratio: float
 
     def __getattr__(self, name: str) -> int:
-        timers = self.__dict__.get("timers", {})
-        if name in timers:
-            return timers[name]
+        run = self.__dict__.get("run")
+        if run is not None and name in run.bounds.timers():
+            return run.bounds.timers()[name]
         raise AttributeError(name)
 
-    def slack(self, bound_ms: float) -> float:
+    @property
+    def timers(self) -> dict[str, int]:
+        return self.run.bounds.timers()
+
+    @property
+    def sources(self) -> dict[str, str]:
+        return self.run.sources
+
+    @property
+    def scale(self) -> float:
+        return self.run.scale
+
+    def slack(self, bound_ms: float) -> int:
         """Scheduling and logging jitter allowed on top of a bound."""
-        return self.slack_ms + self.slack_ratio * bound_ms
+        return round(self.slack_ms + self.slack_ratio * bound_ms)
+
+    def limit(self, bound_ms: float) -> int:
+        return round(bound_ms) + self.slack(bound_ms)
+
+    def judge(self, what: str, measured_ms: float, bound_ms: float) -> dict[str, Any]:
+        """measured_ms, bound_ms, slack_ms, limit_ms, verdict (ok | slow) and a `judged` sentence."""
+        slack = self.slack(bound_ms)
+        ok = measured_ms <= bound_ms + slack
+        sign = "<=" if ok else ">"
+        return {"measured_ms": measured_ms, "bound_ms": bound_ms, "slack_ms": slack, "limit_ms": round(bound_ms) + slack,
+                "verdict": "ok" if ok else "slow",
+                "judged": f"{what} {measured_ms:,.0f} ms {sign} bound {bound_ms:,.0f} ms + slack {slack:,} ms"}
 
     def derived(self) -> dict[str, tuple[int, str]]:
-        """name -> (ms, formula) for the report's bounds table."""
-        t = self.timers
-        return {
-            "takeover after kill": (self.takeover_kill(), "from the holder's last lock: L_b + max(R_b, R_l) + W_p"),
-            "takeover after stop": (self.takeover_graceful(), "from SIGTERM (unlockAll): R_b + W_p"),
-            "takeover after rebalance": (self.takeover_rebalance(), "from the drop: U_d + R_b + W_p"),
-            "takeover after lost lock": (self.takeover_lost(), "from the loss: R_b + R_l + W_p"),
-            "takeover after pause/partition": (self.takeover_silent(),
-                                               "from the fault: max(L_b, X_c + K_c) + R_b + W_p"),
-            "first consume after assignment": (self.first_consume(), "from the lock grant: R_l + W_p"),
-            "failover to slave (kill)": (self.failover_kill(), "N_r + W_p"),
-            "failover to slave (silent)": (self.failover_silent(), "X_b + K_b + N_r + W_p"),
-            "back on master": (self.switch_back(), "after the master returns: N_r + G_r + W_p"),
-            "offset convergence": (self.convergence(), "S_s + P_c"),
-            "expected-overlap pause": (t["L_b"] - t["L_c"], "a holder paused longer than L_b - L_c mid-batch"),
-        }
+        """name -> (ms, formula) for the report's bounds table and verdict.json."""
+        return {name: (self.run.ms(name), formula) for name, formula in DERIVED_FORMULAS}
 
     def takeover_kill(self) -> int:
-        return self.L_b + max(self.R_b, self.R_l) + self.W_p
+        return self.run.ms("takeover_after_kill_ms")
 
     def takeover_graceful(self) -> int:
-        return self.R_b + self.W_p
+        return self.run.ms("takeover_after_stop_ms")
 
     def takeover_rebalance(self) -> int:
-        return self.U_d + self.R_b + self.W_p
+        return self.run.ms("takeover_after_rebalance_ms")
 
     def takeover_lost(self) -> int:
-        return self.R_b + self.R_l + self.W_p
+        return self.run.ms("takeover_after_lost_lock_ms")
 
     def takeover_silent(self) -> int:
-        return max(self.L_b, self.X_c + self.K_c) + self.R_b + self.W_p
+        return self.run.ms("takeover_after_partition_ms")
 
     def takeover_after_restart(self) -> int:
         """A restarted consumer's warm-up: route, rebalance, lock, first pull."""
-        return self.N_r + self.R_b + self.R_l + self.W_p
+        return self.run.ms("warmup_ms")
 
     def first_consume(self) -> int:
-        return self.R_l + self.W_p
+        return self.run.ms("first_consume_ms")
 
     def failover_kill(self) -> int:
-        return self.N_r + self.W_p
+        return self.run.ms("failover_read_kill_ms")
 
     def failover_silent(self) -> int:
-        return self.X_b + self.K_b + self.N_r + self.W_p
+        return self.run.ms("failover_read_silent_ms")
 
     def switch_back(self) -> int:
-        return self.N_r + self.G_r + self.W_p
+        return self.run.ms("switch_back_ms")
 
     def convergence(self) -> int:
-        return self.S_s + self.P_c
+        return self.run.ms("converge_ms")
 
     def redelivery_window(self, cause: str) -> int:
         """B of docs/chaos.md: how much consumption a fault may repeat."""
         if cause == "broker":
-            return self.P_c + max(self.F_b, self.S_s)
-        return self.P_c
+            return self.run.ms("dup_window_broker_fault_ms")
+        return self.run.ms("dup_window_consumer_kill_ms")
 
 
 def bounds_from_timing(timing: dict[str, Any] | None, *, slack_ms: int, slack_ratio: float,
                        origin: str = "timing.json") -> Bounds:
-    timing = {k: v for k, v in (timing or {}).items() if isinstance(v, int | float) and v > 0}
-    found: dict[str, tuple[int, str]] = {}
-    for symbol, (_, keys, _) in TIMERS.items():
-        for key in keys:
-            if key in timing:
-                found[symbol] = (int(timing[key]), f"{origin}:{key}")
-                break
-    ratios = [found[s][0] / TIMERS[s][0] for s in _DEFAULT_SCALE_KEYS if s in found]
-    scale = statistics.median(ratios) if ratios else 1.0
-    timers: dict[str, int] = {}
-    sources: dict[str, str] = {}
-    for symbol, (default, _, _) in TIMERS.items():
-        if symbol in found:
-            timers[symbol], sources[symbol] = found[symbol]
-        else:
-            timers[symbol] = max(1, round(default * scale))
-            sources[symbol] = "default" if scale == 1.0 else f"default x{scale:g}"
-    return Bounds(timers=timers, sources=sources, scale=scale, slack_ms=slack_ms, slack_ratio=slack_ratio)
+    return Bounds(bounds_from_timing_fields(timing, origin), slack_ms, slack_ratio)
 
 
 @dataclass(frozen=True)
@@ -152,9 +139,11 @@ class CheckerConfig:
     seed: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
     timing_origin: str = "defaults"
-    # a bound is exceeded only beyond bound + slack_ms + slack_ratio * bound
-    slack_ms: int = 1_000
-    slack_ratio: float = 0.25
+    # the run's own bounds.json (`chaos.bounds.Bounds.to_json`): when present it wins over `timing`
+    bounds_json: dict[str, Any] | None = None
+    # a bound is exceeded only beyond bound + slack_ms + slack_ratio * bound (chaos.bounds says why)
+    slack_ms: int = JUDGE_SLACK_MS
+    slack_ratio: float = JUDGE_SLACK_RATIO
     # events this close in time are treated as simultaneous (cross-process logging jitter)
     clock_slack_ms: int = 50
     # duplicates: None derives the budget from the faults (docs/chaos.md)
@@ -167,6 +156,11 @@ class CheckerConfig:
     # RocketMQ 4.9 lets a returning master overwrite the slave's newer offsets (#1094, #2513):
     # report such regressions (counted against the duplicate budget) instead of failing
     allow_master_return_regression: bool = True
+    # broker node -> {"broker_name", "broker_id", "broker_role", "flush_disk_type"} (each broker's
+    # config.json): the durability mode the run promised
+    store_modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the checks the run asked for (run.json "checks"); None: every check
+    checks: tuple[str, ...] | None = None
     # overlapping orderly consumers caused by a holder paused past L_b - L_c mid-batch are
     # RocketMQ's design (no fencing); True makes them failures
     fail_expected_overlaps: bool = False
@@ -174,6 +168,8 @@ class CheckerConfig:
 
     @property
     def bounds(self) -> Bounds:
+        if self.bounds_json:
+            return Bounds(bounds_from_json(self.bounds_json), self.slack_ms, self.slack_ratio)
         return bounds_from_timing(self.timing, slack_ms=self.slack_ms, slack_ratio=self.slack_ratio,
                                   origin=self.timing_origin)
 
@@ -185,9 +181,15 @@ class CheckerConfig:
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path, **overrides: Any) -> CheckerConfig:
-        """timing.json (or a node's config.json "timing") and run.json's suite, seed, checker overrides."""
+        """bounds.json, else timing.json (or a node's config.json "timing"); run.json's suite, seed and
+        checker overrides."""
         run_dir = Path(run_dir)
         values: dict[str, Any] = {}
+        bounds_path = run_dir / "bounds.json"
+        if bounds_path.is_file():
+            raw = _read_json(bounds_path)
+            if isinstance(raw, dict) and isinstance(raw.get("timers"), dict):
+                values["bounds_json"] = raw
         timing_path = run_dir / "timing.json"
         if timing_path.is_file():
             raw = _read_json(timing_path)
@@ -200,11 +202,23 @@ class CheckerConfig:
                     values["timing"] = raw["timing"]
                     values["timing_origin"] = f"{config_path.parent.name}/config.json"
                     break
+        modes = {}
+        for config_path in sorted(run_dir.glob("*/config.json")):
+            raw = _read_json(config_path)
+            if isinstance(raw, dict) and (raw.get("role") == "broker" or "broker_role" in raw):
+                store = raw.get("store") if isinstance(raw.get("store"), dict) else {}
+                modes[raw.get("node_id") or config_path.parent.name] = {
+                    "broker_name": raw.get("broker_name"), "broker_id": raw.get("broker_id"),
+                    "broker_role": raw.get("broker_role"), "flush_disk_type": store.get("flush_disk_type", "ASYNC_FLUSH")}
+        if modes:
+            values["store_modes"] = modes
         run_json = run_dir / "run.json"
         if run_json.is_file():
             raw = _read_json(run_json)
             if isinstance(raw, dict):
                 values.update({k: raw[k] for k in ("suite", "seed") if k in raw})
+                if isinstance(raw.get("checks"), list):
+                    values["checks"] = tuple(str(x) for x in raw["checks"])
                 known = {f.name for f in dataclasses.fields(cls)}
                 values.update({k: v for k, v in (raw.get("checker") or {}).items() if k in known})
         values.update(overrides)

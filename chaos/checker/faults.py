@@ -1,7 +1,9 @@
 """Fault windows from the nemesis log, and process exits; small, so built on the driver.
 
 A window opens at a fault op's `start` and closes at the `end` of its recovery op
-(kill|stop → restart, pause → resume, partition → heal); see `schemas`.
+(kill|stop|power-loss → restart, pause → resume, partition → heal); see `schemas`. A power loss
+is a kill to every check that reasons about processes (its window's `op` is `kill`, its
+`storage` is `power-loss`); what it did to the store, and every `corrupt`, are `StorageFault`s.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-FAULT_OPS = ("kill", "stop", "pause", "partition")
-RECOVERY = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}
+FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss")
+RECOVERY = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal", "power-loss": "restart"}
+STORAGE_OPS = ("power-loss", "corrupt")
 SILENT_OPS = ("pause", "partition")  # the victim's sockets stay open: peers notice only by timeouts
 _BROKER_NODE = re.compile(r"^(?P<name>.+)-(?P<id>\d+)$")
 
@@ -26,11 +29,12 @@ class FaultWindow:
     end_ms: int  # the recovery's end, or the end of the history
     recovered: bool
     detail: str | None = None
+    storage: str | None = None  # "power-loss" for a power loss (op "kill")
 
     @property
     def label(self) -> str:
         who = ",".join(self.targets) if self.targets else "all"
-        return f"{self.op} {who}"
+        return f"{self.storage or self.op} {who}"
 
     def covers(self, t_ms: float, *, before: float = 0, after: float = 0) -> bool:
         return self.start_ms - before <= t_ms <= self.end_ms + after
@@ -39,8 +43,43 @@ class FaultWindow:
         return node is not None and (not self.targets or node in self.targets)
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "targets": list(self.targets), "start_ms": self.start_ms, "end_ms": self.end_ms,
-                "recovered": self.recovered, "detail": self.detail}
+        out = {"op": self.op, "targets": list(self.targets), "start_ms": self.start_ms, "end_ms": self.end_ms,
+               "recovered": self.recovered, "detail": self.detail}
+        if self.storage:
+            out["storage"] = self.storage
+        return out
+
+
+@dataclass(frozen=True)
+class StorageFault:
+    """A power loss or a corruption of one broker's store, with what the nemesis did (its end detail)."""
+
+    op: str  # power-loss | corrupt
+    node: str
+    start_ms: int
+    end_ms: int  # the surgery's end (power loss: the restart is a later op)
+    detail: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {self.node}"
+
+
+def storage_faults(rows: Iterable[dict[str, Any]]) -> list[StorageFault]:
+    """Every power-loss and corrupt op (one per target), with its end line's JSON detail parsed."""
+    out = []
+    for act in _actions(rows):
+        if act["op"] not in STORAGE_OPS:
+            continue
+        raw = act.get("end_detail") or act.get("detail")
+        try:
+            detail = json.loads(raw) if isinstance(raw, str) else (raw or {})
+        except ValueError:
+            detail = {}
+        for node in act["targets"] or ("*",):
+            out.append(StorageFault(act["op"], node, int(act["start"]), int(act["end"] or act["start"]),
+                                    detail if isinstance(detail, dict) else {}))
+    return sorted(out, key=lambda f: f.start_ms)
 
 
 @dataclass(frozen=True)
@@ -95,6 +134,8 @@ def _actions(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                        "detail": r.get("detail"), "fault_id": r.get("fault_id")}
                 actions.append(act)
             act["end"] = r["mono_ms"]
+            if r.get("detail"):
+                act["end_detail"] = r["detail"]
             continue
         act = {"op": r["op"], "targets": key[1], "start": r["mono_ms"], "end": None, "detail": r.get("detail"),
                "fault_id": r.get("fault_id")}
@@ -107,8 +148,10 @@ def _window(fault: dict[str, Any], targets: tuple[str, ...], end: int, recovered
     detail = fault.get("detail")
     if detail is not None and not isinstance(detail, str):
         detail = json.dumps(detail)
-    return FaultWindow(op=fault["op"], targets=targets, start_ms=int(fault["start"]), end_ms=int(end),
-                       recovered=recovered, detail=detail)
+    power_loss = fault["op"] == "power-loss"
+    return FaultWindow(op="kill" if power_loss else fault["op"], targets=targets, start_ms=int(fault["start"]),
+                       end_ms=int(end), recovered=recovered, detail=detail,
+                       storage="power-loss" if power_loss else None)
 
 
 def process_exits(rows: Iterable[dict[str, Any]]) -> list[ProcessExit]:

@@ -23,7 +23,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from chaos.checker import schemas as S
-from chaos.checker.faults import FaultWindow, ProcessExit, fault_windows, process_exits
+from chaos.checker.faults import (
+    FaultWindow,
+    ProcessExit,
+    StorageFault,
+    fault_windows,
+    process_exits,
+    storage_faults,
+)
 
 QUEUE = ["topic", "broker_name", "queue_id"]
 BROKER_ROLES = ("broker", "master", "slave")
@@ -39,6 +46,7 @@ class History:
     events: DataFrame
     nemesis: DataFrame
     processes: DataFrame
+    readback: DataFrame
     present: dict[str, int]  # kind -> files found (0: absent)
     run_dir: Path | None = None
     roles: dict[str, str] = field(default_factory=dict)  # node -> role (cluster.json)
@@ -82,7 +90,8 @@ class History:
             out["rows"][r["kind"]] += r["n"]
             if r["kind"] == "events":
                 out["event_kinds"][r["event"]] = r["n"]
-        times = [r for r in got if r["event"] is not None and r["lo"] is not None]
+        times = [r for r in got if r["event"] is not None and r["lo"] is not None
+                 and r["kind"] not in S.AFTER_RUN_KINDS]
         out["t0_ms"] = min((r["lo"] for r in times), default=0)
         out["t_end_ms"] = max((r["hi"] for r in times), default=0)
         return out
@@ -101,6 +110,12 @@ class History:
     def faults(self) -> list[FaultWindow]:
         rows = [r.asDict(recursive=True) for r in self.nemesis.filter(F.col("event").isNotNull()).collect()]
         return fault_windows(rows, self.t_end)
+
+    @cached_property
+    def storage_faults(self) -> list[StorageFault]:
+        rows = [r.asDict(recursive=True) for r in self.nemesis.filter(F.col("op").isin("power-loss", "corrupt"))
+                .collect()]
+        return storage_faults(rows)
 
     @cached_property
     def exits(self) -> list[ProcessExit]:
@@ -347,9 +362,11 @@ def history_from_rows(spark: SparkSession, *, sends: Iterable[Mapping[str, Any]]
                       events: Iterable[Mapping[str, Any]] | None = None,
                       nemesis: Iterable[Mapping[str, Any]] | None = None,
                       processes: Iterable[Mapping[str, Any]] | None = None,
+                      readback: Iterable[Mapping[str, Any]] | None = None,
                       roles: Mapping[str, str] | None = None, cache: bool = False) -> History:
     """A History from dicts (missing fields are null); a kind given as None is absent."""
-    given = {"sends": sends, "deliveries": deliveries, "events": events, "nemesis": nemesis, "processes": processes}
+    given = {"sends": sends, "deliveries": deliveries, "events": events, "nemesis": nemesis, "processes": processes,
+             "readback": readback}
     frames: dict[str, DataFrame] = {}
     present: dict[str, int] = {}
     for kind, rows in given.items():
@@ -363,7 +380,8 @@ def history_from_rows(spark: SparkSession, *, sends: Iterable[Mapping[str, Any]]
 
 
 def _row(record: Mapping[str, Any], schema: StructType, kind: str) -> tuple[Any, ...]:
-    defaults = {"sends": "send", "deliveries": "deliver", "nemesis": "nemesis", "processes": "exit"}
+    defaults = {"sends": "send", "deliveries": "deliver", "nemesis": "nemesis", "processes": "exit",
+                "readback": "readback"}
     values = dict(record)
     values.setdefault("event", defaults.get(kind))
     unknown = set(values) - set(schema.fieldNames())

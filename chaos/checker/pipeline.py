@@ -37,7 +37,8 @@ class CheckOutput:
 def run_checks(h: History, cfg: CheckerConfig, names: Iterable[str] | None = None) -> list[CheckResult]:
     from chaos.checker.checks import CHECKS
 
-    wanted = list(names) if names is not None else list(CHECKS)
+    # a run's own list (run.json "checks") when none is given: re-checking judges what the run asked
+    wanted = list(names) if names is not None else [n for n in (cfg.checks or CHECKS) if n in CHECKS]
     results = []
     for name in wanted:
         definition, fn = CHECKS[name]
@@ -51,12 +52,25 @@ def run_checks(h: History, cfg: CheckerConfig, names: Iterable[str] | None = Non
 def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extra: dict[str, Any] | None = None
                 ) -> Verdict:
     b = cfg.bounds
+    by_name = {r.name: r for r in results}
+    loss: dict[str, Any] = {}
+    if "lost" in by_name and "lost_allowed" in by_name["lost"].counts:
+        c = by_name["lost"].counts
+        loss = {"allowed": c["lost_allowed"], "unallowed": c["lost_unallowed"]}
+    elif "durability" in by_name and "allowed_loss" in by_name["durability"].counts:
+        c = by_name["durability"].counts
+        loss = {"allowed": c["allowed_loss"], "unallowed": c["unallowed_loss"]}
     info = {
         "inputs": {"files": h.present, **h.stats},
+        "bounds_from": "bounds.json" if cfg.bounds_json else cfg.timing_origin,
         "timers_ms": b.timers, "timer_sources": b.sources, "time_scale": b.scale,
         "bounds_ms": {k: {"ms": v, "formula": f} for k, (v, f) in b.derived().items()},
         "slack": {"ms": b.slack_ms, "ratio": b.slack_ratio, "clock_ms": cfg.clock_slack_ms},
         "faults": [w.to_json() for w in h.faults],
+        "storage_faults": [{"op": f.op, "node": f.node, "start_ms": f.start_ms, "detail": f.detail}
+                           for f in h.storage_faults],
+        # acknowledged messages never consumed: allowed by the run's durability mode, or not
+        "loss": loss or None,
         **(extra or {}),
     }
     return Verdict.of(results, suite=cfg.suite, seed=cfg.seed, run_dir=str(h.run_dir) if h.run_dir else None,

@@ -85,7 +85,7 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
         f'<tr><td><a href="#check-{_e(c.name)}">{_e(c.name)}</a></td><td>{_v(c.valid)}</td>'
         f"<td>{_e(c.reason)}</td><td>{c.seconds:.2f}</td></tr>" for c in verdict.checks.values())
     summary = f"<table><tr><th>check</th><th>verdict</th><th>reason</th><th>seconds</th></tr>{summary}</table>"
-    timers = _table([{"symbol": k, "ms": b.timers[k], "meaning": TIMERS[k][2], "source": b.sources[k]} for k in TIMERS])
+    timers = _table([{"symbol": k, "ms": b.timers[k], "meaning": TIMERS[k], "source": b.sources[k]} for k in TIMERS])
     derived = _table([{"bound": k, "ms": v, "formula": f} for k, (v, f) in b.derived().items()])
     data = plots.plot_data(h)
     figures = [
@@ -99,6 +99,10 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
                       "end_s": round((w.end_ms - h.t0) / 1000, 3)} for w in h.faults])
     exits = _table([{"node": e.node, "t_s": round((e.t_ms - h.t0) / 1000, 3), "expected": e.expected,
                      "exit_code": e.exit_code, "signal": e.signal} for e in h.exits])
+    storage = _table([{"op": f.op, "node": f.node, "t_s": round((f.start_ms - h.t0) / 1000, 3),
+                       "what": json.dumps(f.detail.get("store", {}).get("commitlog") or
+                                          {k: f.detail.get(k) for k in ("file", "phys_offset", "bytes", "msg_ids")
+                                           if k in f.detail})[:300]} for f in h.storage_faults])
     stats = h.stats
     inputs = _table([{"history": k, "files": h.present.get(k, 0), "rows": stats["rows"].get(k, 0),
                       "unreadable lines": stats["unreadable_lines"].get(k, 0)} for k in h.present])
@@ -111,7 +115,8 @@ span {(h.t_end - h.t0) / 1000:.1f} s · time scale x{b.scale:g} · slack {b.slac
 <h2>summary</h2>{summary}
 <h2>plots</h2>{"".join(f"<h3>{_e(name)}</h3>{_img(png, name)}" for name, png in figures)}
 <h3>latency overall</h3>{_table([{"kind": k, **v} for k, v in overall.items()])}
-<h2>faults</h2>{faults}<h3>unexpected and expected exits</h3>{exits}
+<h2>faults</h2>{faults}<h3>storage faults (power loss: the store cut; corrupt: the record flipped)</h3>{storage}
+<h3>unexpected and expected exits</h3>{exits}
 <h2>checks</h2>{"".join(_check_section(c) for c in verdict.checks.values())}
 <h2>bounds</h2><h3>timers</h3>{timers}<h3>derived</h3>{derived}
 <h2>inputs</h2>{inputs}<h3>event kinds</h3>{_kv(stats.get("event_kinds", {}))}

@@ -16,7 +16,8 @@ fields are ignored. Every line carries:
 then one `ok` / `fail` / `info` (outcome unknown) per attempt, joined by `op_id`:
 
     type STRING (invoke|ok|fail|info), op_id STRING, msg_id STRING (UNIQ_KEY, known at invoke),
-    topic STRING, sharding_key STRING, seq LONG (per-key sequence number),
+    topic STRING, sharding_key STRING, seq LONG (per-key sequence number), body_crc32 LONG
+    (zlib.crc32 of the body sent, also carried as the message property BODY_CRC32),
     status STRING (ok: SEND_OK | FLUSH_DISK_TIMEOUT | FLUSH_SLAVE_TIMEOUT | SLAVE_NOT_AVAILABLE;
     fail / info: error text), queue_id INT, queue_offset LONG, broker_name STRING
 
@@ -29,7 +30,7 @@ on), `event` = `deliver`, one line per message handed to the listener:
     sharding_key STRING, seq LONG, result STRING (CONSUME_SUCCESS | RECONSUME_LATER | SUCCESS |
     SUSPEND_CURRENT_QUEUE_A_MOMENT | COMMIT | ROLLBACK | exception text), orderly BOOLEAN,
     consume_start_mono_ms LONG, consume_end_mono_ms LONG (orderly: the listener call's interval;
-    a batch shares one interval)
+    a batch shares one interval), body_crc32 LONG (zlib.crc32 of the body handed to the listener)
 
 `events.jsonl` (consumers and brokers), one wide schema; `side` (client|broker) defaults to
 the node's role (cluster.json, else a node id starting with "broker"). Per-queue events name
@@ -56,6 +57,12 @@ is accepted instead.
     rebalance        client: group, client_id, topic, before / after / removed as lists of
                      [broker_name, queue_id], reason (`lock-regained`: an orderly queue re-opened
                      after its lock came back; it is in removed and in after)
+    store-error      broker, one per store problem found: kind (torn-tail | cq-truncated |
+                     damaged-range | bad-record | replica-refused | recovery-anomaly), file (relative
+                     to the store dir, or null), phys_offset, bytes (affected or dropped), topic,
+                     queue_id, queue_offset (null when not known), detail (one sentence)
+    store-recovered  broker, once per start: clean (the last shutdown was clean),
+                     commitlog_max_phys_offset, truncated_bytes, damaged_ranges, cq_units_dropped
     ha-connected / ha-refused, consumer-join / consumer-leave: shown, not checked
 
 `nemesis.jsonl` (harness), `event` = `nemesis`: `op` (kill|stop|pause|resume|partition|heal|
@@ -63,13 +70,28 @@ restart), `phase` (start|end: the harness action's invocation and completion), `
 (node ids), `detail` (text or JSON), optional `fault_id`. A fault window opens at a fault op's
 start and closes at the end of its recovery: kill|stop → restart, pause → resume,
 partition → heal (an untargeted heal heals every partition); `stop` is a graceful SIGTERM.
-Unrecovered faults last to the end of the history.
+Unrecovered faults last to the end of the history. Storage faults: `power-loss` on a broker
+(SIGKILL, then every byte after the last fsync dropped and a torn record left at the tail; recovered
+by `restart`, a window like a kill's) whose end line's `detail` is JSON {"store": {"commitlog":
+{"flushed_phys_offset", "written_phys_offset", "torn_bytes"}, "consume_queues": {"<topic>/<queue_id>":
+{"flushed_queue_offset", "written_queue_offset"}}}, "flush_disk_type"}; `corrupt` (instant, no
+recovery: bytes flipped inside a record of a sealed segment) whose end `detail` is JSON {"file",
+"phys_offset", "bytes", "topic", "queue_id", "queue_offset", "msg_ids"}.
 
 `processes.jsonl` (harness), `event` = `exit` (or `start`): `node` is the process that
 exited, `expected` BOOLEAN, `exit_code` INT, optional `signal`, `pid`.
 
-Optional run-level files: `<run_dir>/timing.json` (the run's Timing, field -> ms; else a
-node's `config.json` "timing"), `<run_dir>/run.json` (`suite`, `seed`, `checker`: overrides of
+`readback/readback.jsonl` (the runner's end-of-run read-back, after the drain): per replica
+(`node` = the broker node id) `event` = `readback`, one line per message read back: broker_name,
+replica_id INT, topic, queue_id, queue_offset, msg_id, body_crc32; and one `replica-state` line:
+broker_name, replica_id, max_phys_offset, master_max_phys_offset, caught_up BOOLEAN. Its times
+do not extend the history's span.
+
+Optional run-level files: `<run_dir>/bounds.json` (the bounds the run was planned with,
+`chaos.bounds`; the checker judges with them), `<run_dir>/timing.json` (the run's Timing, field ->
+ms; else a node's `config.json` "timing"; used when bounds.json is absent), each broker's
+`<node>/config.json` (`store.flush_disk_type`, `broker_role`: the run's durability mode),
+`<run_dir>/run.json` (`suite`, `seed`, `checker`: overrides of
 CheckerConfig fields), `<run_dir>/cluster.json` (node roles).
 """
 
@@ -111,6 +133,7 @@ SENDS = _schema(
     ("queue_id", IntegerType()),
     ("queue_offset", LongType()),
     ("broker_name", StringType()),
+    ("body_crc32", LongType()),
 )
 
 DELIVERIES = _schema(
@@ -128,6 +151,7 @@ DELIVERIES = _schema(
     ("orderly", BooleanType()),
     ("consume_start_mono_ms", LongType()),
     ("consume_end_mono_ms", LongType()),
+    ("body_crc32", LongType()),
 )
 
 EVENTS = _schema(
@@ -169,6 +193,17 @@ EVENTS = _schema(
     # ha-connected / ha-refused
     ("master", StringType()),
     ("refusal", StringType()),
+    # store-error / store-recovered
+    ("kind", StringType()),
+    ("file", StringType()),
+    ("phys_offset", LongType()),
+    ("bytes", LongType()),
+    ("detail", StringType()),
+    ("clean", BooleanType()),
+    ("commitlog_max_phys_offset", LongType()),
+    ("truncated_bytes", LongType()),
+    ("damaged_ranges", IntegerType()),
+    ("cq_units_dropped", LongType()),
 )
 
 NEMESIS = _schema(
@@ -186,6 +221,19 @@ PROCESSES = _schema(
     ("pid", LongType()),
 )
 
+READBACK = _schema(
+    ("broker_name", StringType()),
+    ("replica_id", IntegerType()),
+    ("topic", StringType()),
+    ("queue_id", IntegerType()),
+    ("queue_offset", LongType()),
+    ("msg_id", StringType()),
+    ("body_crc32", LongType()),
+    ("max_phys_offset", LongType()),
+    ("master_max_phys_offset", LongType()),
+    ("caught_up", BooleanType()),
+)
+
 # history kind -> (file stem, schema); `<stem>.jsonl` and `<stem>.parquet` are read
 KINDS: dict[str, tuple[str, StructType]] = {
     "sends": ("sends", SENDS),
@@ -193,7 +241,10 @@ KINDS: dict[str, tuple[str, StructType]] = {
     "events": ("events", EVENTS),
     "nemesis": ("nemesis", NEMESIS),
     "processes": ("processes", PROCESSES),
+    "readback": ("readback", READBACK),
 }
+# kinds written after the run proper: they do not stretch the history's time span
+AFTER_RUN_KINDS = ("readback",)
 
 # send statuses that mean "stored" (RocketMQ stores the message in all four)
 ACKED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")

@@ -20,6 +20,7 @@ import grpc
 
 from nodes.broker.client_manage import ClientManageHandler
 from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
+from nodes.broker.ha_check import StoreErrors
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
 from nodes.broker.master_sync import MasterSyncHandler
@@ -98,6 +99,7 @@ class BrokerController:
         self._remoting: RemotingServer | None = None
         self.remoting_adapter: BrokerRemotingAdapter | None = None
         self._services: list[Service] = []
+        self._background: list[asyncio.Task[None]] = []
         self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
                                           events=self.events)
         self.schedule: ScheduleMessageService | None = None
@@ -113,6 +115,7 @@ class BrokerController:
         self.lifecycle.transition(Lifecycle.STARTING)
         self.recovery = self.store.open()
         log.info("store opened: %s", self.recovery)
+        restore_wait_ms = self._hold_writes_for_restore()
         md = self.store.metadata
         now_ms = self._clock.wall_ms()
         self.topics = TopicConfigManager(md, auto_create_enable=self.config.auto_create_topic_enable,
@@ -167,7 +170,11 @@ class BrokerController:
                 first_delay_ms=timing.schedule_first_delay_ms, error_backoff_ms=timing.schedule_error_backoff_ms,
                 persist_ms=timing.delay_offset_persist_ms, on_put=self.replication.log_grew, on_crash=crash_node,
                 topics=self.topics)
-            self._services.append(self.schedule)
+            if self.replication.writes.is_open:
+                self._services.append(self.schedule)
+            else:  # it writes too: not before the lost tail is back (or the wait gave up)
+                self._background.append(asyncio.create_task(self._start_when_writable(self.schedule),
+                                                            name="schedule-after-restore"))
         if self.queue_locks is not None:
             self._services.append(LockExpiryScanService(self.queue_locks, self._clock.monotonic_ms,
                                                         timing.broker_lock_expiry_scan_ms, on_crash=crash_node))
@@ -179,13 +186,44 @@ class BrokerController:
                 on_crash=crash_node)
             self._services.append(self.slave_sync)
             self.ha_client = HaClient(self.config, self.store, self._master_addr, self._clock,
-                                      master_link.replicate, on_event=self.events.record)
+                                      master_link.replicate, on_event=self.events.record, errors=self._store_errors())
             self.ha_client.start()
         for service in self._services:
             service.start()
+        if restore_wait_ms is not None:  # counted from now: the slave can reach us from here on
+            self._background.append(asyncio.create_task(self.replication.writes.open_after(restore_wait_ms),
+                                                        name="restore-wait"))
         await set_serving(health_servicer, True)
         self.lifecycle.transition(Lifecycle.RUNNING)
         return self.addr
+
+    def _hold_writes_for_restore(self) -> int | None:
+        """A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave the
+        tail back or a bounded wait ends: a message it acknowledged lives on in that slave. The
+        wait (returned) covers the slave learning our address again from its next registration
+        and its slowest reconnects, jitter included."""
+        assert self.recovery is not None
+        if not self.config.is_sync_master or self.recovery.clean_shutdown:
+            return None
+        timing = self.config.timing
+        wait_ms = timing.register_interval_ms + round(
+            c.HA_RESTORE_WAIT_RECONNECTS * timing.ha_reconnect_max_ms * c.HA_RECONNECT_JITTER_MAX)
+        self.replication.writes.close(f"unclean start: waiting up to {wait_ms} ms for a slave to restore the tail")
+        return wait_ms
+
+    def _store_errors(self) -> StoreErrors:
+        """Replication's store errors, its bad records deduplicated with the store's own (one
+        line per phys offset per process, whoever tripped over it first). The store has no
+        public call for that reporter yet; it lives on its files."""
+        bad_records = getattr(getattr(self.store, "_files", None), "bad_records", None)
+        return StoreErrors(self.events.record, self.config.store.commitlog_segment_bytes,
+                           bad_records.report if bad_records is not None else None)
+
+    async def _start_when_writable(self, service: Service) -> None:
+        await self.replication.writes.wait_open()
+        if self.lifecycle.state in (Lifecycle.STARTING, Lifecycle.RUNNING):
+            service.start()
+            self._services.append(service)
 
     def _register_handlers(self) -> None:
         """The one wiring place: every request kind's handler, whatever transport carries it."""
@@ -198,10 +236,19 @@ class BrokerController:
         send_back = SendBackProcessor(config, self.store, self.topics, self.groups, clock,
                                       on_put=self.replication.log_grew, on_topics_changed=self._register_now)
         locks = QueueLockHandler(self.queue_locks, clock.monotonic_ms, config.node_id)
-        master = ReplicationMaster(config, self.store, self.replication, clock) if config.is_master else None
+        master = None
+        if config.is_master:
+            assert self.recovery is not None
+            master = ReplicationMaster(
+                config, self.store, self.replication, clock,
+                errors=self._store_errors(),
+                clean_start=self.recovery.clean_shutdown,
+                recovered_max_phys_offset=self.recovery.commitlog_max_phys_offset)
+        gate = self.replication.writes.guard
         master_sync = MasterSyncHandler(config=config, store=self.store, topics=self.topics, groups=self.groups,
                                         offsets=self.offsets, master=master)
-        table.register(RequestKind.SEND_MESSAGE, SendHandler(self.send, self.replication, self._register_now).handle)
+        table.register(RequestKind.SEND_MESSAGE,
+                       gate(SendHandler(self.send, self.replication, self._register_now).handle))
         table.register(RequestKind.PULL_MESSAGE, pull.open_session)
         table.register(RequestKind.QUERY_CONSUMER_OFFSET, offsets.query_consumer_offset)
         table.register(RequestKind.UPDATE_CONSUMER_OFFSET, offsets.update_consumer_offset)
@@ -211,7 +258,7 @@ class BrokerController:
         table.register(RequestKind.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, self.client_manage.consumer_list)
         table.register(RequestKind.NOTIFY_CONSUMER_IDS_CHANGED, self.client_manage.open_channel)
-        table.register(RequestKind.CONSUMER_SEND_MSG_BACK, send_back.handle)
+        table.register(RequestKind.CONSUMER_SEND_MSG_BACK, gate(send_back.handle))
         table.register(RequestKind.LOCK_BATCH_MQ, locks.lock_batch)
         table.register(RequestKind.UNLOCK_BATCH_MQ, locks.unlock_batch)
         table.register(RequestKind.REPLICATE, master_sync.replicate)
@@ -257,6 +304,9 @@ class BrokerController:
             await self._server.stop(grace=0.5)
         if self.ha_client is not None:
             await self.ha_client.stop()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         for service in self._services:
             await service.stop()
         self.offsets.persist()
@@ -276,6 +326,7 @@ class BrokerController:
             "broker_role": self.config.role,
             "slaves": self.replication.describe(),
             "push2slave_max_offset": self.replication.push2slave_max_offset,
+            "writes_held": self.replication.writes.reason,
             "ha_client": self.ha_client.describe() if self.ha_client else None,
             "master_addr": self.registrar.master_addr if running else "",
             # the channel tokens stay out: a token names the broker's channel to the name servers

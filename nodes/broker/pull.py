@@ -26,7 +26,7 @@ from nodes.common.config import BrokerConfig
 from nodes.common.errors import InvariantViolation
 from nodes.common.events import EventLog
 from nodes.store.message_store import GetStatus, MessageStore
-from nodes.store.record import MessageToStore, tag_hash
+from nodes.store.record import HEADER, MessageToStore, tag_hash
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,22 @@ def parse_subscription(expression: str) -> frozenset[int] | None:
     return frozenset(tag_hash(t) for t in tags) if tags else None
 
 
+def flip_body_bytes(records: bytes) -> bytes:
+    """FAULT SWITCH pull-flip-body-byte: the first body byte of every record inverted, as a broken
+    read path would serve it (the record's own CRC is left stale; clients do not check it)."""
+    buf = bytearray(records)
+    pos = 0
+    while pos + HEADER.size <= len(buf):
+        fields = HEADER.unpack_from(buf, pos)
+        total_size, body_bytes = fields[0], fields[-1]
+        if total_size <= 0:
+            break
+        if body_bytes > 0:
+            buf[pos + HEADER.size] ^= 0xFF
+        pos += total_size
+    return bytes(buf)
+
+
 class PullProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock,
@@ -71,6 +87,8 @@ class PullProcessor:
         hold.bind(self._reexecute)
         self.is_slave = not config.is_master
         self.slave_read_enable = config.slave_read_enable
+        # Test-only fault switch `pull-flip-body-byte` (constants.FAULT_PULL_FLIP_BODY_BYTE), slaves only.
+        self._flip_body = self.is_slave and c.FAULT_PULL_FLIP_BODY_BYTE in config.fault_switches
         self._events = events or EventLog(None, config.node_id)
         # the last suggestion answered per (group, topic, queue): routing events record changes
         self._last_suggestion: dict[tuple[str, str, int], int] = {}
@@ -128,11 +146,13 @@ class PullProcessor:
                                     stream_id))
             return None
         found = code == ResponseCode.SUCCESS
+        records = result.record_data if found else b""
+        if self._flip_body and records:
+            records = flip_body_bytes(records)
         return PullAnswer(request_id=req.request_id, code=answer_code, remark=result.status.name,
                           next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
                           max_offset=result.max_offset, suggest_which_broker_id=suggest,
-                          record_count=len(result.record_sizes) if found else 0,
-                          records=result.record_data if found else b"")
+                          record_count=len(result.record_sizes) if found else 0, records=records)
 
     def _reexecute(self, held: HeldPull) -> PullAnswer:
         """A woken pull, run again on the hold service's task. A failure answers that pull

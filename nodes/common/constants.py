@@ -110,6 +110,8 @@ KEY_SEPARATOR = " "
 # judge per-key order.
 PROPERTY_WORKLOAD_SHARDING_KEY = "MQLAB_SHARDING_KEY"
 PROPERTY_WORKLOAD_SEQ = "MQLAB_SEQ"
+# the chaos producer's digest of the body it sent: decimal zlib.crc32 (the `integrity` check)
+PROPERTY_WORKLOAD_BODY_CRC32 = "BODY_CRC32"
 
 # ---------------------------------------------------------------------------
 # Timing defaults in ms (each becomes a Timing field; Timing.scaled() scales them all)
@@ -204,6 +206,14 @@ HA_RECONNECT_MAX_MS = 5_000  # RocketMQ's HAClient waits 5 s after a failed conn
 SLAVE_SYNC_INTERVAL_MS = 10_000  # SlaveSynchronize#syncAll period
 SLAVE_SYNC_FIRST_MS = 3_000  # ... and its first run after start
 HA_TAIL_CHECK_BYTES = 4_096  # the divergence guard compares this many bytes before the slave's end
+# A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave it back,
+# at most one registration period (the slave learns the master's address again from its own
+# next registration) plus this many of the slave's longest reconnect periods
+# (ha_reconnect_max_ms, jitter included: the slave retries within 1.5x of it).
+HA_RESTORE_WAIT_RECONNECTS = 2
+HA_RECONNECT_JITTER_MAX = 1.5  # a reconnect delay is backoff x [0.5, 1.5)
+# fault switch replica-skip-chunk: the first record from this phys offset is never replicated
+REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET = 16 * 1024
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")  # a broker_id >= 1 is always a SLAVE
 
 # ---------------------------------------------------------------------------
@@ -327,6 +337,7 @@ assert SUSPEND_CURRENT_QUEUE_MIN_MS <= SUSPEND_CURRENT_QUEUE_MS <= SUSPEND_CURRE
 # ---------------------------------------------------------------------------
 FAULT_LOCK_NO_EXCLUSION = "lock-no-exclusion"
 FAULT_RECOVERY_TRUST_CHECKPOINT = "recovery-trust-checkpoint"
+FAULT_REPLICA_SKIP_CHUNK = "replica-skip-chunk"
 FAULT_COMMIT_PULLED_OFFSET = "commit-pulled-offset"
 FAULT_IGNORE_PULL_SUGGESTION = "ignore-pull-suggestion"
 FAULT_SYNC_FLUSH_ACK_EARLY = "sync-flush-ack-early"
@@ -337,11 +348,16 @@ FAULT_REDELIVER_CONSUMED_BATCH = "redeliver-consumed-batch"
 FAULT_ORDERLY_TAKE_NEWEST = "orderly-take-newest"
 FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
 FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
+FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
 BROKER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_PULL_FLIP_BODY_BYTE: "a slave serves the bodies it stored: every body a slave answers a pull with has "
+                               "its first byte inverted",
     FAULT_LOCK_NO_EXCLUSION: "queue-lock mutual exclusion: every lock request is granted, even over another "
                              "client's live lease",
     FAULT_RECOVERY_TRUST_CHECKPOINT: "no acked message lost by a kill: abnormal recovery cuts the commitlog at the "
                                      "checkpoint instead of scanning forward",
+    FAULT_REPLICA_SKIP_CHUNK: "replicas converge: the master never sends one record (the first from "
+                         "REPLICA_SKIP_CHUNK_AT_PHYS_OFFSET) and resumes every slave past it, so the slave never catches up",
     FAULT_SYNC_FLUSH_ACK_EARLY: "SYNC_FLUSH loses no acked message on power loss: a send is answered before the "
                                 "commitlog fsync it should wait for",
     FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "

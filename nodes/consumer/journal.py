@@ -11,7 +11,8 @@ was pulled from as flat fields queue_topic / broker_name / queue_id (queue_topic
 topic for a redelivery in concurrent mode), queue_offset, commitlog_offset, reconsume_times,
 origin_msg_id, sharding_key and seq (the producer workload's user properties
 `PROPERTY_WORKLOAD_SHARDING_KEY` / `PROPERTY_WORKLOAD_SEQ`; null when absent, seq also when it
-is not an integer), body_sha256, body_bytes, store and born timestamps, wall_ms, mono_ms, result
+is not an integer), body_sha256, body_crc32 (zlib.crc32 of the body handed to the listener, the
+`integrity` check's digest), body_bytes, store and born timestamps, wall_ms, mono_ms, result
 (CONSUME_SUCCESS, RECONSUME_LATER or EXCEPTION; orderly: SUCCESS,
 SUSPEND_CURRENT_QUEUE_A_MOMENT or EXCEPTION), orderly, and for orderly deliveries the listener
 call's interval, consume_start_mono_ms / consume_end_mono_ms (a batch shares one).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +86,8 @@ class DeliveryJournal:
                 "origin_msg_id": msg.properties.get(c.PROPERTY_ORIGIN_MESSAGE_ID),
                 "sharding_key": msg.properties.get(c.PROPERTY_WORKLOAD_SHARDING_KEY),
                 "seq": workload_seq(msg.properties),
-                "body_sha256": body_digest(bytes(msg.body)), "body_bytes": len(msg.body),
+                "body_sha256": body_digest(bytes(msg.body)), "body_crc32": zlib.crc32(msg.body),
+                "body_bytes": len(msg.body),
                 "store_timestamp_ms": msg.store_timestamp_ms, "born_timestamp_ms": msg.born_timestamp_ms,
                 "wall_ms": wall_ms, "mono_ms": mono_ms, "result": result, **orderly,
             }, separators=(",", ":")))

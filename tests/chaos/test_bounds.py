@@ -17,12 +17,16 @@ DEFAULTS = {"L_b": 60_000, "L_c": 30_000, "R_l": 20_000, "R_b": 20_000, "P_c": 5
 
 
 def expected_derived(t: dict[str, int]) -> dict[str, int]:
-    takeover_kill = t["L_b"] + max(t["R_b"], t["R_l"]) + t["W_p"] + t["R_l"]
+    takeover_kill = t["L_b"] + max(t["R_b"], t["R_l"]) + t["W_p"]
     switch_back = t["G_r"] + t["N_r"] + t["W_p"]
     drain = max(takeover_kill, switch_back, t["H"] + t["R_b"] + t["W_p"], t["A_h"]) + t["P_c"]
     return {
         "takeover_after_kill_ms": takeover_kill,
         "takeover_after_stop_ms": t["R_b"] + t["W_p"],
+        "takeover_after_rebalance_ms": t["U_d"] + t["R_b"] + t["W_p"],
+        "takeover_after_lost_lock_ms": t["R_b"] + t["R_l"] + t["W_p"],
+        "first_consume_ms": t["R_l"] + t["W_p"],
+        "expected_overlap_pause_ms": t["L_b"] - t["L_c"],
         "takeover_after_partition_ms": max(t["L_b"], t["X_c"] + t["K_c"]) + t["R_b"] + t["W_p"],
         "failover_read_kill_ms": t["N_r"] + t["W_p"],
         "failover_read_silent_ms": t["X_b"] + t["K_b"] + t["N_r"] + t["W_p"],
@@ -30,6 +34,7 @@ def expected_derived(t: dict[str, int]) -> dict[str, int]:
         "dup_window_consumer_kill_ms": t["P_c"],
         "dup_window_master_restart_ms": t["P_c"] + t["F_b"],
         "dup_window_failover_ms": t["P_c"] + t["S_s"],
+        "dup_window_broker_fault_ms": t["P_c"] + max(t["F_b"], t["S_s"]),
         "warmup_ms": t["N_r"] + t["R_b"] + t["R_l"] + t["W_p"],
         "converge_ms": t["S_s"] + t["P_c"],
         "drain_ms": drain,
@@ -41,9 +46,9 @@ def test_timers_at_scale_1_are_rocketmqs_defaults_and_the_derived_values_the_anc
     b = derive_bounds(Timing().scaled(1.0))
     assert b.timers() == DEFAULTS
     assert b.derived() == expected_derived(DEFAULTS)
-    # docs/chaos.md in seconds: kill takeover 60+20+1 (+20 of renew slack), SIGTERM 21,
+    # docs/chaos.md in seconds: kill takeover 60+20+1 from the holder's last lock, SIGTERM 21,
     # silent holder 120+10+20+1, failover 31 / 161
-    assert (b.takeover_after_kill_ms, b.takeover_after_stop_ms, b.takeover_after_partition_ms) == (101_000, 21_000, 151_000)
+    assert (b.takeover_after_kill_ms, b.takeover_after_stop_ms, b.takeover_after_partition_ms) == (81_000, 21_000, 151_000)
     assert (b.failover_read_kill_ms, b.failover_read_silent_ms) == (31_000, 161_000)
 
 
@@ -51,7 +56,7 @@ def test_at_scale_0_05_every_timer_is_scaled_and_the_formulas_hold():
     b = derive_bounds(Timing().scaled(0.05))
     assert b.timers() == {k: round(v * 0.05) for k, v in DEFAULTS.items()}
     assert b.derived() == expected_derived(b.timers())
-    assert (b.L_b, b.L_c, b.W_p, b.takeover_after_kill_ms, b.drain_ms) == (3_000, 1_500, 50, 5_050, 5_300)
+    assert (b.L_b, b.L_c, b.W_p, b.takeover_after_kill_ms, b.drain_ms) == (3_000, 1_500, 50, 4_050, 4_300)
 
 
 def test_bounds_follow_the_timing_not_the_defaults():

@@ -60,7 +60,7 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     from chaos.checker.checks import CHECKS
 
     known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES}
-    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed"}
+    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed", "durability"}
     for s in SUITES.values():
         assert set(s.checks) <= set(CHECKS), s.name
         b = s.breaking_switch

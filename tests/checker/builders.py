@@ -38,12 +38,15 @@ class Run:
     events: list[dict[str, Any]] = field(default_factory=list)
     nemesis: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)
+    readback: list[dict[str, Any]] = field(default_factory=list)
 
     # ---- producer ---------------------------------------------------------------------------
 
     def send(self, msg_id: str, t: int, *, offset: int, queue: int = 0, key: str | None = None, seq: int | None = None,
-             outcome: str = "ok", status: str = "SEND_OK", topic: str = T, node: str = "producer-0") -> Run:
-        common = {"node": node, "event": "send", "msg_id": msg_id, "topic": topic, "sharding_key": key, "seq": seq, "op_id": f"op-{msg_id}"}
+             outcome: str = "ok", status: str = "SEND_OK", topic: str = T, node: str = "producer-0",
+             crc: int | None = None) -> Run:
+        common = {"node": node, "event": "send", "msg_id": msg_id, "topic": topic, "sharding_key": key, "seq": seq,
+                  "op_id": f"op-{msg_id}", "body_crc32": crc}
         self.sends.append({**common, "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "type": "invoke"})
         done = {**common, "mono_ms": t + 2, "wall_ms": 1_700_000_000_002 + t, "type": outcome,
                 "status": status if outcome == "ok" else "timeout"}
@@ -54,27 +57,29 @@ class Run:
 
     def sends_for(self, queue: int, n: int, *, t0: int = 100, key: str | None = None, first: int = 0) -> Run:
         for i in range(first, first + n):
-            self.send(f"q{queue}-m{i}", t0 + i, offset=i, queue=queue, key=key or f"k{queue}", seq=i)
+            self.send(f"q{queue}-m{i}", t0 + i, offset=i, queue=queue, key=key or f"k{queue}", seq=i, crc=i)
         return self
 
     # ---- consumer ---------------------------------------------------------------------------
 
     def deliver(self, msg_id: str, t: int, *, offset: int, queue: int = 0, client: str = "c1", node: str | None = None,
                 group: str = G, result: str = "CONSUME_SUCCESS", orderly: bool = False, dur: int = 4,
-                key: str | None = None, seq: int | None = None, reconsume: int = 0, topic: str = T) -> Run:
+                key: str | None = None, seq: int | None = None, reconsume: int = 0, topic: str = T,
+                crc: int | None = None) -> Run:
         self.deliveries.append({
             "node": node or f"consumer-{client[1:]}", "event": "deliver", "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "group": group,
             "client_id": client, "msg_id": msg_id, "topic": topic, "broker_name": B, "queue_id": queue,
             "queue_offset": offset, "reconsume_times": reconsume, "sharding_key": key, "seq": seq, "result": result,
             "orderly": orderly, "consume_start_mono_ms": t if orderly else None,
-            "consume_end_mono_ms": t + dur if orderly else None})
+            "consume_end_mono_ms": t + dur if orderly else None, "body_crc32": crc})
         return self
 
     def consume(self, queue: int, offsets: range, *, t0: int, step: int = 10, client: str = "c1",
                 orderly: bool = True, key: str | None = None, **kw: Any) -> Run:
+        """Deliveries of `sends_for`'s messages; each body's digest is what was sent (its offset)."""
         for j, off in enumerate(offsets):
             self.deliver(f"q{queue}-m{off}", t0 + j * step, offset=off, queue=queue, client=client, orderly=orderly,
-                         key=key or f"k{queue}", seq=off, **kw)
+                         key=key or f"k{queue}", seq=off, **{"crc": off, **kw})
         return self
 
     def event(self, event: str, t: int, node: str, **fields: Any) -> Run:
@@ -97,11 +102,13 @@ class Run:
 
     def pull(self, t: int, *, offset: int, requested: int = 0, answered: int = 0, suggest: int = 0,
              next_offset: int | None = None, status: str = "FOUND", commit: bool = False, client: str = "c1",
-             queue: int = 0) -> Run:
-        return self.event("pull-route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=T,
+             queue: int = 0, sent: int | None = None, topic: str = T) -> Run:
+        """A pull answered at `t` (sent at `sent`, default `t`)."""
+        return self.event("pull-route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=topic,
                           broker_name=B, queue_id=queue, queue_offset=offset, requested_broker_id=requested,
                           broker_id=answered, suggest_which_broker_id=suggest, status=status,
-                          next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit)
+                          next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit,
+                          sent_mono_ms=sent)
 
     # ---- harness ----------------------------------------------------------------------------
 
@@ -114,6 +121,56 @@ class Run:
                              {"node": "harness", "event": "nemesis", "mono_ms": end, "op": recovery, "phase": "end", "targets": targets}]
         return self
 
+    def power_loss(self, node: str, start: int, restart: int | None, *, cqs: dict[str, tuple[int, int]],
+                   flush: str = "ASYNC_FLUSH", torn_bytes: int = 40) -> Run:
+        """A power loss (the nemesis's store detail: per queue [flushed, written)), then a restart."""
+        detail = {"store": {"commitlog": {"flushed_phys_offset": 1000, "written_phys_offset": 1500,
+                                          "torn_bytes": torn_bytes},
+                            "consume_queues": {k: {"flushed_queue_offset": a, "written_queue_offset": b}
+                                               for k, (a, b) in cqs.items()}}, "flush_disk_type": flush}
+        self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": start, "op": "power-loss", "phase": "start",
+                          "targets": [node]},
+                         {"node": "harness", "event": "nemesis", "mono_ms": start + 2, "op": "power-loss",
+                          "phase": "end", "targets": [node], "detail": json.dumps(detail)}]
+        if restart is not None:
+            self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": restart - 1, "op": "restart",
+                              "phase": "start", "targets": [node]},
+                             {"node": "harness", "event": "nemesis", "mono_ms": restart, "op": "restart",
+                              "phase": "end", "targets": [node]}]
+        return self
+
+    def corrupt(self, node: str, t: int, *, phys_offset: int, n: int, msg_ids: list[str]) -> Run:
+        detail = {"file": "commitlog/00000000000000000000", "phys_offset": phys_offset, "bytes": n, "topic": T,
+                  "queue_id": 0, "queue_offset": 0, "msg_ids": msg_ids}
+        self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": t, "op": "corrupt", "phase": "start",
+                          "targets": [node]},
+                         {"node": "harness", "event": "nemesis", "mono_ms": t + 1, "op": "corrupt", "phase": "end",
+                          "targets": [node], "detail": json.dumps(detail)}]
+        return self
+
+    def store_error(self, t: int, kind: str, *, node: str = "broker-a-0", phys_offset: int = 1000,
+                    n: int = 40) -> Run:
+        return self.event("store-error", t, node, kind=kind, file="commitlog/00000000000000000000",
+                          phys_offset=phys_offset, bytes=n, detail=f"{kind} at {phys_offset}")
+
+    def store_recovered(self, t: int, *, node: str = "broker-a-0", clean: bool = False, truncated: int = 0) -> Run:
+        return self.event("store-recovered", t, node, clean=clean, commitlog_max_phys_offset=1000,
+                          truncated_bytes=truncated, damaged_ranges=0, cq_units_dropped=0)
+
+    def read_back(self, replica_id: int, queue: int, offsets: range, *, crc: int | None = None,
+                  caught_up: bool = True) -> Run:
+        """What the end-of-run read-back found on one replica (msg ids as `sends_for` names them)."""
+        node = f"{B}-{replica_id}"
+        if not any(r["node"] == node and r["event"] == "replica-state" for r in self.readback):
+            self.readback.append({"node": node, "event": "replica-state", "mono_ms": 99_000, "broker_name": B,
+                                  "replica_id": replica_id, "max_phys_offset": 1000 if caught_up else 500,
+                                  "master_max_phys_offset": 1000, "caught_up": caught_up})
+        for off in offsets:
+            self.readback.append({"node": node, "event": "readback", "mono_ms": 99_001, "broker_name": B,
+                                  "replica_id": replica_id, "topic": T, "queue_id": queue, "queue_offset": off,
+                                  "msg_id": f"q{queue}-m{off}", "body_crc32": crc if crc is not None else off})
+        return self
+
     def exit(self, node: str, t: int, *, expected: bool = False, code: int = -9) -> Run:
         self.processes.append({"node": node, "event": "exit", "mono_ms": t, "expected": expected, "exit_code": code})
         return self
@@ -123,14 +180,16 @@ class Run:
     def history(self, spark: Any, *, absent: tuple[str, ...] = ()) -> History:
         kinds = {k: (None if k in absent else getattr(self, k))
                  for k in ("sends", "deliveries", "events", "nemesis", "processes")}
+        if self.readback and "readback" not in absent:
+            kinds["readback"] = self.readback
         return history_from_rows(spark, **kinds)
 
     def write(self, run_dir: Path, *, timing: bool = True) -> Path:
         """Write the histories as each process would: <run_dir>/<node>/<kind>.jsonl."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        for kind in ("sends", "deliveries", "events", "nemesis", "processes"):
+        for kind in ("sends", "deliveries", "events", "nemesis", "processes", "readback"):
             for r in getattr(self, kind):
-                node = r.get("node") or "harness"
+                node = "readback" if kind == "readback" else r.get("node") or "harness"
                 path = run_dir / node / f"{kind}.jsonl"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as f:
@@ -151,4 +210,8 @@ def clean_orderly_run() -> Run:
         r.commit(320, 10, queue=q)
         r.pull(190, offset=0, next_offset=10, queue=q)
         r.pull(300, offset=10, next_offset=10, status="NO_NEW_MSG", queue=q)
+        r.read_back(0, q, range(10)).read_back(1, q, range(10))
+    # both brokers started clean; the slave had a record flipped that nothing acknowledged lived in
+    r.store_recovered(60).store_recovered(60, node="broker-a-1")
+    r.corrupt("broker-a-1", 310, phys_offset=0, n=4, msg_ids=[])
     return r

@@ -72,6 +72,32 @@ def test_broker_grants_a_queue_whose_lease_is_live(spark):
     assert r.examples[0]["holder"] == "c1" and r.examples[0]["granted_to"] == "c2"
 
 
+def test_a_grant_under_a_live_lease_is_caught_whatever_lies_between(spark):
+    # the broker declares c1's lease expired (carrying its end, still in the future) and then
+    # grants the queue to c2: compared with the previous event only, the double grant was hidden
+    run = Run().sends_for(0, 2)
+    run.lock(150, "granted", side="broker", lease=750).lock(350, "renewed", side="broker", lease=950)
+    run.lock(390, "expired", side="broker", lease=950).lock(400, "granted", client="c2", side="broker", lease=1000)
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is False and r.counts["double_grants"] == 1
+    e = r.examples[0]
+    assert (e["holder"], e["granted_to"], e["holder_lease_end_s"]) == ("c1", "c2", 0.85)
+    # a third client's event in between hides nothing either
+    run = Run().sends_for(0, 2)
+    run.lock(150, "granted", side="broker", lease=750).lock(300, "denied", client="c3", side="broker")
+    run.lock(400, "granted", client="c2", side="broker", lease=1000)
+    assert check_lock_exclusivity(run.history(spark), config()).counts["double_grants"] == 1
+
+
+def test_a_released_or_ended_lease_may_be_granted_again(spark):
+    run = Run().sends_for(0, 2)
+    run.lock(150, "granted", side="broker", lease=750).lock(300, "released", side="broker")
+    run.lock(400, "granted", client="c2", side="broker", lease=1000)
+    run.lock(1100, "granted", client="c3", side="broker", lease=1700)  # c2's lease ended at 1000
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.parts["lease-broker"] is True and r.counts["double_grants"] == 0
+
+
 # ---- takeover: c1 holds q0 (last renewal t_L = 350), is killed at 400; c2 takes over ------------
 
 def _killed_holder(c2_start):

@@ -1,5 +1,6 @@
 """Pure parts of the checker: three-valued verdicts, fault windows, bounds from timing."""
 
+import dataclasses
 import json
 
 from chaos.checker.config import CheckerConfig, bounds_from_timing
@@ -76,3 +77,75 @@ def test_config_falls_back_to_a_node_config_timing(tmp_path):
     (tmp_path / "broker-a-0" / "config.json").write_text(json.dumps({"timing": {"route_poll_ms": 1_500}}))
     cfg = CheckerConfig.from_run_dir(tmp_path)
     assert cfg.bounds.N_r == 1_500 and cfg.timing_origin == "broker-a-0/config.json"
+
+
+def test_the_run_bounds_json_wins_over_timing_and_its_recorded_values_are_used(tmp_path):
+    from chaos.bounds import derive_bounds
+    from nodes.common.config import Timing
+
+    recorded = derive_bounds(Timing().scaled(0.05)).to_json()
+    # an older formula recorded a looser kill takeover: re-checking must judge with what the run had
+    recorded["derived"]["takeover_after_kill_ms"]["ms"] = 5_050
+    (tmp_path / "bounds.json").write_text(json.dumps(recorded))
+    (tmp_path / "timing.json").write_text(json.dumps({"rebalance_interval_ms": 9_999}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    b = cfg.bounds
+    assert b.R_b == 1_000 and b.sources["R_b"] == "bounds.json:R_b"
+    assert b.takeover_kill() == 5_050
+    assert b.failover_kill() == b.N_r + b.W_p == 1_550  # not recorded differently: the formula's value
+    assert b.derived()["takeover_after_kill_ms"][0] == 5_050
+
+
+def test_checker_and_runner_read_one_bounds_source():
+    from chaos.bounds import derive_bounds
+    from nodes.common.config import Timing
+
+    timing = Timing().scaled(0.05)
+    runner = derive_bounds(timing)
+    checker = bounds_from_timing(dataclasses.asdict(timing), slack_ms=0, slack_ratio=0)
+    assert checker.timers == runner.timers()
+    assert {k: v for k, (v, _) in checker.derived().items()} == runner.derived()
+    assert checker.takeover_kill() == runner.takeover_after_kill_ms == 3_000 + 1_000 + 50
+
+
+def test_a_measurement_shows_its_bound_and_slack_and_a_late_failover_is_slow():
+    b = bounds_from_timing({"route_poll_ms": 1_500, "pull_delay_when_exception_ms": 50}, slack_ms=150, slack_ratio=0.1)
+    ok = b.judge("failover", 1_327, b.failover_kill())
+    assert (ok["verdict"], ok["bound_ms"], ok["slack_ms"], ok["limit_ms"]) == ("ok", 1_550, 305, 1_855)
+    slow = b.judge("failover", 2_049, b.failover_kill())
+    assert slow["verdict"] == "slow"
+    assert slow["judged"] == "failover 2,049 ms > bound 1,550 ms + slack 305 ms"
+    # the defaults: a fixed second of slack plus a quarter hid this one; they no longer do
+    default = CheckerConfig(timing={"route_poll_ms": 1_500, "pull_delay_when_exception_ms": 50}).bounds
+    assert default.judge("failover", 2_049, default.failover_kill())["verdict"] == "slow"
+
+
+def test_a_power_loss_is_a_kill_window_and_a_storage_fault_with_its_cut():
+    from chaos.checker.faults import storage_faults
+
+    detail = json.dumps({"store": {"commitlog": {"flushed_phys_offset": 10, "written_phys_offset": 20,
+                                                 "torn_bytes": 5}}, "flush_disk_type": "ASYNC_FLUSH"})
+    rows = [{"op": "power-loss", "phase": "start", "targets": ["broker-a-0"], "mono_ms": 100, "detail": "SIGKILL"},
+            {"op": "power-loss", "phase": "end", "targets": ["broker-a-0"], "mono_ms": 105, "detail": detail},
+            {"op": "restart", "phase": "start", "targets": ["broker-a-0"], "mono_ms": 200},
+            {"op": "restart", "phase": "end", "targets": ["broker-a-0"], "mono_ms": 210},
+            {"op": "corrupt", "phase": "start", "targets": ["broker-a-1"], "mono_ms": 300},
+            {"op": "corrupt", "phase": "end", "targets": ["broker-a-1"], "mono_ms": 301,
+             "detail": json.dumps({"phys_offset": 7, "bytes": 3, "msg_ids": ["m"]})}]
+    [w] = fault_windows(rows, 1_000)  # the corruption opens no window: nothing is down
+    assert (w.op, w.storage, w.label, w.start_ms, w.end_ms) == ("kill", "power-loss", "power-loss broker-a-0", 100, 210)
+    pl, co = storage_faults(rows)
+    assert (pl.op, pl.node, pl.detail["store"]["commitlog"]["torn_bytes"]) == ("power-loss", "broker-a-0", 5)
+    assert (co.op, co.node, co.detail["msg_ids"]) == ("corrupt", "broker-a-1", ["m"])
+
+
+def test_config_reads_the_durability_mode_and_the_runs_checks(tmp_path):
+    (tmp_path / "broker-a-0").mkdir()
+    (tmp_path / "broker-a-0" / "config.json").write_text(json.dumps(
+        {"role": "broker", "node_id": "broker-a-0", "broker_name": "broker-a", "broker_id": 0,
+         "broker_role": "SYNC_MASTER", "store": {"flush_disk_type": "SYNC_FLUSH"}}))
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "failover", "checks": ["lost", "integrity"]}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    assert cfg.store_modes["broker-a-0"] == {"broker_name": "broker-a", "broker_id": 0, "broker_role": "SYNC_MASTER",
+                                             "flush_disk_type": "SYNC_FLUSH"}
+    assert cfg.checks == ("lost", "integrity")

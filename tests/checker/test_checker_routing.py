@@ -135,3 +135,69 @@ def test_the_late_answer_of_a_pull_sent_before_the_queue_reopened_is_not_followe
               next_begin_offset=5, commit_flag=False, sent_mono_ms=700)
     r = check_read_routing(run.pull(1100, offset=5).history(spark), config())
     assert r.counts["non-monotonic read"]["violations"] == 0, r.examples
+
+
+def _kill_then_pause(pause_end: int) -> Run:
+    # master down 300..900, then the client is SIGSTOPped 905..pause_end (longer than the route
+    # refresh N_r + G_r + W_p + slack = 691): the pulls it sends the moment it resumes use the
+    # route it had before the pause, which lacks the master, so they fall back to the slave
+    run = Run().pull(100, offset=0).fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=1, answered=1, next_offset=2)
+    run.fault("pause", ["consumer-1"], 905, pause_end)
+    run.pull(pause_end + 4, offset=2, answered=1, sent=pause_end + 2, next_offset=3)
+    return run.pull(pause_end + 100, offset=3)
+
+
+def test_pulls_a_paused_client_sends_as_it_resumes_may_still_use_its_old_route(spark):
+    r = check_read_routing(_kill_then_pause(2_000).history(spark), config())
+    assert r.counts["wrong target"] == {"violations": 0, "excused": 2}, r.examples
+    assert r.parts["wrong target"] is True
+    # the same pull with no pause of its own is a real misroute: the route was refreshed long ago
+    run = Run().pull(100, offset=0).fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=1, answered=1, next_offset=2).pull(2_004, offset=2, answered=1, sent=2_002)
+    assert check_read_routing(run.history(spark), config()).counts["wrong target"]["violations"] == 1
+
+
+def test_a_client_resumed_longer_ago_than_the_route_refresh_is_not_excused(spark):
+    run = _kill_then_pause(2_000).pull(2_800, offset=4, answered=1, sent=2_790)
+    assert check_read_routing(run.history(spark), config()).counts["wrong target"]["violations"] == 1
+
+
+def test_failover_is_timed_from_the_pull_sent_to_the_slave_not_its_long_poll_answer(spark):
+    run = Run().pull(100, offset=0).pull(250, offset=1)
+    run.fault("kill", ["broker-a-0"], 300, 2_000)
+    run.pull(800, offset=2, answered=1, sent=330, status="NO_NEW_MSG", next_offset=2)  # held 470 ms
+    r = check_read_routing(run.history(spark), config())
+    fo = next(m for m in r.measurements if m["what"] == "failover")
+    assert (fo["measured_ms"], fo["bound_ms"], fo["slack_ms"], fo["verdict"]) == (30, 310, 51, "ok")
+    assert fo["judged"] == "failover 30 ms <= bound 310 ms + slack 51 ms"
+    late = Run().pull(100, offset=0).pull(250, offset=1).fault("kill", ["broker-a-0"], 300, 2_000)
+    late.pull(800, offset=2, answered=1, sent=700, status="NO_NEW_MSG", next_offset=2)
+    r = check_read_routing(late.history(spark), config())
+    assert r.parts["failover"] is False and r.examples[0]["judged"] == "failover 400 ms > bound 310 ms + slack 51 ms"
+
+
+def test_a_switch_back_cut_short_by_the_masters_next_kill_is_not_stuck(spark):
+    # the master is back at 900 and killed again 2 ms later: the client rightly stays on the slave
+    def run(second_kill: bool) -> Run:
+        r = Run().pull(100, offset=0).pull(250, offset=1).fault("kill", ["broker-a-0"], 300, 900)
+        if second_kill:
+            r.fault("kill", ["broker-a-0"], 902, 2_500)
+        for i, t in enumerate(range(330, 2_400, 100)):
+            r.pull(t, offset=2 + i, answered=1, requested=0)
+        return r
+    stuck = check_read_routing(run(False).history(spark), config())
+    assert stuck.parts["switch back"] is False and any(e["rule"] == "stuck on slave" for e in stuck.examples)
+    r = check_read_routing(run(True).history(spark), config())
+    assert r.parts["switch back"] is not False and r.parts["wrong target"] is True, r.examples
+
+
+def test_a_long_poll_sent_while_the_master_was_down_is_judged_when_sent(spark):
+    # sent to the slave at 850 (master down 300..900) and held there until 2001 (a client paused
+    # meanwhile gets it as it resumes): by its answer time it would look like a misroute long
+    # after the route refresh (900 + 691)
+    run = Run().pull(100, offset=0).fault("kill", ["broker-a-0"], 300, 900)
+    run.pull(330, offset=1, answered=1, next_offset=2)
+    run.pull(2_001, offset=2, answered=1, sent=850, status="NO_NEW_MSG", next_offset=2)
+    r = check_read_routing(run.history(spark), config())
+    assert r.counts["wrong target"] == {"violations": 0, "excused": 2}, r.examples

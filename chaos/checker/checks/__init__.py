@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chaos.checker.checks.content import INTEGRITY, REPLICATION, check_integrity, check_replication
 from chaos.checker.checks.locks import LOCK, TAKEOVER, check_lock_exclusivity, check_takeover
 from chaos.checker.checks.offsets import RESYNC, check_offset_resync
 from chaos.checker.checks.order import ORDER, check_order
@@ -16,6 +17,7 @@ from chaos.checker.checks.queue import (
     check_unexpected,
 )
 from chaos.checker.checks.routing import ROUTING, check_read_routing
+from chaos.checker.checks.store import DURABILITY, STORE_HEALTH, check_durability, check_store_health
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import History
 from chaos.checker.verdict import CheckResult
@@ -31,7 +33,12 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "takeover": (TAKEOVER, check_takeover),
     "offset-resync": (RESYNC, check_offset_resync),
     "read-routing": (ROUTING, check_read_routing),
+    "integrity": (INTEGRITY, check_integrity),
+    "replication": (REPLICATION, check_replication),
+    "store-health": (STORE_HEALTH, check_store_health),
+    "durability": (DURABILITY, check_durability),
 }
 
-__all__ = ["CHECKS", "CheckFn", "check_duplicates", "check_lock_exclusivity", "check_lost", "check_offset_resync",
-           "check_order", "check_read_routing", "check_takeover", "check_unexpected"]
+__all__ = ["CHECKS", "CheckFn", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
+           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_replication",
+           "check_store_health", "check_takeover", "check_unexpected"]

@@ -171,13 +171,26 @@ def _classify_overlaps(h: History, cfg: CheckerConfig, cands: list[dict[str, Any
 
 
 def _double_grant_candidates(h: History, slack: int) -> DataFrame:
-    bl = h.locks.filter((F.col("side") == "broker") & F.col("action").isin(*LOCK_HELD_ACTIONS, "released", "expired"))
-    w = Window.partitionBy("node", *GQ).orderBy("t")
-    bl = bl.withColumns({"p_action": F.lag("action").over(w), "p_client": F.lag("client_id").over(w),
-                         "p_lease": F.lag("lease_end_mono_ms").over(w), "p_t": F.lag("t").over(w)})
-    return bl.filter((F.col("action") == "granted") & F.col("p_action").isin(*LOCK_HELD_ACTIONS)
-                     & (F.col("p_client") != F.col("client_id")) & (F.col("p_lease") > F.col("t") + slack)).select(
-        "node", *GQ, "client_id", "t", "p_client", "p_lease", "p_t")
+    """Broker grants made while another client's lease on the queue was live, whatever lies between.
+
+    A lease is live from a grant or renewal until its lease end, unless its holder released the
+    queue in between. An `expired` event ends nothing by itself (a broker that declares a lease
+    expired before its end is the bug this looks for), and neither does a third client's event."""
+    bl = h.locks.filter(F.col("side") == "broker")
+    keys = ["node", *GQ]
+    grants = bl.filter(F.col("action") == "granted").select(*keys, "client_id", "t")
+    held = bl.filter(F.col("action").isin(*LOCK_HELD_ACTIONS) & F.col("lease_end_mono_ms").isNotNull()).select(
+        *keys, F.col("client_id").alias("p_client"), F.col("t").alias("p_t"), F.col("lease_end_mono_ms").alias("p_lease"))
+    released = bl.filter(F.col("action") == "released").select(
+        *keys, F.col("client_id").alias("p_client"), F.col("t").alias("r_t"))
+    live = grants.join(held, keys).filter((F.col("p_client") != F.col("client_id")) & (F.col("p_t") < F.col("t"))
+                                          & (F.col("p_lease") > F.col("t") + slack))
+    freed = live.join(released, [*keys, "p_client"]).filter(
+        (F.col("r_t") >= F.col("p_t")) & (F.col("r_t") <= F.col("t") + slack)).select(*keys, "client_id", "t", "p_client", "p_t")
+    live = live.join(freed, [*keys, "client_id", "t", "p_client", "p_t"], "left_anti")
+    return live.groupBy(*keys, "client_id", "t").agg(
+        F.max_by("p_client", "p_lease").alias("p_client"), F.max("p_lease").alias("p_lease"),
+        F.max_by("p_t", "p_lease").alias("p_t"))
 
 
 def _classify_double_grants(h: History, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -407,14 +420,12 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
             ref, bound, kind, label = ref2, bound2, kind2, label2
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None else ref
-    measured = r["start"] - start_from
-    limit = bound + b.slack(bound)
-    verdict = "ok" if measured <= limit else "slow"
+    judged = b.judge("takeover", r["start"] - start_from, bound)
     if first_kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= first_ref + 1 \
             and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
-        verdict = "early"
-    out.update(cause=kind, cause_label=label, cause_s=s(h, ref), measured_ms=measured, bound_ms=bound,
-               limit_ms=round(limit), verdict=verdict, t_L_s=s(h, r["t_L"]))
+        judged["verdict"] = "early"
+        judged["judged"] = f"takeover {r['start'] - r['t_L']:,} ms after the lease began < L_b {b.L_b:,} ms"
+    out.update(cause=kind, cause_label=label, cause_s=s(h, ref), **judged, t_L_s=s(h, r["t_L"]))
     return out
 
 
@@ -463,9 +474,9 @@ def _stuck_queues(h: History, cfg: CheckerConfig, holder_faults: list[FaultWindo
             if not w.hits(last["node"]) or w.start_ms < last["last_t"]:
                 continue  # not the holder, or the queue was consumed after the fault began
             bound = b.takeover_kill() if w.op in ("kill", "stop") else b.takeover_silent()
-            if h.t_end - w.start_ms > bound + b.slack(bound):
+            if h.t_end - w.start_ms > b.limit(bound):
                 out.append({"queue": "/".join(map(str, key[1:])), "group": key[0], "holder": last["client_id"],
                             "fault": w.label, "fault_s": s(h, w.start_ms), "last_delivered_offset": delivered_max,
-                            "acked_max_offset": acked.get(key[1:]), "bound_ms": bound})
+                            "acked_max_offset": acked.get(key[1:]), "bound_ms": bound, "slack_ms": b.slack(bound)})
             break
     return out

@@ -238,7 +238,7 @@ def _convergence(h: History, cfg: CheckerConfig, last: list[dict[str, Any]]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     b = cfg.bounds
     bound = b.convergence()
-    limit = bound + b.slack(bound)
+    limit = b.limit(bound)
     table: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
     for r in last:
         if r["broker_id"] is None:
@@ -254,6 +254,7 @@ def _convergence(h: History, cfg: CheckerConfig, last: list[dict[str, Any]]
             if broker_id == 0 or slave["offset"] == master["offset"]:
                 continue
             item = {"queue": "/".join(map(str, key[1:])), "group": key[0], "master": master["offset"],
-                    "slave": slave["offset"], "slave_id": broker_id, "master_changed_s": s(h, master["t"])}
+                    "slave": slave["offset"], "slave_id": broker_id, "master_changed_s": s(h, master["t"]),
+                    "bound_ms": bound, "slack_ms": b.slack(bound)}
             (bad if h.t_end - master["t"] > limit else unsettled).append(item)
     return bad, unsettled

@@ -12,14 +12,16 @@ from chaos.checker.checks._common import collect_n, collect_parts, count_by, exa
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import ACKED_STATUSES
+from chaos.checker.storage import allowed_loss
 from chaos.checker.verdict import CheckResult, unknown
 
 LOST = (
     f"Every acknowledged send ({', '.join(ACKED_STATUSES)}: all stored) is consumed successfully at least "
     "once by every consumer group that consumes its topic. Lost messages are split by their queue offset "
     "against the offsets the group consumed on that queue: prefix (before the first), middle, postfix "
-    "(after the last: possibly only slow), and whether the listener ever saw them. Sends whose outcome was "
-    "unknown (info) or failed that were consumed anyway are reported as recovered, never as failures.")
+    "(after the last: possibly only slow), and whether the listener ever saw them. A loss the run's storage "
+    "faults allow under its durability mode (see durability) is counted as allowed, not failed. Sends whose "
+    "outcome was unknown (info) or failed that were consumed anyway are reported as recovered, never as failures.")
 
 UNEXPECTED = ("No delivery carries a message id that no producer ever attempted to send (among topics the "
               "producers wrote). Deliveries of other topics are counted as untracked.")
@@ -55,11 +57,12 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
     where = (F.when(F.col("group").isNull(), "no-consumer").when(F.col("queue_offset").isNull(), "unknown-offset")
              .when(F.col("lo").isNull(), "queue-never-consumed").when(F.col("queue_offset") < F.col("lo"), "prefix")
              .when(F.col("queue_offset") > F.col("hi"), "postfix").otherwise("middle"))
+    allowed = allowed_loss(h, cfg).select("msg_id", "allowed_by")
     lost = (expected.join(consumed, ["group", "msg_id"], "left_anti").join(seen, ["group", "msg_id"], "left")
-            .join(ranges, GQ, "left")
+            .join(ranges, GQ, "left").join(allowed, "msg_id", "left")
             .select("group", "msg_id", "topic", "broker_name", "queue_id", "queue_offset", "sharding_key", "seq",
                     where.alias("where"), F.coalesce("seen", F.lit(False)).alias("seen"), "producer",
-                    rel_s(h, "ack_ms").alias("acked_at_s")))
+                    rel_s(h, "ack_ms").alias("acked_at_s"), "allowed_by"))
     got, n = collect_parts({"summary": summary, "lost": lost})
     rows_ = got["summary"]
     acked_n = sum(r["n"] for r in rows_ if r["acked"])
@@ -72,16 +75,23 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
     if lost_n == len(found):
         by_where = _tally_n((r["where"], 1) for r in found)
         seen_n = sum(1 for r in found if r["seen"])
+        allowed_n = sum(1 for r in found if r["allowed_by"])
     else:
         by_where = count_by(lost, "where")
         seen_n = lost.filter("seen").count()
+        allowed_n = lost.filter(F.col("allowed_by").isNotNull()).count()
+    unallowed_n = lost_n - allowed_n
     counts = {"attempted": sum(r["n"] for r in rows_ if r["attempted"]), "acknowledged": acked_n, "lost": lost_n,
+              "lost_allowed": allowed_n, "lost_unallowed": unallowed_n,
               "lost_by_position": by_where, "lost_seen_by_listener": seen_n, "recovered": recovered,
               "unknown_outcome_never_seen": never_seen}
-    valid = lost_n == 0
-    reason = None if valid else f"{lost_n} acknowledged send(s) never consumed"
-    return CheckResult("lost", valid, LOST, counts=counts, examples=examples_of(found, cfg.max_examples, "acked_at_s"),
-                       reason=reason)
+    valid = unallowed_n == 0
+    reason = None if valid else f"{unallowed_n} acknowledged send(s) never consumed"
+    if allowed_n and not valid:
+        reason += f" ({allowed_n} more lost as the durability mode allows)"
+    real = [r for r in found if not r["allowed_by"]]
+    examples = examples_of(real, cfg.max_examples, "acked_at_s") or examples_of(found, cfg.max_examples, "acked_at_s")
+    return CheckResult("lost", valid, LOST, counts=counts, examples=examples, reason=reason)
 
 
 def _tally_n(pairs: Iterable[tuple[Any, int]]) -> dict[str, int]:

@@ -113,11 +113,24 @@ def _broker_nodes(h: History, pull_brokers: list[dict[str, Any]], broker_nodes: 
     return out
 
 
-def _down(h: History, cfg: CheckerConfig, node: str | None, t: float, extra_ms: int = 0) -> FaultWindow | None:
+def _down(h: History, cfg: CheckerConfig, node: str | None, t: float, extra_ms: int = 0,
+          client_node: str | None = None) -> FaultWindow | None:
+    """The fault on broker `node` that explains a pull sent at `t` not reaching it: `t` lies in the
+    fault, or within the route refresh after it (N_r + G_r + W_p + `extra_ms`, plus slack). The
+    refresh is counted from when the client could refresh: a client paused (SIGSTOP) while the
+    broker came back runs on the route it had before the pause until its own timers fire again,
+    and a pull it sends the moment it resumes still uses that route."""
     b = cfg.bounds
-    grace = b.switch_back() + extra_ms + b.slack(b.switch_back() + extra_ms)
+    grace = b.limit(b.switch_back() + extra_ms)
+    own_pauses = h.node_faults(client_node, ("pause",)) if client_node else []
     for w in h.broker_fault_windows:
-        if w.hits(node) and w.start_ms - cfg.clock_slack_ms <= t <= w.end_ms + grace:
+        if not w.hits(node) or t < w.start_ms - cfg.clock_slack_ms:
+            continue
+        end = w.end_ms
+        for p in sorted(own_pauses, key=lambda p: p.start_ms):
+            if p.start_ms <= end + grace and p.end_ms >= w.start_ms:
+                end = max(end, p.end_ms)
+        if t <= end + grace:
             return w
     return None
 
@@ -160,7 +173,9 @@ def _classify_violations(h: History, cfg: CheckerConfig, brokers: dict[tuple[str
             # a returning master re-creates a group's retry topic at the group's next heartbeat, and
             # only then routes it: one heartbeat period more before its retry queues are back on it
             retry_ms = cfg.bounds.H if str(r["topic"]).startswith("%RETRY%") else 0
-            down = _down(h, cfg, node, r["t"], retry_ms) if node else None
+            # judged when the pull was sent: that is when the client chose the address
+            down = _down(h, cfg, node, r["sent_t"] if r["sent_t"] is not None else r["t"], retry_ms,
+                         r["node"]) if node else None
             why = "requested broker not in the cluster" if node is None else (down.label if down else None)
             out.append({"rule": "wrong target", **base, "excused_by": why})
         if r["r6"]:
@@ -191,6 +206,14 @@ def _queues_given_up(h: History) -> dict[tuple[Any, ...], list[int]]:
     return out
 
 
+def _down_again(h: History, w: FaultWindow, broker_name: str, until_ms: float) -> bool:
+    """The master of `broker_name` went down again (another fault on it) before `until_ms`: the
+    switch back after `w` is then due only after that fault, which is judged on its own."""
+    return any(w2.start_ms <= until_ms and (w2.op != "partition" or len(w2.targets) == 1)
+               and any(broker_identity(t) == (broker_name, 0) for t in w2.targets)
+               for w2 in h.broker_fault_windows if w2.start_ms > w.start_ms)
+
+
 def _client_fault(h: History, node: str, t0: int, t1: int) -> bool:
     """The client's own process was paused, killed, stopped or cut off at some point in [t0, t1]."""
     return any(w.start_ms <= t1 and w.end_ms >= t0 for w in h.node_faults(node, ("kill", "stop", "pause", "partition")))
@@ -211,10 +234,13 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
     keys = ["fault", "node", "client_id", "group", "topic", "queue_id"]
     got, _ = collect_parts({
         "spans": h.pulls.groupBy("node", "client_id", *GQ).agg(F.min("t").alias("first_t"), F.max("t").alias("last_t")),
-        "to_slave": p.filter((F.col("broker_id") != 0) & (F.col("t") >= F.col("f_start")) & (F.col("t") <= F.col("f_end")))
-        .groupBy(*keys).agg(F.min("t").alias("t")),
-        "back": p.filter((F.col("broker_id") == 0) & (F.col("t") >= F.col("f_end"))).groupBy(*keys).agg(
-            F.min("t").alias("t")),
+        # a pull counts when it was *sent*: one sent to the slave may wait in its long-poll hold
+        # (the slave has nothing new while the master is down) long after the client failed over
+        "to_slave": p.filter((F.col("broker_id") != 0) & (F.col("sent_t") >= F.col("f_start"))
+                             & (F.col("sent_t") <= F.col("f_end")))
+        .groupBy(*keys).agg(F.min("sent_t").alias("t")),
+        "back": p.filter((F.col("broker_id") == 0) & (F.col("sent_t") >= F.col("f_end"))).groupBy(*keys).agg(
+            F.min("sent_t").alias("t")),
         # who was pulling each queue just before the fault: long polls come back at least this often
         "recent": p.filter((F.col("t") < F.col("f_start")) & (F.col("t") >= F.col("f_start") - max(b.R_b, b.N_r)))
         .select(*keys).distinct(),
@@ -230,8 +256,7 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
     any_recovered = False
     for i, w, name in faults:
         bound = b.failover_silent() if w.op in SILENT_OPS else b.failover_kill()
-        limit = bound + b.slack(bound)
-        back_limit = b.switch_back() + b.slack(b.switch_back())
+        limit = b.limit(bound)
         any_recovered |= w.recovered
         for sp in spans:
             if sp["broker_name"] != name or sp["first_t"] >= w.start_ms or sp["last_t"] <= w.start_ms:
@@ -244,27 +269,30 @@ def _failover(h: History, cfg: CheckerConfig, brokers: dict[tuple[str, int], str
                 continue  # it gave the queue up (rebalance, lock lost or released) around the fault
             base = {"client": sp["client_id"], "queue": queue_name(sp), "group": sp["group"], "fault": w.label,
                     "fault_s": s(h, w.start_ms)}
+            # a returning master re-creates a group's retry topic at the group's next heartbeat, and
+            # only then routes it: one heartbeat period more before its retry queues are back on it
+            back_bound = b.switch_back() + (b.H if str(sp["topic"]).startswith("%RETRY%") else 0)
+            back_limit = b.limit(back_bound)
             t_slave = to_slave.get(key)
             if t_slave is not None:
-                m = {"what": "failover", **base, "measured_ms": t_slave - w.start_ms, "bound_ms": bound}
-                m["verdict"] = "ok" if m["measured_ms"] <= limit else "slow"
+                m = {"what": "failover", **base, **b.judge("failover", t_slave - w.start_ms, bound)}
                 measurements.append(m)
                 if m["verdict"] != "ok":
                     fo_bad.append({"rule": "slow failover", **m})
             elif w.op != "partition" and w.end_ms - w.start_ms > limit and sp["last_t"] > w.start_ms + limit \
                     and not _client_fault(h, sp["node"], w.start_ms, w.start_ms + limit):
-                fo_bad.append({"rule": "no failover", **base, "bound_ms": bound})
+                fo_bad.append({"rule": "no failover", **base, "bound_ms": bound, "slack_ms": b.slack(bound)})
             if not w.recovered or t_slave is None or _client_fault(h, sp["node"], w.end_ms, w.end_ms + back_limit) \
-                    or any(w.start_ms <= t <= w.end_ms + back_limit for t in drops):
+                    or any(w.start_ms <= t <= w.end_ms + back_limit for t in drops) \
+                    or _down_again(h, w, name, w.end_ms + back_limit):
                 continue  # a client that was itself paused, cut off or restarted meanwhile, or gave the
-                # queue up, is not timed
+                # queue up, is not timed; nor is a switch back the master's next fault cut short
             t_back = back.get(key)
             if t_back is not None:
-                m = {"what": "switch back", **base, "measured_ms": t_back - w.end_ms, "bound_ms": b.switch_back()}
-                m["verdict"] = "ok" if m["measured_ms"] <= back_limit else "slow"
+                m = {"what": "switch back", **base, **b.judge("switch back", t_back - w.end_ms, back_bound)}
                 measurements.append(m)
                 if m["verdict"] != "ok":
                     sb_bad.append({"rule": "slow switch back", **m})
             elif sp["last_t"] > w.end_ms + back_limit:
-                sb_bad.append({"rule": "stuck on slave", **base, "bound_ms": b.switch_back()})
+                sb_bad.append({"rule": "stuck on slave", **base, "bound_ms": back_bound, "slack_ms": b.slack(back_bound)})
     return fo_bad, (sb_bad if any_recovered else None), measurements

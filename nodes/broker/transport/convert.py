@@ -156,24 +156,30 @@ def lock_batch_from_pb(pb: consumer_pb2.LockBatchRequest | consumer_pb2.UnlockBa
 # --- replication and metadata -------------------------------------------------------------------
 
 def slave_report_from_pb(pb: replication_pb2.SlaveReport) -> SlaveReport:
-    return SlaveReport(pb.max_phys_offset, pb.slave_node_id, pb.broker_id, pb.tail_check_from, pb.tail_crc32)
+    return SlaveReport(pb.max_phys_offset, pb.slave_node_id, pb.broker_id, pb.tail_check_from, pb.tail_crc32,
+                       pb.data_phys_offset, pb.data, pb.restore_check_failed)
 
 
 def slave_report_to_pb(report: SlaveReport) -> replication_pb2.SlaveReport:
     return replication_pb2.SlaveReport(max_phys_offset=report.max_phys_offset, slave_node_id=report.slave_node_id,
                                        broker_id=report.broker_id, tail_check_from=report.tail_check_from,
-                                       tail_crc32=report.tail_crc32)
+                                       tail_crc32=report.tail_crc32, data_phys_offset=report.data_phys_offset,
+                                       data=report.data, restore_check_failed=report.restore_check_failed)
 
 
 def log_chunk_to_pb(chunk: LogChunk) -> replication_pb2.LogChunk:
     return replication_pb2.LogChunk(
         phys_offset=chunk.phys_offset, data=chunk.data, master_max_phys_offset=chunk.master_max_phys_offset,
-        refusal=_REFUSAL_TO_PB[chunk.refusal] if chunk.refusal is not None else 0, remark=chunk.remark)
+        refusal=_REFUSAL_TO_PB[chunk.refusal] if chunk.refusal is not None else 0, remark=chunk.remark,
+        truncate=chunk.truncate, restore=chunk.restore, offset=chunk.offset, check_from=chunk.check_from,
+        check_crc32=chunk.check_crc32, damaged=chunk.damaged)
 
 
 def log_chunk_from_pb(pb: replication_pb2.LogChunk) -> LogChunk:
     return LogChunk(phys_offset=pb.phys_offset, data=pb.data, master_max_phys_offset=pb.master_max_phys_offset,
-                    refusal=_REFUSAL_FROM_PB.get(pb.refusal), remark=pb.remark)
+                    refusal=_REFUSAL_FROM_PB.get(pb.refusal), remark=pb.remark, truncate=pb.truncate,
+                    restore=pb.restore, offset=pb.offset, check_from=pb.check_from, check_crc32=pb.check_crc32,
+                    damaged=pb.damaged)
 
 
 def metadata_to_pb(snapshot: MetadataSnapshot) -> replication_pb2.SyncMetadataResponse:

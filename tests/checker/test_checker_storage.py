@@ -1,0 +1,155 @@
+"""integrity, replication, store-health and durability on hand-written histories, and lost's allowance."""
+
+from dataclasses import replace
+
+from checker.builders import Run, config
+
+from chaos.checker.checks import (
+    check_durability,
+    check_integrity,
+    check_lost,
+    check_replication,
+    check_store_health,
+)
+
+ASYNC = {"broker-a-0": {"broker_name": "broker-a", "broker_id": 0, "broker_role": "ASYNC_MASTER",
+                        "flush_disk_type": "ASYNC_FLUSH"},
+         "broker-a-1": {"broker_name": "broker-a", "broker_id": 1, "broker_role": "SLAVE",
+                        "flush_disk_type": "ASYNC_FLUSH"}}
+
+
+def _modes(flush="ASYNC_FLUSH", role="ASYNC_MASTER"):
+    return {**ASYNC, "broker-a-0": {**ASYNC["broker-a-0"], "flush_disk_type": flush, "broker_role": role}}
+
+
+# ---- integrity ------------------------------------------------------------------------------
+
+def test_integrity_passes_when_every_body_is_the_one_sent(spark):
+    r = check_integrity(Run().sends_for(0, 3).consume(0, range(3), t0=200).history(spark), config())
+    assert r.valid is True and r.counts["judged"] == 3 and r.counts["mismatched"] == 0
+
+
+def test_integrity_fails_on_an_altered_body(spark):
+    run = Run().sends_for(0, 3).consume(0, range(2), t0=200).deliver("q0-m2", 230, offset=2, crc=999)
+    r = check_integrity(run.history(spark), config())
+    assert r.valid is False and r.counts["mismatched"] == 1
+    assert (r.examples[0]["msg_id"], r.examples[0]["sent_crc32"], r.examples[0]["got_crc32"]) == ("q0-m2", 2, 999)
+
+
+def test_integrity_is_unknown_without_digests(spark):
+    run = Run().sends_for(0, 2).deliver("q0-m0", 200, offset=0)
+    assert check_integrity(run.history(spark), config()).valid == "unknown"
+
+
+# ---- replication ----------------------------------------------------------------------------
+
+def test_replication_passes_when_every_replica_holds_every_acked_message(spark):
+    run = Run().sends_for(0, 3).read_back(0, 0, range(3)).read_back(1, 0, range(3))
+    r = check_replication(run.history(spark), config())
+    assert r.valid is True, r.examples
+    assert r.counts["replica_reads_checked"] == 6
+
+
+def test_replication_fails_on_a_replica_behind_missing_or_differing(spark):
+    behind = Run().sends_for(0, 3).read_back(0, 0, range(3)).read_back(1, 0, range(2), caught_up=False)
+    r = check_replication(behind.history(spark), config())
+    assert r.valid is False and r.parts == {"caught up": False, "byte-identical": False}
+    assert r.counts["by_problem"]["missing on replica"] == 1
+    differs = Run().sends_for(0, 2).read_back(0, 0, range(2)).read_back(1, 0, range(2), crc=77)
+    r = check_replication(differs.history(spark), config())
+    assert r.parts == {"caught up": True, "byte-identical": False}
+    assert r.counts["by_problem"]["body differs"] == 2  # both offsets: crc 77 is neither 0 nor 1
+
+
+def test_replication_is_unknown_without_a_read_back(spark):
+    assert check_replication(Run().sends_for(0, 1).history(spark), config()).valid == "unknown"
+
+
+# ---- store-health -----------------------------------------------------------------------------
+
+def test_a_torn_tail_after_a_plain_kill_is_unexplained(spark):
+    run = Run().sends_for(0, 2).fault("kill", ["broker-a-0"], 300, 400)
+    run.store_error(401, "torn-tail").store_recovered(402)
+    r = check_store_health(run.history(spark), config())
+    assert r.valid is False and r.counts["unexplained"] == 1
+    assert r.examples[0]["kind"] == "torn-tail" and r.examples[0]["after"] == "kill broker-a-0"
+
+
+def test_a_torn_tail_after_a_power_loss_is_explained_and_shown(spark):
+    run = Run().sends_for(0, 2).power_loss("broker-a-0", 300, 400, cqs={"Orders/0": (1, 2)})
+    run.store_error(401, "torn-tail", phys_offset=1000, n=40).store_error(401, "cq-truncated", n=20)
+    run.store_recovered(402, truncated=40)
+    r = check_store_health(run.history(spark), config())
+    assert r.valid is True and r.counts["explained"] == 2, r.examples
+    row = r.measurements[0]
+    assert (row["fault"], row["recovered_torn_tail_bytes"], row["recovered_torn_tail_phys_offset"],
+            row["nemesis_torn_bytes"]) == ("power-loss broker-a-0", 40, 1000, 40)
+    # long after the recovery (beyond A_h + S_s + slack) the power loss explains nothing more
+    late = run.store_error(2_000, "bad-record")
+    assert check_store_health(late.history(spark), config()).counts["unexplained"] == 1
+
+
+def test_a_corrupted_record_explains_later_reads_of_it_only(spark):
+    run = Run().sends_for(0, 2).corrupt("broker-a-0", 300, phys_offset=5000, n=8, msg_ids=["q0-m0"])
+    run.fault("kill", ["broker-a-0"], 500, 600).store_recovered(601)
+    run.store_error(3_000, "bad-record", phys_offset=5004, n=1)  # inside the flipped record
+    assert check_store_health(run.history(spark), config()).valid is True
+    run.store_error(3_100, "bad-record", phys_offset=9000, n=1)  # elsewhere
+    assert check_store_health(run.history(spark), config()).counts["unexplained"] == 1
+
+
+# ---- durability and lost ------------------------------------------------------------------------
+
+def _power_lossed(flush="ASYNC_FLUSH", role="ASYNC_MASTER", status="SEND_OK"):
+    # q0-m0..m4 acked at 100..104; the master loses power at 300 with queue 0 flushed up to 3 of 5
+    run = Run()
+    for i in range(5):
+        run.send(f"q0-m{i}", 100 + i, offset=i, queue=0, crc=i, status=status)
+    run.power_loss("broker-a-0", 300, 400, cqs={"Orders/0": (3, 5)}, flush=flush)
+    run.consume(0, range(3), t0=200, orderly=False)
+    return run, config(store_modes=_modes(flush, role))
+
+
+def test_async_modes_allow_the_unflushed_window(spark):
+    run, cfg = _power_lossed()
+    h = run.history(spark)
+    d = check_durability(h, cfg)
+    assert d.valid is True and (d.counts["allowed_loss"], d.counts["unallowed_loss"]) == (2, 0)
+    assert d.counts["windows"][0]["window"] == [3, 5] and d.counts["mode"] == "ASYNC_FLUSH + ASYNC_MASTER"
+    lost = check_lost(h, cfg)  # the same allowance: not failed twice
+    assert lost.valid is True and (lost.counts["lost_allowed"], lost.counts["lost_unallowed"]) == (2, 0)
+
+
+def test_a_loss_outside_the_window_fails_both(spark):
+    run, cfg = _power_lossed()
+    run.deliveries = [d for d in run.deliveries if d["msg_id"] != "q0-m1"]  # offset 1 was flushed
+    h = run.history(spark)
+    assert check_durability(h, cfg).counts["unallowed_loss"] == 1
+    lost = check_lost(h, cfg)
+    assert lost.valid is False and lost.counts["lost_unallowed"] == 1 and lost.examples[0]["msg_id"] == "q0-m1"
+
+
+def test_sync_flush_and_sync_master_promise_no_loss(spark):
+    for flush, role in (("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER")):
+        run, cfg = _power_lossed(flush, role)
+        d = check_durability(run.history(spark), cfg)
+        assert d.valid is False and d.counts["unallowed_loss"] == 2, (flush, role)
+    # a send whose slave never confirmed is stored on the master only: SYNC_MASTER allows its loss
+    run, cfg = _power_lossed("ASYNC_FLUSH", "SYNC_MASTER", status="SLAVE_NOT_AVAILABLE")
+    assert check_durability(run.history(spark), cfg).counts["allowed_loss"] == 2
+
+
+def test_a_corrupted_records_messages_are_allowed_loss(spark):
+    run = Run().sends_for(0, 3).consume(0, range(2), t0=200, orderly=False)
+    run.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m2"])
+    cfg = replace(config(), store_modes=ASYNC)
+    h = run.history(spark)
+    d = check_durability(h, cfg)
+    assert d.valid is True and d.counts["allowed_loss"] == 1
+    assert d.examples[0]["allowed_by"] == "corrupt broker-a-0"
+    assert check_lost(h, cfg).valid is True
+
+
+def test_durability_is_unknown_without_storage_faults(spark):
+    run = Run().sends_for(0, 1).consume(0, range(1), t0=200)
+    assert check_durability(run.history(spark), config()).valid == "unknown"
