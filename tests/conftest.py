@@ -21,3 +21,11 @@ def spark():
         pytest.fail(str(exc))
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Spark tests that also start a cluster (whole chaos runs) go last: `scripts/test` runs the
+    Spark tests beside the other tests, and the checker tests, which start no process, then
+    overlap those, while the chaos runs find the machine quieter."""
+    items.sort(key=lambda item: item.get_closest_marker("spark") is not None
+               and item.get_closest_marker("cluster") is not None)

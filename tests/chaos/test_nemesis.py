@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.timing import within_ms
 
 from chaos.bounds import derive_bounds
 from chaos.nemesis import ActiveFault, NemesisRunner
@@ -140,7 +141,7 @@ def check_history(path: Path) -> list[dict[str, Any]]:
 def test_kill_pause_partition_and_their_recoveries_on_real_processes(topic_cluster):
     cl = topic_cluster
     bounds = derive_bounds(cl.timing)
-    holders = wait_for("a lock on queue 0", bounds.warmup_ms + bounds.takeover_after_kill_ms,
+    holders = wait_for("a lock on queue 0", within_ms(bounds.warmup_ms + bounds.takeover_after_kill_ms),
                        lambda: lock_holders(cl).get(0))
     by_client = {p.describe()["details"]["client_id"]: p.node_id for p in cl.nodes("consumer")}
     path = nemesis_history_path(cl.run_dir)

@@ -10,6 +10,7 @@ import time
 
 import grpc
 import pytest
+from support.timing import within_s
 
 from harness import LocalCluster
 from harness.spec import ClusterSpec
@@ -51,6 +52,17 @@ def _create_topic(cluster, topic):
     cluster.wait_until_routable(topic)
 
 
+def _removal_causes(cluster, broker_addr):
+    """How the name server says it removed `broker_addr`, in order: "channel" or "expiry" per removal."""
+    causes = []
+    for line in cluster.node("namesrv-0").node_log.read_text(errors="replace").splitlines():
+        if f" at {broker_addr} channel closed: route removed" in line:
+            causes.append("channel")
+        elif f"broker at {broker_addr} expired" in line:
+            causes.append("expiry")
+    return causes
+
+
 def _wait_for(predicate, budget_s, what):
     deadline = time.monotonic() + budget_s
     while not predicate():
@@ -65,14 +77,15 @@ def test_paused_broker_expires_and_returns_after_resume(local_cluster, time_scal
     assert broker.addr in _live_addrs(local_cluster.namesrv_addr)
     local_cluster.pause("broker-a-0")
     paused_at = time.monotonic()
-    budget_s = (timing.broker_expiry_ms + timing.broker_expiry_scan_ms + timing.register_interval_ms) / 1000 + 2
+    budget_s = within_s(timing.broker_expiry_ms + timing.broker_expiry_scan_ms + timing.register_interval_ms)
     expired_at = _wait_for(lambda: broker.addr not in _live_addrs(local_cluster.namesrv_addr), budget_s,
                            "the name server to expire the paused broker")
+    assert _removal_causes(local_cluster, broker.addr) == ["expiry"]  # a paused process closes nothing
     # never before the expiry time: silence must last longer than broker_expiry_ms
     assert expired_at - paused_at >= timing.broker_expiry_ms / 1000 - timing.register_interval_ms / 1000
     local_cluster.resume("broker-a-0")
     _wait_for(lambda: broker.addr in _live_addrs(local_cluster.namesrv_addr),
-              timing.register_interval_ms / 1000 + 5, "the resumed broker to register again")
+              within_s(timing.register_interval_ms), "the resumed broker to register again")
 
 
 def test_clean_stop_unregisters_at_once(local_cluster):
@@ -84,26 +97,20 @@ def test_clean_stop_unregisters_at_once(local_cluster):
     assert broker.addr in _live_addrs(local_cluster.namesrv_addr)
 
 
-def _not_expiry_budget_s(timing):
-    """Expiry cannot remove a broker sooner than this after its last sign of life (it registered
-    at most register_interval_ms earlier): a removal faster than this came from its channel."""
-    return (timing.broker_expiry_ms - timing.register_interval_ms) / 1000
-
-
 def test_killed_master_leaves_the_route_at_once_and_the_slave_keeps_it(local_cluster, time_scale):
     timing = Timing().scaled(time_scale)
     master, slave = local_cluster.node("broker-a-0"), local_cluster.node("broker-a-1")
     _create_topic(local_cluster, "Gone")
-    _wait_for(lambda: _open_channels(local_cluster) == 2, 10, "both brokers' channels")
+    _wait_for(lambda: _open_channels(local_cluster) == 2, within_s(), "both brokers' channels")
     assert _route_addrs(local_cluster.namesrv_addr, "Gone") == {0: master.addr, 1: slave.addr}
     killed_at = time.monotonic()
     local_cluster.kill("broker-a-0")
     gone_at = _wait_for(lambda: master.addr not in _live_addrs(local_cluster.namesrv_addr),
-                        timing.broker_failover_budget_ms() / 1000 + 2, "the killed master's route to go")
-    took_s = gone_at - killed_at
-    log.info("SIGKILL to route removal: %.0f ms (expiry could not remove it before %.0f ms)",
-             took_s * 1000, _not_expiry_budget_s(timing) * 1000)
-    assert took_s < _not_expiry_budget_s(timing), f"removed after {took_s:.2f} s: that was expiry, not the channel"
+                        within_s(timing.broker_failover_budget_ms()), "the killed master's route to go")
+    log.info("SIGKILL to route removal: %.0f ms", (gone_at - killed_at) * 1000)
+    # the name server removed it because its channel ended, not because it fell silent; its own
+    # log names the cause, so a slow machine cannot pass an expiry off as a channel close
+    assert _removal_causes(local_cluster, master.addr) == ["channel"]
     # clients fail over: the route names only the slave, whose queue data stays visible
     assert _route_addrs(local_cluster.namesrv_addr, "Gone") == {1: slave.addr}
     assert _open_channels(local_cluster) == 1
@@ -120,7 +127,7 @@ def test_broker_restarted_at_once_at_the_same_address_stays_registered(local_clu
     # its end did not take the new registration with it (the deterministic ordering where the old
     # end arrives last is in tests/integration/test_namesrv_channel.py)
     _wait_for(lambda: master.addr in _live_addrs(local_cluster.namesrv_addr) and _open_channels(local_cluster) == 2,
-              timing.register_interval_ms / 1000 + 10, "the restarted master's registration and channel")
+              within_s(timing.register_interval_ms), "the restarted master's registration and channel")
     # it stays: through several registrations and expiry scans, nothing removes it
     deadline = time.monotonic() + 2 * timing.register_interval_ms / 1000
     while time.monotonic() < deadline:
@@ -132,7 +139,7 @@ def test_a_silent_partition_keeps_the_channel_and_a_reject_ends_it(tmp_path, tim
     timing = Timing().scaled(time_scale)
     with LocalCluster(ClusterSpec.default(time_scale=time_scale), run_dir=tmp_path / "run", links=True) as cluster:
         master = cluster.node("broker-a-0")
-        _wait_for(lambda: _open_channels(cluster) == 2, 10, "both brokers' channels")
+        _wait_for(lambda: _open_channels(cluster) == 2, within_s(), "both brokers' channels")
         dropped_at = time.monotonic()
         cluster.partition(["broker-a-0"], ["namesrv-0"])  # DROP both ways
         # silence closes nothing: the channel and the registration stay (until expiry would act)
@@ -141,11 +148,11 @@ def test_a_silent_partition_keeps_the_channel_and_a_reject_ends_it(tmp_path, tim
             assert _open_channels(cluster) == 2 and master.addr in _live_addrs(cluster.namesrv_addr)
             time.sleep(0.05)
         cluster.partition(["broker-a-0"], ["namesrv-0"], mode="REJECT")  # resets the live connection
-        gone_at = _wait_for(lambda: master.addr not in _live_addrs(cluster.namesrv_addr), 10,
-                            "the reset channel to remove the master")
-        # nothing from the master arrived since the DROP began: expiry could not have removed it yet
-        assert gone_at - dropped_at < _not_expiry_budget_s(timing)
+        _wait_for(lambda: master.addr not in _live_addrs(cluster.namesrv_addr), within_s(timing.broker_expiry_ms),
+                  "the reset channel to remove the master")
+        # the reset ended the channel; the name server's log says so (an expiry would say "expired")
+        assert _removal_causes(cluster, master.addr) == ["channel"]
         cluster.heal()
         _wait_for(lambda: master.addr in _live_addrs(cluster.namesrv_addr) and _open_channels(cluster) == 2,
-                  timing.register_interval_ms / 1000 + 10, "the master to register again and reopen its channel")
+                  within_s(timing.register_interval_ms), "the master to register again and reopen its channel")
         assert not cluster.unexpected_exits

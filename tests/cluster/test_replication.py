@@ -143,6 +143,5 @@ def test_a_slave_catching_up_exits_on_sigterm_by_itself(tmp_path, time_scale):
         behind = wait_for(lambda: 0 < max_phys_offset(slave) < master_end, budget_s=30,
                           what="the slave streaming its backlog", interval_s=0.01)
         assert behind is True
-        started = time.monotonic()
-        assert cluster.stop("broker-a-1", grace_ms=5_000) == 0  # -9 if it had to be killed
-        assert time.monotonic() - started < 5.0
+        # exit code 0: it left within the grace by itself; past the grace the harness SIGKILLs it (-9)
+        assert cluster.stop("broker-a-1", grace_ms=5_000) == 0

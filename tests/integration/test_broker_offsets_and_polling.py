@@ -94,7 +94,8 @@ def test_min_max_and_search_offsets(cluster):
             consumer.max_offset(MessageQueue("NoSuchTopic", "broker-a", 0))
 
 
-def test_long_poll_is_woken_by_an_arriving_message(cluster):
+def test_long_poll_is_woken_by_an_arriving_message(unscanned_cluster):
+    cluster = unscanned_cluster  # no scan: only the arrival can answer the held pull with a message
     create_topic(cluster, "Wake", 1)
     mq = _mq("Wake")
     with Producer(cluster.namesrv_addr) as producer, PullConsumer(cluster.namesrv_addr, "g") as consumer:
@@ -105,7 +106,7 @@ def test_long_poll_is_woken_by_an_arriving_message(cluster):
         waited_s = time.monotonic() - started
         timer.join()
     assert result.status is PullStatus.FOUND and [m.body for m in result.messages] == [b"late"]
-    assert 0.15 <= waited_s < 5.0
+    assert waited_s >= 0.15  # held until the message came, not answered empty at once
 
 
 def test_long_poll_times_out_with_no_new_message(cluster):

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from support.inprocess import InProcessCluster
 from support.rpc import code_name, create_topic, pull_once
+from support.timing import within_s
 
 from nodes.broker.topics import SubscriptionGroupConfig
 from nodes.client import Producer
@@ -181,7 +182,6 @@ def test_a_dropped_stream_removes_the_client_and_tells_the_others(cluster, clien
 
 def test_silent_clients_expire_without_a_notification(tmp_path):
     with InProcessCluster(tmp_path, time_scale=0.01) as cluster:  # channel expiry 1.2 s, scan every 100 ms
-        expiry_s = cluster.timing.consumer_channel_expiry_ms / 1000
         a, b, c = Client(cluster, "A"), Client(cluster, "B"), Client(cluster, "C")
         try:
             a.open_stream()
@@ -191,7 +191,9 @@ def test_silent_clients_expire_without_a_notification(tmp_path):
             assert members(cluster) == ["A", "B", "C"]
             a.drain()
             c.drain()
-            deadline = time.monotonic() + expiry_s * 3
+            # expired at the first housekeeping scan after expiry_ms of silence
+            deadline = time.monotonic() + within_s(cluster.timing.consumer_channel_expiry_ms
+                                                   + cluster.timing.client_housekeeping_ms)
             while members(cluster) != ["A"]:
                 assert time.monotonic() < deadline, f"B and C never expired: {members(cluster)}"
                 a.heartbeat()  # A keeps beating; B and C went silent

@@ -11,6 +11,7 @@ import time
 import grpc
 import pytest
 from support.rpc import broker_stub, code_name, create_topic, pull_once
+from support.timing import within_ms
 
 from nodes.client import Producer
 from nodes.common import constants as c
@@ -69,7 +70,8 @@ def test_sent_back_message_reappears_in_the_retry_topic_after_the_scaled_delay(c
         assert records(cluster, "%RETRY%g") == []  # still waiting
     [retried] = wait_records(cluster, "%RETRY%g")
     waited_ms = (time.monotonic() - started) * 1000
-    assert delay_ms - CLOCK_SLACK_MS <= waited_ms < delay_ms + 5_000
+    # due after its level, looked at every schedule_poll_ms; late only by what a busy machine adds
+    assert delay_ms - CLOCK_SLACK_MS <= waited_ms < within_ms(delay_ms + cluster.timing.schedule_poll_ms)
     assert retried.body == b"payload" and retried.reconsume_times == original.reconsume_times + 1 == 1
     props = retried.properties
     assert props[c.PROPERTY_RETRY_TOPIC] == "RT"

@@ -23,10 +23,11 @@ TEST_STORE = StoreConfig(commitlog_segment_bytes=4 * 1024 * 1024, message_body_b
 class InProcessCluster:
     """A name server and one master broker on loopback, each on its own port."""
 
-    def __init__(self, root: Path, *, time_scale: float = 0.05, store: StoreConfig = TEST_STORE,
-                 **broker_options: Any) -> None:
+    def __init__(self, root: Path, *, time_scale: float = 0.05, timing: Timing | None = None,
+                 store: StoreConfig = TEST_STORE, **broker_options: Any) -> None:
+        """`timing` (when given) replaces `Timing().scaled(time_scale)` for both nodes."""
         self.root = root
-        self.timing = Timing().scaled(time_scale)
+        self.timing = timing or Timing().scaled(time_scale)
         self._store = store
         self._broker_options = broker_options
         self._loop = asyncio.new_event_loop()

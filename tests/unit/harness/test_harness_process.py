@@ -9,6 +9,7 @@ import time
 
 import psutil
 import pytest
+from support.timing import within_s
 
 from harness.errors import HarnessError, NodeStartError
 from harness.pids import describe_exit_code, is_node_process
@@ -137,7 +138,8 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(make_node):
     node.start()
     started = time.monotonic()
     assert node.stop(grace_ms=300) == -signal.SIGKILL
-    assert time.monotonic() - started < 5
+    # SIGKILL right after the grace, not after some later timeout of its own
+    assert time.monotonic() - started < within_s(300)
 
 
 def test_kill_reaches_grandchildren_in_the_session(make_node):
