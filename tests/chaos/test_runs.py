@@ -213,11 +213,16 @@ def _seed_drawing(suite_name: str, op: str, target: str) -> int:
 
 
 def _case_params() -> list[object]:
-    """Every selftest case; a case whose check an earlier case already proves runs only in the slow suite."""
-    params, proven = [], set()
+    """Every selftest case. The default run keeps one real run per check and one per storage-fault
+    suite (its other cases' mechanisms have their own cluster tests: tests/cluster/test_power_loss.py,
+    test_replica_convergence.py); the rest run with `-m slow` and in `mqlab chaos selftest`."""
+    params, proven, suites_with_storage_faults = [], set(), set()
     for case in SELFTEST_CASES:
-        marks = [pytest.mark.slow] if case.check in proven else []
+        storage = case.suite == "durability"
+        marks = [pytest.mark.slow] if case.check in proven or (storage and case.suite in suites_with_storage_faults) else []
         proven.add(case.check)
+        if storage:
+            suites_with_storage_faults.add(case.suite)
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params
 
@@ -231,7 +236,7 @@ def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
     run_dir = tmp_path / "run"
     seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
     outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
-                                  report=False, fault_switches=case.switch_map())).execute()
+                                  report=False, fault_switches=case.switch_map(), mode=case.mode)).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
     assert outcome.exit_code == EXIT_INVALID, (outcome.error, failed)
