@@ -106,10 +106,14 @@ class ConsumeMessageConcurrentlyService:
 
     def __init__(self, *, group: str, listener: Listener, message_model: MessageModel, offset_store: OffsetStore,
                  send_back: SendBack, clock: Clock, thread_count: int, batch_max_size: int,
-                 resubmit_delay_ms: int, consume_timeout_ms: int, redeliver_times: int = 0) -> None:
+                 resubmit_delay_ms: int, consume_timeout_ms: int, redeliver_times: int = 0,
+                 skip_every_requests: int = 0) -> None:
         self.group = group
         # FAULT SWITCH redeliver-consumed-batch: a successful batch goes to the listener this many times more
         self.redeliver_times = redeliver_times
+        # test-only switch ack-unhanded-request: every this many requests one is acknowledged unseen
+        self.skip_every_requests = skip_every_requests
+        self._requests_seen = 0
         self.listener = listener
         self.message_model = message_model
         self.offset_store = offset_store
@@ -167,6 +171,13 @@ class ConsumeMessageConcurrentlyService:
             msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
         ctx = ConsumeConcurrentlyContext(request.mq)
         status: ConsumeConcurrentlyStatus | None
+        if self.skip_every_requests:
+            with self._answers_lock:
+                self._requests_seen += 1
+                skip = self._requests_seen % self.skip_every_requests == 0
+            if skip:  # the bug: the request is acknowledged without the listener ever seeing it
+                self._post_answer(request, ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
+                return
         try:
             status = self.listener(list(request.msgs), ctx)
         except Exception:

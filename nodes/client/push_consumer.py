@@ -303,7 +303,9 @@ class PushConsumer:
                 thread_count=self.consume_thread_min, batch_max_size=self.consume_message_batch_max_size,
                 resubmit_delay_ms=timing.consume_resubmit_delay_ms, consume_timeout_ms=timing.consume_timeout_ms,
                 redeliver_times=(c.FAULT_REDELIVER_TIMES
-                                 if c.FAULT_REDELIVER_CONSUMED_BATCH in self.fault_switches else 0))
+                                 if c.FAULT_REDELIVER_CONSUMED_BATCH in self.fault_switches else 0),
+                skip_every_requests=(c.FAULT_ACK_UNHANDED_EVERY
+                                     if c.FAULT_ACK_UNHANDED_REQUEST in self.fault_switches else 0))
         orderly_locks = None
         if self._locker is not None:
             assert isinstance(self._consume, ConsumeMessageOrderlyService)

@@ -346,6 +346,8 @@ FAULT_READ_SKIP_CRC = "read-skip-crc"
 FAULT_LOCK_SLOW_TAKEOVER = "lock-slow-takeover"
 FAULT_REDELIVER_CONSUMED_BATCH = "redeliver-consumed-batch"
 FAULT_ORDERLY_TAKE_NEWEST = "orderly-take-newest"
+FAULT_ACK_UNHANDED_REQUEST = "ack-unhanded-request"
+FAULT_ACK_UNHANDED_EVERY = 50  # ack-unhanded-request: one consume request in this many is acknowledged unseen
 FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
 FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
 FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
@@ -367,6 +369,8 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                               f"{FAULT_SLOW_TAKEOVER_LEASES} leases",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_ACK_UNHANDED_REQUEST: "every acknowledged message reached the listener: one concurrent consume request "
+                                f"in {FAULT_ACK_UNHANDED_EVERY} is answered CONSUME_SUCCESS without the listener",
     FAULT_COMMIT_PULLED_OFFSET: "commit only consumed offsets: the offset store commits up to what was pulled, "
                                 "ahead of processing",
     FAULT_IGNORE_PULL_SUGGESTION: "follow the broker's pull suggestion (cold reads from the slave): every pull "

@@ -70,7 +70,8 @@ class Harness:
     """A service bound to a running loop, a pq holding offsets 0..n-1, and a scripted send-back."""
 
     def __init__(self, n: int = 4, *, model: MessageModel = MessageModel.CLUSTERING, listener: Any = None,
-                 back_ok: bool = True, batch: int = 1, threads: int = 2, redeliver_times: int = 0) -> None:
+                 back_ok: bool = True, batch: int = 1, threads: int = 2, redeliver_times: int = 0,
+                 skip_every_requests: int = 0) -> None:
         self.store = Store()
         self.sent_back: list[tuple[str, int, str]] = []
         self.back_ok = back_ok
@@ -78,7 +79,8 @@ class Harness:
         self.service = ConsumeMessageConcurrentlyService(
             group="g", listener=listener or (lambda msgs, ctx: OK), message_model=model, offset_store=self.store,
             send_back=self.send_back, clock=self.clock, thread_count=threads, batch_max_size=batch,
-            resubmit_delay_ms=10, consume_timeout_ms=1000, redeliver_times=redeliver_times)
+            resubmit_delay_ms=10, consume_timeout_ms=1000, redeliver_times=redeliver_times,
+            skip_every_requests=skip_every_requests)
         self.pq = ProcessQueue(now_ms=0)
         self.msgs = [msg(i) for i in range(n)]
         self.pq.put_messages(self.msgs)
@@ -252,6 +254,28 @@ def test_fault_switch_redeliver_consumed_batch_hands_acked_batches_over_again():
         asyncio.run(run())
         assert seen == expected
         assert h.store.memory[MQ] == 3
+
+
+def test_switch_ack_unhanded_request_acknowledges_every_nth_request_unseen():
+    """The test-only bug: one request in `skip_every_requests` never reaches the listener, yet its
+    offset is committed past it (what the `lost` check must catch); off, every message is seen."""
+    for every, expected in ((0, list(range(6))), (3, [0, 1, 3, 4])):
+        seen: list[int] = []
+
+        def listener(msgs, ctx, seen: list[int] = seen):
+            seen.extend(m.queue_offset for m in msgs)
+            return OK
+
+        h = Harness(6, listener=listener, threads=1, skip_every_requests=every)
+
+        async def run(h: Harness = h) -> None:
+            h.service.start()
+            h.service.submit_consume_request(h.msgs, h.pq, MQ)
+            await h.drain()
+
+        asyncio.run(run())
+        assert sorted(seen) == expected
+        assert h.store.memory[MQ] == 6
 
 
 def test_expired_heads_are_sent_back_at_level_3_and_removed():
