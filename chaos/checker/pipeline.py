@@ -56,10 +56,12 @@ def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extr
     loss: dict[str, Any] = {}
     if "lost" in by_name and "lost_allowed" in by_name["lost"].counts:
         c = by_name["lost"].counts
-        loss = {"allowed": c["lost_allowed"], "unallowed": c["lost_unallowed"]}
+        loss = {"allowed": c["lost_allowed"], "unallowed": c["lost_unallowed"],
+                "reused_offsets": c.get("lost_reused_offsets", 0)}
     elif "durability" in by_name and "allowed_loss" in by_name["durability"].counts:
         c = by_name["durability"].counts
-        loss = {"allowed": c["allowed_loss"], "unallowed": c["unallowed_loss"]}
+        loss = {"allowed": c["allowed_loss"], "unallowed": c["unallowed_loss"],
+                "reused_offsets": c.get("reused_offsets", 0)}
     info = {
         "inputs": {"files": h.present, **h.stats},
         "bounds_from": "bounds.json" if cfg.bounds_json else cfg.timing_origin,
@@ -69,7 +71,8 @@ def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extr
         "faults": [w.to_json() for w in h.faults],
         "storage_faults": [{"op": f.op, "node": f.node, "start_ms": f.start_ms, "detail": f.detail}
                            for f in h.storage_faults],
-        # acknowledged messages never consumed: allowed by the run's durability mode, or not
+        # acknowledged messages never consumed: allowed by the run's durability mode, or not; of
+        # the allowed, `reused_offsets` were acknowledged after a power loss at an offset it cut
         "loss": loss or None,
         **(extra or {}),
     }

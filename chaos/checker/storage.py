@@ -12,6 +12,13 @@ master (every byte after its last fsync dropped):
   queue offsets lie in [flushed_queue_offset, written_queue_offset) of the power-lossed master's
   queue (the nemesis records both), acknowledged before the power loss.
 
+The recovered master hands those queue offsets [flushed_queue_offset, written_queue_offset) out
+again to new messages; a consumer whose committed offset had already passed them skips the new
+ones (RocketMQ does the same). Messages acknowledged after the power loss at queue offsets inside
+that window are allowed loss ("reused offsets", counted apart) in the async modes: ASYNC_FLUSH +
+ASYNC_MASTER always, ASYNC_FLUSH + SYNC_MASTER only when the window held a send no slave
+confirmed (a live slave kept every acknowledged message, so nothing was cut); never under SYNC_FLUSH.
+
 A `corrupt` fault allows the loss of the messages of the record(s) it flipped, in any mode.
 `allowed_loss` is what `lost` and `durability` both consult, so one never fails what the other allows.
 """
@@ -52,6 +59,15 @@ class LossWindow:
     statuses: tuple[str, ...] | None
     why: str
     msg_ids: tuple[str, ...] = ()
+    # reused offsets: messages acknowledged after `acked_after_ms` (the power loss) instead of before
+    acked_after_ms: int | None = None
+    # reused offsets under SYNC_MASTER: only if a send in the window acknowledged before the power
+    # loss has one of these statuses (the slave was not live for it)
+    needs_status_before: tuple[str, ...] | None = None
+
+    @property
+    def reused(self) -> bool:
+        return self.acked_after_ms is not None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"fault": self.fault, "broker_name": self.broker_name, "why": self.why}
@@ -59,6 +75,8 @@ class LossWindow:
             out["msg_ids"] = list(self.msg_ids)[:20]
         else:
             out.update(queue=f"{self.topic}/{self.queue_id}", window=[self.lo, self.hi])
+        if self.reused:
+            out["reused_offsets"] = True
         if self.statuses is not None:
             out["only_statuses"] = list(self.statuses)
         return out
@@ -112,18 +130,29 @@ def loss_windows(h: History, cfg: CheckerConfig) -> list[LossWindow]:
                 continue
             out.append(LossWindow(f.label, f.node, broker_name, topic, int(qid), int(lo), int(hi), f.start_ms,
                                   statuses, why))
+            if flush == SYNC_FLUSH:
+                continue  # every acknowledged message was on disk: the recovered log cut nothing of them
+            out.append(LossWindow(f.label, f.node, broker_name, topic, int(qid), int(lo), int(hi), h.t_end,
+                                  None, "reused offsets: handed out again after the power loss, behind the "
+                                  "consumers' committed offsets", acked_after_ms=f.start_ms,
+                                  needs_status_before=NOT_REPLICATED if role == SYNC_MASTER else None))
     return out
 
 
 def allowed_loss(h: History, cfg: CheckerConfig, windows: list[LossWindow] | None = None) -> DataFrame:
-    """msg_id, allowed_by (the fault), why: acknowledged messages the run's storage faults may lose."""
+    """msg_id, allowed_by (the fault), why, reused (a reused offset): acknowledged messages the run's
+    storage faults may lose."""
     windows = loss_windows(h, cfg) if windows is None else windows
     schema = ("msg_id STRING, allowed_by STRING, why STRING, broker_name STRING, topic STRING, queue_id INT, "
-              "lo LONG, hi LONG, acked_before LONG, statuses ARRAY<STRING>")
-    by_id = [(m, w.fault, w.why, None, None, None, None, None, None, None) for w in windows for m in w.msg_ids]
+              "lo LONG, hi LONG, acked_before LONG, statuses ARRAY<STRING>, acked_after LONG, "
+              "needs_before ARRAY<STRING>")
+    by_id = [(m, w.fault, w.why, None, None, None, None, None, None, None, None, None)
+             for w in windows for m in w.msg_ids]
     ranges = [(None, w.fault, w.why, w.broker_name, w.topic, w.queue_id, w.lo, w.hi, w.acked_before_ms,
-               list(w.statuses) if w.statuses is not None else None) for w in windows if not w.msg_ids]
-    empty = h.spark.createDataFrame([], "msg_id STRING, allowed_by STRING, why STRING")
+               list(w.statuses) if w.statuses is not None else None, w.acked_after_ms,
+               list(w.needs_status_before) if w.needs_status_before is not None else None)
+              for w in windows if not w.msg_ids]
+    empty = h.spark.createDataFrame([], "msg_id STRING, allowed_by STRING, why STRING, reused BOOLEAN")
     if not windows or not h.has("sends"):
         return empty
     acked = h.outcomes.filter("acked").select("msg_id", "broker_name", "topic", "queue_id", "queue_offset", "ack_ms")
@@ -132,15 +161,26 @@ def allowed_loss(h: History, cfg: CheckerConfig, windows: list[LossWindow] | Non
     parts = []
     if by_id:
         ids = h.spark.createDataFrame(by_id, schema).select("msg_id", "allowed_by", "why")
-        parts.append(ids.join(acked.select("msg_id"), "msg_id", "left_semi"))
+        parts.append(ids.join(acked.select("msg_id"), "msg_id", "left_semi").withColumn("reused", F.lit(False)))
     if ranges:
         rdf = h.spark.createDataFrame(ranges, schema).drop("msg_id")
+        in_window = (F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi"))
         hit = acked.join(F.broadcast(rdf), ["broker_name", "topic", "queue_id"]).filter(
-            (F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi"))
-            & (F.col("ack_ms") <= F.col("acked_before")))
+            in_window & (F.col("ack_ms") <= F.col("acked_before"))
+            & (F.col("acked_after").isNull() | (F.col("ack_ms") > F.col("acked_after"))))
         hit = hit.join(statuses, "msg_id", "left").filter(
             F.col("statuses").isNull() | F.array_contains(F.col("statuses"), F.coalesce("status", F.lit(""))))
-        parts.append(hit.select("msg_id", "allowed_by", "why"))
+        # SYNC_MASTER: offsets are reused only where the power loss cut something, i.e. where a
+        # send acknowledged before it had no slave's copy
+        cut = (acked.join(statuses, "msg_id", "left")
+               .join(F.broadcast(rdf.filter(F.col("needs_before").isNotNull())), ["broker_name", "topic", "queue_id"])
+               .filter(in_window & (F.col("ack_ms") <= F.col("acked_after"))
+                       & F.array_contains(F.col("needs_before"), F.coalesce("status", F.lit(""))))
+               .select("allowed_by", "broker_name", "topic", "queue_id", "lo").distinct()
+               .withColumn("cut", F.lit(True)))
+        hit = hit.join(cut, ["allowed_by", "broker_name", "topic", "queue_id", "lo"], "left").filter(
+            F.col("needs_before").isNull() | F.col("cut").isNotNull())
+        parts.append(hit.select("msg_id", "allowed_by", "why", F.col("acked_after").isNotNull().alias("reused")))
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)

@@ -137,23 +137,32 @@ def test_takeover_waits_for_a_master_that_was_down(spark):
     assert check_takeover(late.history(spark), config()).counts["slow"] == 1
 
 
-def test_a_second_fault_before_the_deadline_extends_it(spark):
-    # c1 is killed at 400 (due by 350 + 810); its restarted process is cut off at 700, before that
-    # deadline, and c2 takes over 1510 + slack after the cut: the partition's bound applies
+def test_a_later_fault_of_the_holder_does_not_reset_the_clock(spark):
+    # c1 is killed at 400 (due by 350 + 810); its restarted process is cut off at 700 and stopped
+    # at 1100, before that deadline: the queue has waited since the kill, so neither extends it
     run = _killed_holder(2250).fault("partition", ["consumer-1", "broker-a-0"], 700, 2000)
     r = check_takeover(run.history(spark), config())
-    assert r.valid is True, r.examples
+    assert r.valid is False and r.counts["slow"] == 1
     m = r.measurements[0]
-    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("partition", 1550, 1510)
-    assert m["cause_label"].endswith("after kill consumer-1")
-    # a cut that starts only after the kill's deadline (350 + 810 + slack) excuses nothing
-    late = _killed_holder(2250).fault("partition", ["consumer-1", "broker-a-0"], 1500, 2000)
-    assert check_takeover(late.history(spark), config()).counts["slow"] == 1
-    # another consumer of the group cut off in time holds the queue the same way (the allocation
-    # may hand it the queue, which it cannot lock until its channel expires)
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 1900, 810)
+    stopped = _killed_holder(1300).fault("stop", ["consumer-1"], 1100, 1150)
+    m = check_takeover(stopped.history(spark), config()).measurements[0]
+    assert (m["cause"], m["measured_ms"], m["verdict"]) == ("kill", 950, "slow")
+    # another consumer of the group cut off in time still holds the queue (the allocation may hand
+    # it the queue, which it cannot lock until its channel expires)
     other = _killed_holder(2250).fault("partition", ["consumer-3", "broker-a-0"], 700, 2000)
     m = check_takeover(other.history(spark), config()).measurements[0]
     assert (m["cause_label"], m["verdict"]) == ("partition consumer-3,broker-a-0, after kill consumer-1", "ok")
+
+
+def test_a_takeover_is_never_measured_from_after_it(spark):
+    # a master down from 500 to 2000 would put the reference after c2's start at 1400 (-600 ms):
+    # a wrong attribution, so the kill's reference stands
+    run = _killed_holder(1400).fault("kill", ["broker-a-0"], 500, 2000)
+    r = check_takeover(run.history(spark), config())
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["verdict"]) == ("kill", 1050, "slow")
+    assert all(x["measured_ms"] >= 0 for x in r.measurements)
 
 
 def test_takeover_before_the_lease_ran_out(spark):

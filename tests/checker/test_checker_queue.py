@@ -75,3 +75,21 @@ def test_duplicates_over_the_suite_budget_fail(spark):
     run = _consumed().deliver("q0-m1", 900, offset=1).fault("kill", ["consumer-1"], 500, 600)
     r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50, duplicate_budget=0))
     assert r.valid is False and "budget" in r.reason
+
+
+def test_a_duplicate_to_the_same_client_needs_a_cause_of_a_redelivery(spark):
+    # c1 gets q0-m1 again within one uninterrupted ownership: another consumer's kill, another
+    # broker group's kill or a lock event of another queue nearby explain nothing
+    run = _consumed().deliver("q0-m1", 900, offset=1).fault("kill", ["consumer-2"], 500, 600)
+    run.fault("kill", ["broker-b-0"], 700, 800).lock(850, "lost", queue=1)
+    r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50))
+    assert r.valid is False and (r.counts["explained"], r.counts["unexplained"]) == (0, 1), r.examples
+    # what can make RocketMQ redeliver does: the queue's lock lost, a fault of its broker group,
+    # a failed delivery in between (a retry), or another client taking the queue
+    for cause in (lambda x: x.lock(850, "lost"), lambda x: x.fault("kill", ["broker-a-1"], 700, 800),
+                  lambda x: x.deliver("q0-m1", 880, offset=1, result="RECONSUME_LATER")):
+        run = cause(_consumed().deliver("q0-m1", 900, offset=1))
+        r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50))
+        assert (r.counts["explained"], r.counts["unexplained"]) == (1, 0), r.examples
+    run = _consumed().deliver("q0-m1", 900, offset=1, client="c2")
+    assert check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50)).counts["unexplained"] == 0

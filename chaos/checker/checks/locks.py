@@ -31,14 +31,17 @@ LOCK = (
 TAKEOVER = (
     "For every change of a queue's orderly consumer (A -> B): the cause is the earliest of A's faults "
     "(kill, stop, pause, partition), unexpected exit, lost/expired/released lock, or rebalance between A's "
-    "last batch and B's first. The time from the cause (for a kill: from A's last lock grant or renewal t_L) "
+    "last batch and B's first that comes after A's last lock grant or renewal t_L (the fault that ended A's "
+    "lease). The time from the cause (for a kill: from A's last lock grant or renewal t_L) "
     "to B's first delivery, less any wait for that message to be sent, must stay within the bound for the "
     "cause (kill: L_b + max(R_b, R_l) + W_p from t_L; stop or release: R_b + W_p; pause/partition: "
     "max(L_b, X_c + K_c) + R_b + W_p; lost lock: R_b + R_l + W_p; rebalance (A dropping the queue or B "
-    "taking it): U_d + R_b + W_p) plus slack. Whatever starts before that deadline can only push it out: A's "
-    "other causes, another consumer of the group going silent (its bound from then) or restarted (its warm-up "
+    "taking it): U_d + R_b + W_p) plus slack. A's later faults never reset that clock (a queue still waiting "
+    "waits from the first). Whatever else starts before that deadline can only push it out: A's later lock or "
+    "rebalance events, another consumer of the group going silent (its bound from then) or restarted (its warm-up "
     "N_r + R_b + R_l + W_p after the restart), the master down (R_b + R_l + W_p after its return), a lease "
-    "granted to A again (the kill bound from that grant). "
+    "granted to A again (the kill bound from that grant); never to a reference after B's start (a negative "
+    "time is a wrong attribution: the earlier reference stands). "
     "After a kill, B must not start before t_L + L_b (the lease). A holder fault after which nobody consumes "
     "the queue again although acknowledged messages wait on it, for longer than the bound, is a stuck queue.")
 
@@ -251,6 +254,7 @@ def _stale_commits(h: History, slack: int, side: str) -> DataFrame:
 
 # ---- takeover --------------------------------------------------------------------------------
 
+_HOLDER_FAULTS = ("kill", "stop", "pause", "partition", "exit")
 _CAUSE_RANK = {"kill": 0, "exit": 0, "stop": 1, "released": 1, "pause": 2, "partition": 2, "lost": 3,
                "expired": 3, "rebalance": 4}
 
@@ -283,11 +287,14 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
     for r in changes:
         lo, hi = r["prev_last_t"], r["start"]
         causes: list[tuple[int, str, str]] = []  # (t, kind, label)
+        t_L = r["t_L"]
         for w in h.node_faults(r["prev_node"], ("kill", "stop", "pause", "partition")):
             # a fault still open at A's last batch counts too: a partitioned holder goes on consuming
             # what it had cached until its client lease runs out, but the broker frees the queue only
-            # after the channel expiry the fault started
-            if w.start_ms <= hi and (lo <= w.start_ms or w.end_ms is None or w.end_ms >= lo):
+            # after the channel expiry the fault started; so does one after A's last grant (the
+            # fault that ended the lease, even if A's last batch came after it)
+            if w.start_ms <= hi and (lo <= w.start_ms or w.end_ms is None or w.end_ms >= lo
+                                     or (t_L is not None and w.start_ms >= t_L)):
                 causes.append((w.start_ms, w.op, w.label))
         for e in h.exits:
             if e.node == r["prev_node"] and not e.expected and lo <= e.t_ms <= hi:
@@ -388,10 +395,14 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         extenders: list[tuple[int, int, int, str, str]] = []
     else:
         ordered = sorted(causes, key=lambda c: (c[0], _CAUSE_RANK.get(c[1], 9)))
-        t, kind, label = ordered[0]
+        # the cause is the fault that ended A's lease: the first one after A's last grant t_L
+        since_grant = [c for c in ordered if r["t_L"] is None or c[0] >= r["t_L"] - cfg.clock_slack_ms]
+        t, kind, label = (since_grant or ordered)[0]
         ref, bound = _cause_bound(b, kind, t, r["t_L"])
+        # A's later faults do not reset the clock of a queue still waiting for its takeover (A is
+        # gone from it already); A's later lock or rebalance events still can
         extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")
-                     for t2, kind2, label2 in ordered[1:]]
+                     for t2, kind2, label2 in ordered if t2 > t and kind2 not in _HOLDER_FAULTS]
     first_kind, first_ref, first_label = kind, ref, label
     # The first cause sets the deadline; anything else that starts before that deadline can only
     # push it out, never pull it in; what starts after it excuses nothing. Besides A's other faults:
@@ -416,10 +427,12 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         extenders.append((r["t_L"], r["t_L"], b.takeover_kill(), "lease",
                           f"lease granted to {r['prev_client']} again, after {first_label}"))
     for t2, ref2, bound2, kind2, label2 in sorted(extenders, key=lambda e: e[0]):
-        if t2 <= ref + bound + b.slack(bound) and ref2 + bound2 > ref + bound:
+        # a reference after B's start would measure a negative time: a wrong attribution, so the
+        # earlier reference stands
+        if t2 <= ref + bound + b.slack(bound) and ref2 + bound2 > ref + bound and ref2 <= r["start"]:
             ref, bound, kind, label = ref2, bound2, kind2, label2
     avail = r.get("avail")
-    start_from = max(ref, avail) if avail is not None else ref
+    start_from = max(ref, avail) if avail is not None and avail <= r["start"] else ref
     judged = b.judge("takeover", r["start"] - start_from, bound)
     if first_kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= first_ref + 1 \
             and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:

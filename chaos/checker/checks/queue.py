@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_n, collect_parts, count_by, examples_of, rel_s
+from chaos.checker.checks._common import collect_n, collect_parts, count_by, examples_of, queue_refs, rel_s
+from chaos.checker.checks._common import rows as rows_of
 from chaos.checker.config import CheckerConfig
+from chaos.checker.faults import broker_identity
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import ACKED_STATUSES
 from chaos.checker.storage import allowed_loss
@@ -20,17 +22,22 @@ LOST = (
     "once by every consumer group that consumes its topic. Lost messages are split by their queue offset "
     "against the offsets the group consumed on that queue: prefix (before the first), middle, postfix "
     "(after the last: possibly only slow), and whether the listener ever saw them. A loss the run's storage "
-    "faults allow under its durability mode (see durability) is counted as allowed, not failed. Sends whose "
+    "faults allow under its durability mode (see durability) is counted as allowed, not failed (those "
+    "acknowledged after a power loss at a queue offset it cut and handed out again also as reused offsets). Sends whose "
     "outcome was unknown (info) or failed that were consumed anyway are reported as recovered, never as failures.")
 
 UNEXPECTED = ("No delivery carries a message id that no producer ever attempted to send (among topics the "
               "producers wrote). Deliveries of other topics are counted as untracked.")
 
 DUPLICATES = (
-    "A duplicate is a second or later successful delivery of one message to one group. Each is explained if "
-    "a cause lies between its previous successful delivery and itself (± slack): a fault window, an "
-    "unexpected process exit, a rebalance that changed assignments, a lost or released lock, or a change of "
-    "the queue's consuming client. Unexplained duplicates fail, and so does a total above the duplicate "
+    "A duplicate is a second or later successful delivery of one message to one group. Each is explained only "
+    "by what makes RocketMQ redeliver, between its previous successful delivery and itself (± slack): a retry "
+    "(a failed delivery of it in between, or a retry-queue delivery), another client (the queue changed "
+    "owner), or for the same client: a fault or unexpected exit of that client's process, its rebalance that "
+    "changed that queue, its lock on that queue lost, expired or released (its process queue dropped), a fault "
+    "or unexpected exit of a broker of the queue's group, an OFFSET_ILLEGAL pull or an offset reset or load on "
+    "that queue (an offset rollback or resync). The same client getting a message twice within one "
+    "uninterrupted ownership is unexplained. Unexplained duplicates fail, and so does a total above the duplicate "
     "budget (the suite's, or derived per docs/chaos.md: per fault rate x B + one batch per queue, "
     "B = P_c for consumer faults and P_c + max(F_b, S_s) for broker faults, plus one batch per owner change).")
 
@@ -57,12 +64,12 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
     where = (F.when(F.col("group").isNull(), "no-consumer").when(F.col("queue_offset").isNull(), "unknown-offset")
              .when(F.col("lo").isNull(), "queue-never-consumed").when(F.col("queue_offset") < F.col("lo"), "prefix")
              .when(F.col("queue_offset") > F.col("hi"), "postfix").otherwise("middle"))
-    allowed = allowed_loss(h, cfg).select("msg_id", "allowed_by")
+    allowed = allowed_loss(h, cfg).select("msg_id", "allowed_by", "reused")
     lost = (expected.join(consumed, ["group", "msg_id"], "left_anti").join(seen, ["group", "msg_id"], "left")
             .join(ranges, GQ, "left").join(allowed, "msg_id", "left")
             .select("group", "msg_id", "topic", "broker_name", "queue_id", "queue_offset", "sharding_key", "seq",
                     where.alias("where"), F.coalesce("seen", F.lit(False)).alias("seen"), "producer",
-                    rel_s(h, "ack_ms").alias("acked_at_s"), "allowed_by"))
+                    rel_s(h, "ack_ms").alias("acked_at_s"), "allowed_by", "reused"))
     got, n = collect_parts({"summary": summary, "lost": lost})
     rows_ = got["summary"]
     acked_n = sum(r["n"] for r in rows_ if r["acked"])
@@ -76,13 +83,16 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
         by_where = _tally_n((r["where"], 1) for r in found)
         seen_n = sum(1 for r in found if r["seen"])
         allowed_n = sum(1 for r in found if r["allowed_by"])
+        reused_n = sum(1 for r in found if r["allowed_by"] and r["reused"])
     else:
         by_where = count_by(lost, "where")
         seen_n = lost.filter("seen").count()
         allowed_n = lost.filter(F.col("allowed_by").isNotNull()).count()
+        reused_n = lost.filter(F.col("allowed_by").isNotNull() & F.col("reused")).count()
     unallowed_n = lost_n - allowed_n
     counts = {"attempted": sum(r["n"] for r in rows_ if r["attempted"]), "acknowledged": acked_n, "lost": lost_n,
               "lost_allowed": allowed_n, "lost_unallowed": unallowed_n,
+              "lost_reused_offsets": reused_n,
               "lost_by_position": by_where, "lost_seen_by_listener": seen_n, "recovered": recovered,
               "unknown_outcome_never_seen": never_seen}
     valid = unallowed_n == 0
@@ -127,20 +137,51 @@ def check_unexpected(h: History, cfg: CheckerConfig) -> CheckResult:
 
 
 def _causes(h: History) -> DataFrame:
-    """(group or '*', kind, start, end) windows that explain a redelivery."""
-    rows = [("*", f"fault:{w.op}", w.start_ms, w.end_ms) for w in h.faults]
-    rows += [("*", "exit", e.t_ms, e.t_ms) for e in h.exits if not e.expected]
-    faults = h.spark.createDataFrame(rows, "group STRING, kind STRING, start LONG, end LONG")
-    reb = h.rebalances.filter(F.col("removed").isNotNull() | (F.coalesce(F.to_json("before"), F.lit(""))
-                                                             != F.coalesce(F.to_json("after"), F.lit(""))))
-    reb = reb.select(F.coalesce("group", F.lit("*")).alias("group"), F.lit("rebalance").alias("kind"),
-                     F.col("t").alias("start"), F.col("t").alias("end"))
+    """Windows that can make RocketMQ redeliver a message, each scoped to whom it concerns:
+    (node: the first delivery's consumer process, client, group, broker_name, queue_id: null for
+    any; kind, start, end). A fault or unexpected exit of the first client's process drops its
+    process queues; a rebalance of that client that changed the queue, or its lock lost, expired or
+    released, drops the queue's; a fault or exit of a broker of the queue's group can roll the
+    queue's offset back (a slave's older offset, a returning master); an offset reset or an
+    OFFSET_ILLEGAL pull resyncs it."""
+    rows: list[tuple[Any, ...]] = []
+    for w in h.faults:
+        for node in w.targets or ("*",):
+            ident = broker_identity(node) if h.is_broker(node) else None
+            if ident:
+                rows.append((None, None, None, ident[0], None, f"fault:{w.op}", w.start_ms, w.end_ms))
+            else:
+                rows.append((None if node == "*" else node, None, None, None, None, f"fault:{w.op}",
+                             w.start_ms, w.end_ms))
+    for e in h.exits:
+        if e.expected:
+            continue
+        ident = broker_identity(e.node) if h.is_broker(e.node) else None
+        rows.append((None, None, None, ident[0], None, "exit", e.t_ms, e.t_ms) if ident
+                    else (e.node, None, None, None, None, "exit", e.t_ms, e.t_ms))
+    for r in rows_of(h.rebalances.filter(F.col("before").isNotNull() | F.col("after").isNotNull()
+                                         | F.col("removed").isNotNull())):
+        before, after, removed = queue_refs(r["before"]), queue_refs(r["after"]), queue_refs(r["removed"])
+        for broker, qid in (before ^ after) | removed:
+            rows.append((None, r["client_id"], r["group"], broker, qid, "rebalance", r["t"], r["t"]))
+        if r["reason"] == "lock-regained":
+            for broker, qid in after:
+                rows.append((None, r["client_id"], r["group"], broker, qid, "rebalance", r["t"], r["t"]))
+    schema = ("node STRING, client STRING, group STRING, broker_name STRING, queue_id INT, kind STRING, "
+              "start LONG, end LONG")
+    out = h.spark.createDataFrame(rows, schema)
     locks = h.locks.filter(F.col("action").isin("lost", "expired", "released")).select(
-        F.coalesce("group", F.lit("*")).alias("group"), F.concat(F.lit("lock-"), "action").alias("kind"),
-        F.col("t").alias("start"), F.col("t").alias("end"))
-    owner = h.queue_deliveries.filter((F.col("new_epoch") == 1) & F.col("prev_client").isNotNull()).select(
-        "group", F.lit("owner-change").alias("kind"), F.col("t").alias("start"), F.col("t").alias("end"))
-    return faults.unionByName(reb).unionByName(locks).unionByName(owner)
+        F.lit(None).cast("string").alias("node"), F.col("client_id").alias("client"), "group", "broker_name",
+        "queue_id", F.concat(F.lit("lock-"), "action").alias("kind"), F.col("t").alias("start"),
+        F.col("t").alias("end"))
+    resync = h.pulls.filter(F.col("status") == "OFFSET_ILLEGAL").select(
+        F.lit(None).cast("string").alias("node"), F.col("client_id").alias("client"), "group", "broker_name",
+        "queue_id", F.lit("offset-illegal").alias("kind"), F.col("t").alias("start"), F.col("t").alias("end"))
+    reset = h.broker_offsets.filter(F.col("source").isin("admin", "load")).select(
+        F.lit(None).cast("string").alias("node"), F.lit(None).cast("string").alias("client"), "group",
+        "broker_name", "queue_id", F.concat(F.lit("offset-"), "source").alias("kind"), F.col("t").alias("start"),
+        F.col("t").alias("end"))
+    return out.unionByName(locks).unionByName(resync).unionByName(reset)
 
 
 def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
@@ -168,16 +209,31 @@ def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
     dup_ids = per_msg.filter(F.col("n") > 1).select("group", "msg_id")
     w = Window.partitionBy("group", "msg_id").orderBy("t", "client_id")
     again = (d.join(dup_ids, ["group", "msg_id"], "left_semi")
-             .select("group", "msg_id", "client_id", "topic", "broker_name", "queue_id", "queue_offset", "t",
-                     F.row_number().over(w).alias("k"), F.lag("t").over(w).alias("prev_t"),
-                     F.lag("client_id").over(w).alias("prev_client"))
+             .select("group", "msg_id", "client_id", "node", "topic", "broker_name", "queue_id", "queue_offset", "t",
+                     "reconsume_times", F.row_number().over(w).alias("k"), F.lag("t").over(w).alias("prev_t"),
+                     F.lag("client_id").over(w).alias("prev_client"), F.lag("node").over(w).alias("prev_node"))
              .filter(F.col("k") >= 2))
     slack = cfg.explain_slack_ms()
-    causes = F.broadcast(_causes(h).alias("c"))
-    cond = (((F.col("c.group") == "*") | (F.col("c.group") == F.col("x.group")))
-            & (F.col("c.start") <= F.col("x.t") + slack) & (F.col("c.end") >= F.col("x.prev_t") - slack))
     x = again.alias("x")
-    explained = x.join(causes, cond, "left_semi").select("group", "msg_id", "k", F.lit(True).alias("explained"))
+    # another client, or a retry (a failed delivery in between, or a retry-queue delivery): a
+    # redelivery RocketMQ makes by design
+    failed = h.deliv.filter(~F.col("success") & F.col("group").isNotNull()).select(
+        "group", "msg_id", F.col("t").alias("f_t")).alias("f")
+    retried = x.join(failed, (F.col("f.group") == F.col("x.group")) & (F.col("f.msg_id") == F.col("x.msg_id"))
+                     & (F.col("f.f_t") >= F.col("x.prev_t")) & (F.col("f.f_t") <= F.col("x.t")), "left_semi")
+    # the same client again: only something that drops its process queue or rolls the offset back
+    causes = F.broadcast(_causes(h).alias("c"))
+
+    def scoped(c: str, xc: str) -> Column:
+        return F.col(f"c.{c}").isNull() | (F.col(f"c.{c}") == F.col(f"x.{xc}"))
+
+    cond = (scoped("node", "prev_node") & scoped("client", "prev_client") & scoped("group", "group")
+            & scoped("broker_name", "broker_name") & scoped("queue_id", "queue_id")
+            & (F.col("c.start") <= F.col("x.t") + slack) & (F.col("c.end") >= F.col("x.prev_t") - slack))
+    by_cause = x.join(causes, cond, "left_semi")
+    by_design = x.filter((F.col("client_id") != F.col("prev_client")) | (F.coalesce("reconsume_times", F.lit(0)) > 0))
+    explained = by_design.unionByName(retried).unionByName(by_cause).select(
+        "group", "msg_id", "k").distinct().withColumn("explained", F.lit(True))
     labelled = x.join(explained, ["group", "msg_id", "k"], "left").select(
         "group", "msg_id", "client_id", "prev_client", "topic", "broker_name", "queue_id", "queue_offset",
         rel_s(h, "prev_t").alias("first_s"), rel_s(h, "t").alias("again_s"),
@@ -195,7 +251,7 @@ def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
     valid = unexplained_n == 0 and not over
     reasons = []
     if unexplained_n:
-        reasons.append(f"{unexplained_n} duplicate(s) with no fault, exit or rebalance nearby")
+        reasons.append(f"{unexplained_n} duplicate(s) with no cause of a redelivery in between")
     if over:
         reasons.append(f"{dups} duplicates exceed the budget of {budget}")
     return CheckResult("duplicates", valid, DUPLICATES, counts=counts, examples=examples,

@@ -19,8 +19,13 @@ STORE_HEALTH = (
     "replica-refused, recovery-anomaly) is explained by an injected storage fault on that node: a power loss "
     "or corruption from its start until the node's next store-recovered event plus A_h + S_s (a slave "
     "reconnect and a sync), and a corruption also for any later bad-record or damaged-range inside the "
-    "record it flipped. Anything else fails - in particular a torn tail or truncated consume queue after a "
-    "plain SIGKILL (the page cache survives a process kill, so nothing may be torn). Per power loss the "
+    "record it flipped. A fault on a master also explains its replicas' errors (broker group = node id "
+    "without its -<broker id> suffix): its power loss their replica-refused events until its next "
+    "store-recovered plus A_h + S_s (they are cut back to its recovered log), its corruption their later "
+    "bad-record or damaged-range inside the flipped record. Anything else fails - in particular a torn tail "
+    "or truncated consume queue after a plain SIGKILL (the page cache survives a process kill, so nothing may "
+    "be torn), and a bad-record after a power loss's restart on the same node outside a flipped record. "
+    "Per power loss the "
     "report shows the torn tail the recovery cut (bytes, phys offset).")
 
 DURABILITY = (
@@ -29,7 +34,11 @@ DURABILITY = (
     "slave, loses no acknowledged message even after a power loss (only a FLUSH_DISK_TIMEOUT, resp. a send no "
     "slave confirmed, may go); ASYNC_FLUSH + ASYNC_MASTER may lose the acknowledged messages whose queue offsets "
     "lie in [flushed_queue_offset, written_queue_offset) of the power-lossed master's queue; a corrupted "
-    "record's messages may be lost in any mode. Allowed loss is counted with its window; any other loss of "
+    "record's messages may be lost in any mode. The recovered master hands the cut queue offsets out again: "
+    "messages acknowledged after the power loss at offsets inside that window, which consumers whose committed "
+    "offset had passed them skip, are allowed loss in the async modes (ASYNC_FLUSH + ASYNC_MASTER; ASYNC_FLUSH + "
+    "SYNC_MASTER only where a send no slave confirmed was cut; never under SYNC_FLUSH), counted apart as "
+    "reused_offsets. Allowed loss is counted with its window; any other loss of "
     "such a message fails (lost consults the same allowance).")
 
 STORE_ERRORS_EXPLAINED_BY_CORRUPT = ("bad-record", "damaged-range")
@@ -84,16 +93,41 @@ def check_store_health(h: History, cfg: CheckerConfig) -> CheckResult:
 def _explained_by(e: dict[str, Any], faults: list[StorageFault], recovered: list[dict[str, Any]],
                   settle_limit: int) -> str | None:
     for f in faults:
-        if f.node != e["node"] or e["t"] < f.start_ms:
+        if e["t"] < f.start_ms:
             continue
-        # until the node's next recovery after the fault, plus the settle bound; with no recovery
-        # since (not restarted yet), until the end
+        # until the faulted node's next recovery after the fault, plus the settle bound; with no
+        # recovery since (not restarted yet), until the end
         after = [r["t"] for r in recovered if r["node"] == f.node and r["t"] >= f.start_ms]
-        if not after or e["t"] <= after[0] + settle_limit:
-            return f.label
-        if f.op == "corrupt" and e["kind"] in STORE_ERRORS_EXPLAINED_BY_CORRUPT and _inside(e, f.detail):
+        settling = not after or e["t"] <= after[0] + settle_limit
+        if f.node == e["node"]:
+            # a bad record read after a power loss's recovery means the recovery kept garbage
+            # (the torn tail is the recovery's to cut), not that the power loss made it
+            kept_garbage = f.op == "power-loss" and e["kind"] == "bad-record" and bool(after) and e["t"] > after[0]
+            if settling and not kept_garbage:
+                return f.label
+        elif _same_group(f.node, e["node"]):
+            # a master's power loss cuts its replicas back to the recovered log: they refuse what
+            # they hold beyond it until they truncate
+            if f.op == "power-loss" and _is_master(f.node) and e["kind"] == "replica-refused" and settling:
+                return f.label
+        else:
+            continue
+        # a flipped record stays flipped, and replicates: any later read of it, on any replica
+        if f.op == "corrupt" and e["kind"] in STORE_ERRORS_EXPLAINED_BY_CORRUPT and _inside(e, f.detail) \
+                and (f.node == e["node"] or _is_master(f.node)):
             return f.label
     return None
+
+
+def _same_group(a: str, b: str) -> bool:
+    """Two nodes of one broker group (`broker-a-0`, `broker-a-1`: the node id without `-<broker id>`)."""
+    ia, ib = broker_identity(a), broker_identity(b)
+    return ia is not None and ib is not None and ia[0] == ib[0]
+
+
+def _is_master(node: str) -> bool:
+    ident = broker_identity(node)
+    return ident is not None and ident[1] == 0
 
 
 def _inside(e: dict[str, Any], detail: dict[str, Any]) -> bool:
@@ -152,20 +186,28 @@ def check_durability(h: History, cfg: CheckerConfig) -> CheckResult:
                                       F.first("topic").alias("topic"), F.first("queue_id").alias("queue_id"),
                                       F.first("queue_offset").alias("queue_offset")))
     lost = at_risk.join(consumed, "msg_id", "left_anti").join(allowed, "msg_id", "left")
+    # offsets the power loss cut and the recovered master handed out again: acknowledged after it
+    reused = (acked.join(allowed.filter("reused"), "msg_id").join(consumed, "msg_id", "left_anti")
+              .select("msg_id", F.col("allowed_by").alias("fault"), "broker_name", "topic", "queue_id",
+                      "queue_offset", "allowed_by", "why"))
     got, counted = collect_parts({
+        "reused": reused,
         "lost": lost.select("msg_id", "fault", "broker_name", "topic", "queue_id", "queue_offset", "allowed_by", "why"),
         "at_risk": at_risk.agg(F.count(F.lit(1)).alias("n")),
     })
-    found = got["lost"]
+    reused_n = counted["reused"]
+    found = got["lost"] + got["reused"]
     allowed_n = sum(1 for r in found if r["allowed_by"])
     unallowed = [r for r in found if not r["allowed_by"]]
     if counted["lost"] > len(found):  # beyond the cap: count the rest in Spark
-        allowed_n = lost.filter(F.col("allowed_by").isNotNull()).count()
-    unallowed_n = counted["lost"] - allowed_n
+        allowed_n = lost.filter(F.col("allowed_by").isNotNull()).count() + reused_n
+    elif counted["reused"] > len(got["reused"]):
+        allowed_n += reused_n - len(got["reused"])
+    unallowed_n = counted["lost"] + reused_n - allowed_n
     modes = {node: " + ".join(mode_of(cfg, node)) for node in sorted({f.node for f in faults})}
     counts = {"mode": run_mode(cfg), "faulted_broker_modes": modes, "storage_faults": len(faults),
-              "acknowledged_at_risk": got["at_risk"][0]["n"], "lost": counted["lost"], "allowed_loss": allowed_n,
-              "unallowed_loss": unallowed_n, "windows": [w.to_json() for w in windows][:50]}
+              "acknowledged_at_risk": got["at_risk"][0]["n"], "lost": counted["lost"] + reused_n,
+              "allowed_loss": allowed_n, "unallowed_loss": unallowed_n, "reused_offsets": reused_n, "windows": [w.to_json() for w in windows][:50]}
     valid = unallowed_n == 0
     reason = None if valid else (f"{unallowed_n} acknowledged message(s) lost beyond what {run_mode(cfg)} allows"
                                  f" ({allowed_n} allowed)")
