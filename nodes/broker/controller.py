@@ -216,11 +216,9 @@ class BrokerController:
 
     def _store_errors(self) -> StoreErrors:
         """Replication's store errors, its bad records deduplicated with the store's own (one
-        line per phys offset per process, whoever tripped over it first). The store has no
-        public call for that reporter yet; it lives on its files."""
-        bad_records = getattr(getattr(self.store, "_files", None), "bad_records", None)
+        line per phys offset per process, whoever tripped over it first)."""
         return StoreErrors(self.events.record, self.config.store.commitlog_segment_bytes,
-                           bad_records.report if bad_records is not None else None)
+                           self.store.report_bad_record)
 
     async def _start_when_writable(self, service: Service) -> None:
         await self.replication.writes.wait_open()
