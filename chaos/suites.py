@@ -88,11 +88,21 @@ class Suite:
     # polls: 40.5 s at time scale 0.05), so a seed is the same run at every time scale
     fault_phase_x: float = 27.0
     fault_phase_of: str = "N_r"
+    # the mean gap between one fault's end and the next fault, in timer units as the phase
+    # (None: the schedule's default, one rebalance or route poll and a pull retry)
+    fault_spacing_x: float | None = None
+    fault_spacing_of: str = "N_r"
     default_mode: str = DEFAULT_MODE
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
         return round(self.fault_phase_x * bound_ms(bounds, self.fault_phase_of))
+
+    def fault_spacing_ms(self, bounds: Bounds) -> int | None:
+        """The mean gap between faults under `bounds`; None: the schedule's default."""
+        if self.fault_spacing_x is None:
+            return None
+        return round(self.fault_spacing_x * bound_ms(bounds, self.fault_spacing_of))
 
     def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None,
              mode: str | None = None) -> ClusterSpec:
@@ -218,6 +228,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         ),
         breaking_switch=BreakingSwitch("broker", "replica-skip-chunk", "replication", masters_only=True),
         consumers=2, consumer_options={"sleep_ms": 2},
+        # a broker restarted after a power loss replays its store and takes 5-11 s to serve again on
+        # a loaded machine (4-7 route polls at time scale 0.05): gaps of 5-15 route polls after each
+        # fault leave a phase with both replicas up before the next one, and a longer phase keeps
+        # three or four faults in a run
+        fault_spacing_x=10.0, fault_phase_x=50.0,
         # small segments: the corrupt nemesis needs a sealed one within seconds of load
         broker_options={"store": {"commitlog_segment_bytes": _DURABILITY_SEGMENT_BYTES,
                                   "message_body_bytes_max": 64 * 1024}},
