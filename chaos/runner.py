@@ -116,7 +116,7 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     else:
         duration_ms, unit_duration_ms = suite.fault_phase_ms(bounds), suite.fault_phase_ms(unit_bounds)
     schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms, unit_bounds=unit_bounds,
-                                 unit_duration_ms=unit_duration_ms)
+                                 unit_duration_ms=unit_duration_ms, spacing_ms=suite.fault_spacing_ms(bounds))
     return schedule, bounds
 
 

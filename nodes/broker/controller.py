@@ -198,12 +198,15 @@ class BrokerController:
         return self.addr
 
     def _hold_writes_for_restore(self) -> int | None:
-        """A SYNC_MASTER that lost its log tail (unclean start) holds writes until a slave gave the
-        tail back or a bounded wait ends: a message it acknowledged lives on in that slave. The
-        wait (returned) covers the slave learning our address again from its next registration
-        and its slowest reconnects, jitter included."""
+        """A master that lost its log tail (unclean start) holds writes until a slave gave the
+        tail back or a bounded wait ends: a message it acknowledged lives on in that slave. Under
+        ASYNC_MASTER too: a slave runs ahead of the master's disk, and a master that wrote at once
+        would reuse the queue offsets of the bytes the slave holds, which are then cut away; so
+        an async power loss loses only what neither replica had. The wait (returned) covers the
+        slave learning our address again from its next registration and its slowest reconnects,
+        jitter included."""
         assert self.recovery is not None
-        if not self.config.is_sync_master or self.recovery.clean_shutdown:
+        if not self.config.is_master or self.recovery.clean_shutdown:
             return None
         timing = self.config.timing
         wait_ms = timing.register_interval_ms + round(
@@ -213,11 +216,9 @@ class BrokerController:
 
     def _store_errors(self) -> StoreErrors:
         """Replication's store errors, its bad records deduplicated with the store's own (one
-        line per phys offset per process, whoever tripped over it first). The store has no
-        public call for that reporter yet; it lives on its files."""
-        bad_records = getattr(getattr(self.store, "_files", None), "bad_records", None)
+        line per phys offset per process, whoever tripped over it first)."""
         return StoreErrors(self.events.record, self.config.store.commitlog_segment_bytes,
-                           bad_records.report if bad_records is not None else None)
+                           self.store.report_bad_record)
 
     async def _start_when_writable(self, service: Service) -> None:
         await self.replication.writes.wait_open()

@@ -1,7 +1,7 @@
 """A master that lost its log tail takes it back from its slave, and holds writes meanwhile.
 
 Owns: the write gate (sends and retries wait on it while a master that recovered from an
-unclean shutdown under SYNC_MASTER waits, for a bounded time, for its slave), reading commitlog
+unclean shutdown, SYNC_MASTER or ASYNC_MASTER, waits, for a bounded time, for its slave), reading commitlog
 bytes as whole checked records (what both sides send), and the master's half of the restore
 dialog: collect the slave's bytes past the master's end, check every record, append them
 in one go if the master took no write meanwhile.

@@ -110,3 +110,17 @@ class ConsumerState:
             return list(self.process_queue_table)
         now_ms = self.clock.monotonic_ms()
         return [mq for mq, pq in self.process_queue_table.items() if self.lock_valid(pq, now_ms)]
+
+    def may_commit(self, mq: MessageQueue) -> bool:
+        """Whether this consumer may send `mq`'s offset to a broker now (persist or piggy-back).
+
+        Beyond RocketMQ: an orderly consumer commits only a queue whose lock is valid at this
+        moment, on the clock read now. A consumer resumed from a long pause has overdue timers
+        that fire before the lock service learns the lock is gone; a check made before an await
+        (a route lookup, a start-offset query) may be stale by the length of the pause. Once the
+        lock is valid again the queue commits again. A queue not in the table is not this
+        check's business (the store forgets it)."""
+        if not self.orderly:
+            return True
+        pq = self.process_queue_table.get(mq)
+        return pq is None or self.lock_valid(pq)

@@ -126,18 +126,24 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             every failed persist (called on the loop thread).
         client_id: names the committer in those events.
         commit_pulled_offset: the test-only fault switch (see `_MemoryTable`).
+        may_commit: asked right before each update is sent (after the broker lookup, so no await
+            lies between the answer and the send); False skips that queue this time and keeps
+            its offset (an orderly queue whose lock is not valid now). None: always commit.
     """
 
     def __init__(self, instance: ClientInstance, group: str, *, timeout_ms: int,
                  on_event: EventSink | None = None, client_id: str = "",
-                 commit_pulled_offset: bool = False) -> None:
+                 commit_pulled_offset: bool = False,
+                 may_commit: Callable[[MessageQueue], bool] | None = None) -> None:
         super().__init__(commit_pulled_offset=commit_pulled_offset)
         self._instance = instance
         self.group = group
         self.client_id = client_id
         self.timeout_ms = timeout_ms
         self._on_event = on_event
+        self._may_commit = may_commit
         self._persisted: dict[MessageQueue, int] = {}
+        self.skipped_commits = 0  # updates not sent because `may_commit` said no
 
     def load(self) -> None:
         """Nothing to load: the brokers hold the offsets."""
@@ -190,6 +196,10 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         found: FoundBroker | None = None
         try:
             found = await offset_store_address(self._instance, mq)
+            if self._may_commit is not None and not self._may_commit(mq):
+                self.skipped_commits += 1
+                log.debug("offset %d of %s not committed: its lock is not valid now", offset, mq)
+                return
             await self._instance.api.update_consumer_offset(found.addr, self.group, mq, offset, self.timeout_ms,
                                                             client_id=self.client_id, commit_seq=commit_seq)
         except MqError as err:

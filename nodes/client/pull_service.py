@@ -166,9 +166,10 @@ class PullService:
             return self._timing.pull_delay_when_exception_ms
         commit_offset = None
         commit_seq = 0
-        if self._message_model is MessageModel.CLUSTERING and (not orderly or self._state.lock_valid(pq, now_ms)):
+        if self._message_model is MessageModel.CLUSTERING and (not orderly or self._state.lock_valid(pq)):
             # beyond RocketMQ: an orderly queue whose client lock ran out piggybacks no offset (a
-            # resumed consumer must not rewind the new owner's offset)
+            # resumed consumer must not rewind the new owner's offset); the clock is read again
+            # here, since the start-offset query above may have spanned a pause
             commit_offset = self._offset_store.read_memory(mq)
             commit_seq = self._api.next_commit_seq()
         self.stats.pulls += 1

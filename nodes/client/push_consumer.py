@@ -269,7 +269,7 @@ class PushConsumer:
         if self.message_model is MessageModel.CLUSTERING:
             self._offset_store: OffsetStore = RemoteBrokerOffsetStore(
                 instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event,
-                client_id=self.client_id, commit_pulled_offset=commit_pulled)
+                client_id=self.client_id, commit_pulled_offset=commit_pulled, may_commit=self._state.may_commit)
         else:
             self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
                                                       on_event=self._on_event, commit_pulled_offset=commit_pulled)
@@ -382,12 +382,14 @@ class PushConsumer:
             await service.stop()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
+        # persistConsumerOffset. RocketMQ unlocks an orderly consumer's queues first; here the
+        # offsets are committed while the locks are still held (a queue whose lock is not valid
+        # commits nothing), then the queues are unlocked: no commit after another client may own them
+        owned = list(self._state.process_queue_table)
+        await self._offset_store.persist_all(owned)
         if self._locker is not None:
-            # orderly: unlock before persisting offsets, as RocketMQ does
             await self._locker.unlock_all()
             await self._locker.close()
-        owned = list(self._state.process_queue_table)
-        await self._offset_store.persist_all(owned)  # persistConsumerOffset
         self._rebalance.drop_all()
         await self._rebalance.close()
         await self._instance.unregister_consumer(self.group, self._state.topics())

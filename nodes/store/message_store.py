@@ -151,6 +151,37 @@ class MessageStore:
 
     # --- reading -------------------------------------------------------------------------------
 
+    def truncate_to(self, phys_offset: int) -> tuple[int, int]:
+        """Discard the commitlog from `phys_offset` on, the consume-queue units that point there,
+        and move dispatch back, under the store's lock (the steps recovery takes for a torn tail,
+        in the same order); then flush. Returns (commitlog bytes dropped, units dropped).
+
+        For a running replica whose master showed both logs agree up to `phys_offset`. What the
+        fsyncs made durable only ever grows, but the bytes cut are gone: the recorded flush
+        positions come back to the cut, so a later power loss drops what is rewritten above it
+        until the next fsync."""
+        files = self._files
+        with files.lock:
+            files.check_open()
+            dropped_bytes = files.commitlog.truncate_after(phys_offset)
+            units = sum(queue.truncate_after_phys(phys_offset) for queue in list(files.consume_queues.values()))
+            dispatcher = files.dispatcher
+            dispatcher.reput_from_phys_offset = min(dispatcher.reput_from_phys_offset, phys_offset)
+            dispatcher.damaged_ranges[:] = [(a, b) for a, b in dispatcher.damaged_ranges if b <= phys_offset]
+            queue_ends = {f"{q.topic}/{q.queue_id}": q.max_queue_offset for q in files.consume_queues.values()}
+        with files._flushed_lock:
+            files._flushed_commitlog = min(files._flushed_commitlog, phys_offset)
+            for key, queue_offset in list(files._flushed_queues.items()):
+                files._flushed_queues[key] = min(queue_offset, queue_ends.get(key, 0))
+        files.flush()
+        return dropped_bytes, units
+
+    def report_bad_record(self, phys_offset: int, size_bytes: int, detail: str, *, queue_id: int | None = None,
+                          queue_offset: int | None = None) -> None:
+        """A `bad-record` store error found outside the store (replication reading or receiving
+        records): written once per phys offset per process, whoever tripped over it first."""
+        self._files.bad_records.report(phys_offset, size_bytes, detail, queue_id=queue_id, queue_offset=queue_offset)
+
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
                      tag_hashes: frozenset[int] | None) -> GetResult:
         """Up to `max_count` records from `queue_offset` whose tag hash is in `tag_hashes`

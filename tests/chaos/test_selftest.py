@@ -17,6 +17,7 @@ from chaos.selftest import SELFTEST_JSON, run_selftest, seed_for, selftest_exit_
 from chaos.selftest_cases import (
     NEEDED_FAULT,
     NEEDED_LAST,
+    NEEDED_SWITCH_FAULT,
     SELFTEST_CASES,
     SELFTEST_FAULT_PHASE_S,
     SelftestCase,
@@ -76,7 +77,7 @@ def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
         if case.switch in NEEDED_LAST:
             assert drawn[-1] == NEEDED_LAST[case.switch], case  # nothing after it pushes the bound out
         else:
-            assert NEEDED_FAULT[case.suite] in drawn, case
+            assert NEEDED_SWITCH_FAULT.get(case.switch, NEEDED_FAULT[case.suite]) in drawn, case
 
 
 def test_the_selftest_command_prints_the_table_and_fails_on_a_switch_not_caught(tmp_path, monkeypatch):

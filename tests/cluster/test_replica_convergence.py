@@ -3,9 +3,11 @@ logs, with real processes: the master restores the tail from a slave ahead of it
 that turned out diverged cuts back to the common prefix and copies again; under SYNC_MASTER
 no acknowledged message is lost."""
 
+import contextlib
 import dataclasses
 import json
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +187,50 @@ def test_a_record_damaged_on_the_master_before_the_slave_copied_it_becomes_the_s
         for node in ("broker-a-0", "broker-a-1"):
             bad = [e for e in _events(cluster, node) if e.get("event") == "store-error" and e.get("kind") == "bad-record"]
             assert [e["phys_offset"] for e in bad] == [damage["phys_offset"]], node
+
+
+def test_async_master_holds_writes_after_a_power_loss_until_the_slave_gave_its_tail_back(tmp_path, time_scale):
+    """ASYNC_MASTER, sends running on through the power loss and the restart: the restarted master
+    takes no write before its slave (ahead of it) has given the lost tail back, so nothing is cut
+    from the slave and every message acknowledged before the loss is still readable."""
+    with LocalCluster(_spec(time_scale), run_dir=tmp_path / "run") as cluster:
+        assert cluster.node("broker-a-0").describe()["details"].get("broker_role", "ASYNC_MASTER") == "ASYNC_MASTER"
+        with Producer(cluster.namesrv_addr) as producer:
+            acked = _send(producer, 300, "before")
+        slave_end = wait_slave_caught_up(cluster)
+        stop = threading.Event()
+        during: list = []
+
+        def send_on() -> None:  # a producer that never stops sending: the first write may race the slave
+            with Producer(cluster.namesrv_addr) as p:
+                i = 0
+                while not stop.is_set():
+                    with contextlib.suppress(Exception):
+                        r = p.send(Message(TOPIC, f"during-{i}".encode() * 20))
+                        if r.status is SendStatus.SEND_OK:
+                            during.append(r)
+                    i += 1
+                    time.sleep(0.01)
+
+        kept = _lose_tail(cluster, lost_bytes=16 * 1024)
+        assert kept < slave_end
+        sender = threading.Thread(target=send_on, daemon=True)
+        sender.start()
+        try:
+            cluster.restart("broker-a-0")
+            recovered = _recovered_end(cluster)
+            wait_for(lambda: max_phys_offset(cluster.node("broker-a-0")) > slave_end, 30,
+                     "the master to take writes again after the restore")
+            wait_for(lambda: len(during) >= 20, 30, "sends acknowledged after the restart")
+        finally:
+            stop.set()
+            sender.join(30)
+        _assert_identical(cluster)
+        _assert_readable(cluster, acked + during)
+        restored = [e for e in _events(cluster, "broker-a-0") if e.get("event") == "ha-restored"]
+        assert restored and restored[0]["from_phys_offset"] == recovered
+        assert restored[0]["bytes"] == slave_end - recovered
+        refused = [e for node in ("broker-a-0", "broker-a-1") for e in _events(cluster, node)
+                   if e.get("event") == "store-error" and e.get("kind") == "replica-refused"]
+        assert refused == []  # nothing cut
+        assert cluster.node("broker-a-1").describe()["details"]["ha_client"].get("truncated_bytes", 0) == 0

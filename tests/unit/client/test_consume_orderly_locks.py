@@ -519,3 +519,29 @@ def test_a_regained_queue_resumes_from_the_broker_offset_or_its_own_position_whi
         assert api.offsets == [expected], (broker_offset, own_offset)
         if expected == own_offset:
             assert svc._offset_store.read_memory(Q[0]) == own_offset  # type: ignore[attr-defined]
+
+
+def test_a_lease_that_runs_out_during_the_start_offset_query_piggybacks_no_offset():
+    """The first pull after locking asks the broker where to start; a pause during that query
+    (the lease runs out meanwhile) must not let the pull carry the offset read before it."""
+    holder: dict[str, Any] = {}
+
+    async def start(mq):
+        holder["svc"]._state.clock.advance_ms(Timing().client_lock_lease_ms + 1)  # the pause
+        return 0
+
+    class Recording(Api):
+        async def pull_kernel(self, mq, expression, queue_offset, max_nums, **kwargs):
+            self.commits.append(kwargs["commit_offset_value"])
+            return await super().pull_kernel(mq, expression, queue_offset, max_nums, **kwargs)
+
+    api = Recording(found(0, 1))
+    api.commits = []  # type: ignore[attr-defined]
+    svc, _ = orderly_pull(api, start)
+    holder["svc"] = svc
+    svc._offset_store.update_offset(Q[0], 84, increase_only=False)  # type: ignore[attr-defined]
+    pq = ProcessQueue(now_ms=0)
+    pq.locked = True
+    pq.last_lock_timestamp_ms = svc._state.clock.monotonic_ms()  # type: ignore[attr-defined]
+    asyncio.run(svc.pull_message(PullRequest(Q[0], pq, 0)))
+    assert api.commits == [None]  # type: ignore[attr-defined]

@@ -53,6 +53,22 @@ def test_only_an_orderly_consumer_leaves_queues_with_invalid_locks_out_of_the_of
     assert concurrent.queues_to_persist() == Q
 
 
+def test_only_an_orderly_consumer_with_a_lapsed_lock_may_not_commit():
+    s, clock = state()
+    pq = s.process_queue_table[Q[0]] = ProcessQueue(now_ms=T0)
+    assert not s.may_commit(Q[0])  # never locked
+    pq.locked = True
+    assert s.may_commit(Q[0])
+    clock.advance_ms(Timing().client_lock_lease_ms + 1)
+    assert not s.may_commit(Q[0])  # lapsed: the clock is read at the moment of asking
+    pq.last_lock_timestamp_ms = clock.monotonic_ms()
+    assert s.may_commit(Q[0])  # relocked
+    assert s.may_commit(Q[1])  # not in the table: the store forgets it, nothing to guard
+    concurrent, _ = state(orderly=False)
+    concurrent.process_queue_table[Q[0]] = ProcessQueue(now_ms=T0)
+    assert concurrent.may_commit(Q[0])
+
+
 def test_subscriptions_carry_the_retry_topic_in_clustering_and_renew_their_version():
     s, clock = state()
     s.copy_subscription({"T": "a || b"})

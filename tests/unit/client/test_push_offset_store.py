@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from nodes.client.consumer_state import ConsumerState
 from nodes.client.offset_store import (
     OFFSET_NOT_FOUND,
     OFFSET_READ_FAILED,
@@ -14,9 +15,12 @@ from nodes.client.offset_store import (
     offsets_file,
     read_offsets_file,
 )
+from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
+from nodes.common.clock import FakeClock
+from nodes.common.config import Timing
 from nodes.common.errors import TransportError
-from nodes.common.types import MessageQueue
+from nodes.common.types import MessageModel, MessageQueue
 from proto import broker_pb2, common_pb2
 
 Q0, Q1, Q2 = (MessageQueue("T", "broker-a", i) for i in range(3))
@@ -188,3 +192,26 @@ def test_remote_persist_failures_are_reported_not_raised(fakes):
     store.update_offset(Q0, 4, increase_only=True)
     asyncio.run(store.persist_all({Q0}))
     assert events[0]["ok"] is False and "down" in events[0]["error"]
+
+
+def test_an_orderly_queue_commits_only_while_its_lock_is_valid(fakes):
+    """A consumer resumed from a pause past its lease commits nothing for that queue (persist or
+    a single persist) and keeps the offset; once the queue is relocked it commits again."""
+    clock = FakeClock(start_ms=1_000_000)
+    state = ConsumerState(group="g", message_model=MessageModel.CLUSTERING, clock=clock,
+                          client_lock_lease_ms=Timing().client_lock_lease_ms, orderly=True)
+    pq = state.process_queue_table[Q0] = ProcessQueue(now_ms=clock.monotonic_ms())
+    pq.locked = True
+    inst = fakes.FakeInstance({"T": fakes.make_route(("broker-a", 3, 3, c.PERM_DEFAULT, {0: "a0:1"}))},
+                              lambda addr, method, request: broker_pb2.UpdateConsumerOffsetResponse(
+                                  code=common_pb2.SUCCESS))
+    store = RemoteBrokerOffsetStore(inst, "g", timeout_ms=1000, may_commit=state.may_commit)
+    store.update_offset(Q0, 84, increase_only=False)
+    clock.advance_ms(Timing().client_lock_lease_ms + 1)  # the pause: the lease ran out meanwhile
+    asyncio.run(store.persist_all(state.process_queue_table))
+    asyncio.run(store.persist(Q0))
+    assert inst.calls == [] and store.skipped_commits == 2
+    assert store.read_memory(Q0) == 84  # kept, not forgotten
+    pq.last_lock_timestamp_ms = clock.monotonic_ms()  # relocked
+    asyncio.run(store.persist_all(state.process_queue_table))
+    assert [(m, r.queue_id, r.offset) for _, m, r in inst.calls] == [("UpdateConsumerOffset", 0, 84)]
