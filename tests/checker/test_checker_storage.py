@@ -61,6 +61,20 @@ def test_replication_fails_on_a_replica_behind_missing_or_differing(spark):
     assert r.counts["by_problem"]["body differs"] == 2  # both offsets: crc 77 is neither 0 nor 1
 
 
+def test_replication_excuses_what_a_storage_fault_may_lose_and_nothing_else(spark):
+    """The slave kept a record the nemesis flipped on the master (which now reads it as a hole): that
+    message is excused as `lost` and `durability` excuse it; another message missing is not."""
+    run = Run().sends_for(0, 3).read_back(0, 0, [0, 1]).read_back(1, 0, range(3))
+    run.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m2"])
+    r = check_replication(run.history(spark), replace(config(), store_modes=ASYNC))
+    assert r.valid is True, r.examples
+    assert r.counts["by_problem"]["excused by a storage fault"] == 1
+    unexcused = Run().sends_for(0, 3).read_back(0, 0, [0, 1]).read_back(1, 0, range(3))
+    unexcused.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m1"])
+    r = check_replication(unexcused.history(spark), replace(config(), store_modes=ASYNC))
+    assert r.valid is False and r.counts["by_problem"]["missing on replica"] == 1
+
+
 def test_replication_is_unknown_without_a_read_back(spark):
     assert check_replication(Run().sends_for(0, 1).history(spark), config()).valid == "unknown"
 

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from chaos.checker.checks._common import collect_parts, examples_of, rel_s
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import History
+from chaos.checker.storage import allowed_loss
 from chaos.checker.verdict import CheckResult, Valid, combine_parts, unknown
 
 INTEGRITY = (
@@ -58,6 +59,9 @@ def check_integrity(h: History, cfg: CheckerConfig) -> CheckResult:
                        reason=None if bad_n == 0 else f"{bad_n} deliveries whose body differs from the one sent")
 
 
+EXCUSED = "excused by a storage fault"
+
+
 def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
     if not h.has("readback"):
         return unknown("replication", REPLICATION, "no end-of-run read-back (readback/readback.jsonl) in the run")
@@ -82,10 +86,15 @@ def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
                    .when(F.col("read_msg_id") != F.col("msg_id"), "another message at its offset")
                    .when(F.col("sent_crc32").isNotNull() & (F.col("read_crc32") != F.col("sent_crc32")),
                          "body differs").otherwise(None))
-        x = x.withColumn("problem", problem)
+        # a message the run's storage faults may lose (chaos.checker.storage: a corrupted record, a
+        # power loss's unflushed window or reused offsets) is excused here as in `lost` and `durability`
+        allowed = allowed_loss(h, cfg).select("msg_id", F.lit(True).alias("excused"))
+        x = (x.join(allowed, "msg_id", "left")
+             .withColumn("problem", F.when(problem.isNotNull() & F.col("excused").isNotNull(),
+                                           F.lit(EXCUSED)).otherwise(problem)))
         parts["summary"] = x.groupBy("problem").agg(F.count(F.lit(1)).alias("n"),
                                                     F.countDistinct("msg_id").alias("msgs"))
-        parts["bad"] = x.filter(F.col("problem").isNotNull()).select(
+        parts["bad"] = x.filter(F.col("problem").isNotNull() & (F.col("problem") != EXCUSED)).select(
             "problem", "broker_name", "replica_id", "topic", "queue_id", "queue_offset", "msg_id", "read_msg_id",
             "sent_crc32", "read_crc32")
         parts["acked"] = acked.agg(F.count(F.lit(1)).alias("n"))
@@ -101,7 +110,7 @@ def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
     skipped: dict[str, str] = {}
     if "summary" in got:
         by_problem = {r["problem"] or "ok": r["n"] for r in got["summary"]}
-        bad_n = sum(n for p, n in by_problem.items() if p != "ok")
+        bad_n = sum(n for p, n in by_problem.items() if p not in ("ok", EXCUSED))
         counts.update(acknowledged=got["acked"][0]["n"], replica_reads_checked=sum(by_problem.values()),
                       by_problem=by_problem)
         result["byte-identical"] = bad_n == 0
