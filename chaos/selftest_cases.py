@@ -54,8 +54,9 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("durability", "broker", c.FAULT_RECOVERY_KEEP_TORN_TAIL, "store-health", masters_only=True),
     SelftestCase("durability", "broker", c.FAULT_SYNC_FLUSH_ACK_EARLY, "durability", masters_only=True,
                  mode="sync-flush"),
-    SelftestCase("durability", "broker", c.FAULT_READ_SKIP_CRC, "integrity", masters_only=True),
-    SelftestCase("read-routing", "broker", c.FAULT_PULL_FLIP_BODY_BYTE, "integrity"),
+    # the corrupted record, served unchecked, reads back with a body that differs from the one sent
+    SelftestCase("durability", "broker", c.FAULT_READ_SKIP_CRC, "replication", masters_only=True),
+    SelftestCase("failover", "broker", c.FAULT_PULL_FLIP_BODY_BYTE, "integrity"),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show

@@ -212,18 +212,22 @@ def _seed_drawing(suite_name: str, op: str, target: str) -> int:
     raise AssertionError(f"no seed below 50 draws {op} {target} for {suite_name}")
 
 
+# the checks whose switched run is part of the default test run (one run each, the first case
+# naming it); every other case is `slow` and runs with `-m slow` or in `mqlab chaos selftest`. The
+# mechanisms behind the slow ones have their own cluster tests (tests/cluster/test_power_loss.py,
+# test_replica_convergence.py, test_orderly.py) and the checks their synthetic histories.
+DEFAULT_RUN_CHECKS = frozenset({"lock-exclusivity", "offset-resync", "read-routing", "lost", "replication",
+                                "integrity"})
+
+
 def _case_params() -> list[object]:
-    """Every selftest case. The default run keeps one real run per check and one per storage-fault
-    suite (its other cases' mechanisms have their own cluster tests: tests/cluster/test_power_loss.py,
-    test_replica_convergence.py); the rest run with `-m slow` and in `mqlab chaos selftest`."""
-    params, proven, suites_with_storage_faults = [], set(), set()
+    """Every selftest case, marked `slow` unless it is the default run's one run for its check."""
+    params, proven = [], set()
     for case in SELFTEST_CASES:
-        storage = case.suite == "durability"
-        marks = [pytest.mark.slow] if case.check in proven or (storage and case.suite in suites_with_storage_faults) else []
-        proven.add(case.check)
-        if storage:
-            suites_with_storage_faults.add(case.suite)
-        params.append(pytest.param(case, id=case.name, marks=marks))
+        default = case.check in DEFAULT_RUN_CHECKS and case.check not in proven
+        if default:
+            proven.add(case.check)
+        params.append(pytest.param(case, id=case.name, marks=[] if default else [pytest.mark.slow]))
     return params
 
 

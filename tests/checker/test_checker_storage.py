@@ -73,6 +73,10 @@ def test_replication_excuses_what_a_storage_fault_may_lose_and_nothing_else(spar
     unexcused.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m1"])
     r = check_replication(unexcused.history(spark), replace(config(), store_modes=ASYNC))
     assert r.valid is False and r.counts["by_problem"]["missing on replica"] == 1
+    served = Run().sends_for(0, 3).read_back(0, 0, range(3), crc=77).read_back(1, 0, range(3))
+    served.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m2"])
+    r = check_replication(served.history(spark), replace(config(), store_modes=ASYNC))
+    assert r.valid is False and r.counts["by_problem"]["body differs"] == 3  # a damaged body is never excused
 
 
 def test_replication_is_unknown_without_a_read_back(spark):
