@@ -89,6 +89,14 @@ class Bounds:
         return self.R_b + self.R_l + self.W_p
 
     @property
+    def takeover_after_master_return_ms(self) -> int:
+        """The master back after a kill, its lock table empty and its consumer table too: clients see
+        it in the route (N_r), it learns the group from their next heartbeat (H; until then it answers
+        the consumer list empty and the rebalance is skipped, as RocketMQ's does), then a rebalance,
+        a relock and a pull retry."""
+        return self.N_r + self.H + self.R_b + self.R_l + self.W_p
+
+    @property
     def first_consume_ms(self) -> int:
         """From a lock grant to the first orderly consumption: one relock period and a pull retry."""
         return self.R_l + self.W_p
@@ -217,6 +225,8 @@ DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
     ("takeover_after_stop_ms", "R_b + W_p  (from SIGTERM: unlockAll, rebalance, pull)"),
     ("takeover_after_rebalance_ms", "U_d + R_b + W_p  (from the drop: delayed unlock, rebalance, pull)"),
     ("takeover_after_lost_lock_ms", "R_b + R_l + W_p  (from the loss: rebalance, relock, pull)"),
+    ("takeover_after_master_return_ms",
+     "N_r + H + R_b + R_l + W_p  (from the master's return: route, heartbeat, rebalance, relock, pull)"),
     ("first_consume_ms", "R_l + W_p  (from the lock grant)"),
     ("expected_overlap_pause_ms", "L_b - L_c  (a holder paused longer mid-batch may overlap by design)"),
     ("takeover_after_partition_ms", "max(L_b, X_c + K_c) + R_b + W_p  (silent holder: channel expiry + scan)"),

@@ -97,6 +97,9 @@ class Bounds:
     def takeover_lost(self) -> int:
         return self.run.ms("takeover_after_lost_lock_ms")
 
+    def takeover_master_return(self) -> int:
+        return self.run.ms("takeover_after_master_return_ms")
+
     def takeover_silent(self) -> int:
         return self.run.ms("takeover_after_partition_ms")
 

@@ -25,6 +25,7 @@ def expected_derived(t: dict[str, int]) -> dict[str, int]:
         "takeover_after_stop_ms": t["R_b"] + t["W_p"],
         "takeover_after_rebalance_ms": t["U_d"] + t["R_b"] + t["W_p"],
         "takeover_after_lost_lock_ms": t["R_b"] + t["R_l"] + t["W_p"],
+        "takeover_after_master_return_ms": t["N_r"] + t["H"] + t["R_b"] + t["R_l"] + t["W_p"],
         "first_consume_ms": t["R_l"] + t["W_p"],
         "expected_overlap_pause_ms": t["L_b"] - t["L_c"],
         "takeover_after_partition_ms": max(t["L_b"], t["X_c"] + t["K_c"]) + t["R_b"] + t["W_p"],

@@ -39,7 +39,7 @@ TAKEOVER = (
     "taking it): U_d + R_b + W_p) plus slack. A's later faults never reset that clock (a queue still waiting "
     "waits from the first). Whatever else starts before that deadline can only push it out: A's later lock or "
     "rebalance events, another consumer of the group going silent (its bound from then) or restarted (its warm-up "
-    "N_r + R_b + R_l + W_p after the restart), the master down (R_b + R_l + W_p after its return), a lease "
+    "N_r + R_b + R_l + W_p after the restart), the master down (N_r + H + R_b + R_l + W_p after its return), a lease "
     "granted to A again (the kill bound from that grant); never to a reference after B's start (a negative "
     "time is a wrong attribution: the earlier reference stands). "
     "After a kill, B must not start before t_L + L_b (the lease). A holder fault after which nobody consumes "
@@ -420,7 +420,7 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
                               f"{w.label} (restarted), after {first_label}"))
     for w in h.broker_fault_windows:
         if w.start_ms < r["start"] and w.end_ms > first_ref and _master_out(h, w):
-            extenders.append((w.start_ms, w.end_ms, b.takeover_lost(), "master-return",
+            extenders.append((w.start_ms, w.end_ms, b.takeover_master_return(), "master-return",
                               f"{first_label}, then the master was back after {w.label}"))
     released_after = any(k == "released" and t >= (r["t_L"] or 0) for t, k, _ in causes)
     if r["t_L"] is not None and r["t_L"] > first_ref and not released_after:
