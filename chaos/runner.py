@@ -77,6 +77,17 @@ class RunOptions:
     spark: SparkSession | None = None  # reuse a running session (tests)
     schedule_file: Path | None = None  # replay this schedule instead of drawing one
     mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
+    checks: tuple[str, ...] | None = None  # judge only these of the suite's checks (tests); None: all
+
+    @property
+    def check_names(self) -> tuple[str, ...]:
+        if self.checks is None:
+            return self.suite.checks
+        unknown = sorted(set(self.checks) - set(self.suite.checks))
+        if unknown:
+            raise ValueError(f"suite {self.suite.name} has no check {', '.join(unknown)}; "
+                             f"its checks are {', '.join(self.suite.checks)}")
+        return self.checks
 
     @property
     def mode_name(self) -> str:
@@ -273,9 +284,9 @@ class ChaosRun:
             from chaos.checker.pipeline import check_run
 
             return check_run(self.run_dir, spark=self.options.spark, spark_master=self.options.spark_master,
-                             report=self.options.report, names=self.suite.checks), None
+                             report=self.options.report, names=self.options.check_names), None
         self.console.print("checking the histories on Spark (in a checker process)…")
-        judged = judge(self.run_dir, names=self.suite.checks, spark_master=self.options.spark_master,
+        judged = judge(self.run_dir, names=self.options.check_names, spark_master=self.options.spark_master,
                        report=self.options.report)
         if judged.output is None:
             return None, f"{judged.error}; the run dir is kept: judge it with `mqlab chaos check {self.run_dir}`"
