@@ -36,6 +36,7 @@ from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
+from nodes.common.rpc import ignore_grpc_poller_noise
 from nodes.common.service import Lifecycle, LifecycleState
 from nodes.common.types import MessageModel
 
@@ -131,6 +132,7 @@ class ClientInstance:
             raise ClientStateError(f"{self.name} was already started (state {self.lifecycle.state.name})")
         self.lifecycle.transition(Lifecycle.STARTING)
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(ignore_grpc_poller_noise)
         self._loop = loop
         self._thread = threading.Thread(target=self._thread_main, name=f"mqlab-{self.name}", daemon=True)
         self._thread.start()

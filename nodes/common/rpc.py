@@ -7,7 +7,9 @@ uses it to route node-to-node traffic through its link proxies; it is empty in p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -68,6 +70,21 @@ def make_channel(addr: str, overrides: Mapping[str, str] | None = None) -> grpc.
 
 def make_sync_channel(addr: str) -> grpc.Channel:
     return grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+
+
+def ignore_grpc_poller_noise(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An event loop exception handler for processes that run several grpc.aio loops (a client
+    instance per thread, one after another). grpc.aio wakes every loop it ever bound when a call
+    completes (grpc/grpc#25364): the loops that lose the race for the wake-up byte raise
+    BlockingIOError, and a call of a client already closed completes its cancellation on a loop
+    that is closed (RuntimeError). Both come from `PollerCompletionQueue._handle_events` and lose
+    nothing (the call was cancelled by its own close); anything else goes to the default handler."""
+    exc = context.get("exception")
+    source = repr(context.get("handle") or context.get("message") or "")
+    noise = isinstance(exc, BlockingIOError) or (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed")
+    if noise and "PollerCompletionQueue._handle_events" in source:
+        return
+    loop.default_exception_handler(context)
 
 
 def map_rpc_error(exc: grpc.RpcError, what: str) -> MqError:
