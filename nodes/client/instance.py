@@ -33,10 +33,10 @@ from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
 from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
+from nodes.client.rpc.loop_noise import quiet_grpc_poller_noise
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
-from nodes.common.rpc import ignore_grpc_poller_noise
 from nodes.common.service import Lifecycle, LifecycleState
 from nodes.common.types import MessageModel
 
@@ -132,7 +132,7 @@ class ClientInstance:
             raise ClientStateError(f"{self.name} was already started (state {self.lifecycle.state.name})")
         self.lifecycle.transition(Lifecycle.STARTING)
         loop = asyncio.new_event_loop()
-        loop.set_exception_handler(ignore_grpc_poller_noise)
+        quiet_grpc_poller_noise(loop)
         self._loop = loop
         self._thread = threading.Thread(target=self._thread_main, name=f"mqlab-{self.name}", daemon=True)
         self._thread.start()
