@@ -154,6 +154,7 @@ class BrokerController:
             log.warning("first registration failed (%s); retrying every %d ms", exc,
                         self.config.timing.register_interval_ms)
         self.registrar.start_channels()
+        await self.registrar.wait_channels_open(timing.register_timeout_ms)
         assert self.client_manage is not None
         self._registration = RegistrationService(self.registrar, timing.register_interval_ms, crash_node)
         self._services = [

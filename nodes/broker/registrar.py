@@ -96,6 +96,7 @@ class _NamesrvLink:
     # Set by a successful registration carrying the current token; the channel opens after it.
     registered: asyncio.Event = field(default_factory=asyncio.Event)
     channel_open: bool = False
+    opened: asyncio.Event = field(default_factory=asyncio.Event)  # set while the channel is open
     reregistering: bool = False
     channels_lost: int = 0
     task: asyncio.Task[None] | None = None
@@ -225,6 +226,7 @@ class NamesrvRegistrar:
                     log.info("channel to name server %s open (token %s, registered=%s)",
                              link.addr, link.token, registered)
                 link.channel_open = True
+                link.opened.set()
             return "ended by the name server"
         except MqError as exc:
             return str(exc)
@@ -233,7 +235,26 @@ class NamesrvRegistrar:
             return repr(exc)
         finally:
             link.channel_open = False
+            link.opened.clear()
             await events.aclose()
+
+    async def wait_channels_open(self, timeout_ms: int) -> bool:
+        """Wait until every name server that took the registration holds this process's channel
+        open (False: not within `timeout_ms`). A registration is only watched once its channel
+        is open: a process that dies in between is removed by expiry alone (X_b), not at once.
+        RocketMQ registers over the very connection the name server watches, so it has no such
+        gap; the broker announces itself ready only after it, so a harness (or a nemesis) acting
+        on readiness never lands in it."""
+        waiting = [link.opened.wait() for link in self._links if link.registered.is_set()]
+        if not waiting:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.gather(*waiting), timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("a name server channel did not open within %d ms of the registration; "
+                        "until it does, only expiry removes this broker there", timeout_ms)
+            return False
+        return True
 
     def _identity(self) -> BrokerIdentity:
         return BrokerIdentity(cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,

@@ -106,3 +106,43 @@ def test_registrations_carry_the_remoting_address_the_controller_hands_over(topi
     no_listener = NamesrvRegistrar(dataclasses.replace(config, remoting_port=0), topics, [n1])
     asyncio.run(no_listener.register_all())
     assert n1.remoting_addrs == ["127.0.0.1:20911", "127.0.0.1:30911", ""]
+
+
+class SlowChannelNamesrv(FakeNamesrv):
+    """Its channel opens only when `open_channel` is set (or never)."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(addr)
+        self.open_channel = asyncio.Event()
+
+    async def watch_channel(self, broker: BrokerIdentity, channel_token: str) -> AsyncGenerator[bool, None]:
+        await self.open_channel.wait()
+        yield True
+        await self.channel_end.wait()
+
+
+def test_ready_waits_until_every_registered_name_server_watches_the_channel(topics):
+    slow, down = SlowChannelNamesrv("n1:1"), FakeNamesrv("n2:1", down=True)
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        registrar = NamesrvRegistrar(_config(), topics, [slow, down])
+        await registrar.register_all()  # n2 is down: only n1 took the registration
+        registrar.start_channels()
+        waiting = asyncio.create_task(registrar.wait_channels_open(5_000))
+        await asyncio.sleep(0.05)
+        done_before_open = waiting.done()
+        slow.open_channel.set()
+        opened = await waiting
+        never = SlowChannelNamesrv("n3:1")
+        other = NamesrvRegistrar(_config(), topics, [never])
+        await other.register_all()
+        other.start_channels()
+        timed_out = await other.wait_channels_open(50)
+        for r in (registrar, other):
+            await r.unregister_all()
+        return done_before_open, opened, timed_out
+
+    done_before_open, opened, timed_out = asyncio.run(scenario())
+    assert not done_before_open  # registered, but not yet watched: not ready
+    assert opened is True
+    assert timed_out is False  # a channel that never opens ends the wait at its bound, not never
