@@ -16,7 +16,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.store.commitlog import AppendResult
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
-from nodes.store.record import MessageToStore, PropertiesTooLargeError, tag_hash
+from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
 from nodes.store.record_batch import ScannedBatch, encode_scanned
 from nodes.store.store_files import StoreFiles, is_path_safe
 
@@ -170,7 +170,7 @@ class StoreWriter:
                 f"the batch carries {batch_body_bytes} body bytes, over the {body_bytes_max}-byte limit"))
         return None
 
-    def append_commitlog(self, phys_offset: int, data: bytes) -> None:
+    def append_commitlog(self, phys_offset: int, data: bytes, checked: Sequence[CheckedRecord] = ()) -> None:
         """MessageStore.append_commitlog: append and dispatch under the lock, then fire arrivals."""
         files = self._files
         with files.lock:
@@ -179,6 +179,8 @@ class StoreWriter:
             self._commitlog.append_bytes(phys_offset, data)
             if was_empty:
                 self._dispatcher.reput_from_phys_offset = phys_offset
+            if checked:
+                self._dispatcher.dispatch_checked(phys_offset, checked)
             self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
