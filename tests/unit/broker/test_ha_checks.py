@@ -14,7 +14,8 @@ from nodes.broker.ha_restore import WriteGate, collect_restore
 from nodes.common.clock import FakeClock
 from nodes.store.message_store import MessageStore
 from nodes.store.record import MessageToStore, blank_marker, encode_record
-from tests.unit.broker.conftest import DELAYS_MS, SMALL
+
+from .conftest import DELAYS_MS, SMALL
 
 SEGMENT = 64 * 1024
 
