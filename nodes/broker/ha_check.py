@@ -10,12 +10,12 @@ event log, at most one bad-record line per phys offset per process.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.common import constants as c
 from nodes.store.mapped_file import segment_name
-from nodes.store.record import HEADER, RECORD_BYTES_MIN, index_fields, peek_size_and_magic
+from nodes.store.record import HEADER, RECORD_BYTES_MIN, CheckedRecord, index_fields, peek_size_and_magic
 
 StoreEvent = Callable[[dict[str, Any]], None]
 ReportBad = Callable[..., None]  # (phys_offset, size_bytes, detail, *, queue_id, queue_offset)
@@ -29,31 +29,38 @@ class ChunkCheck:
     bad_phys_offset: int | None = None  # the first bytes that failed a check
     reason: str = ""
     needed_bytes: int = 0  # > 0: the chunk ends inside a record (or blank) this long, read more
+    # what the walk read of each record in the valid bytes, so a slave's dispatch needs no second pass
+    records: list[CheckedRecord] = field(default_factory=list, compare=False, repr=False)
 
 
 def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:
     """Walk `data` (commitlog bytes starting at `phys_offset`) over whole, valid records."""
     view = memoryview(data)
     pos, end = 0, len(data)
+    records: list[CheckedRecord] = []
     while pos < end:
         at = phys_offset + pos
         segment_end = at - at % segment_bytes + segment_bytes
         if end - pos < c.END_FILE_MIN_BLANK_BYTES:
-            return ChunkCheck(pos, needed_bytes=c.END_FILE_MIN_BLANK_BYTES)
+            return ChunkCheck(pos, needed_bytes=c.END_FILE_MIN_BLANK_BYTES, records=records)
         size, magic = peek_size_and_magic(view, pos)
         if magic == c.BLANK_MAGIC:
             if at + size != segment_end:
-                return ChunkCheck(pos, at, f"a blank marker of {size} bytes does not end its segment")
+                return ChunkCheck(pos, at, f"a blank marker of {size} bytes does not end its segment", records=records)
         elif magic != c.RECORD_MAGIC:
-            return ChunkCheck(pos, at, f"no record magic (0x{magic:08x})")
+            return ChunkCheck(pos, at, f"no record magic (0x{magic:08x})", records=records)
         elif size < RECORD_BYTES_MIN or at + size > segment_end:
-            return ChunkCheck(pos, at, f"a record size of {size} bytes does not fit its segment")
+            return ChunkCheck(pos, at, f"a record size of {size} bytes does not fit its segment", records=records)
         if pos + size > end:
-            return ChunkCheck(pos, needed_bytes=size)
-        if magic == c.RECORD_MAGIC and index_fields(view, pos, pos + size, at) is None:
-            return ChunkCheck(pos, at, "the record fails its checks (layout, own phys offset or CRC)")
+            return ChunkCheck(pos, needed_bytes=size, records=records)
+        if magic == c.RECORD_MAGIC:
+            fields = index_fields(view, pos, pos + size, at)
+            if fields is None:
+                return ChunkCheck(pos, at, "the record fails its checks (layout, own phys offset or CRC)",
+                                  records=records)
+            records.append((at, *fields))
         pos += size
-    return ChunkCheck(end)
+    return ChunkCheck(end, records=records)
 
 
 def damaged_record_bytes(data: bytes, phys_offset: int, segment_bytes: int) -> int:

@@ -220,7 +220,7 @@ class HaClient:
             self.bytes_received += len(chunk.data)
             return True
         if check.valid_bytes:
-            self._store.append_commitlog(chunk.phys_offset, chunk.data[:check.valid_bytes])
+            self._store.append_commitlog(chunk.phys_offset, chunk.data[:check.valid_bytes], check.records)
             self.bytes_received += check.valid_bytes
         if check.valid_bytes == len(chunk.data):
             return True

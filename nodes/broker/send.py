@@ -129,12 +129,15 @@ class SendProcessor:
             return _reply(*refusal)
         body_bytes_max = self._config.store.message_body_bytes_max
         # A plain batch body (the common batch) is written as records straight from its bytes;
-        # anything else (a retry or schedule topic, a delay level, odd properties, a bad entry)
-        # is decoded into messages, which also finds what to answer about it.
+        # anything else (a retry or schedule topic, a delay level or REAL_* property to check,
+        # odd properties, a bad entry) is decoded into messages, which also finds what to
+        # answer about it.
         scanned = None
         if (req.batch_body and not req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)
                 and req.topic != c.SCHEDULE_TOPIC):
             scanned = scan_batch_body(req.batch_body, body_bytes_max)
+            if scanned is not None and validation.scanned_needs_property_checks(scanned):
+                scanned = None
         messages: Sequence[IncomingMessage] = ()
         if scanned is None:
             try:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.record import (
     RECORD_BYTES_MIN,
+    CheckedRecord,
     RecordKind,
     decode_properties,
     index_fields,
@@ -160,6 +161,30 @@ class Dispatcher:
             for i in written:
                 on_arrival(topic, queue_id, first_queue_offset + i + 1, units[i][2], store_timestamp_ms)
         return True
+
+    def dispatch_checked(self, start_phys_offset: int, records: Sequence[CheckedRecord]) -> int:
+        """Index records a replica just appended at `start_phys_offset` from the fields its
+        record check read (`index_fields`, the same function and bytes a walk would read);
+        returns how many. Only the records that follow each other from the walk's position are
+        taken; when the walk is elsewhere, or knows anything at or past `start_phys_offset`
+        (damage, a wait), none is: `dispatch_until` then walks the bytes as usual, and also
+        steps over what follows the records (a blank marker)."""
+        if self.reput_from_phys_offset != start_phys_offset or not records:
+            return 0
+        if self._waiting_at is not None and self._waiting_at[0] >= start_phys_offset:
+            return 0
+        if any(start >= start_phys_offset for start in self._damaged_end_by_start):
+            return 0
+        indexed = 0
+        for phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, properties in records:
+            if phys_offset != self.reput_from_phys_offset:
+                break
+            # The reput position moves first, so a listener that raises leaves the walk consistent.
+            self.reput_from_phys_offset = phys_offset + size
+            self._index(phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                        decode_properties(properties))
+            indexed += 1
+        return indexed
 
     def note_damaged(self, start_phys_offset: int, end_phys_offset: int) -> None:
         """Remember [start, end) as damaged: walks step over it without judging it again."""

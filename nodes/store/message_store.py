@@ -22,7 +22,7 @@ from nodes.common.config import StoreConfig
 from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS
 from nodes.store.metadata import MetadataStore
 from nodes.store.read_path import GetResult, GetStatus, StoreReader
-from nodes.store.record import MessageToStore, Record
+from nodes.store.record import CheckedRecord, MessageToStore, Record
 from nodes.store.record_batch import ScannedBatch
 from nodes.store.recovery import RecoveryReport
 from nodes.store.store_events import Reporter
@@ -141,13 +141,17 @@ class MessageStore:
                                         born_host=born_host, store_host=store_host, sys_flag=sys_flag,
                                         reconsume_times=reconsume_times)
 
-    def append_commitlog(self, phys_offset: int, data: bytes) -> None:
+    def append_commitlog(self, phys_offset: int, data: bytes, checked: Sequence[CheckedRecord] = ()) -> None:
         """Append raw bytes from a master at `phys_offset` (== max_phys_offset), then dispatch.
+
+        `checked`: what the caller's record check read of the records `data` starts with
+        (`index_fields`, each at its phys offset); dispatch indexes them from it instead of
+        reading and checking the same bytes again.
 
         Raises:
             StoreError: the offset does not continue this commitlog, or crosses a segment end.
         """
-        self._writer.append_commitlog(phys_offset, data)
+        self._writer.append_commitlog(phys_offset, data, checked)
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -402,6 +402,11 @@ def check_at(buf: Any, pos: int, *, base_phys_offset: int = 0) -> tuple[RecordKi
     return RecordKind.RECORD, total_size
 
 
+# (phys offset, then `index_fields`: total size, topic, queue id, queue offset, store timestamp,
+# properties text) of a record that passed every check
+CheckedRecord = tuple[int, int, str, int, int, int, str]
+
+
 def index_fields(buf: Any, pos: int, end: int, phys_offset: int) -> tuple[int, str, int, int, int, str] | None:
     """What dispatch needs of the record at `buf[pos]`, when it passes every check of
     `check_at` (with its PHYSICALOFFSET field equal to `phys_offset`) and ends by `end`:

@@ -121,9 +121,8 @@ _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _TAGS_FIRST = f"{c.PROPERTY_TAGS}\x01".encode()
 _TAGS_LATER = b"\x02" + _TAGS_FIRST
 _RESERVED = c.PROPERTY_RECORD_CRC.encode()
+# put_scanned converts no delayed message into the schedule topic: such an entry needs the put
 _DELAY_NAME = f"{c.PROPERTY_DELAY}\x01".encode()
-# a client-set REAL_TOPIC / REAL_QID is validated on the general path (nodes.broker.validation)
-_REAL_NAMES = (f"{c.PROPERTY_REAL_TOPIC}\x01".encode(), f"{c.PROPERTY_REAL_QUEUE_ID}\x01".encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +167,7 @@ def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
             props = blob[props_start:entry_end]
             separators = props.translate(None, _NOT_SEPARATORS)
             if (not props.isascii() or props[-1] != 2 or separators != b"\x01\x02" * (len(separators) // 2)
-                    or _RESERVED in props or _DELAY_NAME in props
-                    or _REAL_NAMES[0] in props or _REAL_NAMES[1] in props):
+                    or _RESERVED in props or _DELAY_NAME in props):
                 return None
             at = props.rfind(_TAGS_LATER)
             at = at + len(_TAGS_LATER) if at >= 0 else (len(_TAGS_FIRST) if props.startswith(_TAGS_FIRST) else -1)

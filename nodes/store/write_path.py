@@ -16,12 +16,14 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.store.commitlog import AppendResult
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
-from nodes.store.record import MessageToStore, PropertiesTooLargeError, tag_hash
+from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
 from nodes.store.record_batch import ScannedBatch, encode_scanned
 from nodes.store.store_files import StoreFiles, is_path_safe
 
 # (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
 Arrival = tuple[str, int, int, int]
+# writes a put's records given (first_queue_offset, store_timestamp_ms); raises ValueError if refused
+_Append = Callable[[int, int], list[AppendResult]]
 
 
 class PutStatus(enum.Enum):
@@ -54,10 +56,9 @@ class StoreWriter:
     def put_messages(self, msgs: Sequence[MessageToStore]) -> PutResult:
         """MessageStore.put_messages: refuse, convert a delayed message, validate, then under the
         lock assign offsets, append and dispatch; arrivals fire after the lock is released."""
-        files = self._files
-        if not files.running or files.is_slave:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                             remark="the store is a slave" if files.is_slave else "the store is not open")
+        refused = self._refuse_unless_writable()
+        if refused is not None:
+            return refused
         if any(wants_delay(msg) for msg in msgs):
             if len(msgs) > 1:  # CommitLog#asyncPutMessages refuses delayed batches
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a batch cannot carry delayed messages")
@@ -66,45 +67,55 @@ class StoreWriter:
         rejected = self._validate(msgs)
         if rejected is not None:
             return rejected
-        topic, queue_id = msgs[0].topic, msgs[0].queue_id
         commitlog = self._commitlog
-        with files.lock:
-            if not files.running:  # closed while this call was on its way in
-                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is closed")
-            queue = files.consume_queues.get((topic, queue_id))
-            first_queue_offset = queue.max_queue_offset if queue is not None else 0
-            start_phys_offset = commitlog.max_phys_offset
-            store_timestamp_ms = self._clock.wall_ms()
-            try:
-                appended = commitlog.append(msgs, first_queue_offset=first_queue_offset,
-                                            store_timestamp_ms=store_timestamp_ms)
-            except PropertiesTooLargeError as exc:
-                return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, remark=str(exc))
-            except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
-            end_phys_offset = commitlog.max_phys_offset
-            units = [(a.phys_offset, a.size, self._tag_code_of(msg, store_timestamp_ms))
-                     for msg, a in zip(msgs, appended, strict=True)]
-            if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
-                                                      first_queue_offset, units, store_timestamp_ms):
-                self._dispatcher.dispatch_until(end_phys_offset)
-            arrivals = self._take_arrivals()
-        self._fire(arrivals)
-        return PutResult(PutStatus.PUT_OK, appended)
+
+        def append(first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+            return commitlog.append(msgs, first_queue_offset=first_queue_offset,
+                                    store_timestamp_ms=store_timestamp_ms)
+
+        def tag_codes(store_timestamp_ms: int) -> list[int]:
+            return [self._tag_code_of(msg, store_timestamp_ms) for msg in msgs]
+
+        return self._append_dispatch(msgs[0].topic, msgs[0].queue_id, append, tag_codes)
 
     def put_scanned(self, scanned: ScannedBatch, *, topic: str, queue_id: int, born_timestamp_ms: int,
                     born_host: tuple[str, int], store_host: tuple[str, int], sys_flag: int = 0,
                     reconsume_times: int = 0) -> PutResult:
         """`put_messages` for a producer's batch body that `scan_batch_body` found plain: the
         records are written from its bytes, with the same outcome as putting its decoded messages."""
+        refused = self._refuse_unless_writable() or _check_destination(topic, queue_id)
+        if refused is not None:
+            return refused
+        commitlog = self._commitlog
+
+        def append(first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+            blob, sizes = encode_scanned(scanned, topic=topic, queue_id=queue_id,
+                                         first_queue_offset=first_queue_offset,
+                                         store_timestamp_ms=store_timestamp_ms,
+                                         born_timestamp_ms=born_timestamp_ms, born_host=born_host,
+                                         store_host=store_host, sys_flag=sys_flag, reconsume_times=reconsume_times)
+            return commitlog.append_encoded(blob, sizes, store_host=store_host,
+                                            first_queue_offset=first_queue_offset,
+                                            store_timestamp_ms=store_timestamp_ms)
+
+        def tag_codes(_store_timestamp_ms: int) -> list[int]:
+            return [entry[5] for entry in scanned.entries]  # the scan derived them from the properties
+
+        return self._append_dispatch(topic, queue_id, append, tag_codes)
+
+    def _refuse_unless_writable(self) -> PutResult | None:
         files = self._files
         if not files.running or files.is_slave:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="the store is a slave" if files.is_slave else "the store is not open")
-        if not is_path_safe(topic) or len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {topic!r} cannot be stored")
-        if queue_id < 0:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"queue id {queue_id} is negative")
+        return None
+
+    def _append_dispatch(self, topic: str, queue_id: int, append: _Append,
+                         tag_codes: Callable[[int], list[int]]) -> PutResult:
+        """The locked tail of a put: assign queue offsets from the queue's max, `append` the
+        records, dispatch them at once (fast path with their `tag_codes`, else a reput), take the
+        arrivals; they fire after the lock is released."""
+        files = self._files
         commitlog = self._commitlog
         with files.lock:
             if not files.running:  # closed while this call was on its way in
@@ -114,18 +125,14 @@ class StoreWriter:
             start_phys_offset = commitlog.max_phys_offset
             store_timestamp_ms = self._clock.wall_ms()
             try:
-                blob, sizes = encode_scanned(scanned, topic=topic, queue_id=queue_id,
-                                             first_queue_offset=first_queue_offset,
-                                             store_timestamp_ms=store_timestamp_ms,
-                                             born_timestamp_ms=born_timestamp_ms, born_host=born_host,
-                                             store_host=store_host, sys_flag=sys_flag, reconsume_times=reconsume_times)
-                appended = commitlog.append_encoded(blob, sizes, store_host=store_host,
-                                                    first_queue_offset=first_queue_offset,
-                                                    store_timestamp_ms=store_timestamp_ms)
-            except ValueError as exc:  # encoding refused it (host, topic, segment size)
+                appended = append(first_queue_offset, store_timestamp_ms)
+            except PropertiesTooLargeError as exc:
+                return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, remark=str(exc))
+            except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
             end_phys_offset = commitlog.max_phys_offset
-            units = [(a.phys_offset, a.size, entry[5]) for a, entry in zip(appended, scanned.entries, strict=True)]
+            units = [(a.phys_offset, a.size, tag_code)
+                     for a, tag_code in zip(appended, tag_codes(store_timestamp_ms), strict=True)]
             if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
                                                       first_queue_offset, units, store_timestamp_ms):
                 self._dispatcher.dispatch_until(end_phys_offset)
@@ -146,10 +153,9 @@ class StoreWriter:
         if not msgs:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no message to store")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
-        if not is_path_safe(topic) or len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {topic!r} cannot be stored")
-        if queue_id < 0:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"queue id {queue_id} is negative")
+        rejected = _check_destination(topic, queue_id)
+        if rejected is not None:
+            return rejected
         body_bytes_max = self._files.config.message_body_bytes_max
         for i, msg in enumerate(msgs):
             if msg.topic != topic or msg.queue_id != queue_id:
@@ -164,7 +170,7 @@ class StoreWriter:
                 f"the batch carries {batch_body_bytes} body bytes, over the {body_bytes_max}-byte limit"))
         return None
 
-    def append_commitlog(self, phys_offset: int, data: bytes) -> None:
+    def append_commitlog(self, phys_offset: int, data: bytes, checked: Sequence[CheckedRecord] = ()) -> None:
         """MessageStore.append_commitlog: append and dispatch under the lock, then fire arrivals."""
         files = self._files
         with files.lock:
@@ -173,6 +179,8 @@ class StoreWriter:
             self._commitlog.append_bytes(phys_offset, data)
             if was_empty:
                 self._dispatcher.reput_from_phys_offset = phys_offset
+            if checked:
+                self._dispatcher.dispatch_checked(phys_offset, checked)
             self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
@@ -190,3 +198,12 @@ class StoreWriter:
         if self.on_arrival is not None:
             for arrival in arrivals:
                 self.on_arrival(*arrival)
+
+
+def _check_destination(topic: str, queue_id: int) -> PutResult | None:
+    """MESSAGE_ILLEGAL for a topic the store cannot name a file after, or a negative queue id."""
+    if not is_path_safe(topic) or len(topic.encode()) > c.TOPIC_NAME_BYTES_MAX:
+        return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic {topic!r} cannot be stored")
+    if queue_id < 0:
+        return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"queue id {queue_id} is negative")
+    return None

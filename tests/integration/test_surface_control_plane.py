@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 from support.cluster_rpc import wait_for
+from support.local_cluster import TIME_SCALE, module_cluster
 
-from harness import LocalCluster
 from harness.admin import credential_of
 from harness.spec import ClusterSpec
 from nodes.client import Producer
@@ -36,18 +36,12 @@ from proto import (
     replication_pb2_grpc,
 )
 
-TIME_SCALE = 0.05
 TIMEOUT_S = 10.0
 DEAD_ADDR = "127.0.0.1:9"  # the discard port: nothing answers there
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    spec = ClusterSpec.default(time_scale=TIME_SCALE).with_node_options("broker-a-0", broker_role="SYNC_MASTER")
-    with LocalCluster(spec, run_dir=tmp_path_factory.mktemp("surface-control") / "run") as cl:
-        cl.wait_until_routable()
-        yield cl
-        assert not cl.unexpected_exits, cl.unexpected_exits
+cluster = module_cluster("surface-control", ClusterSpec.default(time_scale=TIME_SCALE).with_node_options(
+    "broker-a-0", broker_role="SYNC_MASTER"))
 
 
 def _credential(cluster) -> str:

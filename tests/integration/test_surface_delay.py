@@ -4,36 +4,21 @@ entries behind it are delivered. Against a real master process."""
 
 from __future__ import annotations
 
-import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.cluster_rpc import wait_for
+from support.local_cluster import module_cluster, module_master_stub
 
-from harness import LocalCluster
-from harness.spec import ClusterSpec
 from nodes.client.pull_decode import decode_messages
 from nodes.common import constants as c
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
+from proto import broker_pb2, common_pb2
 
-TIME_SCALE = 0.05
 TIMEOUT_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(ClusterSpec.default(time_scale=TIME_SCALE),
-                      run_dir=tmp_path_factory.mktemp("surface-delay") / "run") as cl:
-        cl.wait_until_routable()
-        yield cl
-        assert not cl.unexpected_exits, cl.unexpected_exits
-
-
-@pytest.fixture(scope="module")
-def broker(cluster):
-    channel = grpc.insecure_channel(cluster.node("broker-a-0").addr)
-    yield broker_pb2_grpc.BrokerStub(channel)
-    channel.close()
+cluster = module_cluster("surface-delay")
+broker = module_master_stub()
 
 
 def _send(broker, topic: str, properties: dict[str, str], queue_id: int = 0, body: bytes = b"x"):

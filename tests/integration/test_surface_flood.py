@@ -18,34 +18,20 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.local_cluster import module_cluster, module_master_stub
 
-from harness import LocalCluster
-from harness.spec import ClusterSpec
 from nodes.common import constants as c
 from nodes.store.message_batch import encode_entry
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
-TIME_SCALE = 0.05
 TIMEOUT_S = 10.0
 CONNECTIONS = 200
 GARBAGE = b"\xff\xff\xff\x07 this is no protobuf message"
 ONE_BYTE_ENTRY = encode_entry(b"x", 0, {})
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(ClusterSpec.default(time_scale=TIME_SCALE),
-                      run_dir=tmp_path_factory.mktemp("surface-flood") / "run") as cl:
-        cl.wait_until_routable()
-        yield cl
-        assert not cl.unexpected_exits, cl.unexpected_exits
-
-
-@pytest.fixture(scope="module")
-def broker(cluster):
-    channel = grpc.insecure_channel(cluster.node("broker-a-0").addr)
-    yield broker_pb2_grpc.BrokerStub(channel)
-    channel.close()
+cluster = module_cluster("surface-flood")
+broker = module_master_stub()
 
 
 def _batch(broker, entries: int, *, timeout_s: float = TIMEOUT_S):

@@ -10,40 +10,30 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.local_cluster import master_stub, module_cluster
 
-from harness import LocalCluster
 from harness.admin import credential_of
-from harness.spec import ClusterSpec
 from nodes.common.credential import call_metadata
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, replication_pb2, replication_pb2_grpc
 
-TIME_SCALE = 0.05
 TIMEOUT_S = 10.0
 TOPICS = ("SurfOffA", "SurfOffA_B", "%RETRY%SurfOffA")
 MESSAGES = 40  # per queue 0 of each topic: commits up to this are in range
 NAME_CHARS = "abXY09%|_-"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(ClusterSpec.default(time_scale=TIME_SCALE),
-                      run_dir=tmp_path_factory.mktemp("surface-offsets") / "run") as cl:
-        cl.wait_until_routable()
-        yield cl
-        assert not cl.unexpected_exits, cl.unexpected_exits
+cluster = module_cluster("surface-offsets")
 
 
 @pytest.fixture(scope="module")
 def broker(cluster):
-    channel = grpc.insecure_channel(cluster.node("broker-a-0").addr)
-    stub = broker_pb2_grpc.BrokerStub(channel)
-    for topic in TOPICS:
-        answer = stub.SendMessage(broker_pb2.SendMessageRequest(
-            topic=topic, queue_id=0, default_topic_queue_nums=4,
-            messages=[broker_pb2.OutgoingMessage(body=b"m") for _ in range(MESSAGES)]), timeout=TIMEOUT_S)
-        assert answer.code == common_pb2.SUCCESS, answer.remark
-    yield stub
-    channel.close()
+    with master_stub(cluster) as stub:
+        for topic in TOPICS:
+            answer = stub.SendMessage(broker_pb2.SendMessageRequest(
+                topic=topic, queue_id=0, default_topic_queue_nums=4,
+                messages=[broker_pb2.OutgoingMessage(body=b"m") for _ in range(MESSAGES)]), timeout=TIMEOUT_S)
+            assert answer.code == common_pb2.SUCCESS, answer.remark
+        yield stub
 
 
 def _commit(broker, topic: str, group: str, offset: int, queue_id: int = 0):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -40,6 +40,7 @@ from proto import (
 )
 
 T = TypeVar("T")
+S = TypeVar("S")  # a generated gRPC stub class
 
 # processSendResponse: these codes mean "stored on the master"; any other is an error.
 SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
@@ -158,9 +159,7 @@ class ClientApi:
     def __init__(self, dial_overrides: Mapping[str, str] | None = None) -> None:
         self.dial_overrides = dict(dial_overrides or {})
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._broker_stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
-        self._namesrv_stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
-        self._consumer_stubs: dict[str, consumer_pb2_grpc.ConsumerManagerStub] = {}
+        self._stubs: dict[tuple[type, str], Any] = {}  # (stub class, addr) -> stub over that addr's channel
         self._pull_streams: dict[str, PullStream] = {}
 
     # --- connections -----------------------------------------------------------------------
@@ -171,23 +170,20 @@ class ClientApi:
             self._channels[addr] = channel
         return channel
 
-    def broker_stub(self, addr: str) -> broker_pb2_grpc.BrokerStub:
-        stub = self._broker_stubs.get(addr)
+    def _stub(self, kind: type[S], addr: str) -> S:
+        stub = self._stubs.get((kind, addr))
         if stub is None:
-            stub = self._broker_stubs[addr] = broker_pb2_grpc.BrokerStub(self.channel(addr))
-        return stub
+            stub = self._stubs[kind, addr] = kind(self.channel(addr))
+        return cast(S, stub)
+
+    def broker_stub(self, addr: str) -> broker_pb2_grpc.BrokerStub:
+        return self._stub(broker_pb2_grpc.BrokerStub, addr)
 
     def namesrv_stub(self, addr: str) -> namesrv_pb2_grpc.NameServerStub:
-        stub = self._namesrv_stubs.get(addr)
-        if stub is None:
-            stub = self._namesrv_stubs[addr] = namesrv_pb2_grpc.NameServerStub(self.channel(addr))
-        return stub
+        return self._stub(namesrv_pb2_grpc.NameServerStub, addr)
 
     def consumer_stub(self, addr: str) -> consumer_pb2_grpc.ConsumerManagerStub:
-        stub = self._consumer_stubs.get(addr)
-        if stub is None:
-            stub = self._consumer_stubs[addr] = consumer_pb2_grpc.ConsumerManagerStub(self.channel(addr))
-        return stub
+        return self._stub(consumer_pb2_grpc.ConsumerManagerStub, addr)
 
     def pull_stream(self, addr: str) -> PullStream:
         stream = self._pull_streams.get(addr)
@@ -208,9 +204,7 @@ class ClientApi:
         for channel in list(self._channels.values()):
             await channel.close()
         self._channels.clear()
-        self._broker_stubs.clear()
-        self._namesrv_stubs.clear()
-        self._consumer_stubs.clear()
+        self._stubs.clear()
 
     async def unary(self, method: Callable[..., Awaitable[T]], request: Any, timeout_ms: int, what: str, *,
                     side_effects: bool = False) -> T:

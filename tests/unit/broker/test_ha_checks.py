@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import pytest
+
+import nodes.store.dispatch as dispatch_module
 from nodes.broker.ha_check import StoreErrors, check_chunk, damaged_record_bytes
 from nodes.broker.ha_master import SlaveReport
 from nodes.broker.ha_restore import WriteGate, collect_restore
+from nodes.common.clock import FakeClock
+from nodes.store.message_store import MessageStore
 from nodes.store.record import MessageToStore, blank_marker, encode_record
+
+from .conftest import DELAYS_MS, SMALL
 
 SEGMENT = 64 * 1024
 
@@ -118,3 +126,89 @@ def test_a_damaged_record_is_a_hole_only_when_a_valid_record_follows():
     garbage = bytes(data[:one]) + b"\x5a" * 300
     assert damaged_record_bytes(garbage, 0, SEGMENT) == 0
     assert damaged_record_bytes(b"\0" * 500, 0, SEGMENT) == 0  # no size to trust
+
+
+def _replica(root: Path, arrivals: list) -> MessageStore:
+    store = MessageStore(root, SMALL, clock=FakeClock(), delay_levels_ms=DELAYS_MS, is_slave=True)
+    store.open()
+    store.on_arrival = lambda *arrival: arrivals.append(arrival)
+    return store
+
+
+def test_a_slave_indexes_the_records_its_check_read_as_a_walk_of_its_log_would(tmp_path, monkeypatch):
+    """One pass: the fields the chunk check read feed dispatch (no second read of the records),
+    with the same consume-queue units and arrivals as walking the appended bytes."""
+    master = MessageStore(tmp_path / "master", SMALL, clock=FakeClock(), delay_levels_ms=DELAYS_MS)
+    master.open()
+    for i in range(900):  # several segments, so chunks end in blank markers
+        properties = {"TAGS": f"t{i % 3}"} | ({"DELAY": "3"} if i % 50 == 0 else {})
+        result = master.put_messages([MessageToStore("T", i % 4, f"m{i}".encode().ljust(700, b"."),
+                                                     properties=properties)])
+        assert result.status.name == "PUT_OK"
+    segment_bytes = SMALL.commitlog_segment_bytes
+    assert master.max_phys_offset > 2 * segment_bytes
+    walks = {"count": 0}
+    real_index_fields = dispatch_module.index_fields
+
+    def counted(*args):
+        fields = real_index_fields(*args)
+        walks["count"] += fields is not None  # a record read again (a blank marker is always walked)
+        return fields
+
+    monkeypatch.setattr(dispatch_module, "index_fields", counted)
+    checked_arrivals: list = []
+    walked_arrivals: list = []
+    checked, walked = _replica(tmp_path / "checked", checked_arrivals), _replica(tmp_path / "walked", walked_arrivals)
+    try:
+        while checked.max_phys_offset < master.max_phys_offset:
+            at = checked.max_phys_offset
+            chunk = master.read_commitlog(at, 7777)  # odd sizes: records split across chunks
+            check = check_chunk(chunk, at, segment_bytes)
+            assert check.valid_bytes > 0 and check.bad_phys_offset is None
+            checked.append_commitlog(at, chunk[:check.valid_bytes], check.records)
+        assert walks["count"] == 0  # every record was indexed from the check's fields
+        while walked.max_phys_offset < master.max_phys_offset:
+            at = walked.max_phys_offset
+            walked.append_commitlog(at, master.read_commitlog(at, 7777))
+        assert walks["count"] == 900
+        assert checked_arrivals == walked_arrivals and len(checked_arrivals) == 900
+        assert checked.stats()["reput_from_phys_offset"] == master.max_phys_offset
+        for topic in master.topics():
+            for queue_id in master.queue_ids(topic):
+                count = master.max_queue_offset(topic, queue_id)
+                assert checked.max_queue_offset(topic, queue_id) == count > 0
+                units = [checked.queue_unit(topic, queue_id, q) for q in range(count)]
+                assert units == [walked.queue_unit(topic, queue_id, q) for q in range(count)]
+                assert units == [master.queue_unit(topic, queue_id, q) for q in range(count)]
+    finally:
+        for store in (master, checked, walked):
+            store.close()
+
+
+@pytest.mark.parametrize("damage", ["hole", "garbage"])
+def test_checked_records_after_damage_dispatch_as_the_walk_does(tmp_path, damage):
+    """A replica whose dispatch stepped over a damaged record, or waits at bytes it could not
+    judge, ends the same whether the next chunk comes with the check's records or not."""
+    data = bytearray(_records(0, 3))
+    one = len(data) // 3
+    if damage == "hole":
+        data[60] ^= 0xFF  # the first record's body; valid records follow
+    else:
+        data[one - 20:] = b"\x5a" * (len(data) - one + 20)  # the first record's tail and all after
+    more = _records(len(data), 2)
+    check = check_chunk(more, len(data), SEGMENT)
+    assert check.valid_bytes == len(more) and len(check.records) == 2
+    outcomes = []
+    for name, records in (("checked", check.records), ("walked", ())):
+        arrivals: list = []
+        store = _replica(tmp_path / name, arrivals)
+        try:
+            store.append_commitlog(0, bytes(data))
+            store.append_commitlog(len(data), more, records)
+            stats = store.stats()
+            outcomes.append((arrivals, stats["reput_from_phys_offset"], stats["damaged_ranges"],
+                             [store.queue_unit("T", 0, q) for q in range(store.max_queue_offset("T", 0))]))
+        finally:
+            store.close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == len(data) + len(more)  # both walked past the damage to the new records

@@ -23,11 +23,15 @@ from nodes.broker.pull_hold import PullRequestHoldService
 from nodes.broker.request_table import RequestKind, RequestNotSupportedError, RequestTable
 from nodes.broker.send import SendHandler, SendProcessor, SendRequest
 from nodes.broker.topics import TopicConfigManager
+from nodes.broker.validation import scanned_needs_property_checks
+from nodes.common import constants as c
 from nodes.common.clock import FakeClock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
+from nodes.store.message_batch import encode_entry
 from nodes.store.message_store import MessageStore
 from nodes.store.record import MessageToStore, iter_records
+from nodes.store.record_batch import scan_batch_body
 
 from .conftest import SMALL, Broker
 
@@ -82,6 +86,38 @@ def test_send_refusals_are_answer_codes(broker):
     assert _send(handler, b"x", topic="bad topic!").code == ResponseCode.MESSAGE_ILLEGAL
     slave = _send_handler(broker, config=dataclasses.replace(broker.config, broker_id=1))
     assert _send(slave, b"x").code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+@pytest.mark.parametrize(("properties", "code"), [
+    ({c.PROPERTY_REAL_QUEUE_ID: "-1"}, ResponseCode.MESSAGE_ILLEGAL),
+    ({c.PROPERTY_REAL_TOPIC: "bad name"}, ResponseCode.MESSAGE_ILLEGAL),
+    ({c.PROPERTY_REAL_TOPIC: c.SCHEDULE_TOPIC}, ResponseCode.MESSAGE_ILLEGAL),
+    ({c.PROPERTY_DELAY: "soon"}, ResponseCode.MESSAGE_ILLEGAL),
+    ({c.PROPERTY_REAL_TOPIC: "Elsewhere", c.PROPERTY_REAL_QUEUE_ID: "2"}, ResponseCode.SUCCESS),
+])
+def test_a_batch_body_meets_the_property_checks_of_messages(broker, properties, code):
+    body = encode_entry(b"plain", 0, {"TAGS": "t"}) + encode_entry(b"checked", 0, properties)
+    assert scan_batch_body(body, 1024) is not None or c.PROPERTY_DELAY in properties  # the store could take it
+    response = asyncio.run(_send_handler(broker).handle(SendRequest(
+        topic="T", queue_id=0, batch_body=body, born_timestamp_ms=1, default_topic_queue_nums=4)))
+    assert response.code == code, response.remark
+    stored = [record.properties for record in broker.records("T")]
+    if code == ResponseCode.SUCCESS:
+        assert [{k: v for k, v in p.items() if k in properties} for p in stored] == [{}, properties]
+    else:
+        assert stored == [] and "message 1" in response.remark
+
+
+def test_only_entries_naming_a_checked_property_leave_the_fast_path():
+    def needs_checks(*entries: dict[str, str]) -> bool:
+        scanned = scan_batch_body(b"".join(encode_entry(b"x", 0, p) for p in entries), 1024)
+        assert scanned is not None
+        return scanned_needs_property_checks(scanned)
+
+    assert not needs_checks({}, {"TAGS": "REAL_TOPIC", "KEYS": "REAL_QID"})  # in values they are plain text
+    assert needs_checks({}, {c.PROPERTY_REAL_QUEUE_ID: "1"})
+    assert needs_checks({c.PROPERTY_REAL_TOPIC: "T"}, {})
+    assert needs_checks({"MY_REAL_TOPIC": "T"})  # a raw-text match: decoded, the same outcome
 
 
 def _sync_master(broker: Broker, replication: ReplicationState) -> SendHandler:

@@ -117,11 +117,16 @@ def test_channels_and_stubs_are_cached_per_address_and_closed(instance):
         a1, a2 = instance.api.channel("127.0.0.1:1"), instance.api.channel("127.0.0.1:1")
         s1, s2 = instance.api.broker_stub("127.0.0.1:1"), instance.api.broker_stub("127.0.0.1:1")
         p1, p2 = instance.api.pull_stream("127.0.0.1:1"), instance.api.pull_stream("127.0.0.1:1")
-        return a1 is a2 and s1 is s2 and p1 is p2 and instance.api.channel("127.0.0.1:2") is not a1
+        n1, n2 = instance.api.namesrv_stub("127.0.0.1:1"), instance.api.namesrv_stub("127.0.0.1:1")
+        c1, c2 = instance.api.consumer_stub("127.0.0.1:1"), instance.api.consumer_stub("127.0.0.1:1")
+        kinds = {type(s1).__name__, type(n1).__name__, type(c1).__name__}
+        return (a1 is a2 and s1 is s2 and p1 is p2 and n1 is n2 and c1 is c2
+                and kinds == {"BrokerStub", "NameServerStub", "ConsumerManagerStub"}
+                and instance.api.broker_stub("127.0.0.1:2") is not s1 and instance.api.channel("127.0.0.1:2") is not a1)
 
     assert instance.run(lookups(), 1)
     instance.close()
-    assert instance.api._channels == {} and instance.api._pull_streams == {}
+    assert instance.api._channels == {} and instance.api._pull_streams == {} and instance.api._stubs == {}
 
 
 def test_timing_is_validated():
