@@ -231,7 +231,8 @@ class BrokerController:
         """The one wiring place: every request kind's handler, whatever transport carries it."""
         config, clock, table = self.config, self._clock, self.table
         pull = PullProcessor(config, self.store, self.topics, self.groups, self.offsets, clock, self.pull_hold,
-                             self.events, consumers=self.consumers)
+                             self.events, consumers=self.consumers,
+                             writes_open=lambda: self.replication.writes.is_open)
         offsets = OffsetRequestHandler(self.store, self.topics, self.offsets)
         self.client_manage = ClientManageHandler(config=config, registry=self.consumers, groups=self.groups,
                                                  topics=self.topics, clock=clock, on_topics_changed=self._register_now)

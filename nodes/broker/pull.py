@@ -75,8 +75,12 @@ class PullProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock,
                  hold: PullRequestHoldService, events: EventLog | None = None,
-                 consumers: ConsumerRegistry | None = None) -> None:
+                 consumers: ConsumerRegistry | None = None,
+                 writes_open: Callable[[], bool] = lambda: True) -> None:
         self._config = config
+        # False while a master that lost its log tail waits for its slave to restore it: a write
+        # then (the offset-moved event below) would move the log and abandon the restore
+        self._writes_open = writes_open
         self._consumers = consumers  # registered subscriptions, for pulls that post none
         self._store = store
         self._topics = topics
@@ -247,7 +251,12 @@ class PullProcessor:
         return c.MASTER_ID
 
     def _record_offset_moved(self, req: PullRequest, new_offset: int) -> None:
-        """RocketMQ writes an OffsetMovedEvent into OFFSET_MOVED_EVENT on the master."""
+        """RocketMQ writes an OffsetMovedEvent into OFFSET_MOVED_EVENT on the master (not while
+        writes are held: a consumer ahead of a master that lost its tail is what a restore fixes)."""
+        if not self._writes_open():
+            log.info("offset moved for %s on %s queue %d (%d -> %d) not recorded: writes are held",
+                     req.consumer_group, req.topic, req.queue_id, req.queue_offset, new_offset)
+            return
         if self._topics.get(OFFSET_MOVED_EVENT_TOPIC) is None and not self._topics.auto_create_enable:
             return
         if self._topics.get(OFFSET_MOVED_EVENT_TOPIC) is None:

@@ -80,6 +80,22 @@ def test_send_then_pull_through_the_handlers(broker):
     assert past_the_end is not None and past_the_end.code == ResponseCode.PULL_NOT_FOUND
 
 
+@pytest.mark.parametrize("writes_open", [True, False])
+def test_a_pull_far_past_the_end_records_the_offset_move_unless_writes_are_held(broker, writes_open):
+    """A master holding writes while its slave restores its lost tail must not write anything else
+    (a write moves the log and abandons the restore): the offset-moved event waits for no one."""
+    _send(_send_handler(broker), b"one")
+    offsets = ConsumerOffsetTable(broker.store.metadata)
+    processor = PullProcessor(broker.config, broker.store, broker.topics, broker.groups, offsets, broker.clock,
+                              PullRequestHoldService(broker.store, broker.clock, 1_000),
+                              consumers=ConsumerRegistry(channel_expiry_ms=120_000), writes_open=lambda: writes_open)
+    log_end = broker.store.max_phys_offset
+    answer = processor.open_session(respond=lambda _: pytest.fail("nothing is held")).handle(
+        _pull_request(queue_offset=50))
+    assert answer is not None and answer.code == ResponseCode.PULL_OFFSET_MOVED
+    assert (broker.store.max_phys_offset > log_end) is writes_open
+
+
 def test_send_refusals_are_answer_codes(broker):
     handler = _send_handler(broker)
     assert _send(handler, b"").code == ResponseCode.MESSAGE_ILLEGAL
