@@ -19,10 +19,12 @@ from typing import Any
 from chaos.bounds import Bounds
 from chaos.schedule import FaultChoice, bound_ms
 from harness.spec import ClusterSpec
+from harness.topology import DEFAULT_TOPOLOGY, TOPOLOGIES, topology_spec
 
 TOPIC = "ChaosTopic"
-QUEUES = 8
+QUEUES = 8  # in all, spread evenly over the broker groups
 GROUP = "chaos_group"
+TOPOLOGY_NAMES = tuple(TOPOLOGIES)
 MASTER = "broker-a-0"
 SLAVE = "broker-a-1"
 
@@ -93,6 +95,7 @@ class Suite:
     fault_spacing_x: float | None = None
     fault_spacing_of: str = "N_r"
     default_mode: str = DEFAULT_MODE
+    topologies: tuple[str, ...] = TOPOLOGY_NAMES  # the topologies it runs on (harness.topology)
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
@@ -105,13 +108,13 @@ class Suite:
         return round(self.fault_spacing_x * bound_ms(bounds, self.fault_spacing_of))
 
     def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None,
-             mode: str | None = None) -> ClusterSpec:
+             mode: str | None = None, topology: str = DEFAULT_TOPOLOGY) -> ClusterSpec:
         """The cluster for this suite; `fault_switches` maps a role to switches (tests only);
         `mode` (a key of MODES; None: the suite's default) sets every broker's flush type and
-        the masters' role."""
+        the masters' role; `topology` names the node set (harness.topology)."""
         switches = dict(fault_switches or {})
         chosen = MODES[mode or self.default_mode]
-        spec = ClusterSpec.default(time_scale=time_scale)
+        spec = topology_spec(topology, time_scale=time_scale)
         for node in spec.broker_nodes():
             spec = spec.with_node_options(node.id, store={"flush_disk_type": chosen.flush_disk_type},
                                           broker_role=chosen.broker_role)
