@@ -122,7 +122,7 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms, unit_bounds=unit_bounds,
                                  unit_duration_ms=unit_duration_ms, spacing_ms=suite.fault_spacing_ms(bounds))
     # several broker groups: each fault pinned to one, drawn from the seed (one group: unchanged)
-    return place_schedule(schedule, broker_groups(spec), options.seed), bounds
+    return place_schedule(schedule, broker_groups(spec), options.seed, len(spec.namesrv_nodes())), bounds
 
 
 def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
@@ -193,7 +193,10 @@ class ChaosRun:
             tally = DeliveryTally(self.run_dir, consumers)
             producer = ProducerWorkload(
                 namesrv_addr, self.run_dir,
-                ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s),
+                ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s,
+                                       orderly=self.suite.producer_orderly, latency_fault_enable=(
+                                           c.FAULT_PRODUCER_LATENCY_FAULT_OFF
+                                           not in self.options.fault_switches.get("producer", ()))),
                 timing=timing, node_id=PRODUCER_NODE, dial_overrides=cluster.client_dial_overrides(PRODUCER_NODE))
             nemesis = NemesisRunner(cluster, self.run_dir / "nemesis" / "nemesis.jsonl",
                                     random.Random(self.options.seed), SYSTEM_CLOCK, topic=TOPIC, group=GROUP)

@@ -66,7 +66,7 @@ def mode(name: str) -> Mode:
 class BreakingSwitch:
     """A test-only fault switch that breaks the rule a suite guards, and the check that must catch it."""
 
-    role: str  # broker | consumer: which nodes get the switch
+    role: str  # broker | consumer | producer (the in-harness workload): which nodes get the switch
     switch: str
     check: str
     masters_only: bool = False
@@ -96,6 +96,8 @@ class Suite:
     fault_spacing_of: str = "N_r"
     default_mode: str = DEFAULT_MODE
     topologies: tuple[str, ...] = TOPOLOGY_NAMES  # the topologies it runs on (harness.topology)
+    # the producer workload: send_orderly by key (True) or send() with queue selection and retries
+    producer_orderly: bool = True
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
