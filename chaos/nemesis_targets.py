@@ -65,7 +65,7 @@ class TargetResolver:
         if name in ("master", "slave"):
             return [self.broker(name, arg or None)]
         if name == "group":
-            return self.group(arg or None)
+            return self.broker_group(arg or None)
         if name == "namesrv":
             return [self.namesrv(arg or None)]
         if name == "random-consumer":
@@ -87,7 +87,7 @@ class TargetResolver:
                 return n.id
         raise ResolveError(f"no {role} of broker group {name!r} in this cluster")
 
-    def group(self, broker_name: str | None = None) -> list[str]:
+    def broker_group(self, broker_name: str | None = None) -> list[str]:
         """Every node of a broker group, master first (a restart brings the master back first)."""
         brokers = self.cluster.spec.broker_nodes()
         name = broker_name or (brokers[0].broker_name if brokers else None)

@@ -39,7 +39,7 @@ from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
-from chaos.suites import GROUP, QUEUES, TOPIC, Suite
+from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
 from chaos.topology import place_schedule
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_INTERRUPTED = 0, 1, 2, 130
-PRODUCER_NODE = "producer-0"
 RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
 PROCESSES_FILE = Path("processes") / "processes.jsonl"
 TICK_S = 0.25  # progress refresh
@@ -108,6 +107,8 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
+    if options.topology not in suite.topologies:
+        raise ValueError(f"suite {suite.name} runs on {', '.join(suite.topologies)} only, not {options.topology}")
     spec = suite.spec(options.time_scale, mode=options.mode, topology=options.topology)
     bounds = derive_bounds(spec.scaled_timing())
     if options.schedule_file is not None:

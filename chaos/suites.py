@@ -19,12 +19,14 @@ from typing import Any
 from chaos.bounds import Bounds
 from chaos.schedule import FaultChoice, bound_ms
 from harness.spec import ClusterSpec
-from harness.topology import DEFAULT_TOPOLOGY, TOPOLOGIES, topology_spec
+from harness.topology import DEFAULT_TOPOLOGY, TOPOLOGIES, TWO_BY_TWO, topology_spec
+from nodes.common import constants as c
 
 TOPIC = "ChaosTopic"
 QUEUES = 8  # in all, spread evenly over the broker groups
 GROUP = "chaos_group"
 TOPOLOGY_NAMES = tuple(TOPOLOGIES)
+PRODUCER_NODE = "producer-0"  # the in-harness producer workload (its link proxies make it partitionable)
 MASTER = "broker-a-0"
 SLAVE = "broker-a-1"
 
@@ -220,6 +222,27 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         ),
         breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
         orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS,
+    ),
+    Suite(
+        name="broker-loss",
+        summary="2x2 only: a whole broker group killed until routes expire, a master paused, the producer cut "
+                "from a group, a group cut from the name servers, a name server killed, paused or isolated; "
+                "sends keep landing on the other group",
+        checks=(*QUEUE_CHECKS, "availability"),
+        faults=(
+            # down past the route expiry: clients drop the group, then it comes back
+            FaultChoice("kill", "group", 2.0, "group_loss_ms", 1.5),
+            # silent to the producer: only latency fault tolerance keeps sends off it
+            FaultChoice("pause", "master", 1.0, "group_loss_ms", 1.0),
+            FaultChoice("partition", PRODUCER_NODE, 2.0, "group_loss_ms", 1.0, partition="from-group"),
+            FaultChoice("partition", "group", 1.0, "group_loss_ms", 1.5, partition="from-namesrv"),
+            FaultChoice("kill", "namesrv", 1.0, "group_loss_ms", 1.0),
+            FaultChoice("pause", "namesrv", 0.5, "group_loss_ms", 1.0),
+            FaultChoice("partition", "namesrv", 0.5, "group_loss_ms", 1.0, partition="isolate"),
+        ),
+        breaking_switch=BreakingSwitch("producer", c.FAULT_PRODUCER_LATENCY_FAULT_OFF, "availability"),
+        consumers=2, consumer_options={"sleep_ms": 1}, producer_orderly=False, topologies=(TWO_BY_TWO,),
+        fault_phase_x=40.0,
     ),
     Suite(
         name="durability",

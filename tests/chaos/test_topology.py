@@ -4,6 +4,7 @@ topology dimension and the CLI's refusal of unknown topologies."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from chaos.cli import app
@@ -37,7 +38,7 @@ def test_one_group_leaves_the_schedule_as_drawn():
 
 
 def test_the_single_topology_draws_exactly_as_without_one():
-    for name in SUITES:
+    for name in (n for n, s in SUITES.items() if "single" in s.topologies):
         default, _ = plan(RunOptions(SUITES[name], seed=1))
         single, _ = plan(RunOptions(SUITES[name], seed=1, topology="single"))
         assert single.to_json() == default.to_json()
@@ -64,6 +65,16 @@ def test_two_by_two_pins_every_group_target_and_a_seed_replays_the_same_groups()
     assert set(GROUPS) <= hit
 
 
+def test_a_suite_is_refused_on_a_topology_it_does_not_run_on():
+    with pytest.raises(ValueError, match="broker-loss runs on 2x2 only"):
+        plan(RunOptions(SUITES["broker-loss"], seed=1))
+    result = CliRunner().invoke(app, ["run", "broker-loss", "--dry-run"])
+    assert result.exit_code == 2 and "runs on 2x2 only" in result.output
+    cells = with_topologies(plan_cells(["broker-loss", "failover"], [1], [0.05]), ["single", "2x2"])
+    assert [(c.suite, c.topology) for c in cells] == [("broker-loss", "2x2"), ("failover", "single"),
+                                                      ("failover", "2x2")]
+
+
 def test_the_matrix_runs_a_cell_per_topology_and_names_them_apart():
     cells = with_topologies(plan_cells(["failover"], [1], [0.05]), ["single", "2x2"])
     assert [c.topology for c in cells] == ["single", "2x2"]
@@ -75,3 +86,29 @@ def test_unknown_topologies_are_refused_with_the_choices():
     assert result.exit_code == 2 and "topologies are single, 2x2" in result.output
     result = CliRunner().invoke(app, ["matrix", "--suites", "failover", "--seeds", "1", "--topologies", "4x4"])
     assert result.exit_code == 2 and "topologies are single, 2x2" in result.output
+
+
+def test_the_two_by_two_faults_resolve_to_whole_groups_and_name_servers(tmp_path):
+    import random
+
+    from chaos.nemesis import NemesisRunner
+    from chaos.suites import PRODUCER_NODE
+    from harness import LocalCluster
+    from nodes.common.clock import SYSTEM_CLOCK
+
+    cluster = LocalCluster(SUITES["broker-loss"].spec(0.05, topology="2x2"), run_dir=tmp_path, links=True,
+                           start=False)  # ports, configs and link proxies; no process
+    try:
+        cluster.client_dial_overrides(PRODUCER_NODE)
+        nemesis = NemesisRunner(cluster, tmp_path / "n.jsonl", random.Random(1), SYSTEM_CLOCK, topic="T", group="g")
+        assert nemesis.resolver.resolve("group:broker-b") == ["broker-b-0", "broker-b-1"]
+        assert nemesis.resolver.resolve("namesrv:1") == ["namesrv-1"]
+        assert nemesis.resolver.resolve(PRODUCER_NODE) == [PRODUCER_NODE]
+        links, _, _ = nemesis._plan_partition(Partition("from-group", PRODUCER_NODE, peer="group:broker-a"),
+                                              PRODUCER_NODE)
+        assert set(links) == {(PRODUCER_NODE, "broker-a-0"), (PRODUCER_NODE, "broker-a-1")}
+        links, _, _ = nemesis._plan_partition(Partition("from-namesrv", "group:broker-b"), "broker-b-0")
+        assert set(links) == {(b, n) for b in ("broker-b-0", "broker-b-1") for n in ("namesrv-0", "namesrv-1")}
+        nemesis.close()
+    finally:
+        cluster.close(graceful=False)
