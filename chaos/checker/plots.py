@@ -95,10 +95,24 @@ def plot_data(h: History) -> dict[str, Any]:
         else:
             out["latency"].append({"kind": r["kind"], "x": (r["b"] + 0.5) * bucket / 1000.0, "p50": p[0],
                                    "p95": p[1], "p99": p[2]})
-    busiest = sorted(got.get("queues", []), key=lambda r: -r["n"])[:MAX_QUEUES]
-    out["queues"] = sorted((r["group"], r["topic"], r["broker_name"], r["queue_id"]) for r in busiest)
+    out["queues"] = sorted((r["group"], r["topic"], r["broker_name"], r["queue_id"])
+                           for r in busiest_per_broker(got.get("queues", []), MAX_QUEUES))
     out.update(_queue_data(h, out["queues"], b) if out["queues"] else {"epochs": [], "batches": [], "grants": [],
                                                                         "offsets": []})
+    return out
+
+
+def busiest_per_broker(queues: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The `limit` busiest queues (rows with broker_name and n), taken in turns from each broker
+    group, so a topology with several groups shows every group's queues."""
+    by_broker: dict[Any, list[dict[str, Any]]] = {}
+    for r in sorted(queues, key=lambda r: -r["n"]):
+        by_broker.setdefault(r["broker_name"], []).append(r)
+    out: list[dict[str, Any]] = []
+    while len(out) < limit and any(by_broker.values()):
+        for name in sorted(by_broker, key=str):
+            if by_broker[name] and len(out) < limit:
+                out.append(by_broker[name].pop(0))
     return out
 
 

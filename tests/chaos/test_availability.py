@@ -63,3 +63,4 @@ def test_failures_past_the_isolation_bound_or_a_long_gap_fail():
     quiet = judge_window(_w("kill", ("broker-b-0",), start=0, end=10_000), "broker-b",
                          _sends([(0, "ok", 10), (9_000, "ok", 9_010)]), 2, 30_000, 3_450)
     assert quiet["failed"] == 0 and quiet["longest_gap_ms"] == 9_000 and not quiet["ok"]
+

@@ -112,3 +112,14 @@ def test_the_two_by_two_faults_resolve_to_whole_groups_and_name_servers(tmp_path
         nemesis.close()
     finally:
         cluster.close(graceful=False)
+
+
+def test_the_ownership_plot_takes_queues_from_every_broker_group_in_turn():
+    from chaos.checker.plots import busiest_per_broker
+
+    rows = ([{"broker_name": "broker-a", "queue_id": q, "n": 100 - q} for q in range(8)]
+            + [{"broker_name": "broker-b", "queue_id": q, "n": 10 - q} for q in range(4)])
+    picked = busiest_per_broker(rows, 6)
+    assert [(r["broker_name"], r["queue_id"]) for r in picked] == [
+        ("broker-a", 0), ("broker-b", 0), ("broker-a", 1), ("broker-b", 1), ("broker-a", 2), ("broker-b", 2)]
+    assert len(busiest_per_broker(rows, 50)) == 12
