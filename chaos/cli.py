@@ -74,14 +74,14 @@ def list_suites() -> None:
     from chaos.suites import MODES, SUITES
 
     table = Table(title="chaos suites")
-    for col in ("suite", "what it does", "faults", "checks", "fails with switch", "mode"):
+    for col in ("suite", "what it does", "faults", "checks", "fails with switch", "mode", "topologies"):
         table.add_column(col)
     for s in SUITES.values():
         faults = "\n".join(f"{f.op} {f.target}" + (f" ({f.partition})" if f.partition else "")
                            + f" {f.duration_x:g}x{f.duration_of}" for f in s.faults)
         b = s.breaking_switch
         table.add_row(s.name, s.summary, faults, "\n".join(s.checks), f"{b.role}: {b.switch}\n→ {b.check}",
-                      s.default_mode)
+                      s.default_mode, ", ".join(s.topologies))
     console.print(table)
     modes = Table(title="durability modes (--mode)")
     for col in ("mode", "flush", "replication", "acknowledged messages"):
