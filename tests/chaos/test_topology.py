@@ -32,6 +32,22 @@ def test_pinning_names_the_group_and_keeps_a_partition_peer_in_it():
     assert (iso.target, iso.peer) == ("master:broker-a", None)
 
 
+def test_broker_loss_pins_groups_and_name_servers():
+    seen = set()
+    for seed in range(1, 8):
+        schedule, _ = plan(RunOptions(SUITES["broker-loss"], seed=seed, topology="2x2"))
+        for e in schedule.entries:
+            name, _, arg = e.op.target.partition(":")
+            if name == "namesrv":
+                assert arg in ("0", "1"), e
+            elif name in ("group", "master"):
+                assert arg in GROUPS, e
+            else:
+                assert e.op.target == "producer-0" and e.op.peer.partition(":")[2] in GROUPS, e
+            seen.add((e.op.op, name))
+    assert {("kill", "group"), ("pause", "master"), ("kill", "namesrv"), ("partition", "producer-0")} <= seen
+
+
 def test_one_group_leaves_the_schedule_as_drawn():
     schedule = Schedule(entries=(Entry(10, Kill("master")),), fault_phase_ms=100, recovery_phase_ms=10, seed=1)
     assert place_schedule(schedule, ["broker-a"], 1) is schedule
