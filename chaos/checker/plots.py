@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from chaos.checker.checks._common import collect_parts
+from chaos.checker.faults import broker_identity
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import ACKED_STATUSES
 
@@ -66,6 +67,9 @@ def plot_data(h: History) -> dict[str, Any]:
         s = h.sends.withColumn("t", F.col("mono_ms"))
         acked = (F.col("type") == "ok") & (F.col("status").isNull() | F.col("status").isin(*ACKED_STATUSES))
         series.append(s.filter(acked).select(F.lit("sends acknowledged").alias("label"), "t"))
+        if len(_broker_groups(h)) > 1:  # which groups the producer's routes sent to, over time
+            series.append(s.filter(acked & F.col("broker_name").isNotNull()).select(
+                F.concat(F.lit("acknowledged on "), "broker_name").alias("label"), "t"))
         series.append(s.filter(F.col("type").isin("fail", "info")).select(F.lit("sends failed / unknown").alias("label"),
                                                                           "t"))
     if h.has("deliveries"):
@@ -100,6 +104,11 @@ def plot_data(h: History) -> dict[str, Any]:
     out.update(_queue_data(h, out["queues"], b) if out["queues"] else {"epochs": [], "batches": [], "grants": [],
                                                                         "offsets": []})
     return out
+
+
+def _broker_groups(h: History) -> set[str]:
+    """The broker groups of the run's cluster (cluster.json's broker nodes, `<group>-<broker id>`)."""
+    return {ident[0] for node in h.roles if h.is_broker(node) and (ident := broker_identity(node)) is not None}
 
 
 def busiest_per_broker(queues: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
