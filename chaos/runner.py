@@ -149,6 +149,9 @@ class ChaosRun:
     # ---- the whole run ------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
+        unknown = sorted(set(self.options.fault_switches.get("producer", ())) - set(c.PRODUCER_FAULT_SWITCHES))
+        if unknown:
+            raise ValueError(f"unknown producer fault switches {unknown}; known: {', '.join(c.PRODUCER_FAULT_SWITCHES)}")
         schedule, bounds = plan(self.options)
         self._fault_phase_s = schedule.fault_phase_ms / 1000
         spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode,

@@ -91,6 +91,16 @@ def test_a_suite_is_refused_on_a_topology_it_does_not_run_on():
                                                       ("failover", "2x2")]
 
 
+def test_an_unknown_producer_switch_is_refused_before_anything_starts(tmp_path):
+    from chaos.runner import ChaosRun
+
+    run = ChaosRun(RunOptions(SUITES["broker-loss"], topology="2x2", out_dir=tmp_path / "run",
+                              fault_switches={"producer": ("no-such-switch",)}))
+    with pytest.raises(ValueError, match="unknown producer fault switches"):
+        run.execute()
+    assert not (tmp_path / "run" / "cluster.json").exists()
+
+
 def test_the_matrix_runs_a_cell_per_topology_and_names_them_apart():
     cells = with_topologies(plan_cells(["failover"], [1], [0.05]), ["single", "2x2"])
     assert [c.topology for c in cells] == ["single", "2x2"]
