@@ -4,7 +4,8 @@ Targets: "master" / "slave" (of the first broker group; "master:<broker_name>" f
 "group" (every node of the first broker group, master first; "group:<broker_name>" for another),
 "namesrv" (the first name server; "namesrv:<n>" for namesrv-<n>), "random-consumer" (a running one), "all-consumers", "lock-holder" (the consumer holding the
 master's lock on a random locked queue of the runner's topic), "lock-holder:<queue_id>" (or
-"lock-holder:<broker_name>:<queue_id>"), or a node id. A seeded `random.Random` makes the
+"lock-holder:<broker_name>:<queue_id>"), or a node id (also an in-harness client that has link
+proxies, e.g. the chaos producer `producer-0`, for partitions). A seeded `random.Random` makes the
 choices, so a seed picks the same nodes.
 """
 
