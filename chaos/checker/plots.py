@@ -89,6 +89,11 @@ def plot_data(h: History) -> dict[str, Any]:
     out: dict[str, Any] = {"bucket_ms": bucket, "rates": {}, "latency": [], "latency_overall": {}}
     for r in got.get("rates", []):
         out["rates"].setdefault(r["label"], []).append(((r["b"] + 0.5) * bucket / 1000.0, r["n"] * 1000.0 / bucket))
+    # a group the producer avoided has no sends in a bucket: draw that as 0, not a line across the gap
+    all_x = {x for x, _ in out["rates"].get("sends acknowledged", [])}
+    for label, pts in out["rates"].items():
+        if label.startswith("acknowledged on "):
+            pts += [(x, 0.0) for x in all_x - {x for x, _ in pts}]
     for r in got.get("latency", []):
         if r["kind"] is None:
             continue
