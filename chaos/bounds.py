@@ -11,6 +11,7 @@ were given); symbols follow the anchors' table:
     K_c silent-client scan     N_r route poll             X_b silent-broker expiry
     K_b silent-broker scan     G_r broker registration    W_p pull retry after an error
     U_d delayed unlock         A_h slave reconnect max
+    T_s send timeout (unscaled) I_p producer's longest broker isolation (latency fault)
 
     bounds = derive_bounds(cluster.timing)
     for name, ms, formula in bounds.as_rows(): ...
@@ -63,6 +64,8 @@ class Bounds:
     W_p: int  # pull_delay_when_exception_ms
     U_d: int  # unlock_delay_ms
     A_h: int  # ha_reconnect_max_ms
+    T_s: int = c.SEND_TIMEOUT_MS  # send_timeout_ms (an RPC budget: never scaled)
+    I_p: int = c.SEND_NOT_AVAILABLE_MS[-1]  # send_not_available_max_ms
 
     # ---- lock takeover (docs/chaos.md) ---------------------------------------------
 
@@ -128,6 +131,20 @@ class Bounds:
     def switch_back_ms(self) -> int:
         """After the master returns: it registers (at most G_r), clients poll routes, then pull."""
         return self.G_r + self.N_r + self.W_p
+
+    # ---- a broker group lost (docs/chaos.md, availability) ---------------------------
+
+    @property
+    def group_loss_ms(self) -> int:
+        """A silent broker group leaves every client's route: the name server expires it (X_b, found
+        by a scan every K_b), then clients poll routes (N_r)."""
+        return self.X_b + self.K_b + self.N_r
+
+    @property
+    def send_stall_ms(self) -> int:
+        """The longest a producer thread waits on one send to an unresponsive broker: one send timeout
+        (every attempt shares it). With latency fault tolerance that broker is then avoided for I_p."""
+        return self.T_s
 
     # ---- duplicate budgets as time windows (docs/chaos.md) -----------------------
 
@@ -217,7 +234,10 @@ _TIMER_FIELD: dict[str, str] = {
     "K_c": "client_housekeeping_ms", "N_r": "route_poll_ms", "X_b": "broker_expiry_ms",
     "K_b": "broker_expiry_scan_ms", "G_r": "register_interval_ms", "W_p": "pull_delay_when_exception_ms",
     "U_d": "unlock_delay_ms", "A_h": "ha_reconnect_max_ms",
+    "T_s": "send_timeout_ms", "I_p": "send_not_available_max_ms",
 }
+# timers that are RPC budgets, not RocketMQ timers: the time scale leaves them alone
+_UNSCALED_SYMBOLS = ("T_s",)
 _TIMER_SOURCE = {symbol: f"timing.{name}" for symbol, name in _TIMER_FIELD.items()}
 
 DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
@@ -233,6 +253,8 @@ DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
     ("failover_read_kill_ms", "N_r + W_p  (master's sockets close)"),
     ("failover_read_silent_ms", "X_b + K_b + N_r + W_p  (master silent: name server expiry first)"),
     ("switch_back_ms", "G_r + N_r + W_p  (master re-registers, clients poll routes)"),
+    ("group_loss_ms", "X_b + K_b + N_r  (a silent broker group leaves the routes)"),
+    ("send_stall_ms", "T_s  (one send to an unresponsive broker; then it is avoided for I_p)"),
     ("dup_window_consumer_kill_ms", "P_c"),
     ("dup_window_master_restart_ms", "P_c + F_b"),
     ("dup_window_failover_ms", "P_c + S_s"),
@@ -299,8 +321,9 @@ def bounds_from_timing_fields(timing: Mapping[str, Any] | None, origin: str = "t
         if symbol in found:
             timers[symbol], sources[symbol] = found[symbol]
         else:
-            timers[symbol] = max(1, round(getattr(defaults, name) * scale))
-            sources[symbol] = "default" if scale == 1.0 else f"default x{scale:g}"
+            unscaled = symbol in _UNSCALED_SYMBOLS
+            timers[symbol] = max(1, round(getattr(defaults, name) * (1.0 if unscaled else scale)))
+            sources[symbol] = "default" if scale == 1.0 or unscaled else f"default x{scale:g}"
     return RunBounds(Bounds(**timers), sources, scale, {})
 
 

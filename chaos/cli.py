@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from chaos.matrix import Cell, MatrixResult, Row, RunOne
     from chaos.selftest import CaseResult
     from chaos.selftest_cases import SelftestCase
+    from chaos.suites import Suite
 
 app = typer.Typer(name="chaos", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Chaos runs and their checker.")
@@ -73,14 +74,14 @@ def list_suites() -> None:
     from chaos.suites import MODES, SUITES
 
     table = Table(title="chaos suites")
-    for col in ("suite", "what it does", "faults", "checks", "fails with switch", "mode"):
+    for col in ("suite", "what it does", "faults", "checks", "fails with switch", "mode", "topologies"):
         table.add_column(col)
     for s in SUITES.values():
         faults = "\n".join(f"{f.op} {f.target}" + (f" ({f.partition})" if f.partition else "")
                            + f" {f.duration_x:g}x{f.duration_of}" for f in s.faults)
         b = s.breaking_switch
         table.add_row(s.name, s.summary, faults, "\n".join(s.checks), f"{b.role}: {b.switch}\n→ {b.check}",
-                      s.default_mode)
+                      s.default_mode, ", ".join(s.topologies))
     console.print(table)
     modes = Table(title="durability modes (--mode)")
     for col in ("mode", "flush", "replication", "acknowledged messages"):
@@ -103,6 +104,8 @@ def run(
                                              "(flush x replication; default: the suite's).")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Run and record, but do not start the checker.")] = False,
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the check.")] = None,
+    topology: Annotated[str, typer.Option("--topology", help="single (namesrv-0, broker-a) or 2x2 (two name "
+                                          "servers, broker groups a and b).")] = "single",
     broken: Annotated[bool, typer.Option("--broken", hidden=True,
                                          help="Turn on the suite's test-only fault switch (the run must fail).")] = False,
 ) -> None:
@@ -115,11 +118,12 @@ def run(
         chosen = find_suite(suite)
         if mode is not None:
             find_mode(mode)
+        _check_topology(chosen, topology)
     except KeyError as exc:
         _fail(str(exc.args[0]))
     options = RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration, out_dir=out,
                          check=not no_check, spark_master=spark_master, schedule_file=replay,
-                         fault_switches=chosen.switch_map() if broken else {}, mode=mode)
+                         fault_switches=chosen.switch_map() if broken else {}, mode=mode, topology=topology)
     if dry_run:
         schedule, bounds = plan(options)
         show_plan(console, options, schedule, bounds)
@@ -143,12 +147,18 @@ def matrix(
     duration: Annotated[float | None, typer.Option("--duration", help="Seconds of every fault phase (default: each suite's).")
                         ] = None,
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the checks.")] = None,
+    topologies: Annotated[str, typer.Option("--topologies", help="Comma-separated topologies, e.g. single,2x2 "
+                                            "(a suite runs only on the topologies it supports).")] = "single",
 ) -> None:
-    """Run suites x seeds (x time scales) one after another; summary table, matrix.json and index.html
-    (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged)."""
-    from chaos.matrix import chaos_run_one
+    """Run suites x seeds (x time scales x topologies) one after another; summary table, matrix.json and
+    index.html (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged)."""
+    from chaos.matrix import chaos_run_one, with_topologies
 
     cells, out_dir = _matrix_plan(suites, seeds, time_scales, out, "matrix")
+    try:
+        cells = with_topologies(cells, [t.strip() for t in topologies.split(",") if t.strip()])
+    except ValueError as exc:
+        _fail(str(exc))
     result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration))
     raise typer.Exit(result.exit_code)
 
@@ -272,6 +282,16 @@ def _print_verdict(result: CheckOutput, title: str) -> None:
     console.print(f"verdict: {result.verdict_path}")
     if result.report_path:
         console.print(f"report:  {result.report_path}")
+
+
+def _check_topology(chosen: Suite, topology: str) -> None:
+    """KeyError naming the choices when `topology` is unknown or the suite does not run on it."""
+    from harness.topology import TOPOLOGIES
+
+    if topology not in TOPOLOGIES:
+        raise KeyError(f"no topology {topology!r}; topologies are {', '.join(TOPOLOGIES)}")
+    if topology not in chosen.topologies:
+        raise KeyError(f"suite {chosen.name} runs on {', '.join(chosen.topologies)} only, not {topology}")
 
 
 def _fail(message: str) -> None:

@@ -39,10 +39,12 @@ class Cell:
     seed: int
     time_scale: float
     mode: str | None = None  # a durability mode, for suites run once per mode
+    topology: str = "single"  # harness.topology.TOPOLOGIES
 
     @property
     def name(self) -> str:
-        return f"{self.suite}-s{self.seed}-x{self.time_scale:g}" + (f"-{self.mode}" if self.mode else "")
+        return (f"{self.suite}-s{self.seed}-x{self.time_scale:g}" + (f"-{self.mode}" if self.mode else "")
+                + (f"-{self.topology}" if self.topology != "single" else ""))
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Row:
     unallowed_loss: int | None = None
     error: str | None = None
     report: str | None = None  # report.html relative to the matrix dir
+    topology: str = "single"
 
 
 @dataclass
@@ -126,6 +129,23 @@ def plan_cells(suites: Sequence[str], seeds: Sequence[int], time_scales: Sequenc
             for scale in time_scales:
                 cells += [Cell(suite, seed, scale, mode) for mode in modes]
     return cells
+
+
+def with_topologies(cells: Sequence[Cell], topologies: Sequence[str]) -> list[Cell]:
+    """Every cell once per topology its suite runs on (a suite's `topologies`); ValueError for an
+    unknown topology or when no cell is left."""
+    from dataclasses import replace
+
+    from chaos.suites import suite
+    from harness.topology import TOPOLOGIES
+
+    unknown = [t for t in topologies if t not in TOPOLOGIES]
+    if unknown or not topologies:
+        raise ValueError(f"topologies are {', '.join(TOPOLOGIES)}, got {', '.join(topologies) or 'none'}")
+    out = [replace(cell, topology=t) for cell in cells for t in topologies if t in suite(cell.suite).topologies]
+    if not out:
+        raise ValueError(f"no chosen suite runs on {', '.join(topologies)}")
+    return out
 
 
 def run_matrix(cells: Sequence[Cell], out_dir: Path, run_one: RunOne,
@@ -191,7 +211,8 @@ def chaos_run_one(*, spark_master: str | None = None, duration_s: float | None =
             console = Console(file=log, highlight=False, width=160)
             options = RunOptions(chosen, seed=cell.seed, time_scale=cell.time_scale, duration_s=duration_s,
                                  out_dir=run_dir, spark_master=spark_master,
-                                 fault_switches=fault_switches(cell) if fault_switches else {}, **extra)
+                                 fault_switches=fault_switches(cell) if fault_switches else {},
+                                 topology=cell.topology, **extra)
             return ChaosRun(options, console).execute().exit_code
 
     return run_one
@@ -205,7 +226,8 @@ def read_row(cell: Cell, run_dir: Path, out_dir: Path, exit_code: int, duration_
     run = _read_json(run_dir / "run.json") or {}
     verdict = _read_json(run_dir / "verdict.json")
     row = Row(cell.suite, cell.seed, cell.time_scale, cell.mode, _rel(run_dir, out_dir), exit_code,
-              verdict="not run", duration_s=round(duration_s, 1), error=error or run.get("error"))
+              verdict="not run", duration_s=round(duration_s, 1), error=error or run.get("error"),
+              topology=cell.topology)
     if verdict is not None:
         row.verdict = {True: "valid", False: "INVALID"}.get(verdict.get("valid"), "unknown")  # type: ignore[call-overload]
         checks = verdict.get("checks") or {}
@@ -250,12 +272,13 @@ def _losses(verdict: dict[str, Any]) -> tuple[int | None, int | None]:
 
 def scale_disagreements(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """Seeds (per suite and mode) whose judged verdicts differ between time scales."""
-    by_seed: dict[tuple[str, int, str | None], dict[float, str]] = {}
+    by_seed: dict[tuple[str, int, str | None, str], dict[float, str]] = {}
     for r in rows:
         if r.verdict in ("valid", "INVALID"):
-            by_seed.setdefault((r.suite, r.seed, r.mode), {})[r.time_scale] = r.verdict
-    return [{"suite": s, "seed": seed, "mode": mode, "verdicts": {f"{k:g}": v for k, v in sorted(v.items())}}
-            for (s, seed, mode), v in by_seed.items() if len(set(v.values())) > 1]
+            by_seed.setdefault((r.suite, r.seed, r.mode, r.topology), {})[r.time_scale] = r.verdict
+    return [{"suite": s, "seed": seed, "mode": mode, "topology": topo,
+             "verdicts": {f"{k:g}": v for k, v in sorted(v.items())}}
+            for (s, seed, mode, topo), v in by_seed.items() if len(set(v.values())) > 1]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

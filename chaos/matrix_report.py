@@ -24,7 +24,8 @@ def _cells(r: Row) -> list[str]:
         return "-" if v is None else f"{v:,}"
 
     failing = ", ".join(r.failing_checks) or (r.error or "")[:80]
-    return [r.suite, str(r.seed), f"{r.time_scale:g}", r.mode or "-", r.verdict, failing, f"{r.duration_s:.0f}",
+    suite = r.suite if r.topology == "single" else f"{r.suite} ({r.topology})"
+    return [suite, str(r.seed), f"{r.time_scale:g}", r.mode or "-", r.verdict, failing, f"{r.duration_s:.0f}",
             num(r.faults_injected), num(r.acked), num(r.allowed_loss), num(r.unallowed_loss), r.run_dir]
 
 
@@ -41,7 +42,8 @@ def summary_table(result: MatrixResult, title: str = "chaos matrix") -> Table:
 
 
 def disagreement_lines(result: MatrixResult) -> list[str]:
-    return [f"{d['suite']} seed {d['seed']}" + (f" ({d['mode']})" if d.get("mode") else "") + ": verdict differs "
+    return [f"{d['suite']} seed {d['seed']}" + (f" ({d['mode']})" if d.get("mode") else "")
+            + (f" on {d['topology']}" if d.get("topology", "single") != "single" else "") + ": verdict differs "
             "between time scales: " + ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())
             for d in result.scale_disagreements]
 

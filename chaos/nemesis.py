@@ -252,6 +252,15 @@ class NemesisRunner:
             a, b = sorted(shuffled[:len(shuffled) // 2]), sorted(shuffled[len(shuffled) // 2:])
             pairs, involved = complete_grudge([set(a), set(b)]), sorted(shuffled)
             what = f"halves {' '.join(a)} | {' '.join(b)}"
+        elif op.kind == "from-namesrv":
+            namesrvs = {n.id for n in self.cluster.spec.namesrv_nodes()}
+            group = set(self.resolver.resolve(op.target))
+            pairs, involved = complete_grudge([group, namesrvs]), sorted(group | namesrvs)
+            what = f"cut {' '.join(sorted(group))} from the name servers"
+        elif op.kind == "from-group":
+            group = set(self.resolver.resolve(op.peer or "group"))
+            pairs, involved = complete_grudge([{target}, group]), [target, *sorted(group)]
+            what = f"cut {target} from {' '.join(sorted(group))}"
         elif op.kind in ("master-slave", "consumer-master"):
             peer = self.resolver.resolve(op.peer or ("slave" if op.kind == "master-slave" else "master"))[0]
             pairs, involved, what = complete_grudge([{target}, {peer}]), [target, peer], f"cut {target}<->{peer}"

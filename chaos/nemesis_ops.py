@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from harness.netproxy import LinkMode
 
-PARTITION_KINDS = ("isolate", "halves", "master-slave", "consumer-master", "one-way")
+PARTITION_KINDS = ("isolate", "halves", "master-slave", "consumer-master", "one-way", "from-namesrv", "from-group")
 LINK_MODES = (LinkMode.DROP.value, LinkMode.REJECT.value)
 RECOVERY_OP = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal", "power-loss": "restart"}
 
@@ -71,7 +71,9 @@ class Partition:
     kind: `isolate` the target from everyone; `halves` every node shuffled into two halves;
     `master-slave` the target (a master) from `peer` (its slave); `consumer-master` the target
     (a consumer) from `peer` (the master) only; `one-way` the target's bytes to `peer` (the
-    master) dropped, the other direction open. mode: DROP (silent) or REJECT (connections reset).
+    master) dropped, the other direction open; `from-namesrv` the target's nodes (e.g. a broker
+    group) from every name server, and nothing else; `from-group` the target (e.g. the producer)
+    from every node of `peer` (a broker group), both ways. mode: DROP (silent) or REJECT (connections reset).
     """
 
     op: ClassVar[str] = "partition"

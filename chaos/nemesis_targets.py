@@ -1,9 +1,11 @@
 """Symbolic nemesis targets resolved to node ids of a `LocalCluster`.
 
 Targets: "master" / "slave" (of the first broker group; "master:<broker_name>" for another),
-"random-consumer" (a running one), "all-consumers", "lock-holder" (the consumer holding the
+"group" (every node of the first broker group, master first; "group:<broker_name>" for another),
+"namesrv" (the first name server; "namesrv:<n>" for namesrv-<n>), "random-consumer" (a running one), "all-consumers", "lock-holder" (the consumer holding the
 master's lock on a random locked queue of the runner's topic), "lock-holder:<queue_id>" (or
-"lock-holder:<broker_name>:<queue_id>"), or a node id. A seeded `random.Random` makes the
+"lock-holder:<broker_name>:<queue_id>"), or a node id (also an in-harness client that has link
+proxies, e.g. the chaos producer `producer-0`, for partitions). A seeded `random.Random` makes the
 choices, so a seed picks the same nodes.
 """
 
@@ -63,16 +65,20 @@ class TargetResolver:
         name, _, arg = target.partition(":")
         if name in ("master", "slave"):
             return [self.broker(name, arg or None)]
+        if name == "group":
+            return self.broker_group(arg or None)
+        if name == "namesrv":
+            return [self.namesrv(arg or None)]
         if name == "random-consumer":
             return [self.rng.choice(self._consumers(running=True))]
         if name == "all-consumers":
             return self._consumers(running=False)
         if name == "lock-holder":
             return [self._lock_holder(arg)]
-        if target in {p.node_id for p in self.cluster.nodes()}:
+        if target in {p.node_id for p in self.cluster.nodes()} or target in self._link_ends():
             return [target]
-        raise ResolveError(f"unknown target {target!r}: use master, slave, random-consumer, all-consumers, "
-                           "lock-holder[:<queue_id>] or a node id")
+        raise ResolveError(f"unknown target {target!r}: use master, slave, group, namesrv, random-consumer, "
+                           "all-consumers, lock-holder[:<queue_id>] or a node id")
 
     def broker(self, role: str, broker_name: str | None = None) -> str:
         brokers = self.cluster.spec.broker_nodes()
@@ -81,6 +87,28 @@ class TargetResolver:
             if n.broker_name == name and (n.broker_id == c.MASTER_ID) == (role == "master"):
                 return n.id
         raise ResolveError(f"no {role} of broker group {name!r} in this cluster")
+
+    def broker_group(self, broker_name: str | None = None) -> list[str]:
+        """Every node of a broker group, master first (a restart brings the master back first)."""
+        brokers = self.cluster.spec.broker_nodes()
+        name = broker_name or (brokers[0].broker_name if brokers else None)
+        nodes = sorted((n for n in brokers if n.broker_name == name), key=lambda n: n.broker_id or 0)
+        if not nodes:
+            raise ResolveError(f"no broker group {name!r} in this cluster")
+        return [n.id for n in nodes]
+
+    def namesrv(self, index: str | None = None) -> str:
+        ids = [n.id for n in self.cluster.spec.namesrv_nodes()]
+        wanted = f"namesrv-{index}" if index is not None else ids[0]
+        if wanted not in ids:
+            raise ResolveError(f"no name server {wanted!r} in this cluster; name servers are {', '.join(ids)}")
+        return wanted
+
+    def _link_ends(self) -> set[str]:
+        """Every node the link proxies connect, including in-harness clients (the producer)."""
+        if self.cluster.links is None:
+            return set()
+        return {end for name in self.cluster.link_stats() for end in name.split("->")}
 
     def _consumers(self, *, running: bool) -> list[str]:
         ids = sorted(p.node_id for p in self.cluster.nodes("consumer")

@@ -39,10 +39,12 @@ from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
-from chaos.suites import GROUP, QUEUES, TOPIC, Suite
+from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
+from chaos.topology import place_schedule
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.cluster import make_run_dir
+from harness.topology import DEFAULT_TOPOLOGY, broker_groups
 from harness.waiting import WaitTimeout
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_INTERRUPTED = 0, 1, 2, 130
-PRODUCER_NODE = "producer-0"
 RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
 PROCESSES_FILE = Path("processes") / "processes.jsonl"
 TICK_S = 0.25  # progress refresh
@@ -78,6 +79,7 @@ class RunOptions:
     schedule_file: Path | None = None  # replay this schedule instead of drawing one
     mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
     checks: tuple[str, ...] | None = None  # judge only these of the suite's checks (tests); None: all
+    topology: str = DEFAULT_TOPOLOGY  # harness.topology.TOPOLOGIES
 
     @property
     def check_names(self) -> tuple[str, ...]:
@@ -116,7 +118,10 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
-    bounds = derive_bounds(suite.spec(options.time_scale, mode=options.mode).scaled_timing())
+    if options.topology not in suite.topologies:
+        raise ValueError(f"suite {suite.name} runs on {', '.join(suite.topologies)} only, not {options.topology}")
+    spec = suite.spec(options.time_scale, mode=options.mode, topology=options.topology)
+    bounds = derive_bounds(spec.scaled_timing())
     if options.schedule_file is not None:
         schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
         return schedule, bounds
@@ -128,7 +133,8 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
         duration_ms, unit_duration_ms = suite.fault_phase_ms(bounds), suite.fault_phase_ms(unit_bounds)
     schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms, unit_bounds=unit_bounds,
                                  unit_duration_ms=unit_duration_ms, spacing_ms=suite.fault_spacing_ms(bounds))
-    return schedule, bounds
+    # several broker groups: each fault pinned to one, drawn from the seed (one group: unchanged)
+    return place_schedule(schedule, broker_groups(spec), options.seed, len(spec.namesrv_nodes())), bounds
 
 
 def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
@@ -154,9 +160,13 @@ class ChaosRun:
     # ---- the whole run ------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
+        unknown = sorted(set(self.options.fault_switches.get("producer", ())) - set(c.PRODUCER_FAULT_SWITCHES))
+        if unknown:
+            raise ValueError(f"unknown producer fault switches {unknown}; known: {', '.join(c.PRODUCER_FAULT_SWITCHES)}")
         schedule, bounds = plan(self.options)
         self._fault_phase_s = schedule.fault_phase_ms / 1000
-        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode)
+        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode,
+                               topology=self.options.topology)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
         show_plan(self.console, self.options, schedule, bounds)
@@ -193,11 +203,15 @@ class ChaosRun:
             cluster.start()
             timing = cluster.timing
             _create_topic(cluster, TOPIC, QUEUES, bounds)
+            namesrv_addr = ";".join(cluster.namesrv_addrs)  # every name server, as RocketMQ's namesrvAddr
             consumers = [n.id for n in spec.consumer_nodes()]
             tally = DeliveryTally(self.run_dir, consumers)
             producer = ProducerWorkload(
-                cluster.namesrv_addr, self.run_dir,
-                ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s),
+                namesrv_addr, self.run_dir,
+                ProducerWorkloadConfig(TOPIC, keys=self.suite.keys, rate_per_s=self.suite.rate_per_s,
+                                       orderly=self.suite.producer_orderly, latency_fault_enable=(
+                                           c.FAULT_PRODUCER_LATENCY_FAULT_OFF
+                                           not in self.options.fault_switches.get("producer", ()))),
                 timing=timing, node_id=PRODUCER_NODE, dial_overrides=cluster.client_dial_overrides(PRODUCER_NODE))
             nemesis = NemesisRunner(cluster, self.run_dir / "nemesis" / "nemesis.jsonl",
                                     random.Random(self.options.seed), SYSTEM_CLOCK, topic=TOPIC, group=GROUP)
@@ -217,7 +231,7 @@ class ChaosRun:
                 self._wait(lambda: False, bounds.converge_ms, refresh)
                 self._phase("read-back", refresh)
                 read_back([Replica(n.id, n.broker_name or "", n.broker_id or 0, cluster.node(n.id).describe)
-                           for n in spec.broker_nodes()], cluster.namesrv_addr, (TOPIC, f"%RETRY%{GROUP}"),
+                           for n in spec.broker_nodes()], namesrv_addr, (TOPIC, f"%RETRY%{GROUP}"),
                           self.run_dir, timing=timing, catch_up_ms=bounds.converge_ms)
                 self._phase("stopping", refresh)
         finally:
@@ -323,12 +337,13 @@ class ChaosRun:
         o = self.options
         data: dict[str, Any] = {
             "suite": self.suite.name, "seed": o.seed, "time_scale": o.time_scale, "mode": o.mode_name,
+            "topology": o.topology,
             "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
             "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
             "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
-                      f"--mode {o.mode_name}",
+                      f"--mode {o.mode_name}" + (f" --topology {o.topology}" if o.topology != DEFAULT_TOPOLOGY else ""),
         }
         if outcome is not None:
             s = outcome.status
@@ -356,8 +371,12 @@ def _default_out(options: RunOptions) -> Path:
 
 
 def _create_topic(cluster: LocalCluster, topic: str, queues: int, bounds: Bounds) -> None:
-    """Create the suite's topic on every master, then wait until the name server routes it."""
-    for master in (n for n in cluster.spec.broker_nodes() if n.is_master):
+    """Create the suite's topic with `queues` queues in all, spread evenly over the masters (every
+    topology has the same queue count, so a queue carries the same share of the load), then wait
+    until the name server routes it."""
+    masters = [n for n in cluster.spec.broker_nodes() if n.is_master]
+    queues = max(1, queues // len(masters))
+    for master in masters:
         proc = cluster.node(master.id)
         with make_sync_channel(proc.addr) as channel:
             resp = broker_pb2_grpc.BrokerStub(channel).CreateTopic(broker_pb2.CreateTopicRequest(

@@ -64,7 +64,9 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
     if needed is None:
         return 1
     for seed in range(1, SEEDS_TRIED + 1):
-        schedule, _ = plan(RunOptions(suite(case.suite), seed=seed, time_scale=time_scale, duration_s=duration_s))
+        chosen = suite(case.suite)
+        schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration_s,
+                                      topology=chosen.topologies[0]))
         drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
         if (drawn[-1:] == [needed]) if last else (needed in drawn):
             return seed
@@ -141,6 +143,9 @@ def chaos_run_case(*, time_scale: float, duration_s: float = SELFTEST_FAULT_PHAS
     def run_case(case: SelftestCase, seed: int, run_dir: Path) -> int:
         run_one = chaos_run_one(spark_master=spark_master, duration_s=duration_s,
                                 fault_switches=lambda _cell: case.switch_map())
-        return run_one(Cell(case.suite, seed, time_scale, case.mode), run_dir)
+        from chaos.suites import suite
+
+        return run_one(Cell(case.suite, seed, time_scale, case.mode, topology=suite(case.suite).topologies[0]),
+                       run_dir)
 
     return run_case

@@ -3,7 +3,7 @@
 A check that cannot fail on a broken build proves nothing; `mqlab chaos selftest` runs each case
 on a real cluster with its switch on and expects the named check to fail. A row is
 (suite, role, switch, check, masters_only, mode): `role` is the kind of node the switch is set on
-(broker | consumer), `masters_only` keeps it off slaves, `mode` is a durability mode for suites
+(broker | consumer | producer: the in-harness workload), `masters_only` keeps it off slaves, `mode` is a durability mode for suites
 run per mode (None: the suite's default).
 
 `NEEDED_FAULT` names, per suite, the fault its switched bug needs to show; the selftest runs the
@@ -20,7 +20,7 @@ from nodes.common import constants as c
 
 class SelftestCase(NamedTuple):
     suite: str
-    role: str  # broker | consumer
+    role: str  # broker | consumer | producer
     switch: str
     check: str
     masters_only: bool = False
@@ -57,13 +57,15 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     # the corrupted record, served unchecked, reads back with a body that differs from the one sent
     SelftestCase("durability", "broker", c.FAULT_READ_SKIP_CRC, "replication", masters_only=True),
     SelftestCase("failover", "broker", c.FAULT_PULL_FLIP_BODY_BYTE, "integrity"),
+    # the producer keeps choosing the group it cannot reach: every other send fails for the whole cut
+    SelftestCase("broker-loss", "producer", c.FAULT_PRODUCER_LATENCY_FAULT_OFF, "availability"),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show
 NEEDED_FAULT: dict[str, tuple[str, str]] = {
     "lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
     "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"), "mixed": ("kill", "lock-holder"),
-    "durability": ("power-loss", "master"),
+    "durability": ("power-loss", "master"), "broker-loss": ("partition", "producer-0"),
 }
 # switches whose bug needs another fault than their suite's (a corrupted record read back unchecked)
 NEEDED_SWITCH_FAULT: dict[str, tuple[str, str]] = {c.FAULT_READ_SKIP_CRC: ("corrupt", "master")}

@@ -19,10 +19,14 @@ from typing import Any
 from chaos.bounds import Bounds
 from chaos.schedule import FaultChoice, bound_ms
 from harness.spec import ClusterSpec
+from harness.topology import DEFAULT_TOPOLOGY, TOPOLOGIES, TWO_BY_TWO, topology_spec
+from nodes.common import constants as c
 
 TOPIC = "ChaosTopic"
-QUEUES = 8
+QUEUES = 8  # in all, spread evenly over the broker groups
 GROUP = "chaos_group"
+TOPOLOGY_NAMES = tuple(TOPOLOGIES)
+PRODUCER_NODE = "producer-0"  # the in-harness producer workload (its link proxies make it partitionable)
 MASTER = "broker-a-0"
 SLAVE = "broker-a-1"
 
@@ -64,7 +68,7 @@ def mode(name: str) -> Mode:
 class BreakingSwitch:
     """A test-only fault switch that breaks the rule a suite guards, and the check that must catch it."""
 
-    role: str  # broker | consumer: which nodes get the switch
+    role: str  # broker | consumer | producer (the in-harness workload): which nodes get the switch
     switch: str
     check: str
     masters_only: bool = False
@@ -93,6 +97,9 @@ class Suite:
     fault_spacing_x: float | None = None
     fault_spacing_of: str = "N_r"
     default_mode: str = DEFAULT_MODE
+    topologies: tuple[str, ...] = TOPOLOGY_NAMES  # the topologies it runs on (harness.topology)
+    # the producer workload: send_orderly by key (True) or send() with queue selection and retries
+    producer_orderly: bool = True
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
@@ -105,13 +112,13 @@ class Suite:
         return round(self.fault_spacing_x * bound_ms(bounds, self.fault_spacing_of))
 
     def spec(self, time_scale: float, fault_switches: Mapping[str, tuple[str, ...]] | None = None,
-             mode: str | None = None) -> ClusterSpec:
+             mode: str | None = None, topology: str = DEFAULT_TOPOLOGY) -> ClusterSpec:
         """The cluster for this suite; `fault_switches` maps a role to switches (tests only);
         `mode` (a key of MODES; None: the suite's default) sets every broker's flush type and
-        the masters' role."""
+        the masters' role; `topology` names the node set (harness.topology)."""
         switches = dict(fault_switches or {})
         chosen = MODES[mode or self.default_mode]
-        spec = ClusterSpec.default(time_scale=time_scale)
+        spec = topology_spec(topology, time_scale=time_scale)
         for node in spec.broker_nodes():
             spec = spec.with_node_options(node.id, store={"flush_disk_type": chosen.flush_disk_type},
                                           broker_role=chosen.broker_role)
@@ -215,6 +222,27 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         ),
         breaking_switch=BreakingSwitch("broker", "lock-no-exclusion", "lock-exclusivity", masters_only=True),
         orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS,
+    ),
+    Suite(
+        name="broker-loss",
+        summary="2x2 only: a whole broker group killed until routes expire, a master paused, the producer cut "
+                "from a group, a group cut from the name servers, a name server killed, paused or isolated; "
+                "sends keep landing on the other group",
+        checks=(*QUEUE_CHECKS, "availability"),
+        faults=(
+            # down past the route expiry: clients drop the group, then it comes back
+            FaultChoice("kill", "group", 2.0, "group_loss_ms", 1.5),
+            # silent to the producer: only latency fault tolerance keeps sends off it
+            FaultChoice("pause", "master", 1.0, "group_loss_ms", 1.0),
+            FaultChoice("partition", PRODUCER_NODE, 2.0, "group_loss_ms", 1.0, partition="from-group"),
+            FaultChoice("partition", "group", 1.0, "group_loss_ms", 1.5, partition="from-namesrv"),
+            FaultChoice("kill", "namesrv", 1.0, "group_loss_ms", 1.0),
+            FaultChoice("pause", "namesrv", 0.5, "group_loss_ms", 1.0),
+            FaultChoice("partition", "namesrv", 0.5, "group_loss_ms", 1.0, partition="isolate"),
+        ),
+        breaking_switch=BreakingSwitch("producer", c.FAULT_PRODUCER_LATENCY_FAULT_OFF, "availability"),
+        consumers=2, consumer_options={"sleep_ms": 1}, producer_orderly=False, topologies=(TWO_BY_TWO,),
+        fault_phase_x=40.0,
     ),
     Suite(
         name="durability",

@@ -43,7 +43,8 @@ DELIVERIES_FILE_NAME = "deliveries.jsonl"
 PRODUCER_GROUP = "mqlab_chaos_producer"
 
 # Failures that prove nothing was stored: the request never left, or the broker refused it.
-# send_orderly makes one attempt, so a refusal is not hiding an earlier attempt that timed out.
+# send_orderly makes one attempt, so a refusal is not hiding an earlier attempt that timed out;
+# send() reports a possibly stored earlier attempt as OutcomeUnknownError (an info line).
 _DEFINITE_FAILURES = (ClientError, RemoteError, RouteNotFoundError, BrokerNotFoundError, ClientStateError)
 
 
@@ -54,6 +55,10 @@ class ProducerWorkloadConfig:
     threads: int = 2
     rate_per_s: float = 200.0  # all threads together; 0: as fast as sends return
     body_bytes: int = 256
+    # True: send_orderly by sharding key (one attempt, a key's queue fixed by the publish list);
+    # False: send() with the producer's queue selection and retries on another broker
+    orderly: bool = True
+    latency_fault_enable: bool = True  # the producer's latency fault tolerance (off: a test-only switch)
 
     def __post_init__(self) -> None:
         if self.keys < 1 or self.threads < 1 or self.threads > self.keys:
@@ -82,7 +87,8 @@ class ProducerWorkload:
         self.path = run_dir / node_id / SENDS_FILE_NAME
         self._history = EventLog(self.path, node_id, clock)
         self._clock = clock
-        self._producer = Producer(namesrv_addr, PRODUCER_GROUP, timing=timing, dial_overrides=dial_overrides)
+        self._producer = Producer(namesrv_addr, PRODUCER_GROUP, timing=timing, dial_overrides=dial_overrides,
+                                  latency_fault_enable=config.latency_fault_enable)
         self._ids = default_generator()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -142,7 +148,7 @@ class ProducerWorkload:
                                 "sharding_key": key, "seq": seq, "body_crc32": body_crc32}
         self._history.record({**base, "type": "invoke"})
         try:
-            result = self._producer.send_orderly(msg, key)
+            result = self._producer.send_orderly(msg, key) if self.config.orderly else self._producer.send(msg)
         except _DEFINITE_FAILURES as exc:
             self._history.record({**base, "type": "fail", "status": f"{type(exc).__name__}: {exc}"[:300]})
             with self._lock:

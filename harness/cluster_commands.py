@@ -23,6 +23,7 @@ from harness.errors import HarnessError
 from harness.pids import KILL_REAP_BUDGET_MS, is_node_process, pid_alive, session_pids, wait_gone
 from harness.spec import ClusterSpec
 from harness.terminal import EXIT_PROBLEM, CliError, RunDirOpt, cli_command
+from harness.topology import DEFAULT_TOPOLOGY, topology_spec
 from nodes.common import constants as c
 
 STATUS_DESCRIBE_TIMEOUT_MS = 1_500
@@ -35,16 +36,21 @@ def up(
     run_dir: RunDirOpt = None,
     time_scale: Annotated[float | None, typer.Option("--time-scale", help="Multiply every timer by F.")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Leave the cluster running and return.")] = False,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", help="single (namesrv-0 + broker-a, the default) or 2x2 (namesrv-0/1, broker-a and "
+        "broker-b, each master + slave); not with --spec.")] = None,
 ) -> None:
     """Start a local cluster; stays up until Ctrl-C unless --detach."""
     console, err_console = terminal.console, terminal.err_console
-    cluster_spec = ClusterSpec.from_toml(spec) if spec is not None else ClusterSpec.default()
+    if spec is not None and topology is not None:
+        raise CliError("--spec and --topology both name the nodes; pass one of them")
+    cluster_spec = ClusterSpec.from_toml(spec) if spec is not None else topology_spec(topology or DEFAULT_TOPOLOGY)
     if run_dir is not None:
         _refuse_live_cluster(run_dir)
     with console.status("starting cluster…"):
         cluster = LocalCluster(cluster_spec, time_scale=time_scale, run_dir=run_dir, detach=detach)
     console.print(nodes_table(cluster.cluster_info()["nodes"], title=f"cluster in {cluster.run_dir}"))
-    console.print(f"namesrv: [bold]{cluster.namesrv_addr}[/]   RocketMQ namesrvAddr: "
+    console.print(f"namesrv: [bold]{';'.join(cluster.namesrv_addrs)}[/]   RocketMQ namesrvAddr: "
                   f"[bold]{cluster.namesrv_remoting_addr}[/]   time scale: {cluster.spec.time_scale:g}")
     if detach:
         cluster.detach()

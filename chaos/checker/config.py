@@ -34,6 +34,7 @@ TIMERS: dict[str, str] = {
     "K_b": "name server's silent-broker scan period", "G_r": "broker registration period",
     "W_p": "pull retry after an error / not locked", "U_d": "delayed unlock of a dropped orderly queue",
     "A_h": "slave reconnect backoff ceiling",
+    "T_s": "producer send timeout (unscaled)", "I_p": "producer's longest avoidance of a failed broker",
 }
 
 

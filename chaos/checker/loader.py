@@ -27,6 +27,7 @@ from chaos.checker.faults import (
     FaultWindow,
     ProcessExit,
     StorageFault,
+    broker_identity,
     fault_windows,
     process_exits,
     storage_faults,
@@ -141,6 +142,15 @@ class History:
                 out.append(FaultWindow(op="kill", targets=(e.node,), start_ms=e.t_ms, end_ms=e.t_ms, recovered=True,
                                        detail="unexpected exit"))
         return sorted(out, key=lambda w: w.start_ms)
+
+    def group_fault_windows(self, broker_name: str | None) -> list[FaultWindow]:
+        """The broker faults on nodes of one broker group (a queue's, with several groups); all of
+        them when the group is not known."""
+        if broker_name is None:
+            return self.broker_fault_windows
+        return [w for w in self.broker_fault_windows
+                if any((ident := broker_identity(t)) is not None and ident[0] == broker_name
+                       for t in w.targets if self.is_broker(t))]
 
     def faults_df(self) -> DataFrame:
         """One row per (fault window, target node); an untargeted window gets node '*'."""

@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from chaos.checker.checks._common import collect_parts
+from chaos.checker.faults import broker_identity
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import ACKED_STATUSES
 
@@ -66,6 +67,9 @@ def plot_data(h: History) -> dict[str, Any]:
         s = h.sends.withColumn("t", F.col("mono_ms"))
         acked = (F.col("type") == "ok") & (F.col("status").isNull() | F.col("status").isin(*ACKED_STATUSES))
         series.append(s.filter(acked).select(F.lit("sends acknowledged").alias("label"), "t"))
+        if len(_broker_groups(h)) > 1:  # which groups the producer's routes sent to, over time
+            series.append(s.filter(acked & F.col("broker_name").isNotNull()).select(
+                F.concat(F.lit("acknowledged on "), "broker_name").alias("label"), "t"))
         series.append(s.filter(F.col("type").isin("fail", "info")).select(F.lit("sends failed / unknown").alias("label"),
                                                                           "t"))
     if h.has("deliveries"):
@@ -85,6 +89,11 @@ def plot_data(h: History) -> dict[str, Any]:
     out: dict[str, Any] = {"bucket_ms": bucket, "rates": {}, "latency": [], "latency_overall": {}}
     for r in got.get("rates", []):
         out["rates"].setdefault(r["label"], []).append(((r["b"] + 0.5) * bucket / 1000.0, r["n"] * 1000.0 / bucket))
+    # a group the producer avoided has no sends in a bucket: draw that as 0, not a line across the gap
+    all_x = {x for x, _ in out["rates"].get("sends acknowledged", [])}
+    for label, pts in out["rates"].items():
+        if label.startswith("acknowledged on "):
+            pts += [(x, 0.0) for x in all_x - {x for x, _ in pts}]
     for r in got.get("latency", []):
         if r["kind"] is None:
             continue
@@ -95,10 +104,29 @@ def plot_data(h: History) -> dict[str, Any]:
         else:
             out["latency"].append({"kind": r["kind"], "x": (r["b"] + 0.5) * bucket / 1000.0, "p50": p[0],
                                    "p95": p[1], "p99": p[2]})
-    busiest = sorted(got.get("queues", []), key=lambda r: -r["n"])[:MAX_QUEUES]
-    out["queues"] = sorted((r["group"], r["topic"], r["broker_name"], r["queue_id"]) for r in busiest)
+    out["queues"] = sorted((r["group"], r["topic"], r["broker_name"], r["queue_id"])
+                           for r in busiest_per_broker(got.get("queues", []), MAX_QUEUES))
     out.update(_queue_data(h, out["queues"], b) if out["queues"] else {"epochs": [], "batches": [], "grants": [],
                                                                         "offsets": []})
+    return out
+
+
+def _broker_groups(h: History) -> set[str]:
+    """The broker groups of the run's cluster (cluster.json's broker nodes, `<group>-<broker id>`)."""
+    return {ident[0] for node in h.roles if h.is_broker(node) and (ident := broker_identity(node)) is not None}
+
+
+def busiest_per_broker(queues: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The `limit` busiest queues (rows with broker_name and n), taken in turns from each broker
+    group, so a topology with several groups shows every group's queues."""
+    by_broker: dict[Any, list[dict[str, Any]]] = {}
+    for r in sorted(queues, key=lambda r: -r["n"]):
+        by_broker.setdefault(r["broker_name"], []).append(r)
+    out: list[dict[str, Any]] = []
+    while len(out) < limit and any(by_broker.values()):
+        for name in sorted(by_broker, key=str):
+            if by_broker[name] and len(out) < limit:
+                out.append(by_broker[name].pop(0))
     return out
 
 

@@ -31,6 +31,7 @@ from nodes.client.instance import (
     make_client_id,
     validate_group,
 )
+from nodes.client.latency_fault import LatencyFaultTable
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
@@ -136,6 +137,8 @@ class Producer:
         dial_overrides: address -> address to dial instead (harness link proxies).
         instance_name: the client id's instance name; facades given the same one share one
             client instance (the default gives every producer its own).
+        latency_fault_enable: sendLatencyFaultEnable: a broker whose attempt failed or was slow is
+            left out of queue selection for a time that grows with the latency (`latency_fault`).
     """
 
     def __init__(self, namesrv_addr: str, group: str = c.DEFAULT_PRODUCER_GROUP, *,
@@ -148,7 +151,8 @@ class Producer:
                  async_batch_count_max: int = c.SEND_ASYNC_BATCH_COUNT_MAX,
                  async_batch_bytes_max: int = c.SEND_ASYNC_BATCH_BYTES_MAX,
                  async_batches_in_flight_max: int = c.SEND_ASYNC_BATCHES_IN_FLIGHT_MAX,
-                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT) -> None:
+                 instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT,
+                 latency_fault_enable: bool = c.SEND_LATENCY_FAULT_ENABLE) -> None:
         validate_group(group, "producer")
         timing = timing or Timing()
         self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
@@ -175,6 +179,7 @@ class Producer:
         self._ids = id_generator
         self._selector = selector or QueueSelector()
         self._clock = clock
+        self.latency_faults = LatencyFaultTable(timing.send_not_available_max_ms) if latency_fault_enable else None
         self._batcher = SendBatcher(
             send_batch=self._send_coalesced, publish_queues=self._instance.routes.publish_info,
             pick_queue=self._selector.select, wake=self._wake_batcher, window=async_window,
@@ -338,12 +343,18 @@ class Producer:
                 break
             if attempt == 0 and first_queue is not None and first_queue in queues:
                 mq = first_queue
+            elif self.latency_faults is not None:
+                mq = self._selector.select_available(queues, self.latency_faults, self._clock.monotonic_ms())
             else:
                 mq = self._selector.select(queues, last_broker)
             last_broker = mq.broker_name
+            began_ms = self._clock.monotonic_ms()
             try:
-                return await self._send_kernel(mq, outs, uids, deadline, what)
+                result = await self._send_kernel(mq, outs, uids, deadline, what)
+                self._note_latency(mq.broker_name, began_ms, isolation=False)
+                return result
             except MqError as err:
+                self._note_latency(mq.broker_name, began_ms, isolation=True)
                 if not retries_send(err, asynchronous=asynchronous):
                     final = _final_error(err, maybe_stored, what)
                     if final is err:
@@ -361,6 +372,12 @@ class Producer:
         if final is last_error:
             raise last_error
         raise final from last_error
+
+    def _note_latency(self, broker_name: str, began_ms: int, *, isolation: bool) -> None:
+        """updateFaultItem after an attempt (a failure isolates the broker), when latency fault is on."""
+        if self.latency_faults is not None:
+            now_ms = self._clock.monotonic_ms()
+            self.latency_faults.update(broker_name, now_ms - began_ms, isolation=isolation, now_ms=now_ms)
 
     async def _refreshed_queues(self, topic: str, queues: list[MessageQueue], deadline: Deadline,
                                 what: str) -> list[MessageQueue]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from nodes.client.latency_fault import LatencyFaultTable
 from nodes.common.types import MessageQueue
 
 _POSITIVE_MASK = 0x7FFFFFFF
@@ -31,7 +32,8 @@ def select_by_hash(queues: Sequence[MessageQueue], sharding_key: object) -> Mess
 
 
 class QueueSelector:
-    """MQFaultStrategy#selectOneMessageQueue with sendLatencyFaultEnable=false.
+    """MQFaultStrategy#selectOneMessageQueue: `select` with sendLatencyFaultEnable=false,
+    `select_available` with it on.
 
     RocketMQ keeps one index per thread (ThreadLocalIndex); every selection here runs on the
     client's event loop thread, so one index is the same thing.
@@ -54,4 +56,26 @@ class QueueSelector:
                 mq = queues[self.next_index() % n]
                 if mq.broker_name != last_broker_name:
                     return mq
+        return queues[self.next_index() % n]
+
+    def select_available(self, queues: Sequence[MessageQueue], faults: LatencyFaultTable,
+                         now_ms: int) -> MessageQueue:
+        """Round robin to the first queue whose broker the fault table deems available; if none,
+        a queue of the least bad broker (its queue id by the index over its write queues); if that
+        broker has no queue left, forget it and fall back to plain round robin."""
+        if not queues:
+            raise ValueError("no queue to select from")
+        n = len(queues)
+        start = self.next_index()
+        for i in range(n):
+            mq = queues[((start + i) & _POSITIVE_MASK) % n]
+            if faults.is_available(mq.broker_name, now_ms):
+                return mq
+        least_bad = faults.pick_one_at_least(now_ms)
+        if least_bad is not None:
+            write_queue_nums = sum(1 for q in queues if q.broker_name == least_bad)
+            if write_queue_nums > 0:
+                template = queues[self.next_index() % n]
+                return MessageQueue(template.topic, least_bad, self.next_index() % write_queue_nums)
+            faults.remove(least_bad)
         return queues[self.next_index() % n]

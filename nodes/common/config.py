@@ -45,6 +45,9 @@ class Timing:
     broker_suspend_max_ms: int = c.BROKER_SUSPEND_MAX_MS
     consumer_timeout_when_suspend_ms: int = c.CONSUMER_TIMEOUT_WHEN_SUSPEND_MS
     send_timeout_ms: int = c.SEND_TIMEOUT_MS
+    # the longest time latency fault tolerance keeps a broker out of queue selection (the last
+    # entry of SEND_NOT_AVAILABLE_MS); the shorter ones scale with it
+    send_not_available_max_ms: int = c.SEND_NOT_AVAILABLE_MS[-1]
     rpc_timeout_ms: int = c.RPC_TIMEOUT_MS
     query_offset_timeout_ms: int = c.QUERY_OFFSET_TIMEOUT_MS
     register_timeout_ms: int = c.REGISTER_TIMEOUT_MS

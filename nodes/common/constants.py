@@ -150,6 +150,15 @@ NODE_STOP_GRACE_MS = 10_000
 # ---------------------------------------------------------------------------
 SEND_RETRY_TIMES = 2  # retryTimesWhenSendFailed: 3 attempts in all
 SEND_ASYNC_RETRY_TIMES = 2  # retryTimesWhenSendAsyncFailed
+# Latency fault tolerance (MQFaultStrategy, sendLatencyFaultEnable; off by default as in RocketMQ):
+# an attempt that took at least SEND_LATENCY_MAX_MS[i] keeps its broker out of queue selection for
+# SEND_NOT_AVAILABLE_MS[i]; a failed attempt counts as SEND_ISOLATION_LATENCY_MS. The latencies are
+# measured (never scaled: the machine is as fast at every time scale); the durations are timers,
+# scaled through Timing.send_not_available_max_ms (the last entry).
+SEND_LATENCY_FAULT_ENABLE = False
+SEND_LATENCY_MAX_MS = (50, 100, 550, 1_000, 2_000, 3_000, 15_000)
+SEND_NOT_AVAILABLE_MS = (0, 0, 30_000, 60_000, 120_000, 180_000, 600_000)
+SEND_ISOLATION_LATENCY_MS = 30_000
 # Messages submitted and not yet answered before send_async blocks (RocketMQ bounds async
 # requests with a 65535-permit semaphore). send_async coalesces the messages submitted while a
 # batch is in flight into the next batch, so a window this size leaves as a few large batches.
@@ -351,6 +360,12 @@ FAULT_ACK_UNHANDED_EVERY = 50  # ack-unhanded-request: one consume request in th
 FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease counts as live this many leases
 FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
 FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
+FAULT_PRODUCER_LATENCY_FAULT_OFF = "producer-latency-fault-off"
+# switches of an in-harness client (the chaos producer workload), not of a node process
+PRODUCER_FAULT_SWITCHES: dict[str, str] = {
+    FAULT_PRODUCER_LATENCY_FAULT_OFF: "a producer avoids a broker that failed or was slow: latency fault tolerance "
+                                      "is off, every send goes round robin over the publish list",
+}
 BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_PULL_FLIP_BODY_BYTE: "a slave serves the bodies it stored: every body a slave answers a pull with has "
                                "its first byte inverted",

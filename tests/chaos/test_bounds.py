@@ -13,7 +13,8 @@ from nodes.common.config import Timing
 # RocketMQ's defaults (ms) as the bounds table reads them at time scale 1
 DEFAULTS = {"L_b": 60_000, "L_c": 30_000, "R_l": 20_000, "R_b": 20_000, "P_c": 5_000, "F_b": 5_000,
             "S_s": 10_000, "H": 30_000, "X_c": 120_000, "K_c": 10_000, "N_r": 30_000, "X_b": 120_000,
-            "K_b": 10_000, "G_r": 30_000, "W_p": 1_000, "U_d": 20_000, "A_h": 5_000}
+            "K_b": 10_000, "G_r": 30_000, "W_p": 1_000, "U_d": 20_000, "A_h": 5_000, "T_s": 3_000, "I_p": 600_000}
+UNSCALED = ("T_s",)  # an RPC budget, not a timer
 
 
 def expected_derived(t: dict[str, int]) -> dict[str, int]:
@@ -32,6 +33,8 @@ def expected_derived(t: dict[str, int]) -> dict[str, int]:
         "failover_read_kill_ms": t["N_r"] + t["W_p"],
         "failover_read_silent_ms": t["X_b"] + t["K_b"] + t["N_r"] + t["W_p"],
         "switch_back_ms": switch_back,
+        "group_loss_ms": t["X_b"] + t["K_b"] + t["N_r"],
+        "send_stall_ms": t["T_s"],
         "dup_window_consumer_kill_ms": t["P_c"],
         "dup_window_master_restart_ms": t["P_c"] + t["F_b"],
         "dup_window_failover_ms": t["P_c"] + t["S_s"],
@@ -55,7 +58,7 @@ def test_timers_at_scale_1_are_rocketmqs_defaults_and_the_derived_values_the_anc
 
 def test_at_scale_0_05_every_timer_is_scaled_and_the_formulas_hold():
     b = derive_bounds(Timing().scaled(0.05))
-    assert b.timers() == {k: round(v * 0.05) for k, v in DEFAULTS.items()}
+    assert b.timers() == {k: v if k in UNSCALED else round(v * 0.05) for k, v in DEFAULTS.items()}
     assert b.derived() == expected_derived(b.timers())
     assert (b.L_b, b.L_c, b.W_p, b.takeover_after_kill_ms, b.drain_ms) == (3_000, 1_500, 50, 4_050, 4_300)
 

@@ -10,12 +10,13 @@ from chaos.schedule import format_schedule
 from chaos.suites import SUITES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "chaos.md"
-_BLOCK = re.compile(r"\$ mqlab chaos run (\S+) --seed (\d+) --dry-run\n(schedule \(.*?)(?=\n\n|\n```)", re.S)
+_BLOCK = re.compile(r"\$ mqlab chaos run (\S+)(?: --topology (\S+))? --seed (\d+) --dry-run\n(schedule \(.*?)(?=\n\n|\n```)",
+                    re.S)
 
 
 def test_the_schedules_in_the_docs_are_the_ones_the_code_draws():
     blocks = _BLOCK.findall(DOC.read_text())
     assert len(blocks) >= len(SUITES) - 1, "docs/chaos.md shows a seed-1 schedule per suite"
-    for suite, seed, shown in blocks:
-        schedule, _ = plan(RunOptions(SUITES[suite], seed=int(seed)))
+    for suite, topology, seed, shown in blocks:
+        schedule, _ = plan(RunOptions(SUITES[suite], seed=int(seed), topology=topology or "single"))
         assert shown.strip() == format_schedule(schedule).strip(), f"docs/chaos.md: {suite} seed {seed}"

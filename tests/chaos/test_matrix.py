@@ -137,7 +137,7 @@ def test_a_seed_whose_verdict_differs_between_scales_is_flagged(tmp_path):
     cells = plan_cells(["read-routing"], [1, 2], [0.05, 0.1])
     fake = FakeRuns({("read-routing", 2, 0.1): {"valid": False, "failing": ("read-routing",)}})
     result = run_matrix(cells, tmp_path, fake)
-    assert result.scale_disagreements == [{"suite": "read-routing", "seed": 2, "mode": None,
+    assert result.scale_disagreements == [{"suite": "read-routing", "seed": 2, "mode": None, "topology": "single",
                                            "verdicts": {"0.05": "valid", "0.1": "INVALID"}}]
     index = write_index(result, tmp_path).read_text()
     assert "read-routing seed 2" in index and "differs between time scales" in index

@@ -59,13 +59,17 @@ def _listening(port: int) -> bool:
 def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     from chaos.checker.checks import CHECKS
 
-    known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES}
-    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed", "durability"}
+    known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES,
+             "producer": c.PRODUCER_FAULT_SWITCHES}
+    assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed", "durability",
+                           "broker-loss"}
     for s in SUITES.values():
         assert set(s.checks) <= set(CHECKS), s.name
         b = s.breaking_switch
         assert b.switch in known[b.role], (s.name, b.switch)
         assert b.check in s.checks, s.name
+        if b.role == "producer":
+            continue  # the runner's in-harness producer, not a node of the spec
         spec = s.spec(0.05, s.switch_map())
         switched = [n.id for n in spec.nodes if b.switch in spec.effective_options(n).get("fault_switches", ())]
         assert switched, s.name
@@ -74,11 +78,14 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     for case in SELFTEST_CASES:  # every switch, the suite that must catch it, a check that suite runs
         s = SUITES[case.suite]
         assert case.switch in known[case.role] and case.check in s.checks, case
+        if case.role == "producer":
+            continue
         spec = s.spec(0.05, case.switch_map())
         assert any(case.switch in spec.effective_options(n).get("fault_switches", ()) for n in spec.nodes), case
     covered = {(case.suite, case.switch) for case in SELFTEST_CASES}
     assert {(s.name, s.breaking_switch.switch) for s in SUITES.values()} <= covered
-    assert set(known["broker"]) | set(known["consumer"]) == {case.switch for case in SELFTEST_CASES}
+    assert set(known["broker"]) | set(known["consumer"]) | set(known["producer"]) == {
+        case.switch for case in SELFTEST_CASES}
 
 
 def test_dry_run_prints_the_same_schedule_for_the_same_seed():
@@ -243,7 +250,7 @@ def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
     seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
     outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
                                   report=False, fault_switches=case.switch_map(), mode=case.mode,
-                                  checks=(case.check,))).execute()
+                                  checks=(case.check,), topology=s.topologies[0])).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert set(verdict["checks"]) == {case.check}
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)

@@ -72,7 +72,8 @@ def test_every_switch_caught_exits_0_and_a_case_that_could_not_run_exits_2(tmp_p
 def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
     for case in SELFTEST_CASES:
         seed = seed_for(case, 0.05, SELFTEST_FAULT_PHASE_S)
-        schedule, _ = plan(RunOptions(SUITES[case.suite], seed=seed, duration_s=SELFTEST_FAULT_PHASE_S))
+        s = SUITES[case.suite]
+        schedule, _ = plan(RunOptions(s, seed=seed, duration_s=SELFTEST_FAULT_PHASE_S, topology=s.topologies[0]))
         drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
         if case.switch in NEEDED_LAST:
             assert drawn[-1] == NEEDED_LAST[case.switch], case  # nothing after it pushes the bound out

@@ -90,3 +90,11 @@ def test_a_rewind_after_a_rebalance_gave_the_queue_up_and_back_is_explained(spar
     assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1
     assert "queue dropped (consumers-changed) by c1" in r.examples[0]["explained_by"]
     assert check_order(run(False).history(spark), config()).valid is False  # a rebalance that kept q0
+
+
+def test_a_fault_on_another_broker_group_explains_no_rewind(spark):
+    # with two groups, only a fault of the queue's own group (broker-a) can roll its offsets back
+    run = _handover(2).fault("kill", ["broker-b-0"], 300, 350)
+    r = check_order(run.history(spark), config())
+    assert r.valid is False
+    assert r.counts["anomalies"]["rewind past committed"] == 1

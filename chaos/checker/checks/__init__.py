@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chaos.checker.checks.availability import AVAILABILITY, check_availability
 from chaos.checker.checks.content import INTEGRITY, REPLICATION, check_integrity, check_replication
 from chaos.checker.checks.locks import LOCK, TAKEOVER, check_lock_exclusivity, check_takeover
 from chaos.checker.checks.offsets import RESYNC, check_offset_resync
@@ -37,8 +38,9 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "replication": (REPLICATION, check_replication),
     "store-health": (STORE_HEALTH, check_store_health),
     "durability": (DURABILITY, check_durability),
+    "availability": (AVAILABILITY, check_availability),
 }
 
-__all__ = ["CHECKS", "CheckFn", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
+__all__ = ["CHECKS", "CheckFn", "check_availability", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
            "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_replication",
            "check_store_health", "check_takeover", "check_unexpected"]

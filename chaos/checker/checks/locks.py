@@ -418,7 +418,7 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         else:
             extenders.append((w.start_ms, w.end_ms, b.takeover_after_restart(), w.op,
                               f"{w.label} (restarted), after {first_label}"))
-    for w in h.broker_fault_windows:
+    for w in h.group_fault_windows(r.get("broker_name")):  # only the queue's own master matters
         if w.start_ms < r["start"] and w.end_ms > first_ref and _master_out(h, w):
             extenders.append((w.start_ms, w.end_ms, b.takeover_master_return(), "master-return",
                               f"{first_label}, then the master was back after {w.label}"))

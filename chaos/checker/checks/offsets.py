@@ -152,17 +152,19 @@ def _broker_decrease_candidates(h: History) -> DataFrame:
             .select("node", *GQ, "offset", "source", "t", "p_offset", "p_t", "client_id", "p_client", "orderly"))
 
 
-def _explain_decrease(h: History, cfg: CheckerConfig, t0: int, t1: int) -> str | None:
+def _explain_decrease(h: History, cfg: CheckerConfig, t0: int, t1: int, broker_name: str | None) -> str | None:
+    """A broker fault of the queue's own group between the two offsets (another group's faults
+    leave this queue's offsets alone)."""
     if not cfg.allow_master_return_regression:
         return None
-    hit = overlapping(h.broker_fault_windows, t0, t1, slack=cfg.clock_slack_ms)
+    hit = overlapping(h.group_fault_windows(broker_name), t0, t1, slack=cfg.clock_slack_ms)
     return f"broker fault: {hit[0].label}" if hit else None
 
 
 def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in sorted(cands, key=lambda r: r["t"]):
-        why = _explain_decrease(h, cfg, r["p_t"], r["t"])
+        why = _explain_decrease(h, cfg, r["p_t"], r["t"], r.get("broker_name"))
         if why is None and r["p_client"] != r["client_id"] and not r["orderly"]:
             why = "hand-over between clients of a concurrent group"
         if why is None and r["lowered_by"] and not r["orderly"]:
@@ -181,7 +183,7 @@ def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[
         elif r["source"] == "slave-sync" and cfg.allow_master_return_regression:
             why = "slave sync from the master (master-return overwrite)"
         else:
-            why = _explain_decrease(h, cfg, r["p_t"], r["t"])
+            why = _explain_decrease(h, cfg, r["p_t"], r["t"], r.get("broker_name"))
             if why is None and r["client_id"] and r["p_client"] and r["p_client"] != r["client_id"] \
                     and not r["orderly"]:
                 why = "hand-over between clients of a concurrent group"
@@ -205,7 +207,8 @@ def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_
     for r in sorted(epochs, key=lambda r: r["start"]):
         node_restarted = any(node == r["node"] and (r["c_last_t"] or 0) - b.P_c <= t <= r["start"]
                              for t, node in restarts)
-        broker = overlapping(h.broker_fault_windows, r["c_last_t"] or r["start"], r["start"], slack=cfg.clock_slack_ms)
+        broker = overlapping(h.group_fault_windows(r.get("broker_name")), r["c_last_t"] or r["start"], r["start"],
+                             slack=cfg.clock_slack_ms)
         if not node_restarted and not broker:
             continue
         start_offset = r["first_offset"] if r["orderly"] else r["min_offset"]

@@ -103,7 +103,8 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
             # queue up (a batch ending after the drop commits nothing, as in RocketMQ) and took it
             # back. Reported only.
             if r["anomaly"] == "rewind (in epoch)":
-                hit = overlapping(h.broker_fault_windows, r["prev_t"], r["t"], slack=cfg.clock_slack_ms)
+                hit = overlapping(h.group_fault_windows(r.get("broker_name")), r["prev_t"], r["t"],
+                                  slack=cfg.clock_slack_ms)
                 why = hit[0].label if hit else next(
                     (f"{a} by {c} at {s(h, t)} s" for c, g, tp, b, q, a, t in releases
                      if (c, g, tp, b, q) == (r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"])
@@ -148,7 +149,8 @@ def _classify_changes(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]
             out.append({"anomaly": "skip (owner change)", **base})
             continue
         depth = r["c_last"] - r["start_offset"]
-        cause = overlapping(h.broker_fault_windows, r["c_last_t"] or r["start"], r["start"], slack=cfg.clock_slack_ms)
+        cause = overlapping(h.group_fault_windows(r.get("broker_name")), r["c_last_t"] or r["start"], r["start"],
+                            slack=cfg.clock_slack_ms)
         if cause and cfg.allow_master_return_regression:
             out.append({"anomaly": "rewind past committed (explained)", **base, "explained_by": cause[0].label,
                         "depth": depth})

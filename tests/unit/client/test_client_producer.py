@@ -15,7 +15,7 @@ import pytest
 from nodes.client import Message, Producer, SendStatus
 from nodes.client.msg_id import UniqIdGenerator
 from nodes.client.producer import validate_batch
-from nodes.client.queue_selector import select_by_hash
+from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.rpc.api import send_result_from_response
 from nodes.common import constants as c
 from nodes.common import errors
@@ -380,3 +380,26 @@ def test_selector_seed_is_random_by_default():
     starts = {Producer("127.0.0.1:9876")._selector._index for _ in range(5)}
     assert len(starts) > 1
     random.seed()  # keep other tests unaffected by any seeding here
+
+
+# --- latency fault tolerance ------------------------------------------------------------------
+def test_with_latency_fault_on_a_failed_broker_is_avoided_by_later_sends(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, errors.TransportError("connection refused")),
+                                   latency_fault_enable=True, selector=QueueSelector(random.Random(2)))
+    for _ in range(8):
+        assert producer.send(Message("T", b"x")).status is SendStatus.SEND_OK
+    brokers = [BROKER_OF[addr] for addr, _ in sent(inst)]
+    failed = brokers[0]
+    assert brokers[1] != failed  # the retry went to the other broker
+    assert failed not in brokers[2:]  # and every later send stayed away from the failed one
+    assert producer.latency_faults is not None
+    assert producer.latency_faults.snapshot(producer._clock.monotonic_ms())[failed]["unavailable_for_ms"] > 0
+
+
+def test_with_latency_fault_off_sends_keep_going_round_robin_after_a_failure(make_producer, fakes):
+    producer, inst = make_producer(scripted(fakes, errors.TransportError("connection refused")),
+                                   selector=QueueSelector(random.Random(2)))
+    for _ in range(8):
+        producer.send(Message("T", b"x"))
+    assert producer.latency_faults is None
+    assert {BROKER_OF[addr] for addr, _ in sent(inst)[2:]} == {"broker-a", "broker-b"}

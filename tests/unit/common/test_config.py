@@ -81,7 +81,7 @@ def test_fault_switches_are_validated_against_the_known_names():
 
 
 def test_every_fault_switch_has_a_description():
-    switches = {**c.BROKER_FAULT_SWITCHES, **c.CONSUMER_FAULT_SWITCHES}
+    switches = {**c.BROKER_FAULT_SWITCHES, **c.CONSUMER_FAULT_SWITCHES, **c.PRODUCER_FAULT_SWITCHES}
     names = {v for k, v in vars(c).items() if k.startswith("FAULT_") and isinstance(v, str)}
     assert set(switches) == names and len(switches) >= 4  # every switch name is registered for a role
     assert all(text.strip() for text in switches.values())

@@ -62,7 +62,7 @@ def test_top_level_help_lists_every_command(runner):
 
 
 @pytest.mark.parametrize(("command", "options"), [
-    ("up", ["--spec", "--run-dir", "--time-scale", "--detach"]),
+    ("up", ["--spec", "--run-dir", "--time-scale", "--detach", "--topology"]),
     ("status", ["--run-dir"]),
     ("down", ["--run-dir"]),
     ("produce", ["--namesrv", "--run-dir", "--topic", "--count", "--body-bytes", "--tags", "--batch"]),
@@ -101,6 +101,15 @@ def test_up_with_a_bad_spec_prints_one_line(runner, tmp_path):
     assert result.exit_code == 2
     assert "table [broker-z-0] names no node" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_up_refuses_an_unknown_topology_and_a_topology_with_a_spec(runner, tmp_path):
+    result = runner.invoke(cli.app, ["up", "--topology", "3x3", "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "topologies are single, 2x2" in result.output
+    spec = tmp_path / "spec.toml"
+    spec.write_text("")
+    result = runner.invoke(cli.app, ["up", "--spec", str(spec), "--topology", "2x2", "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "pass one of them" in result.output
 
 
 def test_unexpected_errors_never_show_a_traceback(runner, tmp_path, monkeypatch):
