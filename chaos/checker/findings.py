@@ -13,6 +13,10 @@ write can be valid while its client's bugs stay visible. Kinds (docs/real-client
                                client from that queue was between its consume start and end
     consume-after-unlock       a client started a batch from a queue after the broker released its
                                lock there, with no new grant in between
+    shared-queue               two clients of a concurrent group consumed one queue at once: its
+                               deliveries went A, B, A with A back within SHARED_RETURN_MS, again
+                               and again (a client that ignores the broker's consumer-ids-changed
+                               notice keeps a reassigned queue until its own next rebalance)
 
 All times are CLOCK_MONOTONIC. A broker event is stamped when the broker handles the request, so
 the client sent it earlier: "released inside a batch" and "batch after the release" need no slack.
@@ -33,12 +37,18 @@ from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import LOCK_HELD_ACTIONS
 
 LOCK_STORM_REFUSALS_PER_S = 50
+# a queue handed back to a client within this long of its last delivery, this often, was never
+# given up: a client that rebalances on NOTIFY_CONSUMER_IDS_CHANGED lets a queue go in milliseconds
+SHARED_RETURN_MS = 1_000
+SHARED_MIN_HANDBACKS = 3
 EXAMPLES_PER_KIND = 10
 KINDS: dict[str, str] = {
     "lock-storm": f"at least {LOCK_STORM_REFUSALS_PER_S} refused LOCK_BATCH_MQ of one client for one queue in a second",
     "unlock-missing-at-shutdown": "a client stopped gracefully while the broker still held its live lease on a queue",
     "unlock-during-consume": "the broker released a client's queue lock while that client consumed a batch from it",
     "consume-after-unlock": "a client started a batch from a queue after releasing its lock, with no grant since",
+    "shared-queue": f"two clients of a concurrent group took turns on one queue at least {SHARED_MIN_HANDBACKS} "
+                    f"times, each back within {SHARED_RETURN_MS} ms: both consumed it at once",
 }
 SILENCING_OPS = ("pause", "partition")  # a client that cannot reach the broker cannot unlock either
 
@@ -104,6 +114,22 @@ def consumes_after_unlock(h: History) -> DataFrame:
     return latest.join(regranted, [*GQ, "client_id", "start"], "left_anti")
 
 
+def shared_queues(h: History) -> DataFrame:
+    """Per (group, queue, client pair) of a concurrent group: ownership epochs A, B, A with A back
+    within SHARED_RETURN_MS, at least SHARED_MIN_HANDBACKS times."""
+    d = h.queue_deliveries.filter(~F.col("orderly"))
+    ep = d.groupBy(*GQ, "epoch").agg(F.first("client_id").alias("client_id"), F.min("t").alias("start"),
+                                     F.max("t").alias("last_t"))
+    w = Window.partitionBy(*GQ).orderBy("epoch")
+    ep = ep.withColumns({"p_client": F.lag("client_id").over(w), "pp_client": F.lag("client_id", 2).over(w),
+                         "pp_last": F.lag("last_t", 2).over(w)})
+    back = ep.filter((F.col("pp_client") == F.col("client_id"))
+                     & (F.col("start") - F.col("pp_last") <= SHARED_RETURN_MS))
+    return (back.groupBy(*GQ, F.array_sort(F.array("client_id", "p_client")).alias("clients"))
+            .agg(F.count(F.lit(1)).alias("handbacks"), F.min("pp_last").alias("first_t"), F.max("start").alias("last_t"))
+            .filter(F.col("handbacks") >= SHARED_MIN_HANDBACKS))
+
+
 def _silenced(h: History, node: str | None, t: float) -> bool:
     """The client or a broker was paused, partitioned or down at `t`: an unlock could not get through."""
     windows = [*h.node_faults(node, SILENCING_OPS), *h.broker_fault_windows]
@@ -142,6 +168,10 @@ def client_findings(h: History, cfg: CheckerConfig) -> dict[str, Any]:
                       "t_s": r["t_s"], "evidence": f"batch from queue offset {r['first_offset']} started at "
                                                    f"{r['t_s']} s; the broker released this client's lock at "
                                                    f"{r['release_s']} s and granted none since"})
+    for r in rows(shared_queues(h).select("*", rel_s(h, "first_t").alias("t_s"), rel_s(h, "last_t").alias("until_s"))):
+        found.append({"kind": "shared-queue", "client_id": " + ".join(r["clients"]), "queue": _queue(r),
+                      "t_s": r["t_s"], "evidence": f"{r['handbacks']} hand-backs within {SHARED_RETURN_MS} ms "
+                                                   f"between {r['t_s']} s and {r['until_s']} s"})
     by_kind = {k: sum(1 for f in found if f["kind"] == k) for k in KINDS}
     found.sort(key=lambda f: f["t_s"] if f["t_s"] is not None else 0)
     shown: list[dict[str, Any]] = []

@@ -115,3 +115,15 @@ def test_a_real_clients_missing_unlock_is_its_finding_not_a_slow_takeover(spark)
     excused = check_takeover(h, config(excuse_client_no_unlock=True))
     assert excused.valid is True, excused.examples
     assert excused.counts["by_cause"] == {"stop-without-unlock": 1}
+
+
+def test_two_clients_taking_turns_on_one_queue_share_it(spark):
+    run = Run().sends_for(0, 12)
+    for i in range(12):  # c1 and c2 alternate on queue 0, each back within a few ms
+        run.deliver(f"q0-m{i}", 200 + i * 10, offset=i, client="c1" if i % 2 == 0 else "c2", key="k0", seq=i)
+    found = client_findings(run.history(spark), config())
+    assert _kinds(found) == {"shared-queue": 1}
+    assert found["findings"][0]["client_id"] == "c1 + c2"
+    handover = Run().sends_for(0, 12).consume(0, range(6), t0=200, orderly=False)
+    handover.consume(0, range(6, 12), t0=300, client="c2", orderly=False)  # one clean hand-over
+    assert client_findings(handover.history(spark), config())["count"] == 0
