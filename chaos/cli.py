@@ -99,7 +99,8 @@ def run(
     duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's, in timer units: the same run at every time scale).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
     client: Annotated[str, typer.Option("--client", help="The consumers: mqlab (its own), cpp (Apache's C++ client) "
-                                        "or ons (ali-ons); real clients run at real scale, for minutes.")] = "mqlab",
+                                        "or ons (ali-ons), or cpp+mqlab / ons+mqlab (a mixed group); real "
+                                        "clients run at real scale, for minutes.")] = "mqlab",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="Durability mode: async, sync-flush, sync-master or sync "

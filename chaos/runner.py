@@ -45,7 +45,7 @@ from chaos.judge import judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
-from chaos.real_clients import MQLAB, real_client, spec_for, wire
+from chaos.real_clients import MQLAB, is_mixed, real_client, spec_for, wire
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.suites import GROUP, QUEUES, TOPIC, Suite
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
@@ -154,7 +154,9 @@ def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds:
     console.print(format_schedule(schedule))
     if real_client(options.client) is not None:
         typical_ms, most_ms = real_client_run_ms(bounds, schedule.fault_phase_ms)
-        console.print(f"[bold]consumers: the real {options.client} client[/]; its timers cannot be scaled, so every "
+        who = f"the real {options.client.removesuffix('+' + MQLAB)} client" + \
+            (" and mqlab's, in one group" if is_mixed(options.client) else "")
+        console.print(f"[bold]consumers: {who}[/]; its timers cannot be scaled, so every "
                       f"timer runs at real scale: this run takes about {typical_ms / 60_000:.0f} min "
                       f"(at most {most_ms / 60_000:.0f} min)")
 
@@ -213,7 +215,7 @@ class ChaosRun:
             client = real_client(self.options.client)
             if client is not None:
                 wire(cluster, client, group=GROUP, topic=TOPIC, orderly=self.suite.orderly,
-                     consumer_options=self.suite.consumer_options)
+                     consumer_options=self.suite.consumer_options, mixed=is_mixed(self.options.client))
             cluster.start()
             timing = cluster.timing
             _create_topic(cluster, TOPIC, QUEUES, bounds)

@@ -5,6 +5,15 @@ The wrappers here (`cpp_consumer.py`, `ons_consumer.js`) are scripts the harness
 one whose consumer nodes are real clients behind the harness's link proxies.
 """
 
-from chaos.real_clients.wiring import CLIENTS, MQLAB, RealClient, RealClientError, real_client, spec_for, wire
+from chaos.real_clients.wiring import (
+    CLIENTS,
+    MQLAB,
+    RealClient,
+    RealClientError,
+    is_mixed,
+    real_client,
+    spec_for,
+    wire,
+)
 
-__all__ = ["CLIENTS", "MQLAB", "RealClient", "RealClientError", "real_client", "spec_for", "wire"]
+__all__ = ["CLIENTS", "MQLAB", "RealClient", "RealClientError", "is_mixed", "real_client", "spec_for", "wire"]

@@ -81,14 +81,24 @@ CLIENTS: dict[str, RealClient] = {cl.name: cl for cl in (
 )}
 
 
+MIXED_SUFFIX = "+" + MQLAB  # `cpp+mqlab`: a group of real clients and mqlab consumers
+
+
 def real_client(name: str) -> RealClient | None:
-    """None for mqlab's own consumer; raises RealClientError for an unknown name."""
+    """None for mqlab's own consumer; the real client of `NAME` or `NAME+mqlab` (a mixed group);
+    raises RealClientError for an unknown name."""
     if name == MQLAB:
         return None
     try:
-        return CLIENTS[name]
+        return CLIENTS[name.removesuffix(MIXED_SUFFIX)]
     except KeyError:
-        raise RealClientError(f"no client {name!r}; clients are {MQLAB}, {', '.join(CLIENTS)}") from None
+        known = [MQLAB, *CLIENTS, *(f"{n}{MIXED_SUFFIX}" for n in CLIENTS)]
+        raise RealClientError(f"no client {name!r}; clients are {', '.join(known)}") from None
+
+
+def is_mixed(name: str) -> bool:
+    """`NAME+mqlab`: every other consumer node (consumer-1, consumer-3, ...) stays mqlab's own."""
+    return name.endswith(MIXED_SUFFIX)
 
 
 def spec_for(spec: ClusterSpec, client: RealClient) -> ClusterSpec:
@@ -98,8 +108,9 @@ def spec_for(spec: ClusterSpec, client: RealClient) -> ClusterSpec:
 
 
 def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, orderly: bool,
-         consumer_options: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Make every consumer node of the (not yet started) cluster a `client` process behind its links.
+         consumer_options: Mapping[str, Any], mixed: bool = False) -> dict[str, list[str]]:
+    """Make every consumer node of the (not yet started) cluster a `client` process behind its links;
+    with `mixed`, only every other one (consumer-0, consumer-2, ...): the rest stay mqlab's.
 
     Returns node id -> the command it runs (also in the run dir's `real-clients.json`).
     """
@@ -114,7 +125,9 @@ def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, o
         # the C++ binding does not say which broker a message came from: one broker group only
         raise RealClientError(f"real-client runs need exactly one broker group, the spec has {broker_names}")
     commands: dict[str, list[str]] = {}
-    for node in cluster.spec.consumer_nodes():
+    for index, node in enumerate(cluster.spec.consumer_nodes()):
+        if mixed and index % 2:
+            continue
         proc = cluster.node(node.id)
         broker_links = {}
         for b in brokers:
@@ -137,5 +150,5 @@ def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, o
         proc.set_command(argv)
         commands[node.id] = argv
     (cluster.run_dir / "real-clients.json").write_text(json.dumps(
-        {"client": client.name, "summary": client.summary, "commands": commands}, indent=1))
+        {"client": client.name, "mixed": mixed, "summary": client.summary, "commands": commands}, indent=1))
     return commands

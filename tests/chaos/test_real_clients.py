@@ -81,6 +81,20 @@ def test_the_pinned_real_clients_are_installed():
         client.check_installed()  # raises with the install command when one is missing
 
 
+def test_a_mixed_group_keeps_every_other_consumer_mqlabs(tmp_path):
+    assert real_client("cpp+mqlab") is CLIENTS["cpp"]
+    cluster = LocalCluster(SUITES["lock-takeover"].spec(1.0), run_dir=tmp_path / "run", links=True, start=False)
+    try:  # wiring starts nothing: it sets commands and points links at remoting listeners
+        commands = wire(cluster, CLIENTS["cpp"], group=GROUP, topic=TOPIC, orderly=True, consumer_options={},
+                        mixed=True)
+        assert sorted(commands) == ["consumer-0", "consumer-2"]
+        recorded = json.loads((cluster.run_dir / "real-clients.json").read_text())
+        assert recorded["mixed"] is True and sorted(recorded["commands"]) == ["consumer-0", "consumer-2"]
+        assert "--orderly" in commands["consumer-0"]
+    finally:
+        cluster.close()
+
+
 # ---- real processes ----------------------------------------------------------------------------
 
 def _deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
