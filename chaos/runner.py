@@ -368,7 +368,7 @@ class ChaosRun:
     def _checker_overrides(self) -> dict[str, Any]:
         overrides = dict(self.suite.checker)
         if self.options.client != MQLAB:
-            overrides["excuse_client_no_unlock"] = True  # the client's bugs are client findings
+            overrides["real_client_findings"] = True  # the client's bugs are client findings
         return overrides
 
     def _write_processes(self, cluster: LocalCluster) -> None:

@@ -112,7 +112,7 @@ def test_a_real_clients_missing_unlock_is_its_finding_not_a_slow_takeover(spark)
     h = _stop_without_unlock().history(spark)
     strict = check_takeover(h, config())
     assert strict.valid is False and strict.counts["slow"] == 1  # mqlab's own consumer must unlock
-    excused = check_takeover(h, config(excuse_client_no_unlock=True))
+    excused = check_takeover(h, config(real_client_findings=True))
     assert excused.valid is True, excused.examples
     assert excused.counts["by_cause"] == {"stop-without-unlock": 1}
 
