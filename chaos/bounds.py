@@ -360,3 +360,49 @@ def check_ratios(timing: Timing) -> list[str]:
         warnings.append(f"timers at the {c.TIMING_FLOOR_MS} ms floor (scaled too far, their ratios are lost): "
                         + ", ".join(floored))
     return warnings
+
+
+# ---- real RocketMQ clients as consumers (`mqlab chaos run SUITE --client cpp|ons`) -------------
+# A client mqlab did not write keeps its own timers: they cannot be scaled. Such a run puts every
+# node at RocketMQ's real scale (the broker lock lease, channel expiry and long polling the client
+# meets) and sets the client-side timers of its Timing to what that client really does, so every
+# bound above describes the real client (docs/real-clients-chaos.md).
+REAL_CLIENT_TIME_SCALE = 1.0
+REAL_CLIENT_TIMERS_MS: dict[str, dict[str, int]] = {
+    # Apache's C++ client 1.2.3: re-lock 20 s, local lock 30 s, heartbeat 30 s, rebalance 10 s, offset
+    # persist 5 s, route poll 30 s. A pull in flight when its broker connection resets is retried only
+    # after the async pull timeout (30 s; pulls resumed 26 s after a broker kill), so that is its W_p.
+    "cpp": {"client_lock_lease_ms": 30_000, "lock_renew_interval_ms": 20_000, "rebalance_interval_ms": 10_000,
+            "client_heartbeat_ms": 30_000, "consumer_offset_persist_ms": 5_000, "route_poll_ms": 30_000,
+            "pull_delay_when_exception_ms": 30_000},
+    # ali-ons 3.12.0 (client_config.js, mq_push_consumer.js defaults): no locks
+    "ons": {"rebalance_interval_ms": 10_000, "client_heartbeat_ms": 30_000, "consumer_offset_persist_ms": 5_000,
+            "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 3_000},
+}
+# The fault phase of a real-client run: two broker lock leases (120 s), long enough for a fault and
+# the takeover after it, short enough that a run takes minutes, not the half hour 27 route polls
+# would take at real scale.
+REAL_CLIENT_FAULT_PHASE_X = 2.0
+REAL_CLIENT_FAULT_PHASE_OF = "L_b"
+# the mean gap between faults: one client rebalance (the default, a route poll, would leave room
+# for a single fault in the phase at real scale)
+REAL_CLIENT_FAULT_SPACING_OF = "R_b"
+# what a run spends outside its timed phases: starting the cluster, read-back, stopping, the checker
+REAL_CLIENT_OVERHEAD_MS = 120_000
+
+
+def real_client_fault_phase_ms(bounds: Bounds) -> int:
+    return round(REAL_CLIENT_FAULT_PHASE_X * getattr(bounds, REAL_CLIENT_FAULT_PHASE_OF))
+
+
+def real_client_fault_spacing_ms(bounds: Bounds) -> int:
+    return int(getattr(bounds, REAL_CLIENT_FAULT_SPACING_OF))
+
+
+def real_client_run_ms(bounds: Bounds, fault_phase_ms: int) -> tuple[int, int]:
+    """(typical, at most) length of a real-client run: the fault phase and converge always; warm-up
+    and drain end early when deliveries come, up to their bounds; plus the fixed overhead."""
+    fixed = fault_phase_ms + bounds.converge_ms + REAL_CLIENT_OVERHEAD_MS
+    typical = fixed + bounds.R_b + bounds.drain_ms // 2
+    # DRAIN_STALLS_MAX bounds is the runner's hard cap; a stalled drain stops after one
+    return typical, fixed + bounds.warmup_ms + 2 * bounds.drain_ms

@@ -95,9 +95,13 @@ def list_suites() -> None:
 def run(
     suite: Annotated[str, typer.Argument(help="Suite name (see `mqlab chaos list`).")],
     seed: Annotated[int, typer.Option("--seed", help="Seed of the schedule and target choices (same seed, same run).")] = 0,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
+    time_scale: Annotated[float | None, typer.Option("--time-scale", help="Multiplies every RocketMQ timer "
+                                                     "(default 0.05; real clients run at 1).")] = None,
     duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's, in timer units: the same run at every time scale).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
+    client: Annotated[str, typer.Option("--client", help="The consumers: mqlab (its own), cpp (Apache's C++ client) "
+                                        "or ons (ali-ons), or cpp+mqlab / ons+mqlab (a mixed group); real "
+                                        "clients run at real scale, for minutes.")] = "mqlab",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="Durability mode: async, sync-flush, sync-master or sync "
@@ -110,6 +114,8 @@ def run(
                                          help="Turn on the suite's test-only fault switch (the run must fail).")] = False,
 ) -> None:
     """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
+    from chaos.bounds import REAL_CLIENT_TIME_SCALE
+    from chaos.real_clients import RealClientError, real_client
     from chaos.runner import ChaosRun, RunOptions, plan, show_plan
     from chaos.suites import mode as find_mode
     from chaos.suites import suite as find_suite
@@ -119,11 +125,25 @@ def run(
         if mode is not None:
             find_mode(mode)
         _check_topology(chosen, topology)
+        real = real_client(client)
+        if real is not None:
+            real.check_suite(chosen.name, chosen.orderly)
+            real.check_installed()
     except KeyError as exc:
         _fail(str(exc.args[0]))
-    options = RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration, out_dir=out,
+    except RealClientError as exc:
+        _fail(str(exc))
+    if real is not None and topology != "single":
+        _fail(f"--client {client} runs on the single topology only (the C++ binding does not say which broker "
+              "group a message came from); drop --topology")
+    if real is not None and time_scale not in (None, REAL_CLIENT_TIME_SCALE):
+        _fail(f"--client {client} runs at time scale {REAL_CLIENT_TIME_SCALE:g}: a real client's timers cannot be "
+              "scaled; drop --time-scale")
+    scale = time_scale if time_scale is not None else (REAL_CLIENT_TIME_SCALE if real is not None else 0.05)
+    options = RunOptions(chosen, seed=seed, time_scale=scale, duration_s=duration, out_dir=out,
                          check=not no_check, spark_master=spark_master, schedule_file=replay,
-                         fault_switches=chosen.switch_map() if broken else {}, mode=mode, topology=topology)
+                         fault_switches=chosen.switch_map() if broken else {}, mode=mode, topology=topology,
+                         client=client)
     if dry_run:
         schedule, bounds = plan(options)
         show_plan(console, options, schedule, bounds)
@@ -279,6 +299,11 @@ def _print_verdict(result: CheckOutput, title: str) -> None:
         table.add_row(c.name, _STYLE.get(c.valid, "[yellow]unknown[/]"), escape(c.reason or ""))  # type: ignore[call-overload]
     console.print(table)
     console.print(f"overall: {_STYLE.get(verdict.valid, '[yellow]unknown[/]')}")  # type: ignore[call-overload]
+    found = verdict.info.get("client_findings")
+    if isinstance(found, dict):
+        kinds = ", ".join(f"{k} {n}" for k, n in (found.get("by_kind") or {}).items() if n)
+        console.print(f"broker verdict: {_STYLE.get(verdict.valid, '[yellow]unknown[/]')}; "  # type: ignore[call-overload]
+                      f"client findings: {found.get('count', 0)}" + (f" ({escape(kinds)})" if kinds else ""))
     console.print(f"verdict: {result.verdict_path}")
     if result.report_path:
         console.print(f"report:  {result.report_path}")

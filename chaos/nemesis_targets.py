@@ -133,6 +133,10 @@ class TargetResolver:
         for proc in self.cluster.nodes("consumer"):
             if proc.state is not NodeState.RUNNING:
                 continue
+            real_client_id = proc.ready.extra.get("client_id") if proc.ready is not None else None
+            if real_client_id:  # a real RocketMQ client serves no Admin: its READY line names its client id
+                by_client[str(real_client_id)] = proc.node_id
+                continue
             with contextlib.suppress(HarnessError):
                 details = proc.describe(self.describe_timeout_ms).get("details", {})
                 by_client[str(details.get("client_id"))] = proc.node_id

@@ -33,11 +33,19 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from chaos.bounds import Bounds, check_ratios, derive_bounds
+from chaos.bounds import (
+    Bounds,
+    check_ratios,
+    derive_bounds,
+    real_client_fault_phase_ms,
+    real_client_fault_spacing_ms,
+    real_client_run_ms,
+)
 from chaos.judge import judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
+from chaos.real_clients import MQLAB, is_mixed, real_client, spec_for, wire
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
 from chaos.topology import place_schedule
@@ -80,6 +88,7 @@ class RunOptions:
     mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
     checks: tuple[str, ...] | None = None  # judge only these of the suite's checks (tests); None: all
     topology: str = DEFAULT_TOPOLOGY  # harness.topology.TOPOLOGIES
+    client: str = MQLAB  # the consumers: mqlab's own, or a real RocketMQ client (chaos.real_clients)
 
     @property
     def check_names(self) -> tuple[str, ...]:
@@ -115,16 +124,35 @@ def bounds_table(bounds: Bounds, title: str) -> Table:
     return table
 
 
+def run_spec(options: RunOptions, fault_switches: Mapping[str, tuple[str, ...]] | None = None) -> Any:
+    """The suite's cluster; with a real client, at real scale with the client's timers."""
+    spec = options.suite.spec(options.time_scale, fault_switches, mode=options.mode, topology=options.topology)
+    client = real_client(options.client)
+    if client is not None:
+        if options.topology != DEFAULT_TOPOLOGY:
+            # the C++ binding does not say which broker a message came from: one group only
+            raise ValueError(f"--client {options.client} runs on the single topology only, not {options.topology}")
+        client.check_suite(options.suite.name, options.suite.orderly)
+        spec = spec_for(spec, client)
+    return spec
+
+
 def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     """The schedule and bounds a run would use (also what `--dry-run` prints)."""
     suite = options.suite
     if options.topology not in suite.topologies:
         raise ValueError(f"suite {suite.name} runs on {', '.join(suite.topologies)} only, not {options.topology}")
-    spec = suite.spec(options.time_scale, mode=options.mode, topology=options.topology)
+    spec = run_spec(options)
     bounds = derive_bounds(spec.scaled_timing())
     if options.schedule_file is not None:
         schedule = Schedule.from_json(json.loads(Path(options.schedule_file).read_text()))
         return schedule, bounds
+    if real_client(options.client) is not None:
+        # real scale: timer units are the run's own ms; a short phase keeps the run to minutes
+        phase_ms = round(options.duration_s * 1000) if options.duration_s is not None else \
+            real_client_fault_phase_ms(bounds)
+        return generate_schedule(suite, bounds, seed=options.seed, duration_ms=phase_ms,
+                                 spacing_ms=real_client_fault_spacing_ms(bounds)), bounds
     # draws are made in timer units (the bounds at time scale 1): a seed is the same run at every scale
     unit_bounds = derive_bounds(suite.spec(UNIT_TIME_SCALE).scaled_timing())
     if options.duration_s is not None:
@@ -139,10 +167,18 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
 
 def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds: Bounds) -> None:
     """The derived bounds table, any broken timer ratio, and the schedule (also `--dry-run`'s output)."""
-    console.print(bounds_table(bounds, f"derived bounds at time scale {options.time_scale}"))
-    for warning in check_ratios(options.suite.spec(options.time_scale, mode=options.mode).scaled_timing()):
+    spec = run_spec(options)
+    console.print(bounds_table(bounds, f"derived bounds at time scale {spec.time_scale}"))
+    for warning in check_ratios(spec.scaled_timing()):
         console.print(f"[yellow]warning:[/] {warning}")
     console.print(format_schedule(schedule))
+    if real_client(options.client) is not None:
+        typical_ms, most_ms = real_client_run_ms(bounds, schedule.fault_phase_ms)
+        who = f"the real {options.client.removesuffix('+' + MQLAB)} client" + \
+            (" and mqlab's, in one group" if is_mixed(options.client) else "")
+        console.print(f"[bold]consumers: {who}[/]; its timers cannot be scaled, so every "
+                      f"timer runs at real scale: this run takes about {typical_ms / 60_000:.0f} min "
+                      f"(at most {most_ms / 60_000:.0f} min)")
 
 
 class ChaosRun:
@@ -165,8 +201,7 @@ class ChaosRun:
             raise ValueError(f"unknown producer fault switches {unknown}; known: {', '.join(c.PRODUCER_FAULT_SWITCHES)}")
         schedule, bounds = plan(self.options)
         self._fault_phase_s = schedule.fault_phase_ms / 1000
-        spec = self.suite.spec(self.options.time_scale, self.options.fault_switches, mode=self.options.mode,
-                               topology=self.options.topology)
+        spec = run_spec(self.options, self.options.fault_switches)
         timing = spec.scaled_timing()
         self._write_plan(schedule, bounds, timing)
         show_plan(self.console, self.options, schedule, bounds)
@@ -200,6 +235,10 @@ class ChaosRun:
         producer: ProducerWorkload | None = None
         nemesis: NemesisRunner | None = None
         try:
+            client = real_client(self.options.client)
+            if client is not None:
+                wire(cluster, client, group=GROUP, topic=TOPIC, orderly=self.suite.orderly,
+                     consumer_options=self.suite.consumer_options, mixed=is_mixed(self.options.client))
             cluster.start()
             timing = cluster.timing
             _create_topic(cluster, TOPIC, QUEUES, bounds)
@@ -341,9 +380,11 @@ class ChaosRun:
             "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
-            "checks": list(self.suite.checks), "checker": dict(self.suite.checker), "phases_s": self.phases,
+            "checks": list(self.suite.checks), "checker": self._checker_overrides(), "phases_s": self.phases,
             "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
-                      f"--mode {o.mode_name}" + (f" --topology {o.topology}" if o.topology != DEFAULT_TOPOLOGY else ""),
+                      f"--mode {o.mode_name}" + (f" --topology {o.topology}" if o.topology != DEFAULT_TOPOLOGY else "")
+                      + (f" --client {o.client}" if o.client != MQLAB else ""),
+            "client": o.client,
         }
         if outcome is not None:
             s = outcome.status
@@ -352,6 +393,12 @@ class ChaosRun:
             data["error"] = outcome.error
             data["exit_code"] = outcome.exit_code
         (self.run_dir / RUN_JSON).write_text(json.dumps(data, indent=1))
+
+    def _checker_overrides(self) -> dict[str, Any]:
+        overrides = dict(self.suite.checker)
+        if self.options.client != MQLAB:
+            overrides["real_client_findings"] = True  # the client's bugs are client findings
+        return overrides
 
     def _write_processes(self, cluster: LocalCluster) -> None:
         """Unexpected exits for the checker's timeline (the nemesis records the exits it caused)."""

@@ -68,6 +68,9 @@ class LinkProxy:
         self.backward = LinkMode.OPEN
         self.stats = LinkStats()
         self.port = 0
+        # optional: a fresh `bytes -> bytes` filter per connection for the backward bytes
+        # (harness.remoting_rewrite: a real client's route answers name its own link proxies)
+        self.backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None
         self._server: Any = None
         self._conns: dict[int, _Conn] = {}
         self._ids = itertools.count(1)
@@ -117,19 +120,23 @@ class LinkProxy:
             _reset_writer(writer)
             return
         conn.upstream = up_writer
+        back_filter = self.backward_filter() if self.backward_filter is not None else None
         conn.tasks = [
             asyncio.create_task(self._pipe(conn_id, reader, up_writer, forward=True), name=f"{self.name}-fwd"),
-            asyncio.create_task(self._pipe(conn_id, up_reader, writer, forward=False), name=f"{self.name}-back"),
+            asyncio.create_task(self._pipe(conn_id, up_reader, writer, forward=False, transform=back_filter),
+                                name=f"{self.name}-back"),
         ]
 
     async def _pipe(self, conn_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                    forward: bool) -> None:
+                    forward: bool, transform: Callable[[bytes], bytes] | None = None) -> None:
         try:
             while True:
                 data = await reader.read(_READ_BYTES)
                 if not data:
                     break
                 mode = self.forward if forward else self.backward
+                if mode is LinkMode.OPEN and transform is not None:
+                    data = transform(data)
                 if mode is LinkMode.OPEN:
                     # count before writing: the receiver may act on the bytes before drain() returns
                     if forward:
@@ -204,6 +211,19 @@ class NetProxy:
         with self._lock:
             self._links[(src, dst)] = link
         return bound
+
+    def retarget(self, src: str, dst: str, target_addr: str,
+                 backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None) -> None:
+        """Point the proxy of `src -> dst` at another address of dst (new connections only), with an
+        optional per-connection filter of the backward bytes. A real-client consumer dials its peers'
+        RocketMQ remoting listeners instead of their gRPC ports."""
+        link = self._links[(src, dst)]
+
+        async def apply() -> None:
+            link.target_addr = target_addr
+            link.backward_filter = backward_filter
+
+        self._call(apply())
 
     def port_of(self, src: str, dst: str) -> int:
         return self._links[(src, dst)].port

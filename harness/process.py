@@ -286,6 +286,12 @@ class NodeProcess:
             self._signal_group(signal.SIGCONT)
             self._state = NodeState.RUNNING
 
+    def set_command(self, argv: Sequence[str]) -> None:
+        """Run `argv` from the next spawn on (a real-client consumer's command, known once its links exist)."""
+        with self._lock:
+            self._require(_STARTABLE, "set the command of")
+            self._argv = [str(a) for a in argv]
+
     def restart(self, *, kill: bool = False) -> NodeProcess:
         """Stop (or kill) if alive, then start again with the same config and port."""
         if self._state in _STOPPABLE:

@@ -42,28 +42,29 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "mqlab: no redis-server on PATH; bench --peers redis needs it: apt-get install -y redis-server" >&2
   fi
 fi
-# The interop tests drive ali-ons, a RocketMQ client written in JavaScript, under node; its exact
-# version is pinned by tests/interop/js/package-lock.json and installed beside it (npm ci).
-JS_DIR="$REPO/tests/interop/js"
+# ali-ons, a RocketMQ client written in JavaScript, runs under node as a real-client consumer in
+# `mqlab chaos run SUITE --client ons` and in the interop tests; its exact version is pinned by
+# chaos/real_clients/js/package-lock.json and installed beside it (npm ci).
+JS_DIR="$REPO/chaos/real_clients/js"
 JS_STAMP="$JS_DIR/node_modules/.mqlab-installed"
 if ! command -v npm >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "mqlab: installing node and npm for the interop tests (apt-get)..." >&2
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >&2
   else
-    echo "mqlab: no npm on PATH; the interop tests need it: apt-get install -y nodejs npm" >&2
+    echo "mqlab: no npm on PATH; --client ons and the interop tests need it: apt-get install -y nodejs npm" >&2
   fi
 fi
 if command -v npm >/dev/null 2>&1; then
   want_js="$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)"
   if [ ! -f "$JS_STAMP" ] || [ "$(cat "$JS_STAMP")" != "$want_js" ]; then
-    echo "mqlab: installing the JavaScript RocketMQ client for the interop tests (npm ci)..." >&2
-    # a failed npm ci must not stop `mqlab`: only the interop tests need the client, and they
-    # fail saying how to install it
+    echo "mqlab: installing the JavaScript RocketMQ client (npm ci in chaos/real_clients/js)..." >&2
+    # a failed npm ci must not stop `mqlab`: only --client ons and the interop tests need the
+    # client, and both fail saying how to install it
     if (cd "$JS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) >&2; then
       echo "$want_js" > "$JS_STAMP"
     else
-      echo "mqlab: npm ci in tests/interop/js failed; the interop tests need it" >&2
+      echo "mqlab: npm ci in chaos/real_clients/js failed; --client ons and the interop tests need it" >&2
     fi
   fi
 fi

@@ -108,6 +108,9 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
         results = run_checks(h, cfg, names)
         seconds["checks"] = time.monotonic() - t
         verdict = verdict_for(h, cfg, results, {"spark_master": session.sparkContext.master})
+        t = time.monotonic()
+        verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
+        seconds["findings"] = time.monotonic() - t
         verdict_path = verdict.write(out / VERDICT_JSON)
         report_path = None
         if report:
@@ -123,6 +126,17 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
     finally:
         if own:
             session.stop()
+
+
+def findings_safe(h: History, cfg: CheckerConfig) -> dict[str, Any]:
+    """Client findings (chaos.checker.findings); a failure to compute them is reported, never raised."""
+    from chaos.checker.findings import KINDS, client_findings
+
+    try:
+        return jsonable(client_findings(h, cfg))
+    except Exception as exc:  # findings are advisory: they must not cost the run its verdict
+        return {"count": 0, "by_kind": {}, "findings": [], "kinds": KINDS,
+                "error": f"findings could not be computed: {type(exc).__name__}: {exc}"[:2000]}
 
 
 def _input_bytes(run_dir: Path) -> int:

@@ -77,6 +77,26 @@ def _check_section(c: CheckResult) -> str:
             f'<p class="muted">{c.seconds:.2f} s</p>')
 
 
+def _findings_line(verdict: Verdict) -> str:
+    found = verdict.info.get("client_findings")
+    if not isinstance(found, dict):
+        return ""
+    broker = {True: "valid", False: "INVALID"}.get(verdict.valid, "unknown")  # type: ignore[call-overload]
+    return (f'<p><b>broker verdict: {broker}; <a href="#client-findings">client findings: '
+            f'{_e(found.get("count", "?"))}</a></b> (findings never change the verdict)</p>')
+
+
+def _findings_section(verdict: Verdict) -> str:
+    found = verdict.info.get("client_findings")
+    if not isinstance(found, dict):
+        return ""
+    kinds = _table([{"kind": k, "found": found.get("by_kind", {}).get(k, 0), "what": d}
+                    for k, d in (found.get("kinds") or {}).items()])
+    note = f"<p><b>{_e(found['error'])}</b></p>" if found.get("error") else ""
+    return (f'<h2 id="client-findings">client findings ({_e(found.get("count", 0))})</h2>{note}{kinds}'
+            f'<h3>evidence (first {_e(len(found.get("findings", [])))})</h3>{_table(found.get("findings", []))}')
+
+
 def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
     from chaos.checker import plots
 
@@ -109,7 +129,7 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
     title = f"mqlab chaos check: {verdict.suite or (h.run_dir.name if h.run_dir else 'history')}"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_e(title)}</title>
 <style>{_CSS}</style></head><body>
-<h1>{_e(title)} {_v(verdict.valid)}</h1>
+<h1>{_e(title)} {_v(verdict.valid)}</h1>{_findings_line(verdict)}
 <p class="muted">run dir {_e(verdict.run_dir)} · suite {_e(verdict.suite)} · seed {_e(verdict.seed)} ·
 span {(h.t_end - h.t0) / 1000:.1f} s · time scale x{b.scale:g} · slack {b.slack_ms} ms + {b.slack_ratio:g} x bound</p>
 <h2>summary</h2>{summary}
@@ -117,7 +137,7 @@ span {(h.t_end - h.t0) / 1000:.1f} s · time scale x{b.scale:g} · slack {b.slac
 <h3>latency overall</h3>{_table([{"kind": k, **v} for k, v in overall.items()])}
 <h2>faults</h2>{faults}<h3>storage faults (power loss: the store cut; corrupt: the record flipped)</h3>{storage}
 <h3>unexpected and expected exits</h3>{exits}
-<h2>checks</h2>{"".join(_check_section(c) for c in verdict.checks.values())}
+<h2>checks</h2>{"".join(_check_section(c) for c in verdict.checks.values())}{_findings_section(verdict)}
 <h2>bounds</h2><h3>timers</h3>{timers}<h3>derived</h3>{derived}
 <h2>inputs</h2>{inputs}<h3>event kinds</h3>{_kv(stats.get("event_kinds", {}))}
 </body></html>

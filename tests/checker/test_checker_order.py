@@ -98,3 +98,25 @@ def test_a_fault_on_another_broker_group_explains_no_rewind(spark):
     r = check_order(run.history(spark), config())
     assert r.valid is False
     assert r.counts["anomalies"]["rewind past committed"] == 1
+
+
+def test_a_rewind_after_the_broker_recorded_the_owners_unlock_is_explained(spark):
+    # a real client journals no lock events: the broker's record of its unlock is the evidence
+    run = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(300, "released", side="broker")
+    run.consume(0, range(3, 8), t0=400)
+    r = check_order(run.history(spark), config())
+    assert r.valid is True, r.examples
+    assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1
+    renewed = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(300, "renewed", side="broker")
+    assert check_order(renewed.consume(0, range(3, 8), t0=400).history(spark), config()).valid is False
+
+
+def test_a_real_clients_rewind_after_consuming_past_its_unlock_is_its_finding(spark):
+    # the broker records c1's unlock at 230, c1 consumes 3 and 4 from its cache anyway, then re-opens
+    # the queue at the committed 3: with a real client that is explained (its finding), with mqlab's not
+    run = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(225, "released", side="broker")
+    run.consume(0, range(3, 8), t0=400)
+    assert check_order(run.history(spark), config()).valid is False
+    r = check_order(run.history(spark), config(real_client_findings=True))
+    assert r.valid is True, r.examples
+    assert "consume-after-unlock" in r.examples[0]["explained_by"]

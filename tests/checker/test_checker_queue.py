@@ -93,3 +93,14 @@ def test_a_duplicate_to_the_same_client_needs_a_cause_of_a_redelivery(spark):
         assert (r.counts["explained"], r.counts["unexplained"]) == (1, 0), r.examples
     run = _consumed().deliver("q0-m1", 900, offset=1, client="c2")
     assert check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50)).counts["unexplained"] == 0
+
+
+def test_a_duplicate_after_a_client_moved_the_stored_offset_back_is_explained(spark):
+    # another client of the concurrent group committed a lower offset after c1's: whoever reads
+    # the queue from the stored offset next reads those messages again
+    run = _consumed().deliver("q0-m1", 900, offset=1).stored(500, 3).stored(600, 1)
+    r = check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50))
+    assert (r.counts["explained"], r.counts["unexplained"]) == (1, 0), r.examples  # (no fault: budget 0)
+    forward = _consumed().deliver("q0-m1", 900, offset=1).stored(500, 1).stored(600, 3)
+    r = check_duplicates(forward.history(spark), config(duplicate_explain_slack_ms=50))
+    assert r.counts["unexplained"] == 1  # a stored offset moving forward explains nothing

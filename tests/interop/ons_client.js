@@ -22,7 +22,7 @@ function emit(event, fields) {
 
 let ons;
 try {
-  ons = require(path.join(__dirname, 'js', 'node_modules', 'ali-ons'));
+  ons = require(path.join(__dirname, '..', '..', 'chaos', 'real_clients', 'js', 'node_modules', 'ali-ons'));
 } catch (err) {
   emit('error', { where: 'import', message: `ali-ons 3.12.0 is not installed: ${err.message}` });
   process.exit(3);

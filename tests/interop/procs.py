@@ -24,7 +24,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 CPP_DRIVER = HERE / "cpp_client.py"
 ONS_DRIVER = HERE / "ons_client.js"
-ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
+ONS_PACKAGE = HERE.parents[1] / "chaos" / "real_clients" / "js" / "node_modules" / "ali-ons" / "package.json"
 CPP_VERSION = "0.4.4"
 ONS_VERSION = "3.12.0"
 INSTALL = "./scripts/bootstrap.sh from the repo root (scripts/test runs it too)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -44,7 +43,7 @@ def test_missing_node_fails_with_the_install_command(monkeypatch):
 def test_the_pinned_clients_are_installed():
     procs.require_cpp_client()
     procs.require_ons_client()
-    assert (Path(procs.HERE) / "js" / "package-lock.json").exists()
+    assert (procs.ONS_PACKAGE.parents[2] / "package-lock.json").exists()
 
 
 @pytest.mark.parametrize("kind", ["cpp", "ons"])

@@ -399,6 +399,10 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         since_grant = [c for c in ordered if r["t_L"] is None or c[0] >= r["t_L"] - cfg.clock_slack_ms]
         t, kind, label = (since_grant or ordered)[0]
         ref, bound = _cause_bound(b, kind, t, r["t_L"])
+        if kind == "stop" and cfg.real_client_findings and not any(
+                k == "released" and t2 >= t - cfg.clock_slack_ms for t2, k, _ in ordered):
+            ref, bound = _cause_bound(b, "kill", t, r["t_L"])
+            kind, label = "stop-without-unlock", f"{label}, which never unlocked (a client finding): the lease ran out"
         # A's later faults do not reset the clock of a queue still waiting for its takeover (A is
         # gone from it already); A's later lock or rebalance events still can
         extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")

@@ -96,6 +96,7 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
             found += got["gaps"]
         rewinds = [r for r in got["inner"] if r["anomaly"] == "rewind (in epoch)"]
         releases = _lock_releases(h, rewinds) if rewinds else []
+        grants = _broker_grants(h, rewinds) if rewinds and cfg.real_client_findings else []
         for r in got["inner"]:
             # The owner re-opened the queue between the two deliveries, so it started again at the
             # offset the master had: after a broker fault (its commit may not have reached the master),
@@ -109,6 +110,8 @@ def check_order(h: History, cfg: CheckerConfig) -> CheckResult:
                     (f"{a} by {c} at {s(h, t)} s" for c, g, tp, b, q, a, t in releases
                      if (c, g, tp, b, q) == (r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"])
                      and r["prev_t"] <= t <= r["t"]), None)
+                if why is None and cfg.real_client_findings:
+                    why = _consumed_after_unlock(h, r, releases, grants)
                 if why:
                     r["anomaly"], r["explained_by"] = "rewind in epoch (explained)", why
             bad[r["anomaly"]] = bad.get(r["anomaly"], 0) + 1
@@ -159,14 +162,38 @@ def _classify_changes(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]
     return out
 
 
+def _broker_grants(h: History, rewinds: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Broker lock grants to the clients of `rewinds`, as (client, group, topic, broker, queue id, t)."""
+    clients = sorted({r["client_id"] for r in rewinds})
+    rows = (h.locks.filter((F.col("side") == "broker") & (F.col("action") == "granted")
+                           & F.col("client_id").isin(*clients)).select("client_id", *GQ, "t").collect())
+    return [(r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"], r["t"]) for r in rows]
+
+
+def _consumed_after_unlock(h: History, r: dict[str, Any], releases: list[tuple[Any, ...]],
+                           grants: list[tuple[Any, ...]]) -> str | None:
+    """A real client that unlocked the queue and consumed on from its cache without a new grant (the
+    client finding consume-after-unlock) re-opens it at the committed offset: why it rewound."""
+    key = (r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"])
+    unlocks = [t for *k, what, t in releases if tuple(k) == key and what == "lock released" and t <= r["prev_t"]]
+    if not unlocks:
+        return None
+    t_r = max(unlocks)
+    if any(tuple(k) == key and t_r < t <= r["prev_t"] for *k, t in grants):
+        return None
+    return f"{r['client_id']} consumed on after its unlock at {s(h, t_r)} s (client finding consume-after-unlock)"
+
+
 def _lock_releases(h: History, rewinds: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Client lock releases, losses and expiries, and rebalance drops, on the queues of `rewinds`
-    (few rows), as (client, group, topic, broker, queue id, what, t)."""
+    (few rows), as (client, group, topic, broker, queue id, what, t). A broker's record of a client's
+    unlock counts as that client's release: a real client journals no lock events of its own."""
     if not h.has("events"):
         return []
     clients = sorted({r["client_id"] for r in rewinds})
-    rows = (h.locks.filter((F.col("side") == "client") & F.col("action").isin("released", "lost", "expired")
-                           & F.col("client_id").isin(*clients))
+    client_side = (F.col("side") == "client") & F.col("action").isin("released", "lost", "expired")
+    unlocked = (F.col("side") == "broker") & (F.col("action") == "released")
+    rows = (h.locks.filter((client_side | unlocked) & F.col("client_id").isin(*clients))
             .select("client_id", *GQ, "action", "t").collect())
     out = [(r["client_id"], r["group"], r["topic"], r["broker_name"], r["queue_id"], f"lock {r['action']}", r["t"])
            for r in rows]

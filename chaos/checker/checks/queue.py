@@ -36,7 +36,7 @@ DUPLICATES = (
     "owner), or for the same client: a fault or unexpected exit of that client's process, its rebalance that "
     "changed that queue, its lock on that queue lost, expired or released (its process queue dropped), a fault "
     "or unexpected exit of a broker of the queue's group, an OFFSET_ILLEGAL pull or an offset reset or load on "
-    "that queue (an offset rollback or resync). The same client getting a message twice within one "
+    "that queue, or a client's commit that moved the queue's stored offset back (an offset rollback or resync). The same client getting a message twice within one "
     "uninterrupted ownership is unexplained. Unexplained duplicates fail, and so does a total above the duplicate "
     "budget (the suite's, or derived per docs/chaos.md: per fault rate x B + one batch per queue, "
     "B = P_c for consumer faults and P_c + max(F_b, S_s) for broker faults, plus one batch per owner change).")
@@ -181,7 +181,16 @@ def _causes(h: History) -> DataFrame:
         F.lit(None).cast("string").alias("node"), F.lit(None).cast("string").alias("client"), "group",
         "broker_name", "queue_id", F.concat(F.lit("offset-"), "source").alias("kind"), F.col("t").alias("start"),
         F.col("t").alias("end"))
-    return out.unionByName(locks).unionByName(resync).unionByName(reset)
+    # the stored offset moved back by a client's commit (in a concurrent group, an old owner committing
+    # after the new one; offset-resync judges whether that decrease itself is allowed): whoever
+    # reads the queue from it next reads those messages again
+    w = Window.partitionBy("node", *GQ).orderBy("t")
+    rollback = (h.broker_offsets.filter(F.col("source") == "client")
+                .withColumn("p_offset", F.lag("offset").over(w)).filter(F.col("offset") < F.col("p_offset"))
+                .select(F.lit(None).cast("string").alias("node"), F.lit(None).cast("string").alias("client"), "group",
+                        "broker_name", "queue_id", F.lit("offset-rollback").alias("kind"), F.col("t").alias("start"),
+                        F.col("t").alias("end")))
+    return out.unionByName(locks).unionByName(resync).unionByName(reset).unionByName(rollback)
 
 
 def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:

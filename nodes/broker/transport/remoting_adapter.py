@@ -37,7 +37,7 @@ class BrokerRemotingAdapter:
         self._send = table[RequestKind.SEND_MESSAGE]
         self._open_pull_session = table[RequestKind.PULL_MESSAGE]
         self.consumers = RemotingConsumers(table)
-        offsets = RemotingOffsets(table)
+        offsets = RemotingOffsets(table, self.consumers.client_ids_on)
         self._pulls: dict[int, RemotingPullSession] = {}
         self._routes: dict[int, Route] = {
             RequestCode.SEND_MESSAGE: self._send_message,
@@ -76,7 +76,8 @@ class BrokerRemotingAdapter:
             if channel.closed:  # its close has run already; nothing would drop a new session
                 return cmd.answer(ResponseCode.SYSTEM_ERROR, "the connection is closed")
             session = self._pulls[channel.channel_id] = RemotingPullSession(self._open_pull_session)
-        return await session.pull(cmd)
+        clients = self.consumers.client_ids_on(channel)
+        return await session.pull(cmd, clients[0] if len(clients) == 1 else "")
 
     def channel_closed(self, channel: Channel) -> None:
         """The connection is gone: drop its held pulls and end its clients' notification channels

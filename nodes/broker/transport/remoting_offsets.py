@@ -7,6 +7,8 @@ carries the offset as ext `offset`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nodes.broker.offset_requests import (
     GetQueueOffsetRequest,
     OffsetKind,
@@ -30,7 +32,10 @@ def _offset_answer(cmd: RemotingCommand, answer: OffsetResponse) -> RemotingComm
 
 
 class RemotingOffsets:
-    def __init__(self, table: RequestTable) -> None:
+    def __init__(self, table: RequestTable, client_ids_on: Callable[[Channel], list[str]] | None = None) -> None:
+        # UPDATE_CONSUMER_OFFSET names no client: the one client that heartbeats on the same
+        # connection is the committer (recorded with the stored offset; commits stay unordered)
+        self._client_ids_on = client_ids_on
         self._query = table[RequestKind.QUERY_CONSUMER_OFFSET]
         self._update = table[RequestKind.UPDATE_CONSUMER_OFFSET]
         self._queue_offset = table[RequestKind.GET_QUEUE_OFFSET]
@@ -40,8 +45,10 @@ class RemotingOffsets:
             cmd.ext_str("consumerGroup"), cmd.ext_str("topic"), cmd.ext_int("queueId"))))
 
     def update(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
+        clients = self._client_ids_on(channel) if self._client_ids_on is not None else []
         answer = self._update(UpdateConsumerOffsetRequest(
-            cmd.ext_str("consumerGroup"), cmd.ext_str("topic"), cmd.ext_int("queueId"), cmd.ext_int("commitOffset")))
+            cmd.ext_str("consumerGroup"), cmd.ext_str("topic"), cmd.ext_int("queueId"), cmd.ext_int("commitOffset"),
+            client_id=clients[0] if len(clients) == 1 else ""))
         return remoting_codes.answer(cmd, answer.code, answer.remark)
 
     def queue_offset(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -27,7 +27,7 @@ from nodes.remoting.command import RemotingCommand
 OpenPullSession = Callable[[Callable[[PullAnswer], None]], PullSession]
 
 
-def pull_request_from_command(cmd: RemotingCommand, request_id: int) -> PullRequest:
+def pull_request_from_command(cmd: RemotingCommand, request_id: int, client_id: str = "") -> PullRequest:
     sys_flag = cmd.ext_int("sysFlag", 0)
     commit = bool(sys_flag & c.REMOTING_PULL_FLAG_COMMIT_OFFSET)
     commit_offset = cmd.ext_int("commitOffset", -1)
@@ -39,7 +39,8 @@ def pull_request_from_command(cmd: RemotingCommand, request_id: int) -> PullRequ
         # a commit flag with no offset to commit (-1) commits nothing
         commit_offset=commit and commit_offset >= 0, commit_offset_value=max(commit_offset, 0),
         has_subscription=bool(sys_flag & c.REMOTING_PULL_FLAG_SUBSCRIPTION),
-        subscription_expression=cmd.ext_str("subscription", ""), sub_version=cmd.ext_int("subVersion", 0))
+        subscription_expression=cmd.ext_str("subscription", ""), sub_version=cmd.ext_int("subVersion", 0),
+        client_id=client_id)
 
 
 def pull_answer(cmd: RemotingCommand, answer: PullAnswer) -> RemotingCommand:
@@ -64,9 +65,10 @@ class RemotingPullSession:
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 
-    async def pull(self, cmd: RemotingCommand) -> RemotingCommand:
+    async def pull(self, cmd: RemotingCommand, client_id: str = "") -> RemotingCommand:
+        """`client_id`: the connection's one heartbeating client (recorded with a piggy-backed commit)."""
         request_id = next(self._request_ids)
-        request = pull_request_from_command(cmd, request_id)
+        request = pull_request_from_command(cmd, request_id, client_id)
         # registered before the handler runs, in case the hold service answers at once
         waiter = self._waiting[request_id] = asyncio.get_running_loop().create_future()
         try:

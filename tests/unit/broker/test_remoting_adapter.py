@@ -409,3 +409,24 @@ def test_unknown_codes_are_not_supported(rig):
 def test_quote_integer_keys_leaves_strings_alone():
     text = '{0:"a, 1:b", -2 : {"k":"{3:x}"}, "n":[1,2]}'
     assert json.loads(remoting_json.quote_integer_keys(text)) == {"0": "a, 1:b", "-2": {"k": "{3:x}"}, "n": [1, 2]}
+
+
+def test_a_commit_names_the_one_client_heartbeating_on_its_connection(rig):
+    recorded: list[dict] = []
+    rig.offsets._events = type("Events", (), {"record": staticmethod(recorded.append)})()
+
+    async def run() -> None:
+        for _ in range(3):
+            await rig.send_v1()
+        mine, anonymous = FakeChannel(1), FakeChannel(2)
+        await rig.heartbeat("cpp-1", mine)
+        q = {"consumerGroup": "CG", "topic": TOPIC, "queueId": 0}
+        assert (await rig.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 1}, channel=mine)).code == 0
+        assert (await rig.call(RequestCode.PULL_MESSAGE, rig.pull_ext(1, sys_flag=5, commitOffset=2),
+                               channel=mine)).code == 0
+        assert (await rig.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 3},
+                               channel=anonymous)).code == 0
+
+    asyncio.run(run())
+    commits = [(e["offset"], e.get("client_id")) for e in recorded if e["event"] == "offset-commit"]
+    assert commits == [(1, "cpp-1"), (2, "cpp-1"), (3, None)]

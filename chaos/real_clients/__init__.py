@@ -1,0 +1,19 @@
+"""Real RocketMQ clients as the consumers of a chaos run (`mqlab chaos run SUITE --client cpp|ons`).
+
+The wrappers here (`cpp_consumer.py`, `ons_consumer.js`) are scripts the harness runs in place of
+`python -m nodes consumer`; they import nothing from mqlab. `wiring` turns a suite's cluster into
+one whose consumer nodes are real clients behind the harness's link proxies.
+"""
+
+from chaos.real_clients.wiring import (
+    CLIENTS,
+    MQLAB,
+    RealClient,
+    RealClientError,
+    is_mixed,
+    real_client,
+    spec_for,
+    wire,
+)
+
+__all__ = ["CLIENTS", "MQLAB", "RealClient", "RealClientError", "is_mixed", "real_client", "spec_for", "wire"]

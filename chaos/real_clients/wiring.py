@@ -1,0 +1,154 @@
+"""Which real clients exist, what each needs installed, and how a cluster runs them as its consumers.
+
+A real-client consumer node keeps everything a node has in the harness (its id, run dir, fixed
+port, process group, stop / kill / pause, unexpected-exit watching); only its command changes.
+Its links to the name server and the brokers are the same link proxies an mqlab consumer's are,
+pointed at their RocketMQ remoting listeners: the client is given its name-server link's loopback
+address, and that link rewrites the brokers' addresses in route answers to the client's own
+broker links (`harness.remoting_rewrite`). So every partition a suite draws reaches it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chaos.bounds import REAL_CLIENT_TIME_SCALE, REAL_CLIENT_TIMERS_MS
+from harness.ports import LOCALHOST
+from harness.remoting_rewrite import rewriter_factory
+from harness.spec import ClusterSpec
+from nodes.common import constants as c
+
+if TYPE_CHECKING:
+    from harness import LocalCluster
+
+HERE = Path(__file__).resolve().parent
+MQLAB = "mqlab"
+CPP_VERSION = "0.4.4"
+ONS_VERSION = "3.12.0"
+ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
+CPP_CONSUME_THREADS = 2  # the C++ consumer's threads unless the suite sets consume_thread_min
+BOOTSTRAP = "./scripts/bootstrap.sh (scripts/mqlab runs it)"
+
+
+class RealClientError(Exception):
+    """A real client cannot run this suite, or is not installed (the message says what to do)."""
+
+
+@dataclass(frozen=True)
+class RealClient:
+    name: str
+    summary: str
+    orderly: bool  # has an orderly push consumer (broker queue locks)
+    script: Path
+
+    def check_installed(self) -> str:
+        """The interpreter to run the wrapper with; raises RealClientError with the install hint."""
+        if self.name == "cpp":
+            if importlib.util.find_spec("rocketmq") is None:
+                raise RealClientError(f"the C++ RocketMQ client is not installed in {sys.prefix}: run {BOOTSTRAP}, "
+                                      f"or {sys.executable} -m pip install rocketmq=={CPP_VERSION}")
+            return sys.executable
+        node = shutil.which("node")
+        if node is None:
+            raise RealClientError(f"no node on PATH for ali-ons: apt-get install -y nodejs npm, then run {BOOTSTRAP}")
+        if not ONS_PACKAGE.exists():
+            raise RealClientError(f"ali-ons is not installed under {ONS_PACKAGE.parents[2]}: run {BOOTSTRAP}, "
+                                  f"or cd {ONS_PACKAGE.parents[2]} && npm ci")
+        version = json.loads(ONS_PACKAGE.read_text())["version"]
+        if version != ONS_VERSION:
+            raise RealClientError(f"ali-ons {version} is installed, mqlab pins {ONS_VERSION}: run {BOOTSTRAP}")
+        return node
+
+    def check_suite(self, suite_name: str, orderly: bool) -> None:
+        if orderly and not self.orderly:
+            raise RealClientError(f"suite {suite_name} consumes orderly and the {self.name} client has no orderly "
+                                  f"consumer; run it with --client cpp, or pick a suite without orderly consumption")
+
+
+CLIENTS: dict[str, RealClient] = {cl.name: cl for cl in (
+    RealClient("cpp", "Apache's C++ client 1.2.3 (PyPI rocketmq 0.4.4): concurrent and orderly push consumer",
+               orderly=True, script=HERE / "cpp_consumer.py"),
+    RealClient("ons", "ali-ons 3.12.0 (npm, JavaScript under node): concurrent push consumer", orderly=False,
+               script=HERE / "ons_consumer.js"),
+)}
+
+
+MIXED_SUFFIX = "+" + MQLAB  # `cpp+mqlab`: a group of real clients and mqlab consumers
+
+
+def real_client(name: str) -> RealClient | None:
+    """None for mqlab's own consumer; the real client of `NAME` or `NAME+mqlab` (a mixed group);
+    raises RealClientError for an unknown name."""
+    if name == MQLAB:
+        return None
+    try:
+        return CLIENTS[name.removesuffix(MIXED_SUFFIX)]
+    except KeyError:
+        known = [MQLAB, *CLIENTS, *(f"{n}{MIXED_SUFFIX}" for n in CLIENTS)]
+        raise RealClientError(f"no client {name!r}; clients are {', '.join(known)}") from None
+
+
+def is_mixed(name: str) -> bool:
+    """`NAME+mqlab`: every other consumer node (consumer-1, consumer-3, ...) stays mqlab's own."""
+    return name.endswith(MIXED_SUFFIX)
+
+
+def spec_for(spec: ClusterSpec, client: RealClient) -> ClusterSpec:
+    """The suite's cluster at real scale with the client's own timers in every node's Timing."""
+    timers = {**dict(spec.timing), **REAL_CLIENT_TIMERS_MS[client.name]}
+    return dataclasses.replace(spec, time_scale=REAL_CLIENT_TIME_SCALE, timing=timers)
+
+
+def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, orderly: bool,
+         consumer_options: Mapping[str, Any], mixed: bool = False) -> dict[str, list[str]]:
+    """Make every consumer node of the (not yet started) cluster a `client` process behind its links;
+    with `mixed`, only every other one (consumer-0, consumer-2, ...): the rest stay mqlab's.
+
+    Returns node id -> the command it runs (also in the run dir's `real-clients.json`).
+    """
+    links = cluster.links
+    if links is None:
+        raise RealClientError("real clients need the cluster's link proxies (LocalCluster(..., links=True))")
+    exe = client.check_installed()
+    namesrvs = cluster.spec.namesrv_nodes()
+    brokers = cluster.spec.broker_nodes()
+    broker_names = sorted({b.broker_name or "" for b in brokers})
+    if len(broker_names) != 1:
+        # the C++ binding does not say which broker a message came from: one broker group only
+        raise RealClientError(f"real-client runs need exactly one broker group, the spec has {broker_names}")
+    commands: dict[str, list[str]] = {}
+    for index, node in enumerate(cluster.spec.consumer_nodes()):
+        if mixed and index % 2:
+            continue
+        proc = cluster.node(node.id)
+        broker_links = {}
+        for b in brokers:
+            remoting = cluster.node(b.id).remoting_addr
+            links.proxy.retarget(node.id, b.id, remoting)
+            broker_links[remoting] = f"{LOCALHOST}:{links.proxy.port_of(node.id, b.id)}"
+        ns = namesrvs[0]
+        links.proxy.retarget(node.id, ns.id, cluster.node(ns.id).remoting_addr,
+                             backward_filter=rewriter_factory(broker_links))
+        argv = [exe, str(client.script), "--namesrv", f"{LOCALHOST}:{links.proxy.port_of(node.id, ns.id)}",
+                "--group", group, "--topic", topic, "--node-id", node.id, "--port", str(proc.port),
+                "--run-dir", str(proc.run_dir), "--instance", node.id, "--broker-name", broker_names[0],
+                "--sleep-ms", str(int(consumer_options.get("sleep_ms", 0) or 0)),
+                "--sharding-key-property", c.PROPERTY_WORKLOAD_SHARDING_KEY,
+                "--seq-property", c.PROPERTY_WORKLOAD_SEQ]
+        if orderly:
+            argv.append("--orderly")
+        if client.name == "cpp":  # ali-ons consumes one message at a time (parallelConsumeLimit 1)
+            argv += ["--threads", str(int(consumer_options.get("consume_thread_min", 0) or CPP_CONSUME_THREADS))]
+        proc.set_command(argv)
+        commands[node.id] = argv
+    (cluster.run_dir / "real-clients.json").write_text(json.dumps(
+        {"client": client.name, "mixed": mixed, "summary": client.summary, "commands": commands}, indent=1))
+    return commands
