@@ -154,7 +154,9 @@ def _property_problem(properties: dict[str, str]) -> str | None:
 
 
 def _is_int(text: str) -> bool:
-    return text.strip().lstrip("+-").isdigit() and len(text) <= 20
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    digits = text.strip().lstrip("+-")
+    return digits.isascii() and digits.isdigit() and len(text) <= 20
 
 
 def offset_refusal(topics: _Topics, queues: _Queues, *, group: str, topic: str, queue_id: int,

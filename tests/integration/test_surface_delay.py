@@ -57,6 +57,8 @@ def test_client_sends_to_system_topics_are_refused(broker, topic):
     {c.PROPERTY_REAL_QUEUE_ID: "-1"},
     {c.PROPERTY_REAL_QUEUE_ID: "999999"},
     {c.PROPERTY_DELAY: "soon"},
+    {c.PROPERTY_DELAY: "²"},  # a Unicode digit int() refuses
+    {c.PROPERTY_REAL_QUEUE_ID: "٣"},
 ])
 def test_client_set_delay_and_real_properties_are_checked(broker, properties):
     answer = _send(broker, "SurfaceProps", properties)
