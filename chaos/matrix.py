@@ -259,14 +259,15 @@ def count_faults(run_dir: Path) -> int | None:
 
 
 def _losses(verdict: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(allowed, unallowed) acknowledged-but-lost messages: the durability judgement when the verdict
-    has one (`lost` counts `allowed_loss` / `unallowed_loss`), else every loss is unallowed."""
+    """(allowed, unallowed) acknowledged-but-lost messages as the `lost` check split them by what
+    the run's storage faults allow (its `lost_allowed` / `lost_unallowed` counts), else every loss
+    is unallowed."""
     lost = (verdict.get("checks") or {}).get("lost")
     if not isinstance(lost, dict):
         return None, None
     counts = lost.get("counts") or {}
-    if "unallowed_loss" in counts or "allowed_loss" in counts:
-        return counts.get("allowed_loss"), counts.get("unallowed_loss")
+    if "lost_unallowed" in counts or "lost_allowed" in counts:
+        return counts.get("lost_allowed"), counts.get("lost_unallowed")
     return (0, counts["lost"]) if isinstance(counts.get("lost"), int) else (None, None)
 
 

@@ -69,7 +69,7 @@ def _write_run(run_dir: Path, *, valid: object, failing: tuple[str, ...] = (), a
         return
     lost_counts: dict[str, int] = {"acknowledged": acked, "lost": lost}
     if allowed is not None:
-        lost_counts.update(allowed_loss=allowed, unallowed_loss=lost - allowed)
+        lost_counts.update(lost_allowed=allowed, lost_unallowed=lost - allowed)  # as the `lost` check writes them
     checks = {"lost": {"valid": "lost" not in failing, "counts": lost_counts},
               **{name: {"valid": False, "counts": {}} for name in failing if name != "lost"}}
     (run_dir / "verdict.json").write_text(json.dumps({"valid": valid, "checks": checks}))
