@@ -223,8 +223,10 @@ def _seed_drawing(suite_name: str, op: str, target: str) -> int:
 # naming it); every other case is `slow` and runs with `-m slow` or in `mqlab chaos selftest`. The
 # mechanisms behind the slow ones have their own cluster tests (tests/cluster/test_power_loss.py,
 # test_replica_convergence.py, test_orderly.py) and the checks their synthetic histories.
-DEFAULT_RUN_CHECKS = frozenset({"lock-exclusivity", "offset-resync", "read-routing", "lost", "replication",
-                                "integrity"})
+# Not `integrity`: its switch flips bodies only in a slave's answers, and a short run's consumers read
+# from the slave only when they lag at the master's kill (no sends succeed while it is down), which a
+# 12 s fault phase does not promise; the selftest's full-length run catches it.
+DEFAULT_RUN_CHECKS = frozenset({"lock-exclusivity", "offset-resync", "read-routing", "lost", "replication"})
 
 
 def _case_params() -> list[object]:
