@@ -127,15 +127,12 @@ def run(
         _check_topology(chosen, topology)
         real = real_client(client)
         if real is not None:
-            real.check_suite(chosen.name, chosen.orderly)
+            real.check_suite(chosen.name, chosen.orderly, topology)
             real.check_installed()
     except KeyError as exc:
         _fail(str(exc.args[0]))
     except RealClientError as exc:
         _fail(str(exc))
-    if real is not None and topology != "single":
-        _fail(f"--client {client} runs on the single topology only (the C++ binding does not say which broker "
-              "group a message came from); drop --topology")
     if real is not None and time_scale not in (None, REAL_CLIENT_TIME_SCALE):
         _fail(f"--client {client} runs at time scale {REAL_CLIENT_TIME_SCALE:g}: a real client's timers cannot be "
               "scaled; drop --time-scale")

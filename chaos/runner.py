@@ -129,10 +129,7 @@ def run_spec(options: RunOptions, fault_switches: Mapping[str, tuple[str, ...]] 
     spec = options.suite.spec(options.time_scale, fault_switches, mode=options.mode, topology=options.topology)
     client = real_client(options.client)
     if client is not None:
-        if options.topology != DEFAULT_TOPOLOGY:
-            # the C++ binding does not say which broker a message came from: one group only
-            raise ValueError(f"--client {options.client} runs on the single topology only, not {options.topology}")
-        client.check_suite(options.suite.name, options.suite.orderly)
+        client.check_suite(options.suite.name, options.suite.orderly, options.topology)
         spec = spec_for(spec, client)
     return spec
 

@@ -67,7 +67,11 @@ class RealClient:
             raise RealClientError(f"ali-ons {version} is installed, mqlab pins {ONS_VERSION}: run {BOOTSTRAP}")
         return node
 
-    def check_suite(self, suite_name: str, orderly: bool) -> None:
+    def check_suite(self, suite_name: str, orderly: bool, topology: str = "single") -> None:
+        if topology != "single":
+            # the C++ binding does not say which broker group a message came from: one group only
+            raise RealClientError(f"--client {self.name} runs on the single topology only, not {topology}; "
+                                  "drop --topology")
         if orderly and not self.orderly:
             raise RealClientError(f"suite {suite_name} consumes orderly and the {self.name} client has no orderly "
                                   f"consumer; run it with --client cpp, or pick a suite without orderly consumption")
