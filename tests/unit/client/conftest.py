@@ -17,6 +17,7 @@ from nodes.client.instance import ClientInstance
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
+from nodes.common.config import Timing
 from nodes.store import message_batch
 from proto import broker_pb2, common_pb2
 
@@ -166,6 +167,9 @@ class WiredInstance(_Answering, ClientInstance):
     """A real ClientInstance (loop thread, run/submit) whose name server and brokers are fakes."""
 
     def __init__(self, routes: dict[str, RouteSnapshot], handler: Handler, **kwargs: Any) -> None:
+        # The scheduled route refresh would fetch at a time the machine's load decides, in the
+        # middle of what a test counts; tests that want it pass their own timing.
+        kwargs.setdefault("timing", Timing(route_poll_first_ms=c.ROUTE_POLL_MS))
         ClientInstance.__init__(self, "127.0.0.1:9876", **kwargs)
         self.route_table = dict(routes)
         self.handler = handler
