@@ -299,16 +299,16 @@ def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
     """One entry of "results": what tells the rows apart, the median and spread, the ratios."""
     return {
         "client": case.client,
-        "library": client_kind(case.client)[0],
         "source": case.source,
         "batch": case.batch,
         "body_bytes": case.body_bytes,
         "consumers": case.consumers,
         **_measured_json(case.measured),
         "ratios": {kind: _rounded(value) for kind, value in report.ratios(case).items()},
-        "mode": case.mode or case.client,
+        "mode": case.mode or client_kind(case.client)[1],
         "window": case.window,
         "cpu_us_per_msg": dict(case.cpu_us_per_msg),
+        "library": client_kind(case.client)[0],  # mqlab, or the real client (--clients)
     }
 
 
