@@ -14,6 +14,8 @@ Which references a case is a ratio of (all measured in the same run, same body s
     send cases          (send_batch bB; send_async: its coalesced batch; sync: b1)
                         plain-unary bB (bare grpc unary calls carrying the same B bodies),
                         redis-xadd bB (pipelined XADD of B entries)
+    real clients' rows  (--clients; client "cpp-send", "ons-push"...) those of mqlab's row of the
+                        same kind; they have no targets
 """
 
 from __future__ import annotations
