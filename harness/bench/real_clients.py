@@ -22,6 +22,7 @@ import importlib.util
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,9 @@ ONS_VERSION = "3.12.0"
 BOOTSTRAP = "./scripts/bootstrap.sh (./scripts/mqlab runs it)"
 REAL_PUSH_SECONDS_MIN = 30.0  # a real push consumer's bound: its start-up and first rebalance included
 ONEWAY_STORED_BUDGET_S = 10.0  # oneway sends still in flight when the worker stops
+# What each client has (ali-ons: only send, and a push consumer)
+CONSUMERS = {"cpp": ("push", "pull-loop"), "ons": ("push",)}
+SENDS = {"cpp": ("sync", "batch", "oneway"), "ons": ("sync",)}
 
 
 def client_missing(name: str) -> str | None:
@@ -146,8 +150,6 @@ def _stored(run: Run, topic: str) -> int:
 
 def _check_oneway_stored(run: Run, client: str, topic: str, before: int, sent: int) -> None:
     """Oneway sends have no answer: the row counts calls, so make sure the master stored them."""
-    import time
-
     deadline = time.monotonic() + ONEWAY_STORED_BUDGET_S
     while True:
         stored = _stored(run, topic) - before
@@ -165,15 +167,15 @@ def measure_all(run: Run, client: str, attempt: Callable[..., None], *, pull_top
     hooks = run.hooks
     hooks.stage(f"{client}: push consumer ({REAL_CLIENT_TITLES[client]}), a listener that reads each body")
     attempt(run, f"{client} push", measure_push, client, pull_topic, expected)
-    if client == "cpp":
+    if "pull-loop" in CONSUMERS[client]:
         hooks.stage(f"{client}: pull consumer, pull(max_num={PULL_LOOP_BATCH}) pass after pass")
         attempt(run, f"{client} pull loop", measure_pull_loop, client, pull_topic)
     hooks.stage(f"{client}: sync send, one message per call")
     attempt(run, f"{client} send sync", measure_send, client, send_topic, "sync")
-    if client == "cpp":
+    if "batch" in SENDS[client]:
         for batch in run.config.send_batches:
             hooks.stage(f"{client}: send_batch of {batch}")
             attempt(run, f"{client} send batch b{batch}", measure_send, client, send_topic, "batch", batch)
+    if "oneway" in SENDS[client]:
         hooks.stage(f"{client}: oneway send, one message per call")
         attempt(run, f"{client} send oneway", measure_send, client, send_topic, "oneway")
-
