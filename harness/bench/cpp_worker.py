@@ -52,7 +52,7 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
     rmq = _rmq()
     mode, batch, topic = job["mode"], job["batch"], job["topic"]
     body = b"b" * job["body_bytes"]
-    producer = rmq.Producer(job["group"], timeout=SEND_TIMEOUT_MS)
+    producer = opened(rmq.Producer(job["group"], timeout=SEND_TIMEOUT_MS))
     producer.set_namesrv_addr(job["namesrv"])
     if mode == "batch":
         # 1.2.3 compresses a batch body over 4 KiB like one message's (later releases skip
@@ -81,28 +81,25 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"send status {res.status.name}")
         return batch if mode == "batch" else 1
 
-    try:
-        send_once()  # warm up: route, connection
-        emit("READY")
-        await_go()
-        windows = Windows.from_now(job)
-        while windows.is_open():
-            try:
-                windows.add(send_once())
-            except Exception as exc:  # counted and sampled
-                errors += 1
-                if len(samples) < 5:
-                    samples.append(f"{type(exc).__name__}: {exc}")
-        windows.close()
-        if mode == "oneway":
-            # a fence: the client drops oneway requests still in its buffers at shutdown; the
-            # master reads a connection's requests in order, so once this answer is back every
-            # oneway request before it has reached the master (the benchmark then checks they
-            # were stored)
-            producer.send_sync(_message(rmq, topic, body))
-            sent_total += 1
-    finally:
-        _shutdown(producer)
+    send_once()  # warm up: route, connection
+    emit("READY")
+    await_go()
+    windows = Windows.from_now(job)
+    while windows.is_open():
+        try:
+            windows.add(send_once())
+        except Exception as exc:  # counted and sampled
+            errors += 1
+            if len(samples) < 5:
+                samples.append(f"{type(exc).__name__}: {exc}")
+    windows.close()
+    if mode == "oneway":
+        # a fence: the client drops oneway requests still in its buffers at shutdown; the
+        # master reads a connection's requests in order, so once this answer is back every
+        # oneway request before it has reached the master (the benchmark then checks they
+        # were stored)
+        producer.send_sync(_message(rmq, topic, body))
+        sent_total += 1
     return result(windows.messages, windows.seconds, errors, cpu_s=windows.cpu_s, error_samples=samples,
                   sent_total=sent_total)
 
@@ -133,7 +130,7 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
                 done.set()
         return CONSUME_SUCCESS
 
-    consumer = rmq.PushConsumer(job["group"])
+    consumer = opened(rmq.PushConsumer(job["group"]))
     consumer.set_namesrv_addr(job["namesrv"])
     callback = MSG_CALLBACK_FUNC(on_message)  # kept alive by this frame until the end
     if dll.Subscribe(consumer._handle, job["topic"].encode(), b"*") != 0:
@@ -149,7 +146,6 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
     cpu_s = time.process_time() - cpu_start_s  # start-up and rebalance included: small next to the rest
     with lock:
         messages, first, last = seen["messages"], seen["first"], seen["last"]
-    _shutdown(consumer)
     if not messages:
         return result([0], time.monotonic() - start, 1, error_samples=["no message arrived"])
     return result([messages], last - first, 0, cpu_s=cpu_s, started_after_s=first - start)
@@ -158,7 +154,7 @@ def run_push(job: dict[str, Any]) -> dict[str, Any]:
 def run_pull_loop(job: dict[str, Any]) -> dict[str, Any]:
     rmq = _rmq()
     topic, batch = job["topic"], job["batch"]
-    consumer = rmq.PullConsumer(job["group"])
+    consumer = opened(rmq.PullConsumer(job["group"]))
     consumer.set_namesrv_addr(job["namesrv"])
     consumer.start()
     touched = 0
@@ -187,17 +183,26 @@ def run_pull_loop(job: dict[str, Any]) -> dict[str, Any]:
         consumer.offset_table.clear()  # the binding keeps offsets in this dict: the next pass from 0
         passes += 1
     windows.close()
-    _shutdown(consumer)
     return result(windows.messages, windows.seconds, cpu_s=windows.cpu_s, touched=touched, passes=passes)
 
 
-def _shutdown(client: Any) -> None:
-    """Shut the client down once (the binding's destructor would do it again), bounded: a client
-    that hangs in shutdown must not hold the RESULT back."""
-    stopper = threading.Thread(target=client.shutdown, name="cpp-shutdown", daemon=True)
-    stopper.start()
-    stopper.join(DRAIN_S)
-    client._handle = None
+_opened: list[Any] = []  # the clients this process started, shut down after RESULT
+
+
+def opened(client: Any) -> Any:
+    _opened.append(client)
+    return client
+
+
+def _shutdown_all() -> None:
+    """Shut every client down once (the binding's destructor would do it again), after the
+    RESULT is out and bounded: 1.2.3 has aborted in shutdown (an uncaught thread interruption
+    when a route refresh was under way), which must not cost a measured row."""
+    for client in _opened:
+        stopper = threading.Thread(target=client.shutdown, name="cpp-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(DRAIN_S)
+        client._handle = None
 
 
 ROLES = {"send": run_send, "push": run_push, "pull-loop": run_pull_loop}
@@ -209,18 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         emit("ERROR usage: python -m harness.bench.cpp_worker '<job json>'")
         return 2
+    code = 0
     try:
         job = json.loads(args[0])
         os.makedirs(job["home"], exist_ok=True)
         os.environ["HOME"] = job["home"]  # before the client starts: its logs go under HOME
-        outcome = ROLES[job["role"]](job)
+        emit("RESULT " + json.dumps(ROLES[job["role"]](job)))
     except BaseException as exc:
         emit(f"ERROR {type(exc).__name__}: {exc}".replace("\n", " "))
-        sys.stdout.flush()
-        os._exit(1)
-    emit("RESULT " + json.dumps(outcome))
+        code = 1
+    _shutdown_all()
     sys.stdout.flush()
-    os._exit(0)  # the C++ client's static destructors have crashed at interpreter exit
+    os._exit(code)  # the C++ client's static destructors have crashed at interpreter exit
 
 
 if __name__ == "__main__":

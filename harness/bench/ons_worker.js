@@ -113,7 +113,7 @@ function result(windows, windowSeconds, errors, cpu, extra) {
 }
 
 async function runSend() {
-  const producer = new ons.Producer(Object.assign({ producerGroup: job.group }, common));
+  const producer = opened(new ons.Producer(Object.assign({ producerGroup: job.group }, common)));
   producer.on('error', err => console.error('producer error:', String(err && err.message).slice(0, 300)));
   await producer.ready();
   const body = Buffer.alloc(job.body_bytes, 'b');
@@ -134,7 +134,6 @@ async function runSend() {
     }
   }
   windows.close();
-  await closeBounded(producer);
   return result(windows.messages, windows.seconds, errors, windows.cpu, { error_samples: samples });
 }
 
@@ -149,9 +148,9 @@ async function runPush() {
   let touched = 0;
   let finished;
   const done = new Promise(resolve => { finished = resolve; });
-  const consumer = new ons.Consumer(Object.assign({
+  const consumer = opened(new ons.Consumer(Object.assign({
     consumerGroup: job.group, consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
-  }, common));
+  }, common)));
   // a queue with no committed offset and other recoverable events arrive as 'error' events
   consumer.on('error', err => console.error('consumer error:', String(err && err.message).slice(0, 300)));
   consumer.subscribe(job.topic, '*', async msg => {
@@ -165,14 +164,22 @@ async function runPush() {
   await Promise.race([done, new Promise(resolve => setTimeout(resolve, job.seconds * 1000))]);
   const cpu = cpuS() - cpuStart; // start-up and rebalance included: small next to the rest
   const counted = messages;
-  await closeBounded(consumer);
   if (!counted) return result([0], nowS() - start, 1, null, { error_samples: ['no message arrived'] });
   return result([counted], last - first, 0, cpu, { started_after_s: first - start, touched });
 }
 
-// close() persists offsets and unregisters; a client stuck in it must not hold the RESULT back
-function closeBounded(client) {
-  return Promise.race([client.close(), new Promise(resolve => setTimeout(resolve, 3000))]);
+// The clients this process started, closed after the RESULT is out (close() persists offsets and
+// unregisters), bounded: a client stuck in it must not hold the process up.
+const clients = [];
+
+function opened(client) {
+  clients.push(client);
+  return client;
+}
+
+function closeAll() {
+  const closing = clients.map(client => Promise.resolve().then(() => client.close()).catch(() => {}));
+  return Promise.race([Promise.all(closing), new Promise(resolve => setTimeout(resolve, 3000))]);
 }
 
 const ROLES = { send: runSend, push: runPush };
@@ -184,4 +191,4 @@ async function main() {
   emit('RESULT ' + JSON.stringify(outcome));
 }
 
-main().then(() => process.exit(0), fail);
+main().then(() => closeAll().then(() => process.exit(0)), fail);
