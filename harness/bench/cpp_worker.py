@@ -55,8 +55,8 @@ def run_send(job: dict[str, Any]) -> dict[str, Any]:
     producer = opened(rmq.Producer(job["group"], timeout=SEND_TIMEOUT_MS))
     producer.set_namesrv_addr(job["namesrv"])
     if mode == "batch":
-        # 1.2.3 compresses a batch body over 4 KiB like one message's (later releases skip
-        # batches), and no broker can split a compressed batch: keep batches uncompressed.
+        # 1.2.3 compresses a batch body over 4 KiB like one message's, and a compressed batch
+        # cannot be split into its messages (the master refuses it): keep batches uncompressed.
         from rocketmq.ffi import dll
 
         setter = dll.SetProducerCompressMsgBodyOverHowmuch  # in the C API, not declared by the binding
