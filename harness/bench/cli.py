@@ -59,6 +59,7 @@ def pull(
     send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
     tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run every process (nodes, clients, limits) with glibc's mmap threshold raised, so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
     peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
+    clients: Annotated[str, typer.Option("--clients", help="Real RocketMQ clients measured beside mqlab's own rows, comma-separated: cpp (Apache's C++ client, PyPI rocketmq 0.4.4), ons (ali-ons 3.12.0 under node); installed by ./scripts/bootstrap.sh.")] = "",
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a target is missed or could not be judged (printed).")] = False,
     keep_store: Annotated[bool, typer.Option("--keep-store", help="Keep the brokers' stores in the run dir (deleted by default; results, logs and the plot stay).")] = False,
     profile: Annotated[Path | None, typer.Option("--profile", help="Record py-spy profiles (no native frames) of every row's client processes, master and slave into DIR, with a text summary per row.")] = None,
@@ -76,6 +77,7 @@ def pull(
                                  "window": window, "push": push, "send": send,
                                  "send_batches": _int_list(send_batch, "--send-batch"),
                                  "peers": tuple(p.strip() for p in peers.split(",") if p.strip()),
+                                 "clients": tuple(n.strip() for n in clients.split(",") if n.strip()),
                                  "keep_store": keep_store, "profile": profile,
                                  "send_window": send_window, "tune_malloc": tune_malloc,
                                  "time_scale": time_scale, "run_dir": run_dir}

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.bench.results import REFERENCE_TITLES, BenchReport, evaluate_targets
+from harness.bench.results import REFERENCE_TITLES, BenchReport, client_kind, evaluate_targets
 
 MATPLOTLIB_MISSING = ("the benchmark's plot needs matplotlib, which is not installed: "
                       "install the dev (or checker) extra, e.g. `pip install -e '.[dev]'`")
@@ -108,7 +108,9 @@ def write_plot(report: BenchReport, path: Path) -> Path:
     lows = [c.measured.spread[0] for c in cases] + [ref.measured.spread[0] for ref in refs]
     highs = [c.measured.spread[1] for c in cases] + [ref.measured.spread[1] for ref in refs]
     colors = {"pull": "#4C72B0", "pull-loop": "#8172B2", "push": "#55A868", "send": "#C44E52"}
-    fills = [colors.get(c.client, "#4C72B0") for c in cases] + [
+    real_client = "#937860"  # --clients rows
+    fills = [colors.get(c.client, real_client if client_kind(c.client)[0] != "mqlab" else "#4C72B0")
+             for c in cases] + [
         "#DD8452" if ref.kind.startswith("redis") else "#BBBBBB" for ref in refs]
     fig, ax = plt.subplots(figsize=(max(8.0, 0.45 * len(labels) + 3), 6))
     try:

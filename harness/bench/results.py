@@ -14,10 +14,13 @@ Which references a case is a ratio of (all measured in the same run, same body s
     send cases          (send_batch bB; send_async: its coalesced batch; sync: b1)
                         plain-unary bB (bare grpc unary calls carrying the same B bodies),
                         redis-xadd bB (pipelined XADD of B entries)
+    real clients' rows  (--clients; client "cpp-send", "ons-push"...) those of mqlab's row of the
+                        same kind; they have no targets
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -36,6 +39,10 @@ DEFAULT_SEND_BATCHES = (32, 1024)  # messages per send_batch call
 DEFAULT_SEND_WINDOW = 1024
 
 CONSUMER_CLIENTS = ("pull", "pull-loop", "push")
+# Real RocketMQ clients measured beside mqlab's own (`--clients`): a row's client is
+# "<library>-<kind>", e.g. "cpp-send", "ons-push", "cpp-pull-loop"; mqlab's own rows keep the bare kind.
+REAL_CLIENTS = ("cpp", "ons")
+REAL_CLIENT_TITLES = {"cpp": "Apache's C++ client 1.2.3 (PyPI rocketmq 0.4.4)", "ons": "ali-ons 3.12.0 (node)"}
 CONSUMER_REFERENCES = ("plain-stream", "redis-ack", "redis-noack", "tcp", "mmap-scan")
 SEND_REFERENCES = ("plain-unary", "redis-xadd")
 REFERENCE_TITLES = {
@@ -76,6 +83,14 @@ class Measured:
         rate = self.msgs_per_s
         return (rate if self.low_msgs_per_s is None else self.low_msgs_per_s,
                 rate if self.high_msgs_per_s is None else self.high_msgs_per_s)
+
+
+def client_kind(client: str) -> tuple[str, str]:
+    """(library, kind) of a row's client: ("mqlab", "push"), ("cpp", "send"), ("ons", "push")."""
+    library, sep, kind = client.partition("-")
+    if sep and library in REAL_CLIENTS:
+        return library, kind
+    return "mqlab", client
 
 
 def median_window(parts: Iterable[tuple[list[int], float]], body_bytes: int, errors: int = 0) -> Measured:
@@ -126,6 +141,9 @@ class CaseResult:
 
     @property
     def label(self) -> str:
+        library, kind = client_kind(self.client)
+        if library != "mqlab":
+            return f"{library} " + dataclasses.replace(self, client=kind).label
         if self.client == "send":
             return f"send {self.mode} b{self.batch}"
         if self.client == "push":
@@ -164,11 +182,13 @@ def reference_key(kind: str, batch: int = 0) -> str:
 
 
 def case_reference_keys(case: CaseResult) -> dict[str, str]:
-    """The references `case` is a ratio of: {kind: reference key}."""
-    if case.client == "send":
+    """The references `case` is a ratio of: {kind: reference key} (a real client's row: those
+    of mqlab's row of the same kind)."""
+    row_kind = client_kind(case.client)[1]
+    if row_kind == "send":
         batch = case.reference_batch or case.batch
         return {kind: reference_key(kind, batch) for kind in SEND_REFERENCES}
-    if case.client in CONSUMER_CLIENTS:
+    if row_kind in CONSUMER_CLIENTS:
         return {kind: reference_key(kind, case.batch if kind.startswith(("plain", "redis")) else 0)
                 for kind in CONSUMER_REFERENCES}
     return {}
@@ -287,9 +307,10 @@ def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
         "consumers": case.consumers,
         **_measured_json(case.measured),
         "ratios": {kind: _rounded(value) for kind, value in report.ratios(case).items()},
-        "mode": case.mode or case.client,
+        "mode": case.mode or client_kind(case.client)[1],
         "window": case.window,
         "cpu_us_per_msg": dict(case.cpu_us_per_msg),
+        "library": client_kind(case.client)[0],  # mqlab, or the real client (--clients)
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from harness.bench.peers import PEERS, RedisPeer, redis_missing
 from harness.bench.processes import BROKER_NODES, BenchError, BrokerCpu, Child
 from harness.bench.profile import RowProfile, py_spy_missing
+from harness.bench.real_clients import client_missing as real_client_missing
 from harness.bench.results import (
     DEFAULT_SEND_BATCHES,
     DEFAULT_SEND_WINDOW,
@@ -60,6 +61,7 @@ class BenchConfig:
     push: bool = True
     send: bool = True
     peers: tuple[str, ...] = ()  # "redis": Redis Streams rows beside the references
+    clients: tuple[str, ...] = ()  # real RocketMQ clients' rows beside mqlab's ("cpp", "ons")
     tune_malloc: bool = False  # run every process with MALLOC_TUNING
     time_scale: float = 1.0
     keep_store: bool = False  # keep the brokers' stores in the run dir (deleted by default)
@@ -95,6 +97,10 @@ class BenchConfig:
             raise BenchError(f"unknown peer(s) {sorted(unknown)}: --peers takes {', '.join(PEERS)}")
         if self.profile is not None and py_spy_missing():
             raise BenchError(py_spy_missing() or "")
+        for name in dict.fromkeys(self.clients):
+            missing = real_client_missing(name)
+            if missing:
+                raise BenchError(missing)
         if "redis" in self.peers:
             missing = redis_missing()
             if missing:
@@ -150,12 +156,15 @@ class Run:
             proc.close()
 
     # ---- running workers ---------------------------------------------------------------
-    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float, *, redis: bool = False) -> WorkersRun:
+    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float, *, redis: bool = False,
+                    argv: Callable[[dict[str, Any]], list[str]] = _worker_argv,
+                    raw_results: list[dict[str, Any]] | None = None) -> WorkersRun:
         """Start one worker per job, wait until all are READY, GO, and combine their results
         (`seconds`: how long they measure in all). The brokers' CPU (and with `redis` the redis
         server's) is read at GO and when the windows end, the workers' own over their windows:
-        per message, where the cost is paid."""
-        workers = [self.child(_worker_argv(job), name) for job in jobs]
+        per message, where the cost is paid. `argv`: a job's command (a real client's worker);
+        `raw_results`: also gets each worker's RESULT object."""
+        workers = [self.child(argv(job), name) for job in jobs]
         extra = {"redis": self.redis.pid} if redis and self.redis is not None else None
         brokers = BrokerCpu(self.cluster, extra)
         profile: RowProfile | None = None
@@ -181,6 +190,8 @@ class Run:
             for worker in workers:
                 worker.close()
                 self._children.remove(worker)
+        if raw_results is not None:
+            raw_results.extend(results)
         samples = [s for r in results for s in r.get("error_samples", [])]
         measured = median_window([(r["windows"], r["window_seconds"]) for r in results], self.config.body_bytes,
                                sum(r["errors"] for r in results))

@@ -12,7 +12,8 @@ server, loopback TCP; read every queue once from each broker ("first read": a br
 record's CRC the first time it hands it out); then per batch size: the plain stream, mqlab's
 transport-only stream, Redis with and without acks, then every pull case; then the pull loop
 and push; then per send batch the plain unary call, pipelined XADD and send_batch; then sync
-and async sends (last: they grow the commitlog). Every case and reference counts `windows`
+and async sends (they grow the commitlog); last, with `--clients`, each real RocketMQ client's
+rows (`harness.bench.real_clients`), against the same topics. Every case and reference counts `windows`
 windows and reports the median one with the spread.
 
 Slave cases pin the PullConsumer to broker id 1 (`PullConsumer(pull_from_broker_id=1)`, a
@@ -37,7 +38,7 @@ from typing import Any
 import grpc
 import psutil
 
-from harness.bench import stages
+from harness.bench import real_clients, stages
 from harness.bench.peers import RedisPeer
 from harness.bench.processes import BenchError, Child
 from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, BenchReport
@@ -285,3 +286,9 @@ def _run_stages(run: Run) -> None:
         _send_references(run, stages.async_batch(config.body_bytes, config.send_window))
         hooks.stage(f"send: send_async, window {config.send_window}")
         _attempt(run, "send async", stages.measure_send, "async")
+    for client in dict.fromkeys(config.clients):  # real clients last, beside every mqlab row
+        _consumer_references(run, PUSH_PULL_BATCH)
+        for batch in (1, *config.send_batches):
+            _send_references(run, batch)
+        real_clients.measure_all(run, client, _attempt, pull_topic=PULL_TOPIC, send_topic=SEND_TOPIC,
+                                 expected=stored)

@@ -1,0 +1,181 @@
+"""Real RocketMQ clients in the benchmark (`mqlab bench pull --clients cpp,ons`).
+
+Owns which real clients exist, what each needs installed (a missing one fails the run before
+it starts, with the install hint), the command of each one's worker process and the rows they
+add. The clients speak RocketMQ's 4.x remoting protocol to the same cluster mqlab's own rows
+ran against, given the name server's loopback remoting address only:
+
+    cpp   Apache's C++ client (PyPI `rocketmq` 0.4.4, a binding over librocketmq 1.2.3):
+          `python -m harness.bench.cpp_worker` — sync send, send_batch, push consumer, pull consumer
+    ons   ali-ons 3.12.0 under node: `harness/bench/ons_worker.js` — sync send, push consumer
+          (ali-ons has no batch, oneway or pull consumer)
+
+The workers speak the benchmark's line protocol (`harness.bench.worker_protocol`). Rows are
+`CaseResult`s whose client is "<name>-<kind>" (`harness.bench.results.client_kind`); they have
+no targets.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.bench.processes import BenchError
+from harness.bench.results import (
+    PULL_LOOP_BATCH,
+    PUSH_PULL_BATCH,
+    REAL_CLIENT_TITLES,
+    REAL_CLIENTS,
+    CaseResult,
+)
+
+if TYPE_CHECKING:
+    from harness.bench.run_state import Run, WorkersRun
+
+HERE = Path(__file__).resolve().parent
+ONS_WORKER = HERE / "ons_worker.js"
+# The pinned ali-ons install the bootstrap makes (shared with the chaos runs' real consumers)
+ONS_MODULES = HERE.parents[1] / "chaos" / "real_clients" / "js" / "node_modules"
+CPP_VERSION = "0.4.4"
+ONS_VERSION = "3.12.0"
+BOOTSTRAP = "./scripts/bootstrap.sh (./scripts/mqlab runs it)"
+REAL_PUSH_SECONDS_MIN = 30.0  # a real push consumer's bound: its start-up and first rebalance included
+ONEWAY_STORED_BUDGET_S = 10.0  # oneway sends still in flight when the worker stops
+# What each client has (ali-ons: only send, and a push consumer)
+CONSUMERS = {"cpp": ("push", "pull-loop"), "ons": ("push",)}
+SENDS = {"cpp": ("sync", "batch", "oneway"), "ons": ("sync",)}
+
+
+def client_missing(name: str) -> str | None:
+    """Why real client `name` cannot run here (with what to install), None if it can."""
+    if name not in REAL_CLIENTS:
+        return f"unknown client {name!r}: --clients takes {', '.join(REAL_CLIENTS)}"
+    if name == "cpp":
+        if importlib.util.find_spec("rocketmq") is None:
+            return (f"--clients cpp needs Apache's C++ RocketMQ client, not installed in {sys.prefix}: run "
+                    f"{BOOTSTRAP}, or {sys.executable} -m pip install rocketmq=={CPP_VERSION}")
+        try:
+            version = importlib.metadata.version("rocketmq")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        if version != CPP_VERSION:
+            return f"--clients cpp: rocketmq {version} is installed, the benchmark pins {CPP_VERSION}: run {BOOTSTRAP}"
+        return None
+    if shutil.which("node") is None:
+        return f"--clients ons needs node on PATH: apt-get install -y nodejs npm, then run {BOOTSTRAP}"
+    package = ONS_MODULES / "ali-ons" / "package.json"
+    if not package.exists():
+        return (f"--clients ons needs ali-ons {ONS_VERSION} under {ONS_MODULES.parent}: run {BOOTSTRAP}, "
+                f"or cd {ONS_MODULES.parent} && npm ci")
+    version = json.loads(package.read_text()).get("version")
+    if version != ONS_VERSION:
+        return f"--clients ons: ali-ons {version} is installed, the benchmark pins {ONS_VERSION}: run {BOOTSTRAP}"
+    return None
+
+
+def worker_argv(job: dict[str, Any]) -> list[str]:
+    """The command of a real client's worker process for `job` (its "client" says which)."""
+    if job["client"] == "cpp":
+        return [sys.executable, "-m", "harness.bench.cpp_worker", json.dumps(job)]
+    node = shutil.which("node")
+    if node is None:
+        raise BenchError(client_missing("ons") or "no node")
+    return [node, str(ONS_WORKER), json.dumps({**job, "modules": str(ONS_MODULES)})]
+
+
+# ---- rows ---------------------------------------------------------------------------------
+
+def _job(run: Run, client: str, role: str, group: str, **job: Any) -> dict[str, Any]:
+    config = run.config
+    return {"client": client, "role": role, "namesrv": run.cluster.namesrv_remoting_addr, "group": group,
+            "seconds": config.seconds, "windows": config.windows, "body_bytes": config.body_bytes,
+            "home": str(run.log_dir / f"{client}-{role}-home"), **job}
+
+
+def _run(run: Run, name: str, job: dict[str, Any], seconds: float,
+         raw_results: list[dict[str, Any]] | None = None) -> WorkersRun:
+    return run.run_workers(name, [job], seconds, argv=worker_argv, raw_results=raw_results)
+
+
+def measure_send(run: Run, client: str, topic: str, mode: str, batch: int = 1) -> None:
+    """One producer process of `client`: `sync` (one message per call), `batch` (B per call) or
+    `oneway` (no answer awaited; checked afterwards against what the master stored)."""
+    config = run.config
+    job = _job(run, client, "send", f"bench_{client}_send", topic=topic, mode=mode, batch=batch)
+    before = _stored(run, topic) if mode == "oneway" else 0
+    raw: list[dict[str, Any]] = []
+    done = _run(run, f"{client}-send-{mode}-b{batch}", job, config.measuring_seconds, raw)
+    if mode == "oneway":
+        _check_oneway_stored(run, client, topic, before, sum(r.get("sent_total", 0) for r in raw))
+    run.record(CaseResult(f"{client}-send", "master", batch, config.body_bytes, 1, done.measured, mode=mode,
+                          window=1, cpu_us_per_msg=done.cpu_us_per_msg), done.error_samples)
+
+
+def measure_push(run: Run, client: str, topic: str, expected: int) -> None:
+    """`client`'s push consumer (a new group, from offset 0), its listener reading each message's
+    body; from the first delivery to the last of the `expected` preloaded messages."""
+    config = run.config
+    job = _job(run, client, "push", f"bench_{client}_push", topic=topic, expected=expected,
+               seconds=max(REAL_PUSH_SECONDS_MIN, 10 * config.seconds))
+    done = _run(run, f"{client}-push", job, job["seconds"])
+    if done.measured.messages < expected:
+        run.report.problems.append(f"{client} push: {done.measured.messages} of {expected} messages arrived "
+                                   f"within {job['seconds']:.0f} s")
+    run.record(CaseResult(f"{client}-push", "master", PUSH_PULL_BATCH, config.body_bytes, 1, done.measured,
+                          cpu_us_per_msg=done.cpu_us_per_msg), done.error_samples)
+
+
+def measure_pull_loop(run: Run, client: str, topic: str) -> None:
+    """`client`'s pull consumer: pulls of 32 over every queue until each says no new message,
+    reading each message's body, pass after pass from offset 0."""
+    config = run.config
+    job = _job(run, client, "pull-loop", f"bench_{client}_pull", topic=topic, batch=PULL_LOOP_BATCH)
+    done = _run(run, f"{client}-pull-loop", job, config.measuring_seconds)
+    run.record(CaseResult(f"{client}-pull-loop", "master", PULL_LOOP_BATCH, config.body_bytes, 1, done.measured,
+                          window=1, cpu_us_per_msg=done.cpu_us_per_msg), done.error_samples)
+
+
+def _stored(run: Run, topic: str) -> int:
+    from harness.bench.runner import queue_max_offsets  # the runner imports this module
+
+    return sum(queue_max_offsets(run.cluster.node("broker-a-0").addr, topic, run.config.queues))
+
+
+def _check_oneway_stored(run: Run, client: str, topic: str, before: int, sent: int) -> None:
+    """Oneway sends have no answer: the row counts calls, so make sure the master stored them."""
+    deadline = time.monotonic() + ONEWAY_STORED_BUDGET_S
+    while True:
+        stored = _stored(run, topic) - before
+        if stored >= sent or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if stored < sent:
+        run.report.problems.append(f"{client} send oneway: the master stored {stored} of {sent} oneway sends")
+
+
+def measure_all(run: Run, client: str, attempt: Callable[..., None], *, pull_topic: str, send_topic: str,
+                expected: int) -> None:
+    """Every row of `client`, consumers first (the sends grow the commitlog), each through
+    `attempt` (the runner's: a row that cannot run is a problem of the run, the others run)."""
+    hooks = run.hooks
+    hooks.stage(f"{client}: push consumer ({REAL_CLIENT_TITLES[client]}), a listener that reads each body")
+    attempt(run, f"{client} push", measure_push, client, pull_topic, expected)
+    if "pull-loop" in CONSUMERS[client]:
+        hooks.stage(f"{client}: pull consumer, pull(max_num={PULL_LOOP_BATCH}) pass after pass")
+        attempt(run, f"{client} pull loop", measure_pull_loop, client, pull_topic)
+    hooks.stage(f"{client}: sync send, one message per call")
+    attempt(run, f"{client} send sync", measure_send, client, send_topic, "sync")
+    if "batch" in SENDS[client]:
+        for batch in run.config.send_batches:
+            hooks.stage(f"{client}: send_batch of {batch}")
+            attempt(run, f"{client} send batch b{batch}", measure_send, client, send_topic, "batch", batch)
+    if "oneway" in SENDS[client]:
+        hooks.stage(f"{client}: oneway send, one message per call")
+        attempt(run, f"{client} send oneway", measure_send, client, send_topic, "oneway")
