@@ -3,6 +3,7 @@ correct build passes, and no run leaves a process or a port behind — not after
 an error mid-run, or Ctrl-C.
 
 The suites run here with a short fault phase; `mqlab chaos run SUITE` runs them at full length.
+Each run is judged as `mqlab chaos run` judges it: Spark in a process of its own.
 """
 
 from __future__ import annotations
@@ -240,17 +241,16 @@ def _case_params() -> list[object]:
     return params
 
 
-@pytest.mark.spark
 @pytest.mark.cluster
 @pytest.mark.parametrize("case", _case_params())
-def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
+def test_every_switch_makes_its_check_fail(case, tmp_path):
     """The selftest's table, run here: each switch on, a short run, exit 1 with the case's check failing.
 
     Only that check is judged (the correct-build run below and `mqlab chaos selftest` judge them all)."""
     s = SUITES[case.suite]
     run_dir = tmp_path / "run"
     seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
-    outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir, spark=spark,
+    outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
                                   report=False, fault_switches=case.switch_map(), mode=case.mode,
                                   checks=(case.check,), topology=s.topologies[0])).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
@@ -262,13 +262,11 @@ def test_every_switch_makes_its_check_fail(case, tmp_path, spark):
     assert _leftovers(run_dir) == []
 
 
-@pytest.mark.spark
 @pytest.mark.cluster
-def test_a_correct_build_passes_and_writes_the_report(tmp_path, spark):
+def test_a_correct_build_passes_and_writes_the_report(tmp_path):
     run_dir = tmp_path / "run"
     seed = _seed_drawing("lock-takeover", *NEEDED_FAULT["lock-takeover"])
-    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
-                                  spark=spark)).execute()
+    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir)).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert outcome.exit_code == EXIT_VALID, {k: (v["valid"], v.get("reason")) for k, v in verdict["checks"].items()}
     assert set(verdict["checks"]) == set(SUITES["lock-takeover"].checks)
