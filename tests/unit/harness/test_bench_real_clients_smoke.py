@@ -3,10 +3,8 @@ and ali-ons in their own worker processes; every real-client row counted, nothin
 
 from __future__ import annotations
 
-import os
-
-import psutil
 import pytest
+from support.processes import children_running
 
 from harness.bench.results import report_json
 from harness.bench.runner import BenchConfig, Hooks, run_bench
@@ -17,17 +15,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
 REAL_ROWS = ["cpp push master b32", "cpp pull loop master b32", "cpp send sync b1", "cpp send batch b10",
              "cpp send oneway b1", "ons push master b32", "ons send sync b1"]
 
-
-def _worker_children() -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        if "harness.bench" in cmdline or "ons_worker" in cmdline or "nodes" in cmdline.split():
-            found.append(child)
-    return found
 
 
 def test_tiny_bench_with_both_real_clients_adds_their_rows_and_leaves_nothing_behind(tmp_path):
@@ -54,4 +41,4 @@ def test_tiny_bench_with_both_real_clients_adds_their_rows_and_leaves_nothing_be
     libraries = {r["library"] for r in report_json(report)["results"]}
     assert libraries == {"mqlab", "cpp", "ons"}
     assert any(stage.startswith("ons: push consumer") for stage in stages)
-    assert not _worker_children()
+    assert not children_running("harness.bench", "ons_worker")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
-import psutil
 import pytest
+from support.processes import children_running
 
 from harness.bench.report import write_plot
 from harness.bench.results import report_json
@@ -14,17 +13,6 @@ from harness.bench.runner import BenchConfig, Hooks, run_bench
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
-
-def _bench_children() -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        if "harness.bench" in cmdline or "nodes" in cmdline.split():
-            found.append(child)
-    return found
 
 
 def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
@@ -57,7 +45,7 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     assert data["results"][2]["client"] == "pull" and data["results"][2]["ratios"]["plain-stream"] > 0
     assert write_plot(report, tmp_path / "plot.png").stat().st_size > 1000
     assert any("first read" in stage for stage in stages)
-    assert not _bench_children()
+    assert not children_running("harness.bench")
     # the stores are gone (not kept by default); logs and configs stay
     run_dir = tmp_path / "run"
     assert not list(run_dir.glob("*/store")) and list(run_dir.glob("*/node.log"))
