@@ -121,3 +121,42 @@ def test_a_routed_group_down_is_not_judged_and_a_run_without_routes_is_unknown(s
     old = Run().owns(150, [A0], client="c1")
     result = check_rebalance(old.history(spark), config())
     assert result.valid == "unknown" and "no route events" in result.reason
+
+
+# ---- the report's routes-and-ownership plot -------------------------------------------------------
+
+
+def test_route_and_owner_intervals_follow_the_events_and_end_at_a_kill():
+    from chaos.checker.faults import FaultWindow
+    from chaos.checker.plot_routes import replay_intervals
+
+    ev = [{"node": "consumer-1", "event": "route", "topic": "T", "t": 100, "namesrv": "ns0",
+           "queues": [["broker-a", "0"], ["broker-b", "0"]]},
+          {"node": "consumer-1", "event": "rebalance", "topic": "T", "t": 150, "after": [["broker-a", "0"], ["broker-b", "0"]]},
+          {"node": "consumer-1", "event": "rebalance", "topic": "%RETRY%G", "t": 160, "after": [["broker-a", "0"]]},
+          {"node": "consumer-1", "event": "route", "topic": "T", "t": 500, "namesrv": "ns1", "queues": [["broker-a", "0"]]},
+          {"node": "consumer-1", "event": "rebalance", "topic": "T", "t": 600, "after": [["broker-a", "0"]]}]
+    kill = FaultWindow("kill", ("consumer-1",), 900, 1500, True)
+    routes, owners = replay_intervals(ev, [kill], [], 2000)
+    assert sorted((r["broker_name"], r["namesrv"], r["start"], r["end"]) for r in routes) == [
+        ("broker-a", "ns0", 100, 500), ("broker-a", "ns1", 500, 900), ("broker-b", "ns0", 100, 500)]
+    assert sorted((o["broker_name"], o["queue_id"], o["start"], o["end"]) for o in owners) == [
+        ("broker-a", 0, 150, 900), ("broker-b", 0, 150, 600)]
+
+
+def test_the_report_shows_routes_and_ownership_per_broker_group(clean_output):
+    html = clean_output.report_path.read_text()
+    assert 'alt="routes and ownership per broker group"' in html
+
+
+def test_the_routes_plot_draws_both_groups(spark):
+    from chaos.checker.plot_routes import render_route_ownership, route_ownership_data
+
+    h = _group_b_lost_and_back().history(spark)
+    data = route_ownership_data(h)
+    assert {r["broker_name"] for r in data["routes"]} == {"broker-a", "broker-b"}
+    b_routes = sorted((r["node"], r["start"], r["end"]) for r in data["routes"] if r["broker_name"] == "broker-b")
+    assert b_routes == [("consumer-1", 100, 1500), ("consumer-1", 3500, 5000),
+                        ("consumer-2", 100, 1700), ("consumer-2", 3600, 5000)]
+    png = render_route_ownership(h, data)
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
