@@ -228,7 +228,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         summary="2x2 only: a whole broker group killed until routes expire, a master paused, the producer cut "
                 "from a group, a group cut from the name servers, a name server killed, paused or isolated; "
                 "sends keep landing on the other group",
-        checks=(*QUEUE_CHECKS, "availability"),
+        checks=(*QUEUE_CHECKS, "availability", "rebalance"),
         faults=(
             # down past the route expiry: clients drop the group, then it comes back
             FaultChoice("kill", "group", 2.0, "group_loss_ms", 1.5),
