@@ -170,9 +170,10 @@ class Bounds:
 
     @property
     def rebalance_orderly_extra_ms(self) -> int:
-        """On top, for an orderly group: a dropped queue is unlocked after U_d and locked by its new
-        owner at that one's next rebalance (R_b)."""
-        return self.U_d + self.R_b
+        """On top, for an orderly group: the new owner can lock a queue once its old owner unlocked it
+        (a dropped queue with cached messages: after U_d) or, the old owner dead, its lease ran out
+        (L_b from its last renewal, at or before the death); then at its next rebalance (R_b)."""
+        return max(self.U_d, self.L_b) + self.R_b
 
     # ---- duplicate budgets as time windows (docs/chaos.md) -----------------------
 
@@ -287,7 +288,7 @@ DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
                                  "group, rebalance)"),
     ("rebalance_after_join_ms", "H + R_b  (a consumer starts, resumes, stops or dies; a master returns)"),
     ("rebalance_after_silent_ms", "X_c + K_c + R_b  (a consumer paused or cut off: channel expiry + scan)"),
-    ("rebalance_orderly_extra_ms", "U_d + R_b  (orderly: delayed unlock, the new owner's next rebalance)"),
+    ("rebalance_orderly_extra_ms", "max(U_d, L_b) + R_b  (orderly: delayed unlock or a dead holder's lease, rebalance)"),
     ("dup_window_consumer_kill_ms", "P_c"),
     ("dup_window_master_restart_ms", "P_c + F_b"),
     ("dup_window_failover_ms", "P_c + S_s"),

@@ -152,7 +152,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite(
         name="lock-takeover",
         summary="orderly group; kill, pause and partition the holders of queue locks",
-        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover"),
+        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover", "rebalance"),
         faults=(
             FaultChoice("kill", "lock-holder", 2.0, "L_b", 0.5),
             FaultChoice("pause", "lock-holder", 1.0, "L_c", 0.5),  # below the client lease: nothing moves

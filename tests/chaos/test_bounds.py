@@ -38,7 +38,7 @@ def expected_derived(t: dict[str, int]) -> dict[str, int]:
         "rebalance_after_route_ms": t["N_r"] + t["H"] + t["R_b"],
         "rebalance_after_join_ms": t["H"] + t["R_b"],
         "rebalance_after_silent_ms": t["X_c"] + t["K_c"] + t["R_b"],
-        "rebalance_orderly_extra_ms": t["U_d"] + t["R_b"],
+        "rebalance_orderly_extra_ms": max(t["U_d"], t["L_b"]) + t["R_b"],
         "dup_window_consumer_kill_ms": t["P_c"],
         "dup_window_master_restart_ms": t["P_c"] + t["F_b"],
         "dup_window_failover_ms": t["P_c"] + t["S_s"],

@@ -160,3 +160,15 @@ def test_the_routes_plot_draws_both_groups(spark):
                         ("consumer-2", 100, 1700), ("consumer-2", 3600, 5000)]
     png = render_route_ownership(h, data)
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_what_a_stopping_consumer_writes_while_it_shuts_down_is_no_restart(spark):
+    r = _two_consumers().event("consumer-stopping", 1000, "consumer-2", group="G", client_id="c2")
+    r.owns(1050, [], client="c2")  # its shutdown's last rebalance, written after it began stopping
+    r.owns(1200, ALL, client="c1").event("consumer-stop", 1300, "consumer-2", group="G", client_id="c2")
+    r.owns(3000, ALL, client="c1", reason="retry")
+    result = check_rebalance(r.history(spark), config())
+    assert result.valid is True, (result.reason, result.examples)
+    assert [m["change"] for m in result.measurements] == ["consumer-1 started; consumer-2 started",
+                                                          "consumer-2 stopping"]
+    assert result.measurements[1]["settle_ms"] == 200

@@ -14,7 +14,7 @@ Changes and their bounds (chaos.bounds, docs/chaos.md):
     join    a consumer starts, resumes, stops, is killed or exits; a master goes down
             or returns; a consumer's partition heals      H + R_b
     silent  a consumer paused or cut off                     X_c + K_c + R_b
-    (orderly groups add the lock handover U_d + R_b to each)
+    (orderly groups add the lock handover max(U_d, L_b) + R_b to each)
 
 The state at each instant is settled (every live queue owned once, no live consumer owning a
 queue its route lacks), unsettled, or not judged: no live consumer, a consumer cut from brokers
@@ -44,7 +44,7 @@ REBALANCE = (
     "consumer joins, dies, pauses or leaves, a master goes down or returns) every live queue (its broker group's "
     "master up, in the route every live consumer holds) is owned by exactly one live consumer, and no live consumer "
     "owns a queue its route lacks, within a bound from the run's timers (route change N_r + H + R_b; join, leave, "
-    "death H + R_b; pause or cut X_c + K_c + R_b; orderly groups add U_d + R_b) plus slack, and stays so until the "
+    "death H + R_b; pause or cut X_c + K_c + R_b; orderly groups add max(U_d, L_b) + R_b) plus slack, and stays so until the "
     "next change. Not judged while no consumer is live, a consumer is cut from brokers or a routed group is down.")
 
 Queue = tuple[str, int]
@@ -62,12 +62,14 @@ class Change:
 
 @dataclass
 class Replay:
-    """The inputs of one (group, topic), as time-ordered actions: (t_ms, order, action, node, value)."""
+    """The inputs of one (group, topic), as time-ordered actions: (t_ms, order, action, node, value,
+    client id of the process that wrote it, when known)."""
 
-    actions: list[tuple[int, int, str, str, Any]] = field(default_factory=list)
+    actions: list[tuple[int, int, str, str, Any, str | None]] = field(default_factory=list)
 
-    def add(self, t_ms: int, action: str, node: str, value: Any = None, order: int = 1) -> None:
-        self.actions.append((int(t_ms), order, action, node, value))
+    def add(self, t_ms: int, action: str, node: str, value: Any = None, order: int = 1,
+            client: str | None = None) -> None:
+        self.actions.append((int(t_ms), order, action, node, value, client))
 
 
 @dataclass
@@ -79,6 +81,7 @@ class _State:
     down: dict[str, int] = field(default_factory=dict)  # broker group -> faults keeping its master down
     owned: dict[str, frozenset[Queue]] = field(default_factory=dict)
     view: dict[str, frozenset[Queue]] = field(default_factory=dict)
+    client: dict[str, str] = field(default_factory=dict)  # node -> client id of its latest process
 
     def judge(self) -> tuple[str, str]:
         """('settled' | 'unsettled' | 'skip', why) for the state as it is."""
@@ -125,11 +128,15 @@ def replay(r: Replay, bounds: Mapping[str, int], slack: Mapping[str, int], t_end
     def change(t: int, kind: str, label: str) -> None:
         changes.append(Change(t, kind, label, bounds[kind] + slack[kind]))
 
-    for t, _, action, node, value in sorted(r.actions, key=lambda a: (a[0], a[1])):
+    for t, _, action, node, value, client in sorted(r.actions, key=lambda a: (a[0], a[1])):
         if action in ("event", "route", "owned") and node in st.dead:
+            if client is not None and client == st.client.get(node):
+                continue  # written by the stopped process while it shut down: no restart
             st.dead.discard(node)  # a restarted process: it owns nothing yet
             st.owned.pop(node, None)
             st.view.pop(node, None)
+        if client is not None:
+            st.client[node] = client
         if action in ("event", "route", "owned") and node not in st.live:
             st.live.add(node)
             change(t, "join", f"{node} started")
@@ -246,13 +253,13 @@ def build_replays(events: Sequence[Mapping[str, Any]], faults: Iterable[FaultWin
             if e.get("group") != group:
                 continue
             if kind == "route" and e.get("topic") == topic:
-                r.add(t, "route", node, frozenset(_queues(e.get("queues"))))
+                r.add(t, "route", node, frozenset(_queues(e.get("queues"))), client=e.get("client_id"))
             elif kind == "rebalance" and e.get("topic") == topic:
-                r.add(t, "owned", node, frozenset(_queues(e.get("after"))))
+                r.add(t, "owned", node, frozenset(_queues(e.get("after"))), client=e.get("client_id"))
             elif kind in ("consumer-stopping", "consumer-stop"):
-                r.add(t, "stopping", node, "stopping", order=0)
+                r.add(t, "stopping", node, "stopping", order=0, client=e.get("client_id"))
             elif kind == "consumer-start":
-                r.add(t, "event", node)
+                r.add(t, "event", node, client=e.get("client_id"))
         _add_faults(r, faults, exits, members, consumers)
     return by_gt
 
@@ -305,7 +312,8 @@ def check_rebalance(h: History, cfg: CheckerConfig) -> CheckResult:
         return unknown("rebalance", REBALANCE, "no events history in the run")
     ev = h.ev.filter((F.col("side") == "client") & F.col("event").isin(
         "route", "rebalance", "consumer-start", "consumer-stopping", "consumer-stop"))
-    events = rows(ev.select("node", "event", "group", "topic", "after", "queues", F.col("mono_ms").alias("t")))
+    events = rows(ev.select("node", "event", "group", "client_id", "topic", "after", "queues",
+                            F.col("mono_ms").alias("t")))
     if not any(e["event"] == "route" for e in events):
         return unknown("rebalance", REBALANCE, "no route events in the run (it predates them): the live queues "
                                                "are not known")
