@@ -78,6 +78,7 @@ NEEDED_LAST: dict[str, tuple[str, str]] = {c.FAULT_LOCK_SLOW_TAKEOVER: ("kill", 
 # a selftest run's fault phase: long enough for the needed fault and its recovery, short enough for many cases
 SELFTEST_FAULT_PHASE_S = 12.0
 # switches whose needed fault outlasts that phase get at least this long a one (s): a group killed past
-# the route expiry (1.5 x group_loss_ms, 12 s at time scale 0.05) must also be back for a while
-NEEDED_PHASE_S: dict[str, float] = {c.FAULT_REBALANCE_IGNORE_RETURNED: 20.0}
+# the route expiry (1.5 x group_loss_ms, 12 s at time scale 0.05) must be back, and taking sends, for a
+# while before the phase ends (a loaded machine takes up to 5 s to restart it), so its queues wait
+NEEDED_PHASE_S: dict[str, float] = {c.FAULT_REBALANCE_IGNORE_RETURNED: 32.0}
 SEEDS_TRIED = 50

@@ -172,3 +172,15 @@ def test_what_a_stopping_consumer_writes_while_it_shuts_down_is_no_restart(spark
     assert [m["change"] for m in result.measurements] == ["consumer-1 started; consumer-2 started",
                                                           "consumer-2 stopping"]
     assert result.measurements[1]["settle_ms"] == 200
+
+
+def test_a_group_back_in_the_route_before_its_restart_ended_is_judged_from_the_route(spark):
+    # broker-b killed at 1000; it registers (its queues return at 3500) before its restart ends at 6000
+    r = _two_consumers().fault("kill", ["broker-b-0", "broker-b-1"], 1000, 6000)
+    r.route(1500, [A0, A1], client="c1").owns(1600, [A0], client="c1")
+    r.route(1700, [A0, A1], client="c2").owns(1800, [A1], client="c2")
+    r.route(3500, ALL, client="c1").route(3600, ALL, client="c2").owns(3700, [A0, A1], client="c1")
+    r.owns(5900, [A0, A1], client="c1", reason="retry")  # nobody took broker-b's queues back
+    result = check_rebalance(r.history(spark), config())
+    assert result.valid is False
+    assert result.examples[0]["change"].startswith("route seen by consumer-1: +broker-b/0")

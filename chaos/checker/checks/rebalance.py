@@ -19,7 +19,8 @@ Changes and their bounds (chaos.bounds, docs/chaos.md):
 The state at each instant is settled (every live queue owned once, no live consumer owning a
 queue its route lacks), unsettled, or not judged: no live consumer, a consumer cut from brokers
 (the group's members then differ per broker, by RocketMQ's design), or a routed broker group down
-(a client that asks it for the members skips its rebalance). Every change moves the deadline to
+(a client that asks it for the members skips its rebalance; a group whose queues return to a route
+is up again). Every change moves the deadline to
 at least its time + bound + slack; an unsettled state past the deadline fails the check. Per
 change the check reports the time to settle and the bound.
 """
@@ -145,6 +146,8 @@ def replay(r: Replay, bounds: Mapping[str, int], slack: Mapping[str, int], t_end
             if value != last_route:
                 if last_route is not None:
                     gone, back = sorted(last_route - value), sorted(value - last_route)
+                    for b, _ in back:  # registered again: its master serves (maybe before its restart ended)
+                        st.down[b] = 0
                     change(t, "route", f"route seen by {node}: " + ", ".join(
                         [f"-{b}/{q}" for b, q in gone] + [f"+{b}/{q}" for b, q in back]))
                 last_route = value
