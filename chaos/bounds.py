@@ -146,6 +146,35 @@ class Bounds:
         (every attempt shares it). With latency fault tolerance that broker is then avoided for I_p."""
         return self.T_s
 
+    # ---- rebalance convergence (docs/chaos.md, rebalance) ---------------------------
+
+    @property
+    def rebalance_after_route_ms(self) -> int:
+        """A route change (a broker group's queues leave or return) seen first by one client: the
+        others poll routes within N_r; a returned master learns the group from the next heartbeats
+        (H; until then its consumer list is short or empty); then every client rebalances (R_b)."""
+        return self.N_r + self.H + self.R_b
+
+    @property
+    def rebalance_after_join_ms(self) -> int:
+        """A consumer starts, resumes, stops or is killed (its connections close, the brokers notify
+        the group), a master returns: the brokers know the members after one heartbeat (H), then
+        every client rebalances (R_b)."""
+        return self.H + self.R_b
+
+    @property
+    def rebalance_after_silent_ms(self) -> int:
+        """A consumer paused or cut off: the brokers drop its silent channel after X_c (found by a
+        scan every K_c, with no notification), then the others' next rebalance (R_b)."""
+        return self.X_c + self.K_c + self.R_b
+
+    @property
+    def rebalance_orderly_extra_ms(self) -> int:
+        """On top, for an orderly group: the new owner can lock a queue once its old owner unlocked it
+        (a dropped queue with cached messages: after U_d) or, the old owner dead, its lease ran out
+        (L_b from its last renewal, at or before the death); then at its next rebalance (R_b)."""
+        return max(self.U_d, self.L_b) + self.R_b
+
     # ---- duplicate budgets as time windows (docs/chaos.md) -----------------------
 
     @property
@@ -255,6 +284,11 @@ DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
     ("switch_back_ms", "G_r + N_r + W_p  (master re-registers, clients poll routes)"),
     ("group_loss_ms", "X_b + K_b + N_r  (a silent broker group leaves the routes)"),
     ("send_stall_ms", "T_s  (one send to an unresponsive broker; then it is avoided for I_p)"),
+    ("rebalance_after_route_ms", "N_r + H + R_b  (a route change: the others poll, a returned master learns the "
+                                 "group, rebalance)"),
+    ("rebalance_after_join_ms", "H + R_b  (a consumer starts, resumes, stops or dies; a master returns)"),
+    ("rebalance_after_silent_ms", "X_c + K_c + R_b  (a consumer paused or cut off: channel expiry + scan)"),
+    ("rebalance_orderly_extra_ms", "max(U_d, L_b) + R_b  (orderly: delayed unlock or a dead holder's lease, rebalance)"),
     ("dup_window_consumer_kill_ms", "P_c"),
     ("dup_window_master_restart_ms", "P_c + F_b"),
     ("dup_window_failover_ms", "P_c + S_s"),

@@ -27,6 +27,7 @@ from chaos.matrix import Cell, Row, read_row
 from chaos.selftest_cases import (
     NEEDED_FAULT,
     NEEDED_LAST,
+    NEEDED_PHASE_S,
     NEEDED_SWITCH_FAULT,
     SEEDS_TRIED,
     SELFTEST_FAULT_PHASE_S,
@@ -53,6 +54,18 @@ class CaseResult:
     error: str | None = None
 
 
+def case_phase_s(case: SelftestCase, duration_s: float) -> float:
+    """The fault phase a case runs with: `duration_s`, or longer when its needed fault needs it."""
+    return max(duration_s, NEEDED_PHASE_S.get(case.switch, 0.0))
+
+
+def _drawn(needed: tuple[str, str], drawn: tuple[str, str | None]) -> bool:
+    """A drawn (op, target) is the needed one; a symbolic target matches its pinned forms (`group`
+    matches `group:broker-b`)."""
+    return drawn[0] == needed[0] and drawn[1] is not None and (
+        drawn[1] == needed[1] or drawn[1].startswith(f"{needed[1]}:"))
+
+
 def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
     """The first seed whose schedule draws the fault the case's bug needs (seed 1 if none is named)."""
     from chaos.runner import RunOptions, plan
@@ -65,10 +78,10 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
         return 1
     for seed in range(1, SEEDS_TRIED + 1):
         chosen = suite(case.suite)
-        schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=time_scale, duration_s=duration_s,
-                                      topology=chosen.topologies[0]))
+        schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=time_scale,
+                                      duration_s=case_phase_s(case, duration_s), topology=chosen.topologies[0]))
         drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
-        if (drawn[-1:] == [needed]) if last else (needed in drawn):
+        if (drawn[-1:] and _drawn(needed, drawn[-1])) if last else any(_drawn(needed, d) for d in drawn):
             return seed
     raise ValueError(f"no seed up to {SEEDS_TRIED} draws {' '.join(needed)} for {case.suite}"
                      + (" as its last fault" if last else ""))
@@ -141,7 +154,7 @@ def chaos_run_case(*, time_scale: float, duration_s: float = SELFTEST_FAULT_PHAS
     from chaos.matrix import chaos_run_one
 
     def run_case(case: SelftestCase, seed: int, run_dir: Path) -> int:
-        run_one = chaos_run_one(spark_master=spark_master, duration_s=duration_s,
+        run_one = chaos_run_one(spark_master=spark_master, duration_s=case_phase_s(case, duration_s),
                                 fault_switches=lambda _cell: case.switch_map())
         from chaos.suites import suite
 

@@ -59,6 +59,8 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("failover", "broker", c.FAULT_PULL_FLIP_BODY_BYTE, "integrity"),
     # the producer keeps choosing the group it cannot reach: every other send fails for the whole cut
     SelftestCase("broker-loss", "producer", c.FAULT_PRODUCER_LATENCY_FAULT_OFF, "availability"),
+    # a group killed past the route expiry comes back, and no consumer takes its queues again
+    SelftestCase("broker-loss", "consumer", c.FAULT_REBALANCE_IGNORE_RETURNED, "rebalance"),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show
@@ -68,10 +70,15 @@ NEEDED_FAULT: dict[str, tuple[str, str]] = {
     "durability": ("power-loss", "master"), "broker-loss": ("partition", "producer-0"),
 }
 # switches whose bug needs another fault than their suite's (a corrupted record read back unchecked)
-NEEDED_SWITCH_FAULT: dict[str, tuple[str, str]] = {c.FAULT_READ_SKIP_CRC: ("corrupt", "master")}
+NEEDED_SWITCH_FAULT: dict[str, tuple[str, str]] = {c.FAULT_READ_SKIP_CRC: ("corrupt", "master"),
+                                                   c.FAULT_REBALANCE_IGNORE_RETURNED: ("kill", "group")}
 # switches whose bug shows only when nothing follows the needed fault: a later fault's recovery pushes the
 # bound out (a slow takeover after a kill hides behind a consumer restarted after it)
 NEEDED_LAST: dict[str, tuple[str, str]] = {c.FAULT_LOCK_SLOW_TAKEOVER: ("kill", "lock-holder")}
 # a selftest run's fault phase: long enough for the needed fault and its recovery, short enough for many cases
 SELFTEST_FAULT_PHASE_S = 12.0
+# switches whose needed fault outlasts that phase get at least this long a one (s): a group killed past
+# the route expiry (1.5 x group_loss_ms, 12 s at time scale 0.05) must be back, and taking sends, for a
+# while before the phase ends (a loaded machine takes up to 5 s to restart it), so its queues wait
+NEEDED_PHASE_S: dict[str, float] = {c.FAULT_REBALANCE_IGNORE_RETURNED: 32.0}
 SEEDS_TRIED = 50

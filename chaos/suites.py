@@ -152,7 +152,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite(
         name="lock-takeover",
         summary="orderly group; kill, pause and partition the holders of queue locks",
-        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover"),
+        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover", "rebalance"),
         faults=(
             FaultChoice("kill", "lock-holder", 2.0, "L_b", 0.5),
             FaultChoice("pause", "lock-holder", 1.0, "L_c", 0.5),  # below the client lease: nothing moves
@@ -228,7 +228,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         summary="2x2 only: a whole broker group killed until routes expire, a master paused, the producer cut "
                 "from a group, a group cut from the name servers, a name server killed, paused or isolated; "
                 "sends keep landing on the other group",
-        checks=(*QUEUE_CHECKS, "availability"),
+        checks=(*QUEUE_CHECKS, "availability", "rebalance"),
         faults=(
             # down past the route expiry: clients drop the group, then it comes back
             FaultChoice("kill", "group", 2.0, "group_loss_ms", 1.5),

@@ -108,6 +108,12 @@ class Bounds:
         """A restarted consumer's warm-up: route, rebalance, lock, first pull."""
         return self.run.ms("warmup_ms")
 
+    def rebalance_bound(self, kind: str, *, orderly: bool = False) -> int:
+        """How long ownership may take to settle after a change of `kind`: route | join | silent;
+        an orderly group adds the handover of a queue's lock."""
+        base = self.run.ms(f"rebalance_after_{kind}_ms")
+        return base + (self.run.ms("rebalance_orderly_extra_ms") if orderly else 0)
+
     def first_consume(self) -> int:
         return self.run.ms("first_consume_ms")
 

@@ -98,7 +98,7 @@ def _findings_section(verdict: Verdict) -> str:
 
 
 def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
-    from chaos.checker import plots
+    from chaos.checker import plot_routes, plots
 
     b = cfg.bounds
     summary = "".join(
@@ -112,6 +112,7 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
         ("send and delivery rates", plots.render_rates(h, data)),
         ("latency percentiles", plots.render_latency(h, data)),
         ("queue ownership", plots.render_ownership(h, data)),
+        ("routes and ownership per broker group", plot_routes.render_route_ownership(h)),
         ("offsets per queue", plots.render_offsets(h, data)),
     ]
     overall = data["latency_overall"]

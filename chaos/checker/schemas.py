@@ -57,12 +57,19 @@ is accepted instead.
     rebalance        client: group, client_id, topic, before / after / removed as lists of
                      [broker_name, queue_id], reason (`lock-regained`: an orderly queue re-opened
                      after its lock came back; it is in removed and in after)
+    route            client, whenever a subscribed topic's route changes (and the route known at
+                     start): group, client_id, topic, queues (the route's readable queues as
+                     [broker_name, queue_id]), namesrv (the name server that answered). Runs from
+                     before it have none: the rebalance check answers unknown for them
     store-error      broker, one per store problem found: kind (torn-tail | cq-truncated |
                      damaged-range | bad-record | replica-refused | recovery-anomaly), file (relative
                      to the store dir, or null), phys_offset, bytes (affected or dropped), topic,
                      queue_id, queue_offset (null when not known), detail (one sentence)
     store-recovered  broker, once per start: clean (the last shutdown was clean),
                      commitlog_max_phys_offset, truncated_bytes, damaged_ranges, cq_units_dropped
+    consumer-start / consumer-stopping / consumer-stop
+                     client (the consumer process): group, client_id; `consumer-stopping` is
+                     written when a graceful stop begins, before the client unregisters
     ha-connected / ha-refused, consumer-join / consumer-leave: shown, not checked
 
 `nemesis.jsonl` (harness), `event` = `nemesis`: `op` (kill|stop|pause|resume|partition|heal|
@@ -190,6 +197,9 @@ EVENTS = _schema(
     ("after", _QUEUE_LIST),
     ("removed", _QUEUE_LIST),
     ("reason", StringType()),
+    # route
+    ("queues", _QUEUE_LIST),
+    ("namesrv", StringType()),
     # ha-connected / ha-refused
     ("master", StringType()),
     ("refusal", StringType()),

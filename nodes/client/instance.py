@@ -117,6 +117,7 @@ class ClientInstance:
             "producer_default_queue_nums": producer_default_queue_nums}
         self.routes = RouteCache(self._fetch_route, **kwargs)
         self._namesrv_index = 0
+        self.route_source = ""  # the name server that answered the last route request
         self._commit_seqs = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -345,6 +346,7 @@ class ClientInstance:
                 last_error = err  # no answer: try the next one
                 continue
             self._namesrv_index = index
+            self.route_source = addr
             return route
         assert last_error is not None
         raise last_error

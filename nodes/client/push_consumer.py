@@ -313,7 +313,10 @@ class PushConsumer:
         deps = PushRebalanceDeps(
             instance=instance, state=state, dispatch=lambda request: self._pull.execute_pull_request_immediately(request),
             queues_changed=self._queues_changed, consume_timestamp_ms=self.consume_timestamp_ms,
-            rpc_timeout_ms=timing.rpc_timeout_ms)
+            rpc_timeout_ms=timing.rpc_timeout_ms, on_event=self._on_event, client_id=self.client_id,
+            ignore_returned_queues=c.FAULT_REBALANCE_IGNORE_RETURNED in self.fault_switches)
+        self._rebalance_deps = deps
+        deps.watch_routes()
         self._rebalance = RebalanceImpl(
             state=state, client_id=self.client_id, allocate=self.allocate,
             consume_from_where=self.consume_from_where, offset_store=self._offset_store, deps=deps,
@@ -392,6 +395,7 @@ class PushConsumer:
             await self._locker.close()
         self._rebalance.drop_all()
         await self._rebalance.close()
+        self._rebalance_deps.unwatch_routes()
         await self._instance.unregister_consumer(self.group, self._state.topics())
 
     def __enter__(self) -> PushConsumer:

@@ -2,7 +2,8 @@
 
 `PushRebalanceDeps` serves `rebalance.RebalanceDeps` (routes, the group's consumer list from one
 random broker of the topic, queue-offset queries behind consume-from-where, starting pull loops,
-messageQueueChanged) and `PushOrderlyLocks` serves `rebalance.OrderlyLocks` (queue locks through
+messageQueueChanged) and journals the subscribed topics' route changes (`route` events: the
+queues the client's route lists and the name server that answered) and `PushOrderlyLocks` serves `rebalance.OrderlyLocks` (queue locks through
 the `QueueLocker`, the orderly service's consume lock). Both get their collaborators handed in
 by the push consumer and run on its client loop; neither knows the consumer itself.
 """
@@ -20,8 +21,8 @@ from nodes.client.lock_service import QueueLocker
 from nodes.client.offset_store import query_queue_offset
 from nodes.client.process_queue import ProcessQueue
 from nodes.client.pull_service import PullRequest
-from nodes.client.rebalance import StartKind
-from nodes.client.routes import subscribe_queues
+from nodes.client.rebalance import EventSink, StartKind
+from nodes.client.routes import RouteSnapshot, subscribe_queues
 from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
 from nodes.common.errors import MqError
@@ -61,11 +62,14 @@ class PushRebalanceDeps:
             a heartbeat now).
         consume_timestamp_ms: CONSUME_FROM_TIMESTAMP's timestamp.
         rpc_timeout_ms: deadline of a queue-offset query.
+        on_event, client_id: where `route` events go, and the client they name.
+        ignore_returned_queues: the test-only fault switch FAULT_REBALANCE_IGNORE_RETURNED.
     """
 
     def __init__(self, *, instance: ClientInstance, state: ConsumerState, dispatch: Callable[[PullRequest], None],
                  queues_changed: Callable[[int], Awaitable[None]], consume_timestamp_ms: int,
-                 rpc_timeout_ms: int, rng: random.Random | None = None) -> None:
+                 rpc_timeout_ms: int, rng: random.Random | None = None, on_event: EventSink | None = None,
+                 client_id: str = "", ignore_returned_queues: bool = False) -> None:
         self._instance = instance
         self._state = state
         self._dispatch = dispatch
@@ -73,7 +77,35 @@ class PushRebalanceDeps:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.rpc_timeout_ms = rpc_timeout_ms
         self._rng = rng or random.Random()
+        self._on_event = on_event
+        self._client_id = client_id
+        self._ignore_returned = ignore_returned_queues
+        self._kept_queues: dict[str, list[MessageQueue]] = {}  # the switch's queue lists, per topic
 
+    # --- route journal ------------------------------------------------------------------
+    def watch_routes(self) -> None:
+        """Journal every later route change of a subscribed topic, and the routes known now."""
+        if self._on_event is None:
+            return
+        self._instance.routes.add_listener(self._route_changed)
+        for topic in sorted(self._state.subscriptions):
+            route = self._instance.routes.route(topic)
+            if route is not None:
+                self._route_changed(topic, route)
+
+    def unwatch_routes(self) -> None:
+        self._instance.routes.remove_listener(self._route_changed)
+
+    def _route_changed(self, topic: str, route: RouteSnapshot) -> None:
+        if self._on_event is None or topic not in self._state.subscriptions:
+            return
+        self._on_event({"event": "route", "side": "client", "group": self._state.group, "client_id": self._client_id,
+                        "topic": topic, "namesrv": self._instance.route_source,
+                        "queues": [[mq.broker_name, mq.queue_id] for mq in subscribe_queues(topic, route)],
+                        "brokers": {bd.broker_name: {str(i): a for i, a in sorted(bd.addrs.items())}
+                                    for bd in route.broker_datas}})
+
+    # --- RebalanceDeps ------------------------------------------------------------------
     async def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
         routes = self._instance.routes
         route = routes.route(topic)
@@ -84,7 +116,14 @@ class PushRebalanceDeps:
                 log.debug("route of %s: %s", topic, err)
                 return None
             route = routes.route(topic)
-        return subscribe_queues(topic, route) if route is not None else None
+        if route is None:
+            return None
+        queues = subscribe_queues(topic, route)
+        if self._ignore_returned:  # the bug: a queue once gone from the route stays gone
+            kept = self._kept_queues.get(topic)
+            queues = queues if kept is None else [mq for mq in queues if mq in kept]
+            self._kept_queues[topic] = queues
+        return queues
 
     async def consumer_ids(self, topic: str) -> list[str] | None:
         """findConsumerIdList: GetConsumerList from one random broker of the topic (master if it has one)."""

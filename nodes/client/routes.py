@@ -155,6 +155,8 @@ def pick_subscribe_address(addrs: Mapping[int, str] | None, broker_id: int,
 
 
 FetchRoute = Callable[[str], Awaitable[RouteSnapshot | None]]
+# told (topic, new route) whenever a topic's stored route differs from the one before (or is its first)
+RouteListener = Callable[[str, RouteSnapshot], None]
 
 
 @dataclass
@@ -179,6 +181,15 @@ class RouteCache:
         self._topics: dict[str, _TopicEntry] = {}
         self._used: set[str] = set()  # topics to keep polling
         self._broker_addrs: dict[str, dict[int, str]] = {}
+        self._listeners: list[RouteListener] = []
+
+    def add_listener(self, listener: RouteListener) -> None:
+        """Call `listener(topic, route)` on the loop after every change of a topic's route."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: RouteListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     # --- updates -------------------------------------------------------------------
     async def update_topic(self, topic: str, *, use_default: bool = False) -> bool:
@@ -211,6 +222,8 @@ class RouteCache:
             log.info("route of %s%s: publish %d queues, subscribe %d queues, brokers %s",
                      topic, " (from TBW102)" if from_default else "", len(entry.publish),
                      len(entry.subscribe), {bd.broker_name: dict(bd.addrs) for bd in route.broker_datas})
+            for listener in list(self._listeners):
+                listener(topic, route)
 
     async def refresh_all(self) -> None:
         """One polling round: refresh every used topic, then drop addresses no route names."""

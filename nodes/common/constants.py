@@ -361,6 +361,7 @@ FAULT_SLOW_TAKEOVER_LEASES = 3  # lock-slow-takeover: another client's lease cou
 FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes to the listener this many times more
 FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
 FAULT_PRODUCER_LATENCY_FAULT_OFF = "producer-latency-fault-off"
+FAULT_REBALANCE_IGNORE_RETURNED = "rebalance-ignore-returned-queues"
 # switches of an in-harness client (the chaos producer workload), not of a node process
 PRODUCER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_PRODUCER_LATENCY_FAULT_OFF: "a producer avoids a broker that failed or was slow: latency fault tolerance "
@@ -394,4 +395,6 @@ CONSUMER_FAULT_SWITCHES: dict[str, str] = {
                                     f"listener {FAULT_REDELIVER_TIMES} more times",
     FAULT_ORDERLY_TAKE_NEWEST: "order per queue: an orderly consume request takes the newest cached messages of "
                                "its queue first",
+    FAULT_REBALANCE_IGNORE_RETURNED: "rebalance follows the route: a queue that left the topic's route (its broker "
+                                     "group expired) is never allocated again when it returns",
 }

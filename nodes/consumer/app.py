@@ -2,7 +2,8 @@
 
 Owns the process wiring: the Admin/health server (so the harness sees it like any node),
 the delivery journal (`<run_dir>/deliveries.jsonl`), the event log (`<run_dir>/events.jsonl`:
-rebalance, offset-commit, pull-route and send-back events from the client), and the order of
+rebalance, route, offset-commit, pull-route and send-back events from the client; its own
+consumer-start, consumer-stopping and consumer-stop), and the order of
 start and stop. SIGTERM (or Admin.Shutdown) is a graceful stop: running listener calls get
 `await_termination_ms`, offsets are persisted, the client unregisters. Does not consume
 anything itself (`nodes.client.PushConsumer` does).
@@ -117,6 +118,9 @@ class ConsumerApp:
 
     async def stop(self) -> None:
         self.lifecycle.transition(Lifecycle.STOPPING)
+        # before the shutdown unregisters: from here on the others may take this consumer's queues
+        self.events.record({"event": "consumer-stopping", "group": self.config.group,
+                            "client_id": self.consumer.client_id})
         await asyncio.to_thread(self.consumer.shutdown)
         self.events.record({"event": "consumer-stop", "group": self.config.group, "client_id": self.consumer.client_id,
                             "results": dict(self.listener.results)})

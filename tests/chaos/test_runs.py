@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from chaos import runner as chaos_runner
 from chaos.cli import app
 from chaos.runner import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
-from chaos.selftest import seed_for
+from chaos.selftest import case_phase_s, seed_for
 from chaos.selftest_cases import NEEDED_FAULT, SELFTEST_CASES
 from chaos.suites import SUITES
 from nodes.common import constants as c
@@ -250,7 +250,7 @@ def test_every_switch_makes_its_check_fail(case, tmp_path):
     s = SUITES[case.suite]
     run_dir = tmp_path / "run"
     seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
-    outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
+    outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=case_phase_s(case, SHORT_FAULT_PHASE_S), out_dir=run_dir,
                                   report=False, fault_switches=case.switch_map(), mode=case.mode,
                                   checks=(case.check,), topology=s.topologies[0])).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())

@@ -110,6 +110,16 @@ class Run:
                           next_begin_offset=next_offset if next_offset is not None else offset + 1, commit_flag=commit,
                           sent_mono_ms=sent)
 
+    def route(self, t: int, queues: list[tuple[str, int]], *, client: str = "c1", ns: str = "127.0.0.1:9876") -> Run:
+        """A consumer's route of T changed to `queues` ([broker, queue id]), as name server `ns` said."""
+        return self.event("route", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=T,
+                          queues=[[b, str(q)] for b, q in queues], namesrv=ns)
+
+    def owns(self, t: int, queues: list[tuple[str, int]], *, client: str = "c1", reason: str = "queues-changed") -> Run:
+        """A consumer's rebalance left it owning `queues` of T."""
+        return self.event("rebalance", t, f"consumer-{client[1:]}", group=G, client_id=client, topic=T,
+                          after=[[b, str(q)] for b, q in queues], reason=reason)
+
     # ---- harness ----------------------------------------------------------------------------
 
     def fault(self, op: str, targets: list[str], start: int, end: int | None = None) -> Run:
@@ -203,6 +213,7 @@ class Run:
 def clean_orderly_run() -> Run:
     """Two queues, ten messages each, consumed in order by c1 under its locks, offsets committed."""
     r = Run().sends_for(0, 10).sends_for(1, 10)
+    r.route(100, [(B, 0), (B, 1)]).owns(140, [(B, 0), (B, 1)])
     for q in (0, 1):
         r.lock(150, "granted", queue=q, lease=750, side="broker")
         r.lock(151, "granted", queue=q, lease=451)

@@ -17,6 +17,7 @@ from chaos.checker.checks.queue import (
     check_lost,
     check_unexpected,
 )
+from chaos.checker.checks.rebalance import REBALANCE, check_rebalance
 from chaos.checker.checks.routing import ROUTING, check_read_routing
 from chaos.checker.checks.store import DURABILITY, STORE_HEALTH, check_durability, check_store_health
 from chaos.checker.config import CheckerConfig
@@ -39,8 +40,9 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "store-health": (STORE_HEALTH, check_store_health),
     "durability": (DURABILITY, check_durability),
     "availability": (AVAILABILITY, check_availability),
+    "rebalance": (REBALANCE, check_rebalance),
 }
 
 __all__ = ["CHECKS", "CheckFn", "check_availability", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
-           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_replication",
+           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_rebalance", "check_replication",
            "check_store_health", "check_takeover", "check_unexpected"]

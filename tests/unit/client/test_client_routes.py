@@ -215,3 +215,23 @@ def test_cache_refresh_all_survives_name_server_errors(fakes):
 def test_route_snapshot_is_comparable(fakes):
     assert fakes.two_broker_route() == fakes.two_broker_route()
     assert RouteSnapshot() != fakes.two_broker_route()
+
+
+def test_cache_listeners_hear_each_route_change_once_until_removed(fakes):
+    fetch = Fetcher({"T": fakes.make_route(("broker-a", 4, 2, RW, {0: "a0:1"}), ("broker-b", 4, 2, RW, {0: "b0:1"}))})
+    cache = RouteCache(fetch)
+    heard: list[tuple[str, list[MessageQueue]]] = []
+
+    def listener(topic, route):
+        heard.append((topic, subscribe_queues(topic, route)))
+
+    cache.add_listener(listener)
+    asyncio.run(cache.ensure_route("T"))
+    asyncio.run(cache.refresh_all())  # the same route again: nothing to hear
+    fetch.table["T"] = fakes.make_route(("broker-a", 4, 2, RW, {0: "a0:1"}))  # broker-b expired
+    asyncio.run(cache.refresh_all())
+    assert heard == [("T", mqs("T", "broker-a", 4) + mqs("T", "broker-b", 4)), ("T", mqs("T", "broker-a", 4))]
+    cache.remove_listener(listener)
+    fetch.table["T"] = fakes.two_broker_route()
+    asyncio.run(cache.refresh_all())
+    assert len(heard) == 2
