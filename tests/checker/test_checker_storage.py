@@ -102,6 +102,7 @@ def test_a_torn_tail_after_a_power_loss_is_explained_and_shown(spark):
     row = r.measurements[0]
     assert (row["fault"], row["recovered_torn_tail_bytes"], row["recovered_torn_tail_phys_offset"],
             row["nemesis_torn_bytes"]) == ("power-loss broker-a-0", 40, 1000, 40)
+    assert row["recovered_torn_tail_file"] == "commitlog/00000000000000000000"
     # long after the recovery (beyond A_h + S_s + slack) the power loss explains nothing more
     late = run.store_error(2_000, "bad-record")
     assert check_store_health(late.history(spark), config()).counts["unexplained"] == 1
