@@ -218,7 +218,8 @@ def check_durability(h: History, cfg: CheckerConfig) -> CheckResult:
     unallowed_n = counted["lost"] + reused_n - allowed_n
     modes = {node: " + ".join(mode_of(cfg, node)) for node in sorted({f.node for f in faults})}
     counts = {"mode": run_mode(cfg), "faulted_broker_modes": modes, "storage_faults": len(faults),
-              "acknowledged_at_risk": got["at_risk"][0]["n"], "read_back_judged": gone is not None, "lost": counted["lost"] + reused_n,
+              "acknowledged_at_risk": got["at_risk"][0]["n"], "read_back_judged": gone is not None,
+              "lost": counted["lost"] + reused_n,
               "allowed_loss": allowed_n, "unallowed_loss": unallowed_n, "reused_offsets": reused_n, "windows": [w.to_json() for w in windows][:50]}
     valid = unallowed_n == 0
     reason = None if valid else (f"{unallowed_n} acknowledged message(s) lost beyond what {run_mode(cfg)} allows"
