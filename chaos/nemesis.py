@@ -168,24 +168,33 @@ class NemesisRunner:
 
     def _storage(self, op: PowerLoss | Corrupt, fault_id: str, targets: list[str], note: str) -> Outcome:
         """A power loss (SIGKILL, then the unsynced bytes dropped; restarted by its recovery) or a
-        corruption (instant). The end line's detail is the JSON of what the files lost."""
-        target = targets[0]
+        corruption (instant). The end line's detail is the JSON of what the files lost. A power
+        loss of several nodes (a broker group: a rack) hits them all at once."""
         rng = random.Random(self.resolver.rng.getrandbits(64))  # seeded: the same bytes on a replay
+        together = isinstance(op, PowerLoss) and len(targets) > 1
+        if not together:
+            targets = targets[:1]
         if isinstance(op, PowerLoss):
-            detail = f"SIGKILL pid {self.cluster.node(target).pid} ({target}), then drop its unsynced store bytes"
+            pids = ", ".join(f"pid {self.cluster.node(t).pid} ({t})" for t in targets)
+            detail = f"SIGKILL {pids}, then drop {'their' if together else 'its'} unsynced store bytes"
         else:
-            detail = f"flip bytes in a sealed commitlog record of {target}"
+            detail = f"flip bytes in a sealed commitlog record of {targets[0]}"
         if note:
             detail += f"; {note}"
-        with self._journal.action(op.op, fault_id, [target], detail, symbol=op.target) as result:
+        with self._journal.action(op.op, fault_id, targets, detail, symbol=op.target) as result:
             try:
-                act = nemesis_storage.lose_power if isinstance(op, PowerLoss) else nemesis_storage.corrupt
-                result["detail"] = json.dumps(act(self.cluster, target, rng), sort_keys=True)
+                if together:
+                    done = nemesis_storage.lose_power_together(self.cluster, targets, rng)
+                else:
+                    act = nemesis_storage.lose_power if isinstance(op, PowerLoss) else nemesis_storage.corrupt
+                    done = act(self.cluster, targets[0], rng)
+                result["detail"] = json.dumps(done, sort_keys=True)
             except (HarnessError, OSError) as exc:
                 result["error"] = str(exc)
-        if isinstance(op, PowerLoss) and self.cluster.node(target).state in _RESTARTABLE:
-            self._open(fault_id, op.op, [target], detail)  # down (even if the rewrite failed): restart it later
-        return Outcome(op.op, fault_id, (target,), result["detail"], result["error"])
+        down = [t for t in targets if self.cluster.node(t).state in _RESTARTABLE]
+        if isinstance(op, PowerLoss) and down:
+            self._open(fault_id, op.op, down, detail)  # down (even if the rewrite failed): restart it later
+        return Outcome(op.op, fault_id, tuple(targets), result["detail"], result["error"])
 
     def _recover_nodes(self, fault: ActiveFault) -> Outcome:
         """Restart (kill, stop) or SIGCONT (pause) the fault's nodes; a node another recovery already

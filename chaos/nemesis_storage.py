@@ -4,6 +4,7 @@ Owns reaching a broker's store dir through the harness (`<node run dir>/store`) 
 store's offline surgery (`nodes.store.faults`), and the JSON detail of the nemesis end line:
 
     power-loss  {"store": {"commitlog": {...}, "consume_queues": {...}}, "flush_disk_type": ...}
+                (several nodes at once, a rack's power: {"nodes": {<node id>: <the above>}})
     corrupt     {"file": ..., "phys_offset": ..., "bytes": ..., "topic": ..., "queue_id": ...,
                  "queue_offset": ..., "msg_ids": [...]}
 
@@ -45,6 +46,15 @@ def lose_power(cluster: LocalCluster, node_id: str, rng: random.Random) -> dict[
     """SIGKILL the broker (waiting for its exit), then drop every byte its disk had not synced."""
     cluster.kill(node_id)
     return {"store": power_loss(store_dir(cluster, node_id), rng), "flush_disk_type": flush_disk_type(cluster, node_id)}
+
+
+def lose_power_together(cluster: LocalCluster, node_ids: list[str], rng: random.Random) -> dict[str, Any]:
+    """A rack's power loss: SIGKILL every node first (none outlives another's crash, so no
+    replica keeps what its peer lost in a page cache), then drop each one's unsynced bytes."""
+    for node_id in node_ids:
+        cluster.kill(node_id)
+    return {"nodes": {node_id: {"store": power_loss(store_dir(cluster, node_id), rng),
+                                "flush_disk_type": flush_disk_type(cluster, node_id)} for node_id in node_ids}}
 
 
 def corrupt(cluster: LocalCluster, node_id: str, rng: random.Random) -> dict[str, Any]:

@@ -246,11 +246,15 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     ),
     Suite(
         name="durability",
-        summary="power loss on master and slave, a corrupted sealed record, a kill; run it under each --mode",
+        summary="power loss on master, slave or both at once (a rack), a corrupted sealed record, a kill; "
+                "run it under each --mode",
         checks=(*QUEUE_CHECKS, "durability"),
         faults=(
             FaultChoice("power-loss", "master", 2.0, "N_r", 2.0),
             FaultChoice("power-loss", "slave", 1.0, "N_r", 2.0),
+            # the whole group at once: no slave gives the master's cut tail back, so only the
+            # master's own fsyncs keep what it acknowledged (SYNC_FLUSH's promise)
+            FaultChoice("power-loss", "group", 1.5, "N_r", 2.0),
             FaultChoice("corrupt", "master", 1.0, "N_r", 1.0),
             FaultChoice("kill", "master", 1.0, "N_r", 2.0),
         ),

@@ -76,9 +76,12 @@ def storage_faults(rows: Iterable[dict[str, Any]]) -> list[StorageFault]:
             detail = json.loads(raw) if isinstance(raw, str) else (raw or {})
         except ValueError:
             detail = {}
+        detail = detail if isinstance(detail, dict) else {}
         for node in act["targets"] or ("*",):
+            # a power loss of several nodes at once records each node's files under "nodes"
+            own = (detail.get("nodes") or {}).get(node) if isinstance(detail.get("nodes"), dict) else None
             out.append(StorageFault(act["op"], node, int(act["start"]), int(act["end"] or act["start"]),
-                                    detail if isinstance(detail, dict) else {}))
+                                    own if isinstance(own, dict) else detail))
     return sorted(out, key=lambda f: f.start_ms)
 
 

@@ -19,6 +19,14 @@ that window are allowed loss ("reused offsets", counted apart) in the async mode
 ASYNC_MASTER always, ASYNC_FLUSH + SYNC_MASTER only when the window held a send no slave
 confirmed (a live slave kept every acknowledged message, so nothing was cut); never under SYNC_FLUSH.
 
+A power loss that also takes the group's slave (a rack's power: the same op, or the slave still
+down from its own power loss) leaves no replica to give the cut tail back: the slave's copy of
+what it acknowledged sat in its page cache too. SYNC_MASTER then promises no more than the async
+modes (the master's unflushed window is allowed loss, and its reused offsets), and under
+SYNC_FLUSH the offsets of the cut, unacknowledged records (consumers may have read them: dispatch
+does not wait for the fsync) are handed out again, so reused offsets are allowed loss there too;
+an acknowledged SYNC_FLUSH message the cut took stays unallowed.
+
 A `corrupt` fault allows the loss of the messages of the record(s) it flipped, in any mode.
 `allowed_loss` is what `lost` and `durability` both consult, so one never fails what the other allows.
 """
@@ -113,9 +121,13 @@ def loss_windows(h: History, cfg: CheckerConfig) -> list[LossWindow]:
         if broker_id != 0:
             continue  # a slave's power loss takes nothing the consumers read from the master
         flush, role = mode_of(cfg, f.node, f)
+        no_replica = slave_lost_power_with(h, cfg, f, broker_name)
         if flush == SYNC_FLUSH:
             statuses: tuple[str, ...] | None = NOT_FLUSHED
             why = "SYNC_FLUSH: only a send whose flush timed out"
+        elif role == SYNC_MASTER and no_replica:
+            statuses = None
+            why = "ASYNC_FLUSH + SYNC_MASTER, the slave's power lost too: the unflushed window"
         elif role == SYNC_MASTER:
             statuses = NOT_REPLICATED
             why = "SYNC_MASTER: only a send no slave confirmed"
@@ -130,13 +142,30 @@ def loss_windows(h: History, cfg: CheckerConfig) -> list[LossWindow]:
                 continue
             out.append(LossWindow(f.label, f.node, broker_name, topic, int(qid), int(lo), int(hi), f.start_ms,
                                   statuses, why))
-            if flush == SYNC_FLUSH:
-                continue  # every acknowledged message was on disk: the recovered log cut nothing of them
+            if flush == SYNC_FLUSH and not no_replica:
+                continue  # every acknowledged message was on disk, the rest on the slave: nothing cut is reused
             out.append(LossWindow(f.label, f.node, broker_name, topic, int(qid), int(lo), int(hi), h.t_end,
                                   None, "reused offsets: handed out again after the power loss, behind the "
                                   "consumers' committed offsets", acked_after_ms=f.start_ms,
-                                  needs_status_before=NOT_REPLICATED if role == SYNC_MASTER else None))
+                                  needs_status_before=NOT_REPLICATED if role == SYNC_MASTER and not no_replica
+                                  else None))
     return out
+
+
+def slave_lost_power_with(h: History, cfg: CheckerConfig, fault: StorageFault, broker_name: str) -> bool:
+    """Whether a slave of `broker_name` was down from a power loss (the same op or an earlier one
+    not yet recovered) when the master's power loss `fault` began: no replica kept the cut tail."""
+    for w in h.faults:
+        if w.storage != "power-loss" or not w.start_ms <= fault.start_ms <= w.end_ms:
+            continue
+        for node in w.targets:
+            ident = broker_identity(node)
+            m = cfg.store_modes.get(node, {})
+            name = m.get("broker_name") or (ident[0] if ident else None)
+            broker_id = m.get("broker_id") if m.get("broker_id") is not None else (ident[1] if ident else 0)
+            if name == broker_name and int(broker_id) != 0:
+                return True
+    return False
 
 
 def allowed_loss(h: History, cfg: CheckerConfig, windows: list[LossWindow] | None = None) -> DataFrame:

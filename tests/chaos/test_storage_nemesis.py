@@ -84,3 +84,35 @@ def test_power_loss_and_corrupt_on_a_real_cluster(tmp_path):
     assert json.loads(corrupt_end["detail"])["phys_offset"] == detail["phys_offset"]  # the journal names the record
     assert "commitlog" in json.loads(loss_end["detail"])["store"]
     assert loss_end["targets"] == [MASTER] and restart_end["fault_id"] == loss_end["fault_id"]
+
+
+@pytest.mark.cluster
+def test_a_group_power_loss_takes_master_and_slave_at_once_and_both_serve_again(tmp_path):
+    """A rack's power: both brokers are dead before either store is cut (no replica keeps what
+    the other lost), the journal records each node's cut, one recovery restarts both."""
+    run_dir = tmp_path / "run"
+    with LocalCluster(_spec(), run_dir=run_dir) as cluster, \
+            NemesisRunner(cluster, nemesis_history_path(run_dir), random.Random(11), SYSTEM_CLOCK) as nemesis:
+        with Producer(cluster.namesrv_addr) as producer:
+            for i in range(100):
+                producer.send(Message(TOPIC, f"m{i}".encode() * 50))
+        lost = nemesis.start(PowerLoss("group", restart_after_ms=500))
+        assert lost.ok, lost.error
+        assert lost.targets == (MASTER, SLAVE)
+        assert all(cluster.node(n).state is not NodeState.RUNNING for n in (MASTER, SLAVE))
+        per_node = json.loads(lost.detail)["nodes"]
+        assert sorted(per_node) == [MASTER, SLAVE]
+        for node in (MASTER, SLAVE):
+            commitlog = per_node[node]["store"]["commitlog"]
+            assert commitlog["flushed_phys_offset"] <= commitlog["written_phys_offset"]
+        restarted = nemesis.recover(lost.fault_id)
+        assert restarted is not None and restarted.ok, restarted
+        assert all(cluster.node(n).state is NodeState.RUNNING for n in (MASTER, SLAVE))
+        cluster.wait_until_routable()
+        with Producer(cluster.namesrv_addr) as producer:
+            after = producer.send(Message(TOPIC, b"after the rack's power loss"))
+        with PullConsumer(cluster.namesrv_addr, "nemesis-check") as consumer:
+            pulled = consumer.pull(after.message_queue, after.queue_offset, 1)
+            assert pulled.messages and pulled.messages[0].msg_id == after.msg_id
+    [start, end] = [line for line in read_nemesis(nemesis_history_path(run_dir)) if line["op"] == "power-loss"]
+    assert start["targets"] == end["targets"] == [MASTER, SLAVE]

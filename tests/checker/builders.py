@@ -149,6 +149,27 @@ class Run:
                               "phase": "end", "targets": [node]}]
         return self
 
+    def rack_power_loss(self, start: int, restart: int | None, *, cqs: dict[str, tuple[int, int]],
+                        flush: str = "ASYNC_FLUSH", nodes: tuple[str, ...] = (f"{B}-0", f"{B}-1")) -> Run:
+        """One power loss of several nodes at once (each node's store detail under "nodes"; the
+        master's queues cut to [flushed, written), the others' empty), then one restart."""
+        per_node = {node: {"store": {"commitlog": {"flushed_phys_offset": 1000, "written_phys_offset": 1500,
+                                                   "torn_bytes": 40},
+                                     "consume_queues": {k: {"flushed_queue_offset": a, "written_queue_offset": b}
+                                                        for k, (a, b) in (cqs if i == 0 else {}).items()}},
+                           "flush_disk_type": flush} for i, node in enumerate(nodes)}
+        targets = list(nodes)
+        self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": start, "op": "power-loss", "phase": "start",
+                          "targets": targets},
+                         {"node": "harness", "event": "nemesis", "mono_ms": start + 2, "op": "power-loss",
+                          "phase": "end", "targets": targets, "detail": json.dumps({"nodes": per_node})}]
+        if restart is not None:
+            self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": restart - 1, "op": "restart",
+                              "phase": "start", "targets": targets},
+                             {"node": "harness", "event": "nemesis", "mono_ms": restart, "op": "restart",
+                              "phase": "end", "targets": targets}]
+        return self
+
     def corrupt(self, node: str, t: int, *, phys_offset: int, n: int, msg_ids: list[str]) -> Run:
         detail = {"file": "commitlog/00000000000000000000", "phys_offset": phys_offset, "bytes": n, "topic": T,
                   "queue_id": 0, "queue_offset": 0, "msg_ids": msg_ids}

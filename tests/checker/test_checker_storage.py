@@ -102,6 +102,7 @@ def test_a_torn_tail_after_a_power_loss_is_explained_and_shown(spark):
     row = r.measurements[0]
     assert (row["fault"], row["recovered_torn_tail_bytes"], row["recovered_torn_tail_phys_offset"],
             row["nemesis_torn_bytes"]) == ("power-loss broker-a-0", 40, 1000, 40)
+    assert row["recovered_torn_tail_file"] == "commitlog/00000000000000000000"
     # long after the recovery (beyond A_h + S_s + slack) the power loss explains nothing more
     late = run.store_error(2_000, "bad-record")
     assert check_store_health(late.history(spark), config()).counts["unexplained"] == 1
@@ -244,3 +245,94 @@ def test_offsets_reused_are_not_allowed_when_the_mode_kept_every_acknowledged_me
     run, cfg = _offsets_reused("ASYNC_FLUSH", "SYNC_MASTER", status="SLAVE_NOT_AVAILABLE")
     d = check_durability(run.history(spark), cfg)
     assert d.valid is True and d.counts["reused_offsets"] == 2, d.examples
+
+
+# ---- a rack's power loss: master and slave at once, no replica to give the cut tail back ---------
+
+def _rack_power_lossed(flush="ASYNC_FLUSH", role="ASYNC_MASTER", status="SEND_OK"):
+    # q0-m0..m4 acked at 100..104 and consumed; master and slave lose power at 300, the master's
+    # queue 0 flushed up to 3 of 5; the read-back finds offsets 0..2 only (3 and 4 were cut)
+    run = Run()
+    for i in range(5):
+        run.send(f"q0-m{i}", 100 + i, offset=i, queue=0, crc=i, status=status)
+    run.consume(0, range(5), t0=200, orderly=False)
+    run.rack_power_loss(300, 400, cqs={"Orders/0": (3, 5)}, flush=flush)
+    run.read_back(0, 0, range(3)).read_back(1, 0, range(3))
+    return run, config(store_modes=_modes(flush, role))
+
+
+def test_the_rack_power_loss_detail_is_read_per_node(spark):
+    run, _ = _rack_power_lossed()
+    faults = run.history(spark).storage_faults
+    assert [(f.node, f.start_ms) for f in faults] == [("broker-a-0", 300), ("broker-a-1", 300)]
+    assert faults[0].detail["store"]["consume_queues"] == {
+        "Orders/0": {"flushed_queue_offset": 3, "written_queue_offset": 5}}
+    assert faults[1].detail["store"]["consume_queues"] == {}
+
+
+def test_sync_flush_fails_an_acknowledged_message_cut_by_a_rack_power_loss_even_if_consumed(spark):
+    """What answering before the fsync looks like: consumers read the messages, the power loss
+    took them from every replica's disk, the read-back finds neither."""
+    run, cfg = _rack_power_lossed("SYNC_FLUSH")
+    h = run.history(spark)
+    d = check_durability(h, cfg)
+    assert d.valid is False and d.counts["unallowed_loss"] == 2 and d.counts["read_back_judged"] is True
+    assert sorted(e["msg_id"] for e in d.examples if e["anomaly"] == "unallowed loss") == ["q0-m3", "q0-m4"]
+    # a send whose flush timed out may go
+    run, cfg = _rack_power_lossed("SYNC_FLUSH", status="FLUSH_DISK_TIMEOUT")
+    d = check_durability(run.history(spark), cfg)
+    assert d.valid is True and d.counts["allowed_loss"] == 2, d.examples
+    # with every acknowledged message read back, nothing is lost
+    run, cfg = _rack_power_lossed("SYNC_FLUSH")
+    run.read_back(0, 0, range(3, 5))
+    d = check_durability(run.history(spark), cfg)
+    assert d.valid is True and d.counts["lost"] == 0, d.examples
+
+
+def test_the_read_back_judges_no_offset_below_what_it_read(spark):
+    run, cfg = _rack_power_lossed("SYNC_FLUSH")
+    run.readback = [r for r in run.readback if r.get("queue_offset") is None or r["queue_offset"] >= 1]
+    run.read_back(0, 0, range(3, 5))  # offset 0 was retired: not read back, not judged
+    d = check_durability(run.history(spark), cfg)
+    assert d.valid is True and d.counts["lost"] == 0, d.examples
+
+
+def test_sync_master_allows_the_unflushed_window_when_the_slave_lost_power_too(spark):
+    run, cfg = _rack_power_lossed("ASYNC_FLUSH", "SYNC_MASTER")
+    d = check_durability(run.history(spark), cfg)
+    assert d.valid is True and (d.counts["allowed_loss"], d.counts["unallowed_loss"]) == (2, 0), d.examples
+    # the master alone: its slave held every acknowledged message
+    alone = Run()
+    for i in range(5):
+        alone.send(f"q0-m{i}", 100 + i, offset=i, queue=0, crc=i)
+    alone.consume(0, range(5), t0=200, orderly=False)
+    alone.power_loss("broker-a-0", 300, 400, cqs={"Orders/0": (3, 5)})
+    alone.read_back(0, 0, range(3)).read_back(1, 0, range(3))
+    d = check_durability(alone.history(spark), cfg)
+    assert d.valid is False and d.counts["unallowed_loss"] == 2
+    # the slave still down from its own earlier power loss when the master's began: as a rack's
+    alone.power_loss("broker-a-1", 250, 500, cqs={})
+    d = check_durability(alone.history(spark), cfg)
+    assert d.valid is True and d.counts["allowed_loss"] == 2, d.examples
+
+
+def test_sync_flush_allows_reused_offsets_after_a_rack_power_loss_only(spark):
+    # the cut held unacknowledged records consumers had read: new messages n3, n4 at their offsets
+    # are skipped; SEND_OK m3, m4 were fsync'd (read back), so nothing acknowledged was cut
+    run, cfg = _rack_power_lossed("SYNC_FLUSH")
+    for i in (3, 4):
+        run.send(f"q0-n{i}", 500 + i, offset=i, queue=0, crc=i)
+    run.readback = [r for r in run.readback if r["event"] == "replica-state"]
+    for replica in (0, 1):
+        run.read_back(replica, 0, range(3))
+        run.readback += [{"node": f"broker-a-{replica}", "event": "readback", "mono_ms": 99_001,
+                          "broker_name": "broker-a", "replica_id": replica, "topic": "Orders", "queue_id": 0,
+                          "queue_offset": i, "msg_id": f"q0-n{i}", "body_crc32": i} for i in (3, 4)]
+    run.sends = [x for x in run.sends if x["msg_id"] not in ("q0-m3", "q0-m4")]  # never acknowledged
+    h = run.history(spark)
+    d = check_durability(h, cfg)
+    assert d.valid is True and d.counts["reused_offsets"] == 2, d.examples
+    assert check_lost(h, cfg).valid is True
+    # a master-only power loss under SYNC_FLUSH: the slave gave the cut back, no offset is reused
+    alone, _ = _offsets_reused("SYNC_FLUSH")
+    assert check_lost(alone.history(spark), cfg).counts["lost_reused_offsets"] == 0

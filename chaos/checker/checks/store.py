@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from chaos.checker.checks._common import collect_parts, s
@@ -34,10 +35,16 @@ DURABILITY = (
     "slave, loses no acknowledged message even after a power loss (only a FLUSH_DISK_TIMEOUT, resp. a send no "
     "slave confirmed, may go); ASYNC_FLUSH + ASYNC_MASTER may lose the acknowledged messages whose queue offsets "
     "lie in [flushed_queue_offset, written_queue_offset) of the power-lossed master's queue; a corrupted "
-    "record's messages may be lost in any mode. The recovered master hands the cut queue offsets out again: "
+    "record's messages may be lost in any mode. A message counts as lost when no consumer ever took it, or when the "
+    "end-of-run read-back (if any) finds it on no replica of its group at its queue offset while that queue reads "
+    "back from at or below it: SYNC_FLUSH promises the master's own disk, so an acknowledged message cut by a power "
+    "loss is lost even if a consumer had read it. A power loss that also took the group's slave (a rack: the same "
+    "op, or the slave still down from its own) leaves no replica to give the cut tail back: SYNC_MASTER then allows "
+    "the unflushed window as the async modes do. The recovered master hands the cut queue offsets out again: "
     "messages acknowledged after the power loss at offsets inside that window, which consumers whose committed "
     "offset had passed them skip, are allowed loss in the async modes (ASYNC_FLUSH + ASYNC_MASTER; ASYNC_FLUSH + "
-    "SYNC_MASTER only where a send no slave confirmed was cut; never under SYNC_FLUSH), counted apart as "
+    "SYNC_MASTER only where a send no slave confirmed was cut or the slave lost power too; under SYNC_FLUSH only when "
+    "the slave lost power too: the cut held unacknowledged records consumers may have read), counted apart as "
     "reused_offsets. Allowed loss is counted with its window; any other loss of "
     "such a message fails (lost consults the same allowance).")
 
@@ -160,6 +167,7 @@ def _power_loss_rows(h: History, faults: list[StorageFault], errors: list[dict[s
                     "written_phys_offset": cl.get("written_phys_offset"), "nemesis_torn_bytes": cl.get("torn_bytes"),
                     "recovered_torn_tail_bytes": sum(int(e["bytes"] or 0) for e in torn) if torn else None,
                     "recovered_torn_tail_phys_offset": torn[0]["phys_offset"] if torn else None,
+                    "recovered_torn_tail_file": torn[0]["file"] if torn else None,
                     "recovery_truncated_bytes": nxt["truncated_bytes"] if nxt else None,
                     "recovery_cq_units_dropped": nxt["cq_units_dropped"] if nxt else None,
                     "recovered_s": s(h, nxt["t"]) if nxt else None})
@@ -185,7 +193,11 @@ def check_durability(h: History, cfg: CheckerConfig) -> CheckResult:
                .groupBy("msg_id").agg(F.first("fault").alias("fault"), F.first("broker_name").alias("broker_name"),
                                       F.first("topic").alias("topic"), F.first("queue_id").alias("queue_id"),
                                       F.first("queue_offset").alias("queue_offset")))
-    lost = at_risk.join(consumed, "msg_id", "left_anti").join(allowed, "msg_id", "left")
+    never_consumed = at_risk.join(consumed, "msg_id", "left_anti")
+    gone = _not_read_back(h, at_risk)
+    if gone is not None:
+        never_consumed = never_consumed.unionByName(gone).dropDuplicates(["msg_id"])
+    lost = never_consumed.join(allowed, "msg_id", "left")
     # offsets the power loss cut and the recovered master handed out again: acknowledged after it
     reused = (acked.join(allowed.filter("reused"), "msg_id").join(consumed, "msg_id", "left_anti")
               .select("msg_id", F.col("allowed_by").alias("fault"), "broker_name", "topic", "queue_id",
@@ -206,7 +218,8 @@ def check_durability(h: History, cfg: CheckerConfig) -> CheckResult:
     unallowed_n = counted["lost"] + reused_n - allowed_n
     modes = {node: " + ".join(mode_of(cfg, node)) for node in sorted({f.node for f in faults})}
     counts = {"mode": run_mode(cfg), "faulted_broker_modes": modes, "storage_faults": len(faults),
-              "acknowledged_at_risk": got["at_risk"][0]["n"], "lost": counted["lost"] + reused_n,
+              "acknowledged_at_risk": got["at_risk"][0]["n"], "read_back_judged": gone is not None,
+              "lost": counted["lost"] + reused_n,
               "allowed_loss": allowed_n, "unallowed_loss": unallowed_n, "reused_offsets": reused_n, "windows": [w.to_json() for w in windows][:50]}
     valid = unallowed_n == 0
     reason = None if valid else (f"{unallowed_n} acknowledged message(s) lost beyond what {run_mode(cfg)} allows"
@@ -214,6 +227,22 @@ def check_durability(h: History, cfg: CheckerConfig) -> CheckResult:
     examples = [{"anomaly": "unallowed loss", **r} for r in unallowed[:cfg.max_examples]]
     examples += [{"anomaly": "allowed loss", **r} for r in found if r["allowed_by"]][:max(0, cfg.max_examples - len(examples))]
     return CheckResult("durability", valid, DURABILITY, counts=counts, examples=examples, reason=reason)
+
+
+def _not_read_back(h: History, at_risk: DataFrame) -> DataFrame | None:
+    """The at-risk messages the end-of-run read-back finds on no replica at their queue offset, in
+    queues it read from at or below that offset (older offsets may have been retired); None
+    without a read-back."""
+    if not h.has("readback"):
+        return None
+    reads = h.readback.filter(F.col("event") == "readback")
+    pos = ["broker_name", "topic", "queue_id"]
+    held = reads.select(*pos, "queue_offset", "msg_id").distinct()
+    first = reads.groupBy(*pos).agg(F.min("queue_offset").alias("first_read"))
+    return (at_risk.filter(F.col("queue_offset").isNotNull())
+            .join(held, [*pos, "queue_offset", "msg_id"], "left_anti")
+            .join(F.broadcast(first), pos).filter(F.col("queue_offset") >= F.col("first_read"))
+            .select(*at_risk.columns))
 
 
 def _broker_name(cfg: CheckerConfig, node: str) -> str:
