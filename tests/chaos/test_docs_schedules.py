@@ -1,4 +1,5 @@
-"""The seed schedules docs/chaos.md shows are what `mqlab chaos run SUITE --seed N --dry-run` prints."""
+"""docs/chaos.md shows what the code does: the seed schedules are what `mqlab chaos run SUITE --seed N
+--dry-run` prints, and the selftest table lists every case."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from chaos.runner import RunOptions, plan
 from chaos.schedule import format_schedule
+from chaos.selftest_cases import SELFTEST_CASES
 from chaos.suites import SUITES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "chaos.md"
@@ -20,3 +22,16 @@ def test_the_schedules_in_the_docs_are_the_ones_the_code_draws():
     for suite, topology, seed, shown in blocks:
         schedule, _ = plan(RunOptions(SUITES[suite], seed=int(seed), topology=topology or "single"))
         assert shown.strip() == format_schedule(schedule).strip(), f"docs/chaos.md: {suite} seed {seed}"
+
+
+def test_the_selftest_table_in_the_docs_lists_every_case_with_its_check():
+    text = DOC.read_text()
+    table = text[text.index("| suite | switch (node) | what it breaks | check that must fail |"):]
+    table = table[:table.index("\n\n")]
+    rows = set()
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        suite = cells[0].split("`")[1]
+        switch = cells[1].split("`")[1]
+        rows.add((suite, switch, cells[3].strip("`")))
+    assert rows == {(case.suite, case.switch, case.check) for case in SELFTEST_CASES}
