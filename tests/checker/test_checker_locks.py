@@ -208,6 +208,19 @@ def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spa
     assert gave_up.measurements[0]["cause"] == "rebalance" and gave_up.counts["slow"] == 1
 
 
+def test_a_regained_lock_is_no_cause_of_losing_it(spark):
+    # c1's lock comes back at 350 (the broker's grant is t_L) and its client re-opens q0: a
+    # `lock-regained` rebalance lists q0 in `removed` *and* in `after`, and frees nothing. c1 is
+    # killed at 400, before any unlock, so its lease runs out: the kill bound from t_L applies
+    # (650 ms < 810), not the 410 ms of a queue the holder gave up
+    run = _killed_holder(1000).event("rebalance", 355, "consumer-1", group=G, client_id="c1", topic=T,
+                                     before=[[B, 0]], after=[[B, 0]], removed=[[B, 0]], reason="lock-regained")
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
+
+
 def test_queue_never_taken_over(spark):
     run = _killed_holder(None).send("late", 2000, offset=10)  # the history goes on well past the bound
     r = check_takeover(run.history(spark), config())

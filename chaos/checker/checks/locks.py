@@ -378,7 +378,9 @@ def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tu
     out: dict[tuple[Any, ...], list[tuple[int, str, bool]]] = {}
     for r in reb:
         before, after, removed = queue_refs(r["before"]), queue_refs(r["after"]), queue_refs(r["removed"])
-        for broker, qid in (before - after) | removed:
+        # a queue in `removed` and in `after` was re-opened (`lock-regained`: its lock came back),
+        # not given up: the client holds its lock, so nothing was freed for another to take
+        for broker, qid in (before - after) | (removed - after):
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], False))
         for broker, qid in after - before:
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], True))
