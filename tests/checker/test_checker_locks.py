@@ -221,6 +221,24 @@ def test_a_regained_lock_is_no_cause_of_losing_it(spark):
     assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
 
 
+def test_a_holder_killed_before_its_delayed_unlock_leaves_its_lease_to_run_out(spark):
+    # c1 gives q0 up in a rebalance at 360 with messages still cached, so it would unlock U_d later;
+    # it is killed at 400, before that: the broker's lease (from t_L = 350) must run out, so the
+    # kill bound from t_L applies (650 ms < 810), not the 410 ms of a queue the holder gave up
+    def run_with(released: bool) -> Run:
+        run = _killed_holder(1000).event("rebalance", 360, "consumer-1", group=G, client_id="c1", topic=T,
+                                         before=[[B, 0]], after=[], removed=[[B, 0]], reason="consumers-changed")
+        return run.lock(380, "released", side="broker").lock(381, "released") if released else run
+
+    r = check_takeover(run_with(released=False).history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
+    # unlocked before the kill: the queue was free at 380, so the rebalance's bound stands
+    late = check_takeover(run_with(released=True).history(spark), config())
+    assert late.counts["slow"] == 1 and late.measurements[0]["cause"] == "rebalance"
+
+
 def test_queue_never_taken_over(spark):
     run = _killed_holder(None).send("late", 2000, offset=10)  # the history goes on well past the bound
     r = check_takeover(run.history(spark), config())

@@ -409,6 +409,8 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         # gone from it already); A's later lock or rebalance events still can
         extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")
                      for t2, kind2, label2 in ordered if t2 > t and kind2 not in _HOLDER_FAULTS]
+        if kind == "rebalance":
+            extenders += _killed_before_unlock(b, r["t_L"], t, label, ordered)
     first_kind, first_ref, first_label = kind, ref, label
     # The first cause sets the deadline; anything else that starts before that deadline can only
     # push it out, never pull it in; what starts after it excuses nothing. Besides A's other faults:
@@ -446,6 +448,21 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         judged["judged"] = f"takeover {r['start'] - r['t_L']:,} ms after the lease began < L_b {b.L_b:,} ms"
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), **judged, t_L_s=s(h, r["t_L"]))
     return out
+
+
+def _killed_before_unlock(b: Bounds, t_L: int | None, t: int, label: str,
+                          ordered: list[tuple[int, str, str]]) -> list[tuple[int, int, int, str, str]]:
+    """A queue given up by a rebalance still holding cached messages is unlocked only U_d later
+    (RocketMQ's unlockDelay); a holder killed before it released the queue never unlocks it, so
+    its lease runs out: the kill bound from t_L (the first such kill; none once it released)."""
+    for t2, kind2, label2 in ordered:
+        if t2 <= t:
+            continue
+        if kind2 == "released":
+            return []
+        if kind2 in ("kill", "exit"):
+            return [(t2, *_cause_bound(b, kind2, t2, t_L), kind2, f"{label2} before its unlock, after {label}")]
+    return []
 
 
 def _cause_bound(b: Bounds, kind: str, t: int, t_L: int | None) -> tuple[int, int]:
