@@ -171,6 +171,14 @@ def test_takeover_before_the_lease_ran_out(spark):
     assert r.valid is False and r.counts["early"] == 1
 
 
+def test_an_unlock_that_reached_the_broker_after_the_kill_frees_the_queue(spark):
+    # c1's unlock, sent just before its kill at 400, is processed by the broker at 405: the queue was
+    # released, so c2 taking it at 700 is no breach of the lease
+    run = _killed_holder(700).lock(405, "released", side="broker")
+    r = check_takeover(run.history(spark), config())
+    assert r.counts["early"] == 0, r.examples
+
+
 def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spark):
     # c1 is cut from the master at 360 but consumes what it cached until its client lease ends (651):
     # the broker frees the queue only after the channel expiry, so the bound is the partition's

@@ -442,8 +442,10 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None and avail <= r["start"] else ref
     judged = b.judge("takeover", r["start"] - start_from, bound)
+    # an unlock A sent just before its kill still reaches the broker: a release it recorded after
+    # t_L freed the queue, so an earlier takeover is no breach of the lease
     if first_kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= first_ref + 1 \
-            and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
+            and not released_after and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
         judged["verdict"] = "early"
         judged["judged"] = f"takeover {r['start'] - r['t_L']:,} ms after the lease began < L_b {b.L_b:,} ms"
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), **judged, t_L_s=s(h, r["t_L"]))
