@@ -171,6 +171,14 @@ def test_takeover_before_the_lease_ran_out(spark):
     assert r.valid is False and r.counts["early"] == 1
 
 
+def test_an_unlock_that_reached_the_broker_after_the_kill_frees_the_queue(spark):
+    # c1's unlock, sent just before its kill at 400, is processed by the broker at 405: the queue was
+    # released, so c2 taking it at 700 is no breach of the lease
+    run = _killed_holder(700).lock(405, "released", side="broker")
+    r = check_takeover(run.history(spark), config())
+    assert r.counts["early"] == 0, r.examples
+
+
 def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spark):
     # c1 is cut from the master at 360 but consumes what it cached until its client lease ends (651):
     # the broker frees the queue only after the channel expiry, so the bound is the partition's
@@ -206,6 +214,37 @@ def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spa
     assert took.valid is True and took.measurements[0]["cause"] == "partition", took.examples
     gave_up = check_takeover(run_with([[B, 0]], [], cut=False).history(spark), config())
     assert gave_up.measurements[0]["cause"] == "rebalance" and gave_up.counts["slow"] == 1
+
+
+def test_a_regained_lock_is_no_cause_of_losing_it(spark):
+    # c1's lock comes back at 350 (the broker's grant is t_L) and its client re-opens q0: a
+    # `lock-regained` rebalance lists q0 in `removed` *and* in `after`, and frees nothing. c1 is
+    # killed at 400, before any unlock, so its lease runs out: the kill bound from t_L applies
+    # (650 ms < 810), not the 410 ms of a queue the holder gave up
+    run = _killed_holder(1000).event("rebalance", 355, "consumer-1", group=G, client_id="c1", topic=T,
+                                     before=[[B, 0]], after=[[B, 0]], removed=[[B, 0]], reason="lock-regained")
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
+
+
+def test_a_holder_killed_before_its_delayed_unlock_leaves_its_lease_to_run_out(spark):
+    # c1 gives q0 up in a rebalance at 360 with messages still cached, so it would unlock U_d later;
+    # it is killed at 400, before that: the broker's lease (from t_L = 350) must run out, so the
+    # kill bound from t_L applies (650 ms < 810), not the 410 ms of a queue the holder gave up
+    def run_with(released: bool) -> Run:
+        run = _killed_holder(1000).event("rebalance", 360, "consumer-1", group=G, client_id="c1", topic=T,
+                                         before=[[B, 0]], after=[], removed=[[B, 0]], reason="consumers-changed")
+        return run.lock(380, "released", side="broker").lock(381, "released") if released else run
+
+    r = check_takeover(run_with(released=False).history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
+    # unlocked before the kill: the queue was free at 380, so the rebalance's bound stands
+    late = check_takeover(run_with(released=True).history(spark), config())
+    assert late.counts["slow"] == 1 and late.measurements[0]["cause"] == "rebalance"
 
 
 def test_queue_never_taken_over(spark):

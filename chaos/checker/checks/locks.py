@@ -378,7 +378,9 @@ def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tu
     out: dict[tuple[Any, ...], list[tuple[int, str, bool]]] = {}
     for r in reb:
         before, after, removed = queue_refs(r["before"]), queue_refs(r["after"]), queue_refs(r["removed"])
-        for broker, qid in (before - after) | removed:
+        # a queue in `removed` and in `after` was re-opened (`lock-regained`: its lock came back),
+        # not given up: the client holds its lock, so nothing was freed for another to take
+        for broker, qid in (before - after) | (removed - after):
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], False))
         for broker, qid in after - before:
             out.setdefault((r["group"], r["topic"], broker, qid), []).append((r["t"], r["client_id"], True))
@@ -407,6 +409,8 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         # gone from it already); A's later lock or rebalance events still can
         extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")
                      for t2, kind2, label2 in ordered if t2 > t and kind2 not in _HOLDER_FAULTS]
+        if kind == "rebalance":
+            extenders += _killed_before_unlock(b, r["t_L"], t, label, ordered)
     first_kind, first_ref, first_label = kind, ref, label
     # The first cause sets the deadline; anything else that starts before that deadline can only
     # push it out, never pull it in; what starts after it excuses nothing. Besides A's other faults:
@@ -438,12 +442,29 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None and avail <= r["start"] else ref
     judged = b.judge("takeover", r["start"] - start_from, bound)
+    # an unlock A sent just before its kill still reaches the broker: a release it recorded after
+    # t_L freed the queue, so an earlier takeover is no breach of the lease
     if first_kind in ("kill", "exit") and r["t_L"] is not None and r["t_L"] <= first_ref + 1 \
-            and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
+            and not released_after and r["start"] < r["t_L"] + b.L_b - cfg.clock_slack_ms:
         judged["verdict"] = "early"
         judged["judged"] = f"takeover {r['start'] - r['t_L']:,} ms after the lease began < L_b {b.L_b:,} ms"
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), **judged, t_L_s=s(h, r["t_L"]))
     return out
+
+
+def _killed_before_unlock(b: Bounds, t_L: int | None, t: int, label: str,
+                          ordered: list[tuple[int, str, str]]) -> list[tuple[int, int, int, str, str]]:
+    """A queue given up by a rebalance still holding cached messages is unlocked only U_d later
+    (RocketMQ's unlockDelay); a holder killed before it released the queue never unlocks it, so
+    its lease runs out: the kill bound from t_L (the first such kill; none once it released)."""
+    for t2, kind2, label2 in ordered:
+        if t2 <= t:
+            continue
+        if kind2 == "released":
+            return []
+        if kind2 in ("kill", "exit"):
+            return [(t2, *_cause_bound(b, kind2, t2, t_L), kind2, f"{label2} before its unlock, after {label}")]
+    return []
 
 
 def _cause_bound(b: Bounds, kind: str, t: int, t_L: int | None) -> tuple[int, int]:

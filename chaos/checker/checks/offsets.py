@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
@@ -44,6 +45,11 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
         parts["resume"] = h.epochs.filter(F.col("c_last").isNotNull()).select(
             *GQ, "client_id", "node", "start", "orderly", "first_offset", "min_offset", "prev_max", "c_last", "c_last_t")
         parts["rates"] = h.queue_deliveries.groupBy(*GQ).agg(F.count(F.lit(1)).alias("n"))
+    if h.broker_fault_windows:
+        # how far each queue had been consumed over time, in steps of one client persist period
+        step = max(1, cfg.bounds.P_c)
+        parts["progress"] = h.queue_deliveries.filter(F.col("queue_offset").isNotNull()).groupBy(
+            *GQ, (F.floor(F.col("t") / step) * step + step).alias("by")).agg(F.max("queue_offset").alias("hi"))
     got, counted = collect_parts(parts, cap=50_000)
     sides = {r["side"]: r["n"] for r in got["sides"]}
     n_commits, n_broker = sides.get("client", 0), sides.get("broker", 0)
@@ -76,7 +82,7 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
         result["resume"] = None
         skipped["resume"] = "needs client commits and deliveries"
     else:
-        resumes = _resumes(h, cfg, got.get("resume", []), got.get("rates", []))
+        resumes = _resumes(h, cfg, got.get("resume", []), got.get("rates", []), got.get("progress", []))
         failing = [r for r in resumes if r["verdict"] != "ok" and not r["verdict"].endswith("(explained)")]
         counts["resumes"] = len(resumes)
         counts["resume_anomalies"] = _tally(r["verdict"] for r in resumes if r["verdict"] != "ok")
@@ -193,14 +199,17 @@ def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[
     return out
 
 
-def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_rows: list[dict[str, Any]]
-             ) -> list[dict[str, Any]]:
+def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_rows: list[dict[str, Any]],
+             progress_rows: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Epoch starts after a restart of the consuming node or a broker fault, against C_last."""
     if not epochs:
         return []
     b = cfg.bounds
     span = max(1, h.t_end - h.t0)
     rates = {(r["group"], r["topic"], r["broker_name"], r["queue_id"]): r["n"] / span for r in rate_rows}
+    progress: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    for p in progress_rows:
+        progress.setdefault((p["group"], p["topic"], p["broker_name"], p["queue_id"]), []).append((p["by"], p["hi"]))
     restarts = [(w.start_ms, t) for w in h.faults if w.op in ("kill", "stop") for t in w.targets]
     restarts += [(e.t_ms, e.node) for e in h.exits]
     out = []
@@ -218,13 +227,22 @@ def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_
         # (RocketMQ #2513): what was consumed while it was away may come again, so the outage counts.
         outage_ms = sum(w.end_ms - w.start_ms for w in broker)
         budget = int(rates.get(key, 0) * (b.redelivery_window("broker") + outage_ms) + cfg.pull_batch_size)
+        # The same allowance by position: the returning master's table holds at least what was
+        # committed to it a redelivery window before the outage began, so the group never resumes
+        # below what it had consumed by then (less one batch). A queue draining a backlog after
+        # the outage consumes faster than its average rate, which the time budget alone misses.
+        floor = None
+        if broker:
+            before = min(w.start_ms for w in broker) - b.redelivery_window("broker")
+            floor = max((hi + 1 for by, hi in progress.get(key, ()) if by <= before), default=None)
+        within = rewind <= budget or (floor is not None and start_offset >= floor - cfg.pull_batch_size)
         if start_offset == 0 and r["c_last"] > 0:
             verdict = "reset to queue start"
         elif r["prev_max"] is not None and cfg.dense_queues and start_offset > r["prev_max"] + 1:
             verdict = "skip past delivered"
         elif rewind == 0:
             verdict = "ok"
-        elif broker and cfg.allow_master_return_regression and rewind <= budget:
+        elif broker and cfg.allow_master_return_regression and within:
             verdict = "rewind past committed (explained)"
         elif broker and cfg.allow_master_return_regression:
             verdict = "rewind beyond budget"
@@ -233,7 +251,7 @@ def _resumes(h: History, cfg: CheckerConfig, epochs: list[dict[str, Any]], rate_
         out.append({"queue": queue_name(r), "group": r["group"], "client": r["client_id"], "t_s": s(h, r["start"]),
                     "after": "consumer restart" if node_restarted else f"broker fault {broker[0].label}",
                     "c_last": r["c_last"], "resumed_at": start_offset, "rewind": rewind, "budget": budget,
-                    "verdict": verdict})
+                    "consumed_before_outage": floor, "verdict": verdict})
     return out
 
 
