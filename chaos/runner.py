@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import random
 import signal
 import threading
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_INTERRUPTED = 0, 1, 2, 130
 RUN_JSON, TIMING_JSON, BOUNDS_JSON, SCHEDULE_JSON = "run.json", "timing.json", "bounds.json", "schedule.json"
 PROCESSES_FILE = Path("processes") / "processes.jsonl"
+CLIENT_LOG_NAME = "harness-clients.log"  # what the in-harness clients log
 TICK_S = 0.25  # progress refresh
 UNIT_TIME_SCALE = 1.0  # timer units are the ms of an unscaled run
 DRAIN_STALLS_MAX = 10  # a drain that keeps delivering may take this many drain bounds
@@ -227,6 +229,10 @@ class ChaosRun:
         return outcome
 
     def _run_cluster(self, spec: Any, schedule: Schedule, bounds: Bounds) -> None:
+        with _client_log(self.run_dir / CLIENT_LOG_NAME):
+            self._run_cluster_logged(spec, schedule, bounds)
+
+    def _run_cluster_logged(self, spec: Any, schedule: Schedule, bounds: Bounds) -> None:
         self._phase("starting cluster")
         cluster = LocalCluster(spec, run_dir=self.run_dir, links=True, start=False)
         producer: ProducerWorkload | None = None
@@ -433,3 +439,26 @@ def _create_topic(cluster: LocalCluster, topic: str, queues: int, bounds: Bounds
         cluster.wait_until_routable(topic=topic)
     except WaitTimeout as exc:
         raise RuntimeError(f"topic {topic} never became routable: {exc}") from exc
+
+
+
+@contextlib.contextmanager
+def _client_log(path: Path) -> Iterator[None]:
+    """The run's in-harness clients (producer workload, read-back) log into the run dir, not the console.
+
+    A broker group lost on purpose makes the producer warn about every failed attempt; on the
+    console that buries the progress display, in the run dir it sits beside the nodes' logs."""
+    logger = logging.getLogger("nodes")
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"))
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
+        handler.close()

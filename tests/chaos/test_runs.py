@@ -9,6 +9,7 @@ Each run is judged as `mqlab chaos run` judges it: Spark in a process of its own
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -276,3 +277,13 @@ def test_a_correct_build_passes_and_writes_the_report(tmp_path):
     counts = json.loads((run_dir / "run.json").read_text())["counts"]
     assert counts["acked"] > 0 and counts["acked_not_delivered"] == 0
     assert _leftovers(run_dir) == []
+
+
+def test_in_harness_clients_log_into_the_run_dir_not_the_console(tmp_path, caplog):
+    log = logging.getLogger("nodes.client.producer")
+    with chaos_runner._client_log(tmp_path / chaos_runner.CLIENT_LOG_NAME):
+        log.warning("send attempt 1 failed")
+    log.warning("after the run")
+    assert "send attempt 1 failed" in (tmp_path / chaos_runner.CLIENT_LOG_NAME).read_text()
+    # the root logger's handlers (the console's, here pytest's) saw only what came after the run
+    assert [r.getMessage() for r in caplog.records] == ["after the run"]
