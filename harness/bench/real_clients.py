@@ -17,8 +17,6 @@ no targets.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import shutil
 import sys
@@ -27,12 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.bench.broker_admin import queue_max_offsets
 from harness.bench.processes import BenchError
+from harness.bench.real_client_install import ONS_MODULES, client_missing
 from harness.bench.results import (
     PULL_LOOP_BATCH,
     PUSH_PULL_BATCH,
     REAL_CLIENT_TITLES,
-    REAL_CLIENTS,
     CaseResult,
 )
 
@@ -41,43 +40,11 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 ONS_WORKER = HERE / "ons_worker.js"
-# The pinned ali-ons install the bootstrap makes (shared with the chaos runs' real consumers)
-ONS_MODULES = HERE.parents[1] / "chaos" / "real_clients" / "js" / "node_modules"
-CPP_VERSION = "0.4.4"
-ONS_VERSION = "3.12.0"
-BOOTSTRAP = "./scripts/bootstrap.sh (./scripts/mqlab runs it)"
 REAL_PUSH_SECONDS_MIN = 30.0  # a real push consumer's bound: its start-up and first rebalance included
 ONEWAY_STORED_BUDGET_S = 10.0  # oneway sends still in flight when the worker stops
 # What each client has (ali-ons: only send, and a push consumer)
 CONSUMERS = {"cpp": ("push", "pull-loop"), "ons": ("push",)}
 SENDS = {"cpp": ("sync", "batch", "oneway"), "ons": ("sync",)}
-
-
-def client_missing(name: str) -> str | None:
-    """Why real client `name` cannot run here (with what to install), None if it can."""
-    if name not in REAL_CLIENTS:
-        return f"unknown client {name!r}: --clients takes {', '.join(REAL_CLIENTS)}"
-    if name == "cpp":
-        if importlib.util.find_spec("rocketmq") is None:
-            return (f"--clients cpp needs Apache's C++ RocketMQ client, not installed in {sys.prefix}: run "
-                    f"{BOOTSTRAP}, or {sys.executable} -m pip install rocketmq=={CPP_VERSION}")
-        try:
-            version = importlib.metadata.version("rocketmq")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        if version != CPP_VERSION:
-            return f"--clients cpp: rocketmq {version} is installed, the benchmark pins {CPP_VERSION}: run {BOOTSTRAP}"
-        return None
-    if shutil.which("node") is None:
-        return f"--clients ons needs node on PATH: apt-get install -y nodejs npm, then run {BOOTSTRAP}"
-    package = ONS_MODULES / "ali-ons" / "package.json"
-    if not package.exists():
-        return (f"--clients ons needs ali-ons {ONS_VERSION} under {ONS_MODULES.parent}: run {BOOTSTRAP}, "
-                f"or cd {ONS_MODULES.parent} && npm ci")
-    version = json.loads(package.read_text()).get("version")
-    if version != ONS_VERSION:
-        return f"--clients ons: ali-ons {version} is installed, the benchmark pins {ONS_VERSION}: run {BOOTSTRAP}"
-    return None
 
 
 def worker_argv(job: dict[str, Any]) -> list[str]:
@@ -143,8 +110,6 @@ def measure_pull_loop(run: Run, client: str, topic: str) -> None:
 
 
 def _stored(run: Run, topic: str) -> int:
-    from harness.bench.runner import queue_max_offsets  # the runner imports this module
-
     return sum(queue_max_offsets(run.cluster.node("broker-a-0").addr, topic, run.config.queues))
 
 

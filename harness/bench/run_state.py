@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from harness.bench.peers import PEERS, RedisPeer, redis_missing
 from harness.bench.processes import BROKER_NODES, BenchError, BrokerCpu, Child
 from harness.bench.profile import RowProfile, py_spy_missing
-from harness.bench.real_clients import client_missing as real_client_missing
+from harness.bench.real_client_install import client_missing as real_client_missing
 from harness.bench.results import (
     DEFAULT_SEND_BATCHES,
     DEFAULT_SEND_WINDOW,

@@ -39,6 +39,7 @@ import grpc
 import psutil
 
 from harness.bench import real_clients, stages
+from harness.bench.broker_admin import create_topic, queue_max_offsets
 from harness.bench.peers import RedisPeer
 from harness.bench.processes import BenchError, Child
 from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, BenchReport
@@ -46,41 +47,15 @@ from harness.bench.run_state import MALLOC_TUNING, TRANSFER_CAPS, BenchConfig, H
 from harness.bench.stages import PULL_TOPIC, SEND_TOPIC
 from harness.cluster import LocalCluster
 from harness.spec import ClusterSpec
-from nodes.common import constants as c
-from nodes.common.rpc import make_sync_channel
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
 __all__ = ["BenchConfig", "BenchError", "Child", "Hooks", "Run", "_worker_argv", "run_bench"]
 
 PRELOAD_BATCH = 100  # messages per send_batch while preloading
 PRELOAD_THREADS = 4
 SLAVE_CATCH_UP_BUDGET_S = 120.0
-RPC_TIMEOUT_S = 10.0
 
 
 # ---- stages -----------------------------------------------------------------------------
-
-def _broker_stub(addr: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]:
-    channel = make_sync_channel(addr)
-    return channel, broker_pb2_grpc.BrokerStub(channel)
-
-
-def create_topic(cluster: LocalCluster, topic: str, queues: int) -> None:
-    channel, stub = _broker_stub(cluster.node("broker-a-0").addr)
-    with channel:
-        resp = stub.CreateTopic(broker_pb2.CreateTopicRequest(config=common_pb2.TopicConfig(
-            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=c.PERM_DEFAULT)), timeout=RPC_TIMEOUT_S)
-    if resp.code != common_pb2.SUCCESS:
-        raise BenchError(f"creating topic {topic} failed: {resp.remark}")
-    cluster.wait_until_routable(topic)
-
-
-def queue_max_offsets(addr: str, topic: str, queues: int) -> list[int]:
-    channel, stub = _broker_stub(addr)
-    with channel:
-        return [stub.GetQueueOffset(broker_pb2.GetQueueOffsetRequest(topic=topic, queue_id=q, kind=broker_pb2.MAX),
-                                    timeout=RPC_TIMEOUT_S).offset for q in range(queues)]
-
 
 def preload(run: Run) -> int:
     """Send `messages` with send_batch from a few threads; returns how many were stored."""

@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from harness import cli, terminal
-from harness.bench import real_clients
+from harness.bench import real_client_install, real_clients
 from harness.bench.results import (
     BenchReport,
     CaseResult,
@@ -53,8 +53,8 @@ def test_an_unknown_client_exits_2_naming_the_known_ones(runner):
 
 
 def test_a_missing_cpp_client_fails_the_run_with_the_install_hint(runner, monkeypatch):
-    real_find_spec = real_clients.importlib.util.find_spec
-    monkeypatch.setattr(real_clients.importlib.util, "find_spec",
+    real_find_spec = real_client_install.importlib.util.find_spec
+    monkeypatch.setattr(real_client_install.importlib.util, "find_spec",
                         lambda name, *a: None if name == "rocketmq" else real_find_spec(name, *a))
     result = runner.invoke(cli.app, ["bench", "pull", "--clients", "cpp"])
     assert result.exit_code == 2, result.output
@@ -62,28 +62,28 @@ def test_a_missing_cpp_client_fails_the_run_with_the_install_hint(runner, monkey
 
 
 def test_a_wrong_cpp_version_is_refused(monkeypatch):
-    monkeypatch.setattr(real_clients.importlib.metadata, "version", lambda name: "2.0.0")
-    missing = real_clients.client_missing("cpp")
+    monkeypatch.setattr(real_client_install.importlib.metadata, "version", lambda name: "2.0.0")
+    missing = real_client_install.client_missing("cpp")
     assert missing is not None and "rocketmq 2.0.0 is installed" in missing and "pins 0.4.4" in missing
 
 
 def test_missing_node_or_ali_ons_fails_the_run_with_the_install_hint(runner, monkeypatch, tmp_path):
-    real_which = real_clients.shutil.which
-    monkeypatch.setattr(real_clients.shutil, "which", lambda name, *a, **k: None if name == "node"
+    real_which = real_client_install.shutil.which
+    monkeypatch.setattr(real_client_install.shutil, "which", lambda name, *a, **k: None if name == "node"
                         else real_which(name, *a, **k))
     result = runner.invoke(cli.app, ["bench", "pull", "--clients", "ons"])
     assert result.exit_code == 2, result.output
     assert "needs node on PATH" in result.output and "./scripts/bootstrap.sh" in result.output
-    monkeypatch.setattr(real_clients.shutil, "which", real_which)
-    monkeypatch.setattr(real_clients, "ONS_MODULES", tmp_path / "js" / "node_modules")
-    missing = real_clients.client_missing("ons")
+    monkeypatch.setattr(real_client_install.shutil, "which", real_which)
+    monkeypatch.setattr(real_client_install, "ONS_MODULES", tmp_path / "js" / "node_modules")
+    missing = real_client_install.client_missing("ons")
     assert missing is not None and "ali-ons 3.12.0" in missing and "npm ci" in missing
 
 
 def test_both_pinned_clients_are_installed_here():
     """The bootstrap installs both; a machine without them fails here (never skips)."""
-    assert real_clients.client_missing("cpp") is None
-    assert real_clients.client_missing("ons") is None
+    assert real_client_install.client_missing("cpp") is None
+    assert real_client_install.client_missing("ons") is None
 
 
 def test_each_client_runs_in_its_own_worker_process():
