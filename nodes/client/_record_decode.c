@@ -148,15 +148,16 @@ decode_properties(const unsigned char *p, Py_ssize_t n)
             if (name == NULL) {
                 goto utf8_error;
             }
+            PyObject *value = decode_utf8(value_start, pair_end - value_start);
+            if (value == NULL) { /* dropped or not, Python decodes every byte of the text */
+                Py_DECREF(name);
+                goto utf8_error;
+            }
             if (name == g_record_crc_key) { /* the store's own checksum, not a user property */
                 Py_DECREF(name);
+                Py_DECREF(value);
             }
             else {
-                PyObject *value = decode_utf8(value_start, pair_end - value_start);
-                if (value == NULL) {
-                    Py_DECREF(name);
-                    goto utf8_error;
-                }
                 int rc = PyDict_SetItem(props, name, value);
                 Py_DECREF(name);
                 Py_DECREF(value);

@@ -49,22 +49,33 @@ _PORT = struct.Struct(">i")
 PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_DECODE"  # "1": decode with the Python loop even when compiled
 
 
+def compiled_decoder() -> Callable[..., list[MessageExt]]:
+    """The compiled decoder, initialised with this process's classes and constants (whatever
+    the environment says): `(records: bytes, broker_name, min_offset, max_offset, tags)`.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    from nodes.client import _record_decode
+
+    # the C side reads the header at fixed positions and refuses a layout it was not written for
+    _record_decode.init(MessageExt, CorruptRecordError, _HEADER.format, _HEADER_BYTES, _RECORD_BYTES_MIN,
+                        c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC,
+                        c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+    return _record_decode.decode_messages
+
+
 def _load_compiled() -> tuple[Callable[..., list[MessageExt]] | None, str]:
-    """The compiled decoder, initialised with this process's classes and constants, or None and why not."""
+    """The decoder decode_messages runs, or None, and a word on which one (for tests and logs)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None, f"{PURE_PYTHON_ENV}=1"
+        return None, f"python ({PURE_PYTHON_ENV}=1)"
     try:
-        from nodes.client import _record_decode
+        return compiled_decoder(), "compiled"
     except ImportError as exc:
-        return None, f"not built ({exc})"
-    try:
-        # the C side reads the header at fixed positions and refuses a layout it was not written for
-        _record_decode.init(MessageExt, CorruptRecordError, _HEADER.format, _HEADER_BYTES, _RECORD_BYTES_MIN,
-                            c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC,
-                            c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+        return None, f"python (the compiled decoder is not built: {exc})"
     except (TypeError, ValueError) as exc:
-        return None, f"refused the record layout ({exc})"
-    return _record_decode.decode_messages, "compiled"
+        return None, f"python (the compiled decoder refused this record layout: {exc})"
 
 
 # decode_messages_compiled(records: bytes, broker_name, min_offset, max_offset, tags), or None
