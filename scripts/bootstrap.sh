@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Sourced by scripts/mqlab and scripts/test: make sure .venv exists and holds this project.
 # Creates .venv at the repo root on first use and reinstalls when pyproject.toml changes.
 set -euo pipefail
