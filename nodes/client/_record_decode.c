@@ -59,6 +59,7 @@ static uint32_t g_record_magic;
 static Py_ssize_t g_record_bytes_min;
 static PyObject *g_key_cache[KEY_CACHE_MAX]; /* ASCII str objects */
 static int g_key_cache_len;
+static int g_ready; /* init() has set every g_ object above */
 
 static inline uint32_t
 be_u32(const unsigned char *p)
@@ -128,7 +129,7 @@ property_name(const unsigned char *p, Py_ssize_t n)
  * pieces as splitting the decoded text. When a piece is not UTF-8 the whole text is decoded
  * once more to raise the UnicodeDecodeError the Python loop raises (same position). */
 static PyObject *
-decode_properties(const unsigned char *p, Py_ssize_t n)
+decode_properties(const unsigned char *p, Py_ssize_t n, PyObject *record_crc_key)
 {
     PyObject *props = PyDict_New();
     if (props == NULL) {
@@ -153,7 +154,9 @@ decode_properties(const unsigned char *p, Py_ssize_t n)
                 Py_DECREF(name);
                 goto utf8_error;
             }
-            if (name == g_record_crc_key) { /* the store's own checksum, not a user property */
+            if (name == record_crc_key || (PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(record_crc_key)
+                                           && PyUnicode_Compare(name, record_crc_key) == 0)) {
+                /* the store's own checksum, not a user property */
                 Py_DECREF(name);
                 Py_DECREF(value);
             }
@@ -190,13 +193,6 @@ utf8_error:
     return NULL;
 }
 
-static PyObject *
-corrupt(const char *message)
-{
-    PyErr_SetString(g_corrupt_error, message);
-    return NULL;
-}
-
 /* f"{host}{phys_offset:016X}" where host is the 8 store-host bytes in upper-case hex. */
 static PyObject *
 offset_msg_id(const unsigned char *store_host, int64_t phys_offset)
@@ -230,8 +226,8 @@ offset_msg_id(const unsigned char *store_host, int64_t phys_offset)
 static PyObject *
 decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (g_message_ext == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_record_decode.init() has not been called");
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_record_decode.init() has not completed");
         return NULL;
     }
     if (nargs != 5) {
@@ -245,6 +241,14 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "records must be bytes");
         return NULL;
     }
+    /* Own references to what init() set: building a message runs Python code (MessageExt's
+     * __init__, a collection's finalizers), which may call init() again and replace them. */
+    PyObject *message_ext = Py_NewRef(g_message_ext), *corrupt_error = Py_NewRef(g_corrupt_error);
+    PyObject *tag_key = Py_NewRef(g_tag_key), *uniq_key = Py_NewRef(g_uniq_key);
+    PyObject *record_crc_key = Py_NewRef(g_record_crc_key);
+    PyObject *min_key = Py_NewRef(g_min_key), *max_key = Py_NewRef(g_max_key);
+    const uint32_t record_magic = g_record_magic;
+    const Py_ssize_t record_bytes_min = g_record_bytes_min;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
     const Py_ssize_t end = PyBytes_GET_SIZE(records);
 
@@ -265,7 +269,7 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         if (end - pos < HEADER_BYTES) {
             snprintf(message, sizeof(message), "pull response: %zd trailing bytes at %zd, less than a header",
                      end - pos, pos);
-            corrupt(message);
+            PyErr_SetString(corrupt_error, message);
             goto error;
         }
         const unsigned char *rec = buf + pos;
@@ -274,24 +278,24 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         int32_t body_len = be_i32(rec + POS_BODY_LEN);
         int64_t rec_end = (int64_t)pos + total_size;
         int64_t body_end = (int64_t)pos + HEADER_BYTES + body_len;
-        if (magic != g_record_magic || total_size < g_record_bytes_min || rec_end > end || body_len < 0
+        if (magic != record_magic || total_size < record_bytes_min || rec_end > end || body_len < 0
             || body_end + 3 > rec_end) {
             snprintf(message, sizeof(message), "pull response: bad record at %zd (magic 0x%08x, size %d)", pos,
                      (unsigned int)magic, (int)total_size);
-            corrupt(message);
+            PyErr_SetString(corrupt_error, message);
             goto error;
         }
         int64_t topic_end = body_end + 1 + buf[body_end];
         /* records[topic_end + 2:rec_end]: empty when the topic length overruns the record */
         int64_t props_start = topic_end + 2;
         PyObject *props = props_start < rec_end
-            ? decode_properties(buf + props_start, (Py_ssize_t)(rec_end - props_start))
+            ? decode_properties(buf + props_start, (Py_ssize_t)(rec_end - props_start), record_crc_key)
             : PyDict_New();
         if (props == NULL) {
             goto error;
         }
         if (tags != Py_None) {
-            PyObject *tag = PyDict_GetItemWithError(props, g_tag_key);
+            PyObject *tag = PyDict_GetItemWithError(props, tag_key);
             if (tag == NULL && PyErr_Occurred()) {
                 Py_DECREF(props);
                 goto error;
@@ -321,14 +325,14 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
             topic_raw_len = raw_len;
         }
         PyObject *offset_id = offset_msg_id(rec + POS_STORE_HOST, be_i64(rec + POS_PHYS_OFFSET));
-        if (offset_id == NULL || PyDict_SetItem(props, g_min_key, min_s) < 0
-            || PyDict_SetItem(props, g_max_key, max_s) < 0) {
+        if (offset_id == NULL || PyDict_SetItem(props, min_key, min_s) < 0
+            || PyDict_SetItem(props, max_key, max_s) < 0) {
             Py_XDECREF(offset_id);
             Py_DECREF(props);
             goto error;
         }
         /* MessageClientExt#getMsgId: the producer's UNIQ_KEY when set and non-empty */
-        PyObject *msg_id = PyDict_GetItemWithError(props, g_uniq_key);
+        PyObject *msg_id = PyDict_GetItemWithError(props, uniq_key);
         int truthy = msg_id != NULL ? PyObject_IsTrue(msg_id) : 0;
         if (truthy < 0 || (msg_id == NULL && PyErr_Occurred())) {
             Py_DECREF(offset_id);
@@ -360,7 +364,7 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
             built &= fields[i] != NULL;
         }
         if (built) {
-            msg = PyObject_Vectorcall(g_message_ext, fields, MESSAGE_EXT_ARGS, NULL);
+            msg = PyObject_Vectorcall(message_ext, fields, MESSAGE_EXT_ARGS, NULL);
         }
         for (int i = 0; i < MESSAGE_EXT_ARGS; i++) {
             Py_XDECREF(fields[i]);
@@ -375,17 +379,22 @@ decode_messages(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         }
         pos = (Py_ssize_t)rec_end;
     }
-    Py_XDECREF(topic);
-    Py_DECREF(min_s);
-    Py_DECREF(max_s);
-    return out;
+    goto done;
 
 error:
+    Py_CLEAR(out);
+done:
     Py_XDECREF(topic);
     Py_XDECREF(min_s);
     Py_XDECREF(max_s);
-    Py_XDECREF(out);
-    return NULL;
+    Py_DECREF(message_ext);
+    Py_DECREF(corrupt_error);
+    Py_DECREF(tag_key);
+    Py_DECREF(uniq_key);
+    Py_DECREF(record_crc_key);
+    Py_DECREF(min_key);
+    Py_DECREF(max_key);
+    return out;
 }
 
 static int
@@ -399,8 +408,9 @@ check_str(PyObject *obj, const char *what)
 }
 
 static void
-clear_state(void)
+clear_state(void) /* the module is going away: nothing decodes any more */
 {
+    g_ready = 0;
     Py_CLEAR(g_message_ext);
     Py_CLEAR(g_corrupt_error);
     Py_CLEAR(g_tag_key);
@@ -444,22 +454,24 @@ init(PyObject *Py_UNUSED(module), PyObject *args)
         || check_str(max_key, "max_key") < 0) {
         return NULL;
     }
-    clear_state();
-    g_message_ext = Py_NewRef(message_ext);
-    g_corrupt_error = Py_NewRef(corrupt_error);
+    /* Calling init again replaces the state; a decode under way keeps its own references, and
+     * the name cache stays (its entries are names, whatever init was given). */
+    Py_XSETREF(g_message_ext, Py_NewRef(message_ext));
+    Py_XSETREF(g_corrupt_error, Py_NewRef(corrupt_error));
     g_record_bytes_min = record_bytes_min;
     g_record_magic = (uint32_t)record_magic;
-    /* The known names go first into the name cache, so a record's CRC name is recognised by
-     * identity and the dict lookups find these keys by identity. */
+    /* The known names go first into the name cache, so records' names are these very objects
+     * and the dict lookups below find them by identity. */
     PyObject *given[] = {record_crc_key, tag_key, uniq_key, min_key, max_key};
     PyObject **slots[] = {&g_record_crc_key, &g_tag_key, &g_uniq_key, &g_min_key, &g_max_key};
     for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
-        *slots[i] = property_name((const unsigned char *)PyUnicode_DATA(given[i]), PyUnicode_GET_LENGTH(given[i]));
-        if (*slots[i] == NULL) {
-            clear_state();
+        PyObject *key = property_name((const unsigned char *)PyUnicode_DATA(given[i]), PyUnicode_GET_LENGTH(given[i]));
+        if (key == NULL) {
             return NULL;
         }
+        Py_XSETREF(*slots[i], key);
     }
+    g_ready = 1;
     Py_RETURN_NONE;
 }
 

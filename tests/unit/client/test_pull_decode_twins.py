@@ -115,6 +115,24 @@ def test_init_refuses_another_record_layout_and_keeps_its_state(compiled):
     assert_same(compiled, encoded_batch())
 
 
+def test_init_again_during_a_decode_leaves_that_decode_intact(compiled):
+    """A decode keeps what init() gave it when it started, even if a message's construction
+    calls init() again (the old state is released under it)."""
+    from nodes.client import _record_decode
+
+    def build(*fields):
+        pull_decode.compiled_decoder()  # init again: MessageExt back in place
+        return fields
+
+    _record_decode.init(build, CorruptRecordError, record.HEADER.format, record.HEADER.size,
+                        record.RECORD_BYTES_MIN, c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY,
+                        c.PROPERTY_RECORD_CRC, c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+    built = _record_decode.decode_messages(encoded_batch(3), "b", 0, 1, None)
+    assert [type(fields) for fields in built] == [tuple] * 3
+    assert [fields[6] for fields in built] == [100, 101, 102]  # queue offsets
+    assert_same(compiled, encoded_batch(3))
+
+
 # --- valid batches -----------------------------------------------------------------------------------
 def test_properties_parse_like_record_decode_properties(compiled):
     text = "a\x01b\x02\x02\x01lone\x02c\x01d\x01e\x02noval\x02a\x01again\x02TAGS\x01t\x02é\x01ü\x02"
