@@ -13,6 +13,7 @@ Python loop.
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -57,8 +58,9 @@ def compiled_decoder() -> Callable[..., list[MessageExt]]:
         ImportError: the extension was not built (no C compiler when the project was installed).
         ValueError: the extension was written for another record layout than record.HEADER.
     """
-    from nodes.client import _record_decode
-
+    # by its full name: a missing module then says "No module named ..." (a from-import inside
+    # the package's own import reads like a circular import)
+    _record_decode = importlib.import_module("nodes.client._record_decode")
     # the C side reads the header at fixed positions and refuses a layout it was not written for
     _record_decode.init(MessageExt, CorruptRecordError, _HEADER.format, _HEADER_BYTES, _RECORD_BYTES_MIN,
                         c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC,
