@@ -41,7 +41,6 @@
 #define POS_RECONSUME_TIMES 72
 #define POS_BODY_LEN 84
 #define STORE_HOST_BYTES 8
-#define OFFSET_MSG_ID_CHARS 32 /* store host (8 bytes) + phys offset (8 bytes), upper-case hex */
 #define MESSAGE_EXT_ARGS 14
 
 #define NAME_SEPARATOR 0x01 /* PROPERTY_NAME_SEPARATOR */
