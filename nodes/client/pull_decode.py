@@ -3,10 +3,18 @@
 Owns RocketMQ's client-side `MessageDecoder` for a pull's records, the exact tag filter
 (`parse_subscription` + the test in `decode_messages`) and the MIN_OFFSET / MAX_OFFSET
 stamps. Reading an answer's code is the RPC layer's business.
+
+`decode_messages` runs the compiled decoder (`nodes.client._record_decode`, built by the
+install when a C compiler is there) and otherwise the Python loop `decode_messages_python`,
+which is the reference: both give the same messages and raise the same errors, and the unit
+tests run both. `MQLAB_PURE_PYTHON_DECODE=1` in the environment (read at import) forces the
+Python loop.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
@@ -39,8 +47,62 @@ _RECORD_BYTES_MIN = record.RECORD_BYTES_MIN
 _PORT = struct.Struct(">i")
 
 
+PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_DECODE"  # "1": decode with the Python loop even when compiled
+
+
+def compiled_decoder() -> Callable[..., list[MessageExt]]:
+    """The compiled decoder, initialised with this process's classes and constants (whatever
+    the environment says): `(records: bytes, broker_name, min_offset, max_offset, tags)`.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    # by its full name: a missing module then says "No module named ..." (a from-import inside
+    # the package's own import reads like a circular import)
+    _record_decode = importlib.import_module("nodes.client._record_decode")
+    # the C side reads the header at fixed positions and refuses a layout it was not written for
+    _record_decode.init(MessageExt, CorruptRecordError, _HEADER.format, _HEADER_BYTES, _RECORD_BYTES_MIN,
+                        c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC,
+                        c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+    return _record_decode.decode_messages
+
+
+def _load_compiled() -> tuple[Callable[..., list[MessageExt]] | None, str]:
+    """The decoder decode_messages runs, or None, and a word on which one (for tests and logs)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None, f"python ({PURE_PYTHON_ENV}=1)"
+    try:
+        return compiled_decoder(), "compiled"
+    except ImportError as exc:
+        return None, f"python (the compiled decoder is not built: {exc})"
+    except (TypeError, ValueError) as exc:
+        return None, f"python (the compiled decoder refused this record layout: {exc})"
+
+
+# decode_messages_compiled(records: bytes, broker_name, min_offset, max_offset, tags), or None
+decode_messages_compiled, DECODER = _load_compiled()
+
+
 def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_offset: int,
                     tags: frozenset[str] | None) -> list[MessageExt]:
+    """Decode concatenated commitlog records straight into MessageExt (see decode_messages_python).
+
+    The compiled decoder takes `bytes` (what a pull answer carries); anything else goes to
+    the Python loop.
+
+    Raises:
+        CorruptRecordError: a record's magic or lengths do not add up.
+        UnicodeDecodeError: a topic or the properties are not UTF-8.
+    """
+    if decode_messages_compiled is not None and type(records) is bytes:
+        return decode_messages_compiled(records, broker_name, min_offset, max_offset, tags)
+    return decode_messages_python(records, broker_name=broker_name, min_offset=min_offset,
+                                  max_offset=max_offset, tags=tags)
+
+
+def decode_messages_python(records: bytes, *, broker_name: str, min_offset: int, max_offset: int,
+                           tags: frozenset[str] | None) -> list[MessageExt]:
     """Decode concatenated commitlog records straight into MessageExt, in one pass.
 
     Tag mismatches are dropped before anything else is built: the filter is an exact string

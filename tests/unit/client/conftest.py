@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.decoders import DECODERS, decoder
 
 from nodes.client.instance import ClientInstance
 from nodes.client.routes import BrokerData, QueueData, RouteCache, RouteSnapshot
@@ -207,3 +208,10 @@ def wired_instance_factory() -> Iterator[Callable[..., WiredInstance]]:
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep Producer.start() from asking the OS for the local address."""
     monkeypatch.setattr("nodes.client.producer.local_ipv4", lambda: "10.0.0.1")
+
+
+
+@pytest.fixture(params=DECODERS)
+def decode_impl(request: pytest.FixtureRequest) -> Callable[..., list[Any]]:
+    """Each implementation of decode_messages in turn: the compiled one, then the Python loop."""
+    return decoder(request.param)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from nodes.client.pull_api import PullApi
-from nodes.client.pull_decode import decode_messages, parse_subscription
+from nodes.client.pull_decode import parse_subscription
 from nodes.client.rpc.api import process_pull_response, pull_status_for_code
 from nodes.common import constants as c
 from nodes.common import errors
@@ -82,10 +82,10 @@ def test_parse_subscription(expression, tags):
     assert parse_subscription(expression) == tags
 
 
-# --- decoding ---------------------------------------------------------------------------------
-def test_decode_matches_store_codec_field_by_field():
+# --- decoding (each test runs the compiled decoder and the Python loop: the decode_impl fixture) ---
+def test_decode_matches_store_codec_field_by_field(decode_impl):
     buf = records("a", None, "b")
-    msgs = decode_messages(buf, broker_name="broker-a", min_offset=0, max_offset=42, tags=None)
+    msgs = decode_impl(buf, broker_name="broker-a", min_offset=0, max_offset=42, tags=None)
     recs = list(iter_records(buf))
     assert len(msgs) == len(recs) == 3
     for m, r in zip(msgs, recs, strict=True):
@@ -99,33 +99,33 @@ def test_decode_matches_store_codec_field_by_field():
         assert type(m.body) is bytes
 
 
-def test_decode_stamps_min_and_max_offset():
-    (msg,) = decode_messages(records("a"), broker_name="b", min_offset=3, max_offset=77, tags=None)
+def test_decode_stamps_min_and_max_offset(decode_impl):
+    (msg,) = decode_impl(records("a"), broker_name="b", min_offset=3, max_offset=77, tags=None)
     assert msg.properties[c.PROPERTY_MIN_OFFSET] == "3"
     assert msg.properties[c.PROPERTY_MAX_OFFSET] == "77"
     assert msg.tags == "a"
 
 
-def test_msg_id_falls_back_to_offset_id_without_uniq_key():
+def test_msg_id_falls_back_to_offset_id_without_uniq_key(decode_impl):
     rec = encode_record(MessageToStore(topic="T", queue_id=0, body=b"x", store_host=("10.0.0.2", 10911)),
                         queue_offset=0, phys_offset=256, store_timestamp_ms=1)
-    (msg,) = decode_messages(rec, broker_name="b", min_offset=0, max_offset=1, tags=None)
+    (msg,) = decode_impl(rec, broker_name="b", min_offset=0, max_offset=1, tags=None)
     assert msg.msg_id == msg.offset_msg_id == "0A00000200002A9F0000000000000100"
 
 
-def test_tag_filter_is_exact_and_drops_untagged_messages():
+def test_tag_filter_is_exact_and_drops_untagged_messages(decode_impl):
     buf = records("a", None, "b", "c", "a ", "A")
-    msgs = decode_messages(buf, broker_name="b", min_offset=0, max_offset=9, tags=frozenset({"a", "c"}))
+    msgs = decode_impl(buf, broker_name="b", min_offset=0, max_offset=9, tags=frozenset({"a", "c"}))
     assert [m.tags for m in msgs] == ["a", "c"]
     assert [m.queue_offset for m in msgs] == [5, 8]
 
 
-def test_decode_empty_buffer_is_empty():
-    assert decode_messages(b"", broker_name="b", min_offset=0, max_offset=0, tags=None) == []
+def test_decode_empty_buffer_is_empty(decode_impl):
+    assert decode_impl(b"", broker_name="b", min_offset=0, max_offset=0, tags=None) == []
 
 
 @pytest.mark.parametrize("damage", ["truncate", "magic", "trailing"])
-def test_decode_corrupt_records_raise(damage):
+def test_decode_corrupt_records_raise(decode_impl, damage):
     buf = bytearray(records("a", "b"))
     if damage == "truncate":
         buf = buf[:-5]
@@ -134,7 +134,7 @@ def test_decode_corrupt_records_raise(damage):
     else:
         buf += b"\x00\x00\x00"
     with pytest.raises(errors.CorruptRecordError):
-        decode_messages(bytes(buf), broker_name="b", min_offset=0, max_offset=0, tags=None)
+        decode_impl(bytes(buf), broker_name="b", min_offset=0, max_offset=0, tags=None)
 
 
 def test_found_response_becomes_pull_result_with_store_status_and_suggestion():
