@@ -247,6 +247,28 @@ def test_a_holder_killed_before_its_delayed_unlock_leaves_its_lease_to_run_out(s
     assert late.counts["slow"] == 1 and late.measurements[0]["cause"] == "rebalance"
 
 
+def test_a_holder_paused_before_its_delayed_unlock_leaves_its_lease_to_run_out(spark):
+    # as above, but c1 is paused at 400 (until 1100) instead of killed: its delayed unlock goes out
+    # only after SIGCONT, so the queue is free when the broker's lease from t_L = 350 runs out
+    run = Run().sends_for(0, 10)
+    run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+    run.lock(350, "renewed", side="broker", lease=950).lock(351, "renewed", lease=651)
+    run.consume(0, range(5), t0=200).commit(260, 5)
+    run.event("rebalance", 360, "consumer-1", group=G, client_id="c1", topic=T, before=[[B, 0]], after=[],
+              removed=[[B, 0]], reason="consumers-changed")
+    run.fault("pause", ["consumer-1"], 400, 1100).lock(1110, "released", side="broker")
+    run.consume(0, range(5, 10), t0=1000, client="c2")
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("pause", 650, 810)
+    # taken over later than the lease path allows: still slow
+    late = Run(sends=run.sends, events=run.events, nemesis=run.nemesis,
+               deliveries=[d for d in run.deliveries if d["client_id"] == "c1"])
+    late.consume(0, range(5, 10), t0=1400, client="c2")
+    assert check_takeover(late.history(spark), config()).counts["slow"] == 1
+
+
 def test_queue_never_taken_over(spark):
     run = _killed_holder(None).send("late", 2000, offset=10)  # the history goes on well past the bound
     r = check_takeover(run.history(spark), config())

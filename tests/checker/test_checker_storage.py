@@ -192,6 +192,19 @@ def test_a_master_power_loss_explains_the_slaves_refusals(spark):
     assert check_store_health(other.history(spark), config()).counts["unexplained"] == 1
 
 
+def test_the_first_refusal_after_a_master_power_loss_is_explained_however_late(spark):
+    # the slave reaches the master again only 2 s after the master's recovery (its registration was
+    # retried): that first refusal is the power loss's divergence; a second one, later still, is not
+    run = Run().sends_for(0, 2).power_loss("broker-a-0", 300, 400, cqs={"Orders/0": (1, 2)})
+    run.store_recovered(402, truncated=40).store_recovered(60, node="broker-a-1")
+    run.store_error(2400, "replica-refused", node="broker-a-0", phys_offset=1000, n=500)
+    run.store_error(2401, "replica-refused", node="broker-a-1", phys_offset=1000, n=500)
+    r = check_store_health(run.history(spark), config())
+    assert r.valid is True and r.counts["explained"] == 2, r.examples
+    run.store_error(4000, "replica-refused", node="broker-a-1", phys_offset=1000, n=500)
+    assert check_store_health(run.history(spark), config()).counts["unexplained"] == 1
+
+
 def test_a_master_corruption_explains_the_slaves_reads_of_that_record(spark):
     run = Run().sends_for(0, 2).corrupt("broker-a-0", 300, phys_offset=5000, n=8, msg_ids=["q0-m0"])
     run.store_recovered(60).store_recovered(60, node="broker-a-1")

@@ -410,7 +410,7 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         extenders = [(t2, *_cause_bound(b, kind2, t2, r["t_L"]), kind2, f"{label2}, after {label}")
                      for t2, kind2, label2 in ordered if t2 > t and kind2 not in _HOLDER_FAULTS]
         if kind == "rebalance":
-            extenders += _killed_before_unlock(b, r["t_L"], t, label, ordered)
+            extenders += _silenced_before_unlock(b, r["t_L"], t, label, ordered)
     first_kind, first_ref, first_label = kind, ref, label
     # The first cause sets the deadline; anything else that starts before that deadline can only
     # push it out, never pull it in; what starts after it excuses nothing. Besides A's other faults:
@@ -452,18 +452,20 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
     return out
 
 
-def _killed_before_unlock(b: Bounds, t_L: int | None, t: int, label: str,
+def _silenced_before_unlock(b: Bounds, t_L: int | None, t: int, label: str,
                           ordered: list[tuple[int, str, str]]) -> list[tuple[int, int, int, str, str]]:
     """A queue given up by a rebalance still holding cached messages is unlocked only U_d later
     (RocketMQ's unlockDelay); a holder killed before it released the queue never unlocks it, so
-    its lease runs out: the kill bound from t_L (the first such kill; none once it released)."""
+    its lease runs out: the kill bound from t_L (the first such kill; none once it released).
+    A holder paused or cut off before its unlock sends it only once it is back, if the lease has
+    not run out by then: the queue is free no later than the lease's end, so the same bound."""
     for t2, kind2, label2 in ordered:
         if t2 <= t:
             continue
         if kind2 == "released":
             return []
-        if kind2 in ("kill", "exit"):
-            return [(t2, *_cause_bound(b, kind2, t2, t_L), kind2, f"{label2} before its unlock, after {label}")]
+        if kind2 in ("kill", "exit", *SILENT_OPS):
+            return [(t2, *_cause_bound(b, "kill", t2, t_L), kind2, f"{label2} before its unlock, after {label}")]
     return []
 
 

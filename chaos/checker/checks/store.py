@@ -22,7 +22,8 @@ STORE_HEALTH = (
     "reconnect and a sync), and a corruption also for any later bad-record or damaged-range inside the "
     "record it flipped. A fault on a master also explains its replicas' errors (broker group = node id "
     "without its -<broker id> suffix): its power loss their replica-refused events until its next "
-    "store-recovered plus A_h + S_s (they are cut back to its recovered log), its corruption their later "
+    "store-recovered plus A_h + S_s (they are cut back to its recovered log; each node's first refusal after "
+    "the power loss however late: it is found when the slave first reaches the master again), its corruption their later "
     "bad-record or damaged-range inside the flipped record. Anything else fails - in particular a torn tail "
     "or truncated consume queue after a plain SIGKILL (the page cache survives a process kill, so nothing may "
     "be torn), and a bad-record after a power loss's restart on the same node outside a flipped record. "
@@ -75,7 +76,7 @@ def check_store_health(h: History, cfg: CheckerConfig) -> CheckResult:
     explained = 0
     for e in errors:
         by_kind[e["kind"] or "?"] = by_kind.get(e["kind"] or "?", 0) + 1
-        why = _explained_by(e, faults, recovered, settle_limit)
+        why = _explained_by(e, faults, recovered, settle_limit, errors)
         if why:
             explained += 1
             continue
@@ -98,7 +99,7 @@ def check_store_health(h: History, cfg: CheckerConfig) -> CheckResult:
 
 
 def _explained_by(e: dict[str, Any], faults: list[StorageFault], recovered: list[dict[str, Any]],
-                  settle_limit: int) -> str | None:
+                  settle_limit: int, errors: list[dict[str, Any]]) -> str | None:
     for f in faults:
         if e["t"] < f.start_ms:
             continue
@@ -106,6 +107,11 @@ def _explained_by(e: dict[str, Any], faults: list[StorageFault], recovered: list
         # recovery since (not restarted yet), until the end
         after = [r["t"] for r in recovered if r["node"] == f.node and r["t"] >= f.start_ms]
         settling = not after or e["t"] <= after[0] + settle_limit
+        # the divergence a master's power loss leaves is found whenever the slave first reaches
+        # it again: after a rack power loss both restart, and the slave's registration or its
+        # first connection may be retried on a busy machine, past the settle bound. So a node's
+        # first refusal after the fault is explained however late; a later one only while settling
+        settling = settling or (e["kind"] == "replica-refused" and _first_refusal_since(e, f.start_ms, errors))
         if f.node == e["node"]:
             # a bad record read after a power loss's recovery means the recovery kept garbage
             # (the torn tail is the recovery's to cut), not that the power loss made it
@@ -124,6 +130,13 @@ def _explained_by(e: dict[str, Any], faults: list[StorageFault], recovered: list
                 and (f.node == e["node"] or _is_master(f.node)):
             return f.label
     return None
+
+
+def _first_refusal_since(e: dict[str, Any], since_ms: int, errors: list[dict[str, Any]]) -> bool:
+    """Whether `e` is its node's first replica-refused event at or after `since_ms`."""
+    first = min((x["t"] for x in errors if x["node"] == e["node"] and x["kind"] == "replica-refused"
+                 and x["t"] >= since_ms), default=None)
+    return first == e["t"]
 
 
 def _same_group(a: str, b: str) -> bool:
