@@ -47,7 +47,8 @@ is accepted instead.
                      answering_broker_id, suggest_which_broker_id, backlog_bytes,
                      memory_budget_bytes, queue_offset, store_status
     offset-commit    client: group, client_id, topic, broker_name, queue_id, offset,
-                     target_broker_id (or broker_id), ok; broker: the value it stored, with
+                     target_broker_id (or broker_id), ok, decided_mono_ms (when it was
+                     decided and sent; the line is written at the answer); broker: the value it stored, with
                      `source` (client | slave-sync | admin | load: what a starting broker
                      read from disk) and optionally client_id
     lock             client or broker: group, client_id (the holder / requester), topic,
@@ -187,6 +188,7 @@ EVENTS = _schema(
     ("offset", LongType()),
     ("target_broker_id", IntegerType()),
     ("ok", BooleanType()),
+    ("decided_mono_ms", LongType()),
     ("source", StringType()),
     ("error", StringType()),
     # lock

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nodes.client.routes import FoundBroker
 from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
+from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
@@ -134,9 +135,10 @@ class RemoteBrokerOffsetStore(_MemoryTable):
     def __init__(self, instance: ClientInstance, group: str, *, timeout_ms: int,
                  on_event: EventSink | None = None, client_id: str = "",
                  commit_pulled_offset: bool = False,
-                 may_commit: Callable[[MessageQueue], bool] | None = None) -> None:
+                 may_commit: Callable[[MessageQueue], bool] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(commit_pulled_offset=commit_pulled_offset)
         self._instance = instance
+        self._clock = clock
         self.group = group
         self.client_id = client_id
         self.timeout_ms = timeout_ms
@@ -200,6 +202,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
                 self.skipped_commits += 1
                 log.debug("offset %d of %s not committed: its lock is not valid now", offset, mq)
                 return
+            decided_ms = self._clock.monotonic_ms()
             await self._instance.api.update_consumer_offset(found.addr, self.group, mq, offset, self.timeout_ms,
                                                             client_id=self.client_id, commit_seq=commit_seq)
         except MqError as err:
@@ -208,20 +211,23 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             return
         if self._persisted.get(mq) != offset:
             self._persisted[mq] = offset
-            self._emit(mq, offset, found)
+            self._emit(mq, offset, found, decided_ms=decided_ms)
 
     async def _query(self, mq: MessageQueue) -> int | None:
         found = await offset_store_address(self._instance, mq)
         return await self._instance.api.query_consumer_offset(found.addr, self.group, mq, self.timeout_ms)
 
-    def _emit(self, mq: MessageQueue, offset: int, found: FoundBroker | None, *, error: str | None = None) -> None:
+    def _emit(self, mq: MessageQueue, offset: int, found: FoundBroker | None, *, error: str | None = None,
+              decided_ms: int | None = None) -> None:
         if self._on_event is None:
             return
+        # decided_mono_ms: when the commit was decided (the lock check) and sent; the event is
+        # written when the answer came back, which a process paused in between shows much later
         event: dict[str, Any] = {
             "event": "offset-commit", "side": "client", "group": self.group, "client_id": self.client_id or None,
             "topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset,
             "ok": error is None, "addr": found.addr if found else None,
-            "target_broker_id": found.broker_id if found else None}
+            "target_broker_id": found.broker_id if found else None, "decided_mono_ms": decided_ms}
         if error is not None:
             event["error"] = error
         self._on_event(event)

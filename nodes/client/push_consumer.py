@@ -269,7 +269,8 @@ class PushConsumer:
         if self.message_model is MessageModel.CLUSTERING:
             self._offset_store: OffsetStore = RemoteBrokerOffsetStore(
                 instance, self.group, timeout_ms=timing.query_offset_timeout_ms, on_event=self._on_event,
-                client_id=self.client_id, commit_pulled_offset=commit_pulled, may_commit=self._state.may_commit)
+                client_id=self.client_id, commit_pulled_offset=commit_pulled, may_commit=self._state.may_commit,
+                clock=self._clock)
         else:
             self._offset_store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group,
                                                       on_event=self._on_event, commit_pulled_offset=commit_pulled)

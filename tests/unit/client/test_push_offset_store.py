@@ -172,9 +172,12 @@ def test_remote_persist_all_sends_owned_offsets_and_forgets_the_rest(fakes):
     assert store.offsets() == {Q0: 4}
     asyncio.run(store.persist_all({Q0}))  # unchanged: sent again (oneway in RocketMQ), no new event
     assert len(inst.calls) == 2 and len(events) == 1
+    decided = events[0]["decided_mono_ms"]  # the clock's reading when the update was sent
+    assert isinstance(decided, int) and decided > 0
     assert events[0] | {"addr": None} == {"event": "offset-commit", "side": "client", "group": "g",
                                           "client_id": "cid-1", "topic": "T", "broker_name": "broker-a",
-                                          "queue_id": 0, "offset": 4, "ok": True, "addr": None, "target_broker_id": 0}
+                                          "queue_id": 0, "offset": 4, "ok": True, "addr": None, "target_broker_id": 0,
+                                          "decided_mono_ms": decided}
 
 
 def test_remote_store_falls_back_to_a_slave_without_a_master(fakes):
