@@ -9,6 +9,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/checker/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.spark)
+            # the users of the clean run's full check share one xdist worker (`--dist loadgroup`),
+            # so that check runs once, not once per worker
+            if {"clean_output", "clean_run_dir"} & set(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.xdist_group("clean-run"))
 
 
 @pytest.fixture(scope="session")
