@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from chaos.checker.checks.availability import AVAILABILITY, check_availability
 from chaos.checker.checks.content import INTEGRITY, REPLICATION, check_integrity, check_replication
-from chaos.checker.checks.locks import LOCK, TAKEOVER, check_lock_exclusivity, check_takeover
+from chaos.checker.checks.locks import LOCK, check_lock_exclusivity
 from chaos.checker.checks.offsets import RESYNC, check_offset_resync
 from chaos.checker.checks.order import ORDER, check_order
 from chaos.checker.checks.queue import (
@@ -20,6 +20,7 @@ from chaos.checker.checks.queue import (
 from chaos.checker.checks.rebalance import REBALANCE, check_rebalance
 from chaos.checker.checks.routing import ROUTING, check_read_routing
 from chaos.checker.checks.store import DURABILITY, STORE_HEALTH, check_durability, check_store_health
+from chaos.checker.checks.takeover import TAKEOVER, check_takeover
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import History
 from chaos.checker.verdict import CheckResult
