@@ -25,14 +25,13 @@ T = TypeVar("T")
 class SyncCall(Generic[T]):
     """One coroutine scheduled on `loop` from another thread; `wait` blocks until it ends."""
 
-    __slots__ = ("_cancel_asked", "_cancelled", "_done", "_error", "_loop", "_result", "_task")
+    __slots__ = ("_cancelled", "_done", "_error", "_loop", "_result", "_task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> None:
         self._loop = loop
         self._done = threading.Lock()
         self._done.acquire()  # released by the loop once the outcome is set
         self._task: asyncio.Task[T] | None = None
-        self._cancel_asked = False
         self._result: T | None = None
         self._error: BaseException | None = None
         self._cancelled = False
@@ -44,11 +43,9 @@ class SyncCall(Generic[T]):
 
     # --- loop thread ----------------------------------------------------------------------
     def _start(self, coro: Coroutine[Any, Any, T]) -> None:
-        if self._cancel_asked:  # the caller gave up before the loop got here
-            coro.close()
-            self._cancelled = True
-            self._done.release()
-            return
+        # Always runs before `_cancel` (both go through the loop's FIFO of thread-safe callbacks),
+        # so a cancel that comes first finds the task; cancelled before its first step, the
+        # coroutine never runs.
         task = self._loop.create_task(coro)
         self._task = task
         task.add_done_callback(self._finish)
@@ -65,7 +62,6 @@ class SyncCall(Generic[T]):
         self._done.release()
 
     def _cancel(self) -> None:
-        self._cancel_asked = True
         if self._task is not None:
             self._task.cancel()
 
