@@ -75,16 +75,19 @@ def test_a_timeout_before_the_loop_starts_the_call_means_it_never_runs(instance)
     """The caller sees the same RequestTimeoutError as with a concurrent future; unlike the
     future's chain (which let the coroutine take its first step before the cancel arrived), the
     cancel now reaches the task before that step, so a pull the caller gave up on is not sent."""
+    blocking = threading.Event()
     release = threading.Event()
     ran = threading.Event()
 
     async def block_the_loop():
+        blocking.set()
         release.wait(within_s(1000))  # blocks the loop thread on purpose
 
     async def never():
         ran.set()
 
     blocker = instance.submit(block_the_loop())
+    assert blocking.wait(within_s())  # the loop is stuck before the call below reaches it
     with pytest.raises(RequestTimeoutError) as info:
         instance.run(never(), 0.05, "late")
     assert info.value.indeterminate and "late" in str(info.value)
