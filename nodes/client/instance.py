@@ -11,7 +11,9 @@ The client id is `ip@instanceName`; the default instance name becomes `pid#nanos
 facades given the same instance name share an instance (RocketMQ's changeInstanceNameToPID).
 
 The public client API is synchronous; everything here runs on the loop, and sync
-callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
+callers enter it through `run(coro, timeout_s)` (which waits on a `SyncCall`, the lightest
+hand-off for a caller that only waits) or `submit(coro)` (a concurrent future, for callers
+that keep several in flight).
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).
 """
