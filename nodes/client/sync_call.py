@@ -1,12 +1,11 @@
 """SyncCall: run one coroutine on the client's loop for a caller thread that only waits for it.
 
 `asyncio.run_coroutine_threadsafe` hands back a `concurrent.futures.Future`: a Condition, a
-callback chain in both directions, and on completion `notify_all` under the Condition's lock,
-which the woken caller must then take again (two wake-ups of the caller per call, each a
-chance for the two threads to trade the GIL). A synchronous call needs none of that: nobody
-adds callbacks, nobody else waits. Here the caller blocks on one pre-acquired lock that the
-loop releases once the task is done, so a call costs one wake-up of the loop and one of the
-caller. The outcome is read after the release, so it needs no lock of its own.
+callback chain in both directions, and on completion `notify_all` under the Condition's lock
+(plus a fresh waiter lock per wait, and the Condition taken again by the woken caller). A
+synchronous call needs none of that: nobody adds callbacks, nobody else waits. Here the
+caller blocks on one pre-acquired lock that the loop releases once the task is done. The
+outcome is written before the release and read after it, so it needs no lock of its own.
 
 Owns only the hand-off; what a timeout means to the caller is `ClientInstance.run`'s business.
 """
