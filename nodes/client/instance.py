@@ -11,7 +11,9 @@ The client id is `ip@instanceName`; the default instance name becomes `pid#nanos
 facades given the same instance name share an instance (RocketMQ's changeInstanceNameToPID).
 
 The public client API is synchronous; everything here runs on the loop, and sync
-callers enter it through `run(coro, timeout_s)` or `submit(coro)`.
+callers enter it through `run(coro, timeout_s)` (which waits on a `SyncCall`, the lightest
+hand-off for a caller that only waits) or `submit(coro)` (a concurrent future, for callers
+that keep several in flight).
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).
 """
@@ -34,6 +36,7 @@ from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.client.rpc.loop_noise import quiet_grpc_poller_noise
+from nodes.client.sync_call import SyncCall
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
@@ -226,7 +229,21 @@ class ClientInstance:
             raise ClientStateError(
                 f"{what}: a blocking client call from the client's own event loop thread (e.g. inside a "
                 "send_async callback) would deadlock; call it from another thread")
-        return self._wait(self.submit(coro, what), timeout_s, what)
+        try:
+            loop = self._require_running(what)
+        except ClientStateError:
+            coro.close()
+            raise
+        call = SyncCall(loop, coro)
+        try:
+            finished = call.wait(timeout_s)
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: do not leave the call running
+            call.cancel()
+            raise
+        if not finished:
+            call.cancel()
+            raise RequestTimeoutError(f"{what}: no answer within {timeout_s:.1f} s; the outcome is unknown")
+        return call.result()
 
     @staticmethod
     def _wait(fut: concurrent.futures.Future[T], timeout_s: float, what: str) -> T:
