@@ -25,7 +25,10 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     assert labels == ["pull master b8 x1 (first-read)", "pull slave b8 x1 (first-read)",
                       "pull master b8 x1", "pull master b8 x2", "pull slave b8 x1", "pull slave b8 x2",
                       "pull loop master b32", "push master b32", "send batch b10", "send sync b1", "send async b1"]
-    assert all(case.measured.messages > 0 for case in report.results)
+    # every case moved messages; with two windows the median is the slower one, which a loaded
+    # machine can starve for a whole 0.3 s window, so the faster window is what must have some
+    assert all(case.measured.spread[1] > 0 for case in report.results), \
+        [(case.label, case.measured.spread) for case in report.results]
     first_reads = [c for c in report.results if c.mode == "first-read"]
     assert [c.measured.messages for c in first_reads] == [400, 400]  # one pass, every message once
     assert set(report.references) == {"mmap-scan", "tcp", "plain-stream b8", "grpc-stream b8", "plain-stream b32",
