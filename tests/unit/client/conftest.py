@@ -215,3 +215,12 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def decode_impl(request: pytest.FixtureRequest) -> Callable[..., list[Any]]:
     """Each implementation of decode_messages in turn: the compiled one, then the Python loop."""
     return decoder(request.param)
+
+
+@pytest.fixture
+def instance():
+    """A started ClientInstance; closed after the test."""
+    inst = ClientInstance("127.0.0.1:9876", name="t")
+    inst.start()
+    yield inst
+    inst.close()

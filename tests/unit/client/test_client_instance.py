@@ -25,14 +25,6 @@ def loop_threads():
     return [t for t in threading.enumerate() if t.name.startswith("mqlab-") and t.is_alive()]
 
 
-@pytest.fixture
-def instance():
-    inst = ClientInstance("127.0.0.1:9876", name="t")
-    inst.start()
-    yield inst
-    inst.close()
-
-
 def test_start_runs_a_named_daemon_loop_thread_and_close_joins_it():
     before = len(loop_threads())
     inst = ClientInstance("127.0.0.1:9876", name="t")

@@ -20,14 +20,6 @@ from proto import broker_pb2, common_pb2
 MQ = MessageQueue("T", "broker-a", 1)
 
 
-@pytest.fixture
-def instance():
-    inst = ClientInstance("127.0.0.1:9876", name="t")
-    inst.start()
-    yield inst
-    inst.close()
-
-
 def in_thread(fn):
     """Run `fn` in a thread; returns a future of its outcome."""
     fut: concurrent.futures.Future = concurrent.futures.Future()
