@@ -70,6 +70,14 @@ def queue_refs(queues: Iterable[Any] | None) -> set[tuple[str, int | None]]:
     return out
 
 
+def tally(values: Iterable[Any]) -> dict[Any, int]:
+    """How often each value occurs, in the order values first appear."""
+    out: dict[Any, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
 def collect_n(df: DataFrame, cap: int = 10_000) -> tuple[list[dict[str, Any]], int]:
     """All rows of a frame expected to be small (violations), and their count, in one job when under `cap`."""
     got = df.limit(cap + 1).collect()

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, examples_of, rel_s
+from chaos.checker.checks._common import collect_parts, examples_of, rel_s, tally
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import History
 from chaos.checker.storage import allowed_loss
@@ -126,7 +126,4 @@ def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
 
 
 def _tally(keys: Iterable[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k in keys:
-        out[k] = out.get(k, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(tally(keys).items()))

@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, examples_of, overlapping, queue_name, rel_s, s
+from chaos.checker.checks._common import collect_parts, examples_of, overlapping, queue_name, rel_s, s, tally
 from chaos.checker.config import CheckerConfig
 from chaos.checker.loader import GQ, History
 from chaos.checker.verdict import CheckResult, combine_parts, unknown
@@ -85,7 +85,7 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
         resumes = _resumes(h, cfg, got.get("resume", []), got.get("rates", []), got.get("progress", []))
         failing = [r for r in resumes if r["verdict"] != "ok" and not r["verdict"].endswith("(explained)")]
         counts["resumes"] = len(resumes)
-        counts["resume_anomalies"] = _tally(r["verdict"] for r in resumes if r["verdict"] != "ok")
+        counts["resume_anomalies"] = tally(r["verdict"] for r in resumes if r["verdict"] != "ok")
         counts["max_rewind"] = max((r["rewind"] for r in resumes), default=0)
         result["resume"] = not failing
         examples += [{"anomaly": r["verdict"], **r} for r in failing[:n]]
@@ -107,13 +107,6 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
     failed = [k for k, v in result.items() if v is False]
     return CheckResult("offset-resync", combine_parts(result), RESYNC, counts=counts, examples=examples[:n],
                        parts=result, skipped=skipped, reason=", ".join(failed) or None)
-
-
-def _tally(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
 
 
 def _ahead(h: History) -> DataFrame:

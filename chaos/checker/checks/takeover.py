@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from chaos.checker.checks._common import collect_parts, queue_name, queue_refs, s
+from chaos.checker.checks._common import collect_parts, queue_name, queue_refs, s, tally
 from chaos.checker.config import Bounds, CheckerConfig
 from chaos.checker.faults import SILENT_OPS, FaultWindow
 from chaos.checker.loader import GQ, History
@@ -98,7 +98,7 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
     slow = [m for m in measurements if m["verdict"] == "slow"]
     early = [m for m in measurements if m["verdict"] == "early"]
     counts = {"owner_changes": len(measurements), "slow": len(slow), "early": len(early), "stuck": len(stuck),
-              "by_cause": _count(m["cause"] for m in measurements),
+              "by_cause": tally(m["cause"] for m in measurements),
               "max_measured_ms": max((m["measured_ms"] for m in measurements if m["measured_ms"] is not None),
                                      default=None)}
     valid = not slow and not early and not stuck
@@ -108,13 +108,6 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
     reason = None if valid else ", ".join(f"{k}: {counts[k]}" for k in ("slow", "early", "stuck") if counts[k])
     return CheckResult("takeover", valid, TAKEOVER, counts=counts, examples=examples, reason=reason,
                        measurements=measurements[:500])
-
-
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
 
 
 def _changes_with_context(h: History) -> DataFrame:
