@@ -52,6 +52,13 @@ class StoreWriter:
         # to keep RocketMQ's behaviour.
         self.on_arrival: Callable[[str, int, int, int], None] | None = None
         self._arrivals: list[Arrival] = []
+        # Bytes from here to the commitlog's end were all encoded by this process's own puts;
+        # anything recovered from disk or appended raw lies below it (see `put_only_from`).
+        self.put_only_from_phys_offset = 0
+
+    def reset_put_only(self) -> None:
+        """Every byte written so far came from elsewhere (disk, a master, a slave)."""
+        self.put_only_from_phys_offset = self._commitlog.max_phys_offset
 
     def put_messages(self, msgs: Sequence[MessageToStore]) -> PutResult:
         """MessageStore.put_messages: refuse, convert a delayed message, validate, then under the
@@ -182,6 +189,7 @@ class StoreWriter:
             if checked:
                 self._dispatcher.dispatch_checked(phys_offset, checked)
             self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+            self.reset_put_only()
             arrivals = self._take_arrivals()
         self._fire(arrivals)
 
