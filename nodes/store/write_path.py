@@ -194,8 +194,18 @@ class StoreWriter:
         self._fire(arrivals)
 
     def note_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, _store_ms: int) -> None:
-        """Dispatch's listener (under the lock): keeps the notice for `_fire`."""
-        self._arrivals.append((topic, queue_id, max_queue_offset, tag_hash))
+        """Dispatch's listener (under the lock): keeps the notice for `_fire`.
+
+        A record of the same queue and tag hash as the one before it replaces that one's notice:
+        the later notice names a higher max offset with the same tag, so it wakes every held
+        pull the earlier one would have (a batch of one tag is one notice, not one per record)."""
+        arrivals = self._arrivals
+        if arrivals:
+            last = arrivals[-1]
+            if last[3] == tag_hash and last[1] == queue_id and last[0] == topic:
+                arrivals[-1] = (topic, queue_id, max_queue_offset, tag_hash)
+                return
+        arrivals.append((topic, queue_id, max_queue_offset, tag_hash))
 
     def _take_arrivals(self) -> list[Arrival]:
         arrivals, self._arrivals = self._arrivals, []
