@@ -107,3 +107,17 @@ def test_put_scanned_stores_what_put_messages_stores(open_store, tmp_path):
             plain_append.phys_offset, plain_append.size)
     assert fast.lookup_message(fast_result.appended[0].phys_offset, fast_result.appended[0].size).properties == {
         "TAGS": "red", "UNIQ_KEY": "A1"}
+
+
+def test_the_joined_properties_hold_every_entry_and_a_checked_name_only_where_it_is_a_property():
+    from nodes.broker.validation import scanned_needs_property_checks
+
+    plain = [(b"DELAY\x01REAL_TOPIC\x01", 0, {"a": "1"}), (b"b", 0, {}), (b"c", 0, {"k": "v", "TAGS": "t"})]
+    scanned = scan_batch_body(_body(plain), BODY_MAX)
+    assert scanned is not None and scanned.properties == b"a\x011\x02k\x01v\x02TAGS\x01t\x02"
+    assert [entry[5] for entry in scanned.entries] == [0, 0, tag_hash("t")]
+    assert not scanned_needs_property_checks(scanned)  # the names stand in a body only
+    real = scan_batch_body(_body([*plain, (b"d", 0, {c.PROPERTY_REAL_TOPIC: "X"})]), BODY_MAX)
+    assert real is not None and scanned_needs_property_checks(real)
+    reserved_later = _body(plain) + _raw_entry(b"e", b"__RECORD_CRC32\x010\x02")
+    assert scan_batch_body(reserved_later, BODY_MAX) is None
