@@ -15,7 +15,14 @@ from typing import Any
 
 from nodes.common import constants as c
 from nodes.store.mapped_file import segment_name
-from nodes.store.record import HEADER, RECORD_BYTES_MIN, CheckedRecord, index_fields, peek_size_and_magic
+from nodes.store.record import (
+    HEADER,
+    RECORD_BYTES_MIN,
+    SIZE_AND_MAGIC,
+    CheckedRecord,
+    index_fields,
+    peek_size_and_magic,
+)
 
 StoreEvent = Callable[[dict[str, Any]], None]
 ReportBad = Callable[..., None]  # (phys_offset, size_bytes, detail, *, queue_id, queue_offset)
@@ -61,6 +68,21 @@ def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck
             records.append((at, *fields))
         pos += size
     return ChunkCheck(end, records=records)
+
+
+def whole_records_bytes(data: bytes) -> int:
+    """How many bytes of `data` are whole records by their framing alone (size and magic), for
+    bytes known to be sound; 0 when the first one is not a whole record (then check_chunk says
+    what it is: a blank marker, a longer record, damage)."""
+    unpack_frame = SIZE_AND_MAGIC.unpack_from
+    pos, end = 0, len(data)
+    record_magic = c.RECORD_MAGIC
+    while end - pos >= SIZE_AND_MAGIC.size:
+        size, magic = unpack_frame(data, pos)
+        if magic != record_magic or size < RECORD_BYTES_MIN or pos + size > end:
+            break
+        pos += size
+    return pos
 
 
 def damaged_record_bytes(data: bytes, phys_offset: int, segment_bytes: int) -> int:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from nodes.broker.ha_check import ChunkCheck, StoreErrors, check_chunk
+from nodes.broker.ha_check import ChunkCheck, StoreErrors, check_chunk, whole_records_bytes
 from nodes.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -80,6 +80,14 @@ def read_checked(store: MessageStore, phys_offset: int, max_bytes: int, segment_
     data = store.read_commitlog(phys_offset, max_bytes)
     if not data:
         return b"", ChunkCheck(0)
+    if phys_offset >= store.put_only_from_phys_offset:
+        # Records this process encoded itself moments ago, in the segment it writes: reading
+        # them back cannot find what the checks look for (they guard against bytes damaged on
+        # disk or received raw), so only their framing is walked. The slave checks every record
+        # it receives either way.
+        whole_bytes = whole_records_bytes(data)
+        if whole_bytes:
+            return data[:whole_bytes], ChunkCheck(whole_bytes)
     check = check_chunk(data, phys_offset, segment_bytes)
     if check.valid_bytes == 0 and check.needed_bytes > len(data):
         data = store.read_commitlog(phys_offset, check.needed_bytes)

@@ -35,6 +35,7 @@ from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
 from nodes.common.errors import StoreError
 from nodes.store import message_batch
+from nodes.store.commitlog import AppendedRun
 from nodes.store.message_batch import MalformedBatchError
 from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore
@@ -92,6 +93,13 @@ class SendResponse:
     queue_id: int = 0
     appended: Sequence[AppendedMessage] = ()
     compact: bool = False
+
+    @property
+    def phys_offsets(self) -> list[int]:
+        appended = self.appended
+        if isinstance(appended, AppendedRun):  # a batch body's put: no result built per message
+            return appended.phys_offsets
+        return [a.phys_offset for a in appended]
 
     @property
     def offset_msg_id_prefix(self) -> str:

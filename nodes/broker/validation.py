@@ -124,16 +124,8 @@ def scanned_needs_property_checks(scanned: ScannedBatch) -> bool:
     names a property `properties_refusal` checks: the send then decodes the batch so the check
     runs. A match on the raw text, so a name that only ends so (`MY_DELAY`) also goes that way:
     slower, with the same outcome."""
-    blob = scanned.blob
-    for name in _CHECKED_NAMES:
-        # one search of the whole body: the common batch names none of them anywhere
-        at = blob.find(name)
-        while at >= 0:
-            if any(props_start <= at and at + len(name) <= props_start + props_len
-                   for _body_start, _body_len, _flag, props_start, props_len, _tag in scanned.entries):
-                return True
-            at = blob.find(name, at + 1)
-    return False
+    properties = scanned.properties  # every entry's text joined: a name is in it iff in an entry's
+    return any(name in properties for name in _CHECKED_NAMES)
 
 
 def _property_problem(properties: dict[str, str]) -> str | None:

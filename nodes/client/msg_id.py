@@ -54,6 +54,18 @@ class UniqIdGenerator:
             self._last = seq
         return f"{self.prefix}{seq:012X}"
 
+    def next_ids(self, count: int) -> list[str]:
+        """`count` ids, as `count` calls of `next_id` would give them, for one lock and one
+        clock read (a batch send stamps hundreds at once)."""
+        if count <= 0:
+            return []
+        elapsed_ms = (time.monotonic_ns() - self._start_ns) // 1_000_000
+        with self._lock:
+            first = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
+            self._last = (first + count - 1) & _SEQ_MASK
+        prefix = self.prefix
+        return [f"{prefix}{seq & _SEQ_MASK:012X}" for seq in range(first, first + count)]
+
 
 _default: UniqIdGenerator | None = None
 _default_lock = threading.Lock()

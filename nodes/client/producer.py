@@ -239,10 +239,9 @@ class Producer:
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send messages of one topic as one request to one queue, all or nothing."""
         topic, properties = checked_batch(msgs, self.body_bytes_max)
-        prepared = [self._prepare(m, props) for m, props in zip(msgs, properties, strict=True)]
-        coro = self._send_default(topic, [out for out, _ in prepared], [uid for _, uid in prepared],
-                                  self.retry_times)
-        return self._run(coro, f"send_batch of {len(prepared)} to {topic}")
+        outs, uids = self._prepare_batch(msgs, properties)
+        coro = self._send_default(topic, outs, uids, self.retry_times)
+        return self._run(coro, f"send_batch of {len(outs)} to {topic}")
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         """Start a send and return its future; blocks while `async_window` sends are in flight.
@@ -305,6 +304,28 @@ class Producer:
             msg.properties[c.PROPERTY_UNIQ_KEY] = uid
             properties[c.PROPERTY_UNIQ_KEY] = uid  # the sent copy, built before the id was set
         return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
+
+    def _prepare_batch(self, msgs: Sequence[Message], properties: list[dict[str, str]]
+                       ) -> tuple[list[Outgoing], list[str]]:
+        """`_prepare` for messages `checked_batch` checked (its `properties`): the ids a batch
+        lacks are taken in one go, and one born time stamps the batch (the broker keeps one
+        for a batch body anyway)."""
+        if self._ids is None:
+            raise ClientStateError("the producer is not started; call start() first")
+        uniq_key = c.PROPERTY_UNIQ_KEY
+        uids = [msg.properties.get(uniq_key, "") if msg.properties else "" for msg in msgs]
+        missing = [i for i, uid in enumerate(uids) if not uid]
+        if missing:
+            for i, uid in zip(missing, self._ids.next_ids(len(missing)), strict=True):
+                msg = msgs[i]
+                if msg.properties is None:
+                    msg.properties = {}
+                # As MessageClientIDSetter#setUniqID: a message keeps its id across resends.
+                msg.properties[uniq_key] = uid
+                properties[i][uniq_key] = uid  # the sent copy, built before the id was set
+                uids[i] = uid
+        born_ms = self._clock.wall_ms()
+        return [Outgoing(msg.body, msg.flag, props, born_ms) for msg, props in zip(msgs, properties, strict=True)], uids
 
     def _run(self, coro: Any, what: str) -> SendResult:
         if not self._attached:

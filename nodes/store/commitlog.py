@@ -12,6 +12,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from nodes.common import constants as c
 from nodes.common.errors import StoreError
@@ -40,6 +41,38 @@ class AppendResult:
     queue_offset: int
     store_timestamp_ms: int
     offset_msg_id: str
+
+
+class AppendedRun(Sequence[AppendResult]):
+    """The AppendResults of records appended back to back by one put, all of one store host,
+    built only when asked for: a batch's answer needs the positions, rarely each result."""
+
+    __slots__ = ("first_queue_offset", "phys_offsets", "prefix", "sizes", "store_timestamp_ms")
+
+    def __init__(self, phys_offsets: list[int], sizes: Sequence[int], first_queue_offset: int,
+                 store_timestamp_ms: int, prefix: str) -> None:
+        self.phys_offsets = phys_offsets
+        self.sizes = sizes
+        self.first_queue_offset = first_queue_offset
+        self.store_timestamp_ms = store_timestamp_ms
+        self.prefix = prefix  # of the offset message ids
+
+    def __len__(self) -> int:
+        return len(self.phys_offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> AppendResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[AppendResult]: ...
+
+    def __getitem__(self, index: int | slice) -> AppendResult | list[AppendResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        phys_offset = self.phys_offsets[index]  # IndexError past the end ends iteration
+        return AppendResult(phys_offset, self.sizes[index], self.first_queue_offset + index, self.store_timestamp_ms,
+                            f"{self.prefix}{phys_offset:016X}")
 
 
 class CommitLog:
@@ -95,7 +128,7 @@ class CommitLog:
         return results
 
     def append_encoded(self, blob: bytearray, sizes: Sequence[int], *, store_host: tuple[str, int],
-                       first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+                       first_queue_offset: int, store_timestamp_ms: int) -> AppendedRun:
         """`append` for records already encoded (`record_batch.encode_scanned`), all of one
         store host.
 
@@ -103,10 +136,7 @@ class CommitLog:
             ValueError: the batch cannot fit in one segment.
         """
         positions = self._place(blob, sizes)
-        prefix = offset_msg_id_prefix(*store_host)
-        return [AppendResult(phys_offset, size, queue_offset, store_timestamp_ms, f"{prefix}{phys_offset:016X}")
-                for queue_offset, phys_offset, size in zip(range(first_queue_offset, first_queue_offset + len(sizes)),
-                                                           positions, sizes, strict=True)]
+        return AppendedRun(positions, sizes, first_queue_offset, store_timestamp_ms, offset_msg_id_prefix(*store_host))
 
     def _place(self, blob: bytearray, sizes: Sequence[int]) -> list[int]:
         """Put records encoded with every PHYSICALOFFSET zero in one segment (closing the

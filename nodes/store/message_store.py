@@ -102,6 +102,7 @@ class MessageStore:
             DataDirError: `root` is not a usable directory.
         """
         self._recovery = self._files.open(on_arrival=self._writer.note_arrival)
+        self._writer.reset_put_only()
         self.metadata = self._files.metadata
         return self._recovery
 
@@ -153,6 +154,18 @@ class MessageStore:
         """
         self._writer.append_commitlog(phys_offset, data, checked)
 
+    @property
+    def put_only_from_phys_offset(self) -> int:
+        """Where the newest segment's run of records written by this process's own puts starts:
+        every byte from here to `max_phys_offset` was encoded in this process from messages it
+        checked, never read from disk nor received raw (those land below it: recovery, a
+        replica's appends, a restored tail). Sealed segments are never in it, so bytes damaged
+        on disk after they were written (a sealed segment's) stay outside. `max_phys_offset`
+        when there is no such run."""
+        segments = self._files.commitlog.segments
+        newest_start = segments[-1].start_offset if segments else 0
+        return max(self._writer.put_only_from_phys_offset, newest_start)
+
     # --- reading -------------------------------------------------------------------------------
 
     def truncate_to(self, phys_offset: int) -> tuple[int, int]:
@@ -173,6 +186,8 @@ class MessageStore:
             dispatcher.reput_from_phys_offset = min(dispatcher.reput_from_phys_offset, phys_offset)
             dispatcher.damaged_ranges[:] = [(a, b) for a, b in dispatcher.damaged_ranges if b <= phys_offset]
             queue_ends = {f"{q.topic}/{q.queue_id}": q.max_queue_offset for q in files.consume_queues.values()}
+            writer = self._writer
+            writer.put_only_from_phys_offset = min(writer.put_only_from_phys_offset, phys_offset)
         with files._flushed_lock:
             files._flushed_commitlog = min(files._flushed_commitlog, phys_offset)
             for key, queue_offset in list(files._flushed_queues.items()):

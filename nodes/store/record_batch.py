@@ -129,10 +129,13 @@ _DELAY_NAME = f"{c.PROPERTY_DELAY}\x01".encode()
 class ScannedBatch:
     """A batch body (RocketMQ's, `message_batch`) whose every entry can become a record straight
     from its bytes: `entries` = (body start, body length, flag, properties start, properties
-    length, tag code) in `blob`."""
+    length, tag code) in `blob`; `properties` = every entry's properties text, back to back (a
+    name searched for in it is in some entry's properties: each text ends with a separator, and
+    a name holds none)."""
 
     blob: bytes
     entries: list[tuple[int, int, int, int, int, int]]
+    properties: bytes = b""
 
 
 def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
@@ -146,9 +149,11 @@ def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
     would give (a name given twice keeps both pairs; readers keep the last, as decoding does).
     """
     entries = []
+    props_parts = []
     head_bytes, entry_min = ENTRY_HEAD.size, ENTRY_BYTES_MIN
     unpack_head = ENTRY_HEAD.unpack_from
     props_max = USER_PROPERTIES_BYTES_MAX
+    view = memoryview(blob)
     pos, end, bodies = 0, len(blob), 0
     while pos < end:
         if end - pos < entry_min:
@@ -162,23 +167,39 @@ def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
         props_len = entry_end - props_start
         if ((blob[props_start - 2] << 8) | blob[props_start - 1]) != props_len or props_len > props_max:
             return None
-        tag_code = 0
         if props_len:
-            props = blob[props_start:entry_end]
-            separators = props.translate(None, _NOT_SEPARATORS)
-            if (not props.isascii() or props[-1] != 2 or separators != b"\x01\x02" * (len(separators) // 2)
-                    or _RESERVED in props or _DELAY_NAME in props):
+            if blob[entry_end - 1] != 2:
                 return None
-            at = props.rfind(_TAGS_LATER)
-            at = at + len(_TAGS_LATER) if at >= 0 else (len(_TAGS_FIRST) if props.startswith(_TAGS_FIRST) else -1)
-            if at >= 0:
-                tag_code = tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
-        entries.append((body_start, body_len, flag, props_start, props_len, tag_code))
+            props_parts.append(view[props_start:entry_end])
+        entries.append((body_start, body_len, flag, props_start, props_len, 0))
         bodies += body_len
         pos = entry_end
     if not entries or (len(entries) > 1 and bodies > body_bytes_max):
         return None
-    return ScannedBatch(blob, entries)
+    # The properties' checks run once over all of them: every text ends with \x02 (checked
+    # above), so the separators of all are an alternation of \x01 and \x02 exactly when each
+    # one's are, and a name with no \x02 in it is found in the joined text exactly when some
+    # entry's text holds it.
+    props = b"".join(props_parts)
+    if props:
+        separators = props.translate(None, _NOT_SEPARATORS)
+        if (not props.isascii() or separators != b"\x01\x02" * (len(separators) // 2)
+                or _RESERVED in props or _DELAY_NAME in props):
+            return None
+        if _TAGS_FIRST in props:
+            entries = [(body_at, body_len, flag, at, size, _tag_code(blob, at, at + size))
+                       for body_at, body_len, flag, at, size, _none in entries]
+    return ScannedBatch(blob, entries, props)
+
+
+def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
+    """The tag code of one entry's properties text (its last TAGS value; 0 without one)."""
+    props = blob[props_start:props_end]
+    at = props.rfind(_TAGS_LATER)
+    at = at + len(_TAGS_LATER) if at >= 0 else (len(_TAGS_FIRST) if props.startswith(_TAGS_FIRST) else -1)
+    if at < 0:
+        return 0
+    return tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
 
 
 def encode_scanned(scanned: ScannedBatch, *, topic: str, queue_id: int, first_queue_offset: int,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from nodes.common import constants as c
 from nodes.common.clock import Clock
-from nodes.store.commitlog import AppendResult
+from nodes.store.commitlog import AppendedRun, AppendResult
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
 from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
 from nodes.store.record_batch import ScannedBatch, encode_scanned
@@ -23,7 +23,7 @@ from nodes.store.store_files import StoreFiles, is_path_safe
 # (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
 Arrival = tuple[str, int, int, int]
 # writes a put's records given (first_queue_offset, store_timestamp_ms); raises ValueError if refused
-_Append = Callable[[int, int], list[AppendResult]]
+_Append = Callable[[int, int], Sequence[AppendResult]]
 
 
 class PutStatus(enum.Enum):
@@ -37,7 +37,7 @@ class PutStatus(enum.Enum):
 @dataclass
 class PutResult:
     status: PutStatus
-    appended: list[AppendResult] = field(default_factory=list)
+    appended: Sequence[AppendResult] = field(default_factory=list)
     remark: str = ""
 
 
@@ -52,6 +52,13 @@ class StoreWriter:
         # to keep RocketMQ's behaviour.
         self.on_arrival: Callable[[str, int, int, int], None] | None = None
         self._arrivals: list[Arrival] = []
+        # Bytes from here to the commitlog's end were all encoded by this process's own puts;
+        # anything recovered from disk or appended raw lies below it (see `put_only_from`).
+        self.put_only_from_phys_offset = 0
+
+    def reset_put_only(self) -> None:
+        """Every byte written so far came from elsewhere (disk, a master, a slave)."""
+        self.put_only_from_phys_offset = self._commitlog.max_phys_offset
 
     def put_messages(self, msgs: Sequence[MessageToStore]) -> PutResult:
         """MessageStore.put_messages: refuse, convert a delayed message, validate, then under the
@@ -88,7 +95,7 @@ class StoreWriter:
             return refused
         commitlog = self._commitlog
 
-        def append(first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+        def append(first_queue_offset: int, store_timestamp_ms: int) -> AppendedRun:
             blob, sizes = encode_scanned(scanned, topic=topic, queue_id=queue_id,
                                          first_queue_offset=first_queue_offset,
                                          store_timestamp_ms=store_timestamp_ms,
@@ -131,8 +138,11 @@ class StoreWriter:
             except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
             end_phys_offset = commitlog.max_phys_offset
-            units = [(a.phys_offset, a.size, tag_code)
-                     for a, tag_code in zip(appended, tag_codes(store_timestamp_ms), strict=True)]
+            if isinstance(appended, AppendedRun):
+                units = list(zip(appended.phys_offsets, appended.sizes, tag_codes(store_timestamp_ms), strict=True))
+            else:
+                units = [(a.phys_offset, a.size, tag_code)
+                         for a, tag_code in zip(appended, tag_codes(store_timestamp_ms), strict=True)]
             if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
                                                       first_queue_offset, units, store_timestamp_ms):
                 self._dispatcher.dispatch_until(end_phys_offset)
@@ -182,12 +192,23 @@ class StoreWriter:
             if checked:
                 self._dispatcher.dispatch_checked(phys_offset, checked)
             self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+            self.reset_put_only()
             arrivals = self._take_arrivals()
         self._fire(arrivals)
 
     def note_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int, _store_ms: int) -> None:
-        """Dispatch's listener (under the lock): keeps the notice for `_fire`."""
-        self._arrivals.append((topic, queue_id, max_queue_offset, tag_hash))
+        """Dispatch's listener (under the lock): keeps the notice for `_fire`.
+
+        A record of the same queue and tag hash as the one before it replaces that one's notice:
+        the later notice names a higher max offset with the same tag, so it wakes every held
+        pull the earlier one would have (a batch of one tag is one notice, not one per record)."""
+        arrivals = self._arrivals
+        if arrivals:
+            last = arrivals[-1]
+            if last[3] == tag_hash and last[1] == queue_id and last[0] == topic:
+                arrivals[-1] = (topic, queue_id, max_queue_offset, tag_hash)
+                return
+        arrivals.append((topic, queue_id, max_queue_offset, tag_hash))
 
     def _take_arrivals(self) -> list[Arrival]:
         arrivals, self._arrivals = self._arrivals, []

@@ -65,7 +65,7 @@ def send_response_to_pb(response: SendResponse) -> broker_pb2.SendMessageRespons
     if response.compact:
         return broker_pb2.SendMessageResponse(
             code=code, remark=response.remark, queue_id=response.queue_id,
-            first_queue_offset=appended[0].queue_offset, phys_offsets=[a.phys_offset for a in appended],
+            first_queue_offset=appended[0].queue_offset, phys_offsets=response.phys_offsets,
             offset_msg_id_prefix=response.offset_msg_id_prefix)
     return broker_pb2.SendMessageResponse(
         code=code, remark=response.remark, queue_id=response.queue_id,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import nodes.store.dispatch as dispatch_module
-from nodes.broker.ha_check import StoreErrors, check_chunk, damaged_record_bytes
+from nodes.broker.ha_check import StoreErrors, check_chunk, damaged_record_bytes, whole_records_bytes
 from nodes.broker.ha_master import SlaveReport
-from nodes.broker.ha_restore import WriteGate, collect_restore
+from nodes.broker.ha_restore import WriteGate, collect_restore, read_checked
 from nodes.common.clock import FakeClock
-from nodes.store.message_store import MessageStore
+from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.record import MessageToStore, blank_marker, encode_record
 
 from .conftest import DELAYS_MS, SMALL
@@ -212,3 +212,66 @@ def test_checked_records_after_damage_dispatch_as_the_walk_does(tmp_path, damage
             store.close()
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][1] == len(data) + len(more)  # both walked past the damage to the new records
+
+
+def test_whole_records_bytes_walks_the_framing_only():
+    data = _records(0, 3)
+    one = len(data) // 3
+    assert whole_records_bytes(data) == len(data)
+    assert whole_records_bytes(data[:-10]) == 2 * one  # a partial record is left for the next read
+    assert whole_records_bytes(_records(0, 1) + blank_marker(500)) == one  # a blank is check_chunk's
+    assert whole_records_bytes(b"\0" * 300) == 0
+
+
+def _master(root: Path) -> MessageStore:
+    store = MessageStore(root, SMALL, clock=FakeClock(), delay_levels_ms=DELAYS_MS)
+    store.open()
+    return store
+
+
+def _put(store: MessageStore, count: int) -> None:
+    result = store.put_messages([MessageToStore("T", 0, b"y" * 200, store_host=("127.0.0.1", 10911))
+                                 for _ in range(count)])
+    assert result.status is PutStatus.PUT_OK
+
+
+def test_a_master_checks_every_record_it_did_not_put_itself_in_its_newest_segment(tmp_path):
+    """What this process put into its newest segment goes out by its framing; recovered bytes,
+    and a sealed segment's, are still checked record by record (damage there is caught)."""
+    root = tmp_path / "store"
+    store = _master(root)
+    _put(store, 4)
+    recovered_end = store.max_phys_offset
+    store.close()
+    store = _master(root)
+    assert store.put_only_from_phys_offset == recovered_end
+    _put(store, 4)
+    one = (store.max_phys_offset - recovered_end) // 4
+    # damage a recovered record and a record this process put, in the mapping itself
+    segment = store._files.commitlog.segments[-1]
+    segment.buffer[one + 100] ^= 0xFF
+    segment.buffer[recovered_end + one + 100] ^= 0xFF
+    data, check = read_checked(store, 0, 64 * 1024, SMALL.commitlog_segment_bytes)
+    assert (len(data), check.bad_phys_offset) == (one, one)  # recovered bytes: checked
+    data, check = read_checked(store, recovered_end, 64 * 1024, SMALL.commitlog_segment_bytes)
+    assert len(data) == 4 * one and check.bad_phys_offset is None  # put here: framing only
+    # once the segment is sealed, the same bytes are checked again
+    while len(store._files.commitlog.segments) == 1:
+        _put(store, 50)
+    assert store.put_only_from_phys_offset == store._files.commitlog.segments[-1].start_offset
+    data, check = read_checked(store, recovered_end, 64 * 1024, SMALL.commitlog_segment_bytes)
+    assert (len(data), check.bad_phys_offset) == (one, recovered_end + one)
+    store.close()
+
+
+def test_a_raw_append_or_a_truncation_moves_the_put_only_start(tmp_path):
+    store = _master(tmp_path / "store")
+    _put(store, 2)
+    assert store.put_only_from_phys_offset == 0
+    end = store.max_phys_offset
+    store.append_commitlog(end, _records(end, 2))
+    assert store.put_only_from_phys_offset == store.max_phys_offset  # raw bytes are not ours
+    _put(store, 1)
+    store.truncate_to(end)
+    assert store.put_only_from_phys_offset == end
+    store.close()

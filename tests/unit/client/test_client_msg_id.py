@@ -24,6 +24,14 @@ def test_ids_are_unique_and_strictly_increasing_within_a_generator():
     assert ids == sorted(ids)
 
 
+def test_ids_taken_in_bulk_continue_the_same_strictly_increasing_sequence():
+    gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
+    ids = [gen.next_id(), *gen.next_ids(1000), gen.next_id(), *gen.next_ids(3)]
+    assert len(ids) == 1005 and all(HEX32.match(uid) for uid in ids)
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+    assert gen.next_ids(0) == []
+
+
 def test_ids_unique_across_threads():
     gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
     out: list[list[str]] = [[] for _ in range(4)]

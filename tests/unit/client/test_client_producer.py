@@ -241,6 +241,17 @@ def test_send_batch_is_one_request_with_ids_and_offsets_per_message(make_produce
     assert len(set(uids)) == 3
 
 
+def test_send_batch_keeps_the_ids_messages_already_carry_and_stamps_the_rest(make_producer, fakes):
+    producer, inst = make_producer(lambda addr, m, req: fakes.send_ok(req, first_offset=0))
+    msgs = [Message("T", b"a"), Message("T", b"b", properties={c.PROPERTY_UNIQ_KEY: "KEPT"}), Message("T", b"c")]
+    result = producer.send_batch(msgs)
+    ((_, req),) = sent(inst)
+    uids = [m.properties[c.PROPERTY_UNIQ_KEY] for m in msgs]
+    assert uids[1] == "KEPT" and uids[0] < uids[2]
+    assert [m.properties[c.PROPERTY_UNIQ_KEY] for m in fakes.sent_messages(req)] == uids
+    assert result.msg_ids == tuple(uids)
+
+
 @pytest.mark.parametrize(("msgs", "match"), [
     ([], "empty"),
     ([Message("T", b"a"), Message("U", b"b")], "one topic"),

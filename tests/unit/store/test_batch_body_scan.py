@@ -4,6 +4,8 @@ putting those: the same record bytes, offsets, tag codes; anything not plain is 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -107,3 +109,33 @@ def test_put_scanned_stores_what_put_messages_stores(open_store, tmp_path):
             plain_append.phys_offset, plain_append.size)
     assert fast.lookup_message(fast_result.appended[0].phys_offset, fast_result.appended[0].size).properties == {
         "TAGS": "red", "UNIQ_KEY": "A1"}
+
+
+def test_the_joined_properties_hold_every_entry_and_a_checked_name_only_where_it_is_a_property():
+    from nodes.broker.validation import scanned_needs_property_checks
+
+    plain = [(b"DELAY\x01REAL_TOPIC\x01", 0, {"a": "1"}), (b"b", 0, {}), (b"c", 0, {"k": "v", "TAGS": "t"})]
+    scanned = scan_batch_body(_body(plain), BODY_MAX)
+    assert scanned is not None and scanned.properties == b"a\x011\x02k\x01v\x02TAGS\x01t\x02"
+    assert [entry[5] for entry in scanned.entries] == [0, 0, tag_hash("t")]
+    assert not scanned_needs_property_checks(scanned)  # the names stand in a body only
+    real = scan_batch_body(_body([*plain, (b"d", 0, {c.PROPERTY_REAL_TOPIC: "X"})]), BODY_MAX)
+    assert real is not None and scanned_needs_property_checks(real)
+    reserved_later = _body(plain) + _raw_entry(b"e", b"__RECORD_CRC32\x010\x02")
+    assert scan_batch_body(reserved_later, BODY_MAX) is None
+
+
+def test_the_results_of_a_scanned_put_are_built_when_read_and_match_eager_ones(open_store, tmp_path):
+    store = open_store(tmp_path / "lazy")
+    entries = [(b"x" * n, 0, {"UNIQ_KEY": f"U{n}"}) for n in (5, 50, 500)]
+    result = store.put_scanned(scan_batch_body(_body(entries), BODY_MAX), topic="T", queue_id=0,
+                               born_timestamp_ms=1, **HOSTS)
+    appended = result.appended
+    eager = list(appended)
+    assert len(appended) == len(eager) == 3 and appended[-1] == eager[2] and appended[1:] == eager[1:]
+    assert [a.queue_offset for a in eager] == [0, 1, 2]
+    assert [a.phys_offset for a in eager] == appended.phys_offsets
+    assert all(a.phys_offset + a.size == b.phys_offset for a, b in itertools.pairwise(eager))
+    assert eager[0].offset_msg_id.endswith(f"{eager[0].phys_offset:016X}")
+    with pytest.raises(IndexError):
+        appended[3]

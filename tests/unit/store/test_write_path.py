@@ -102,6 +102,15 @@ def test_arrivals_are_announced_and_the_listener_may_put(open_store):
                     ("T", 0, 2, tag_hash("TagB")), ("EVENTS", 0, 2, 0)]
 
 
+def test_a_batch_announces_each_run_of_one_tag_once_with_its_last_offset(open_store):
+    store = open_store()
+    seen = []
+    store.on_arrival = lambda *arrival: seen.append(arrival)
+    tags = ["A", "A", "A", "B", "A", "A"]
+    store.put_messages([msg(properties={"TAGS": tag}) for tag in tags])
+    assert seen == [("T", 0, 3, tag_hash("A")), ("T", 0, 4, tag_hash("B")), ("T", 0, 6, tag_hash("A"))]
+
+
 def test_flush_may_run_on_another_thread_during_puts(open_store, tmp_path):
     store = open_store()
     stop = threading.Event()
