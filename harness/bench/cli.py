@@ -53,6 +53,7 @@ def pull(
     seconds: Annotated[float | None, typer.Option("--seconds", min=0.2, help="Length of one measuring window (default 2; --quick 1).")] = None,
     windows: Annotated[int | None, typer.Option("--windows", min=1, max=20, help="Windows per case and limit; the best counts (default 3; --quick 3).")] = None,
     window: Annotated[int, typer.Option("--window", min=1, max=256, help="Pulls in flight per consumer process.")] = 8,
+    pull: Annotated[bool, typer.Option("--pull/--no-pull", help="Measure the pull consumer and the pull loop (with the mmap scan and loopback TCP ceilings).")] = True,
     push: Annotated[bool, typer.Option("--push/--no-push", help="Measure the push consumer.")] = True,
     send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
     send_batch: Annotated[str, typer.Option("--send-batch", help="Messages per send_batch call, comma-separated (one send case each).")] = ",".join(map(str, DEFAULT_SEND_BATCHES)),
@@ -74,7 +75,7 @@ def pull(
         raise CliError(str(exc)) from None
     base = BenchConfig.quick() if quick else BenchConfig()
     overrides: dict[str, Any] = {"body_bytes": body_bytes, "queues": queues, "batches": _int_list(batches, "--batches"),
-                                 "window": window, "push": push, "send": send,
+                                 "window": window, "pull": pull, "push": push, "send": send,
                                  "send_batches": _int_list(send_batch, "--send-batch"),
                                  "peers": tuple(p.strip() for p in peers.split(",") if p.strip()),
                                  "clients": tuple(n.strip() for n in clients.split(",") if n.strip()),

@@ -58,6 +58,7 @@ class BenchConfig:
     window: int = 8  # pulls in flight per consumer process (and in the stream references)
     send_batches: tuple[int, ...] = DEFAULT_SEND_BATCHES  # messages per send_batch call
     send_window: int = DEFAULT_SEND_WINDOW  # send_async's bounded window
+    pull: bool = True
     push: bool = True
     send: bool = True
     peers: tuple[str, ...] = ()  # "redis": Redis Streams rows beside the references

@@ -216,6 +216,24 @@ def _send_references(run: Run, batch: int) -> None:
         _attempt(run, f"redis xadd b{batch}", stages.measure_redis_xadd, batch)
 
 
+def _pull_stages(run: Run) -> None:
+    """The pull consumer's rows (a first read, then per batch, source and process count) and the pull loop."""
+    config, hooks = run.config, run.hooks
+    for source in config.sources:
+        hooks.stage(f"first read: one pass over every queue from the {source}, batch {max(config.batches)}")
+        _attempt(run, f"first read from the {source}", stages.measure_pull, source, max(config.batches), 1,
+                 first_read=True)
+    for batch in config.batches:
+        _consumer_references(run, batch)
+        for source in config.sources:
+            for consumers in config.consumers:
+                hooks.stage(f"pull from the {source}, batch {batch}, {consumers} consumer process(es)")
+                _attempt(run, f"pull {source} b{batch} x{consumers}", stages.measure_pull, source, batch, consumers)
+    _consumer_references(run, PULL_LOOP_BATCH)
+    hooks.stage(f"pull loop: PullConsumer.pull(max_nums={PULL_LOOP_BATCH}), one call at a time")
+    _attempt(run, "pull loop", stages.measure_pull_loop)
+
+
 def _run_stages(run: Run) -> None:
     config, hooks = run.config, run.hooks
     hooks.stage(f"creating topics {PULL_TOPIC} and {SEND_TOPIC} ({config.queues} queues)")
@@ -233,19 +251,8 @@ def _run_stages(run: Run) -> None:
     stages.start_limits_server(run)
     hooks.stage("reference: loopback TCP")
     _attempt(run, "tcp", stages.measure_tcp)
-    for source in config.sources:
-        hooks.stage(f"first read: one pass over every queue from the {source}, batch {max(config.batches)}")
-        _attempt(run, f"first read from the {source}", stages.measure_pull, source, max(config.batches), 1,
-                 first_read=True)
-    for batch in config.batches:
-        _consumer_references(run, batch)
-        for source in config.sources:
-            for consumers in config.consumers:
-                hooks.stage(f"pull from the {source}, batch {batch}, {consumers} consumer process(es)")
-                _attempt(run, f"pull {source} b{batch} x{consumers}", stages.measure_pull, source, batch, consumers)
-    _consumer_references(run, PULL_LOOP_BATCH)
-    hooks.stage(f"pull loop: PullConsumer.pull(max_nums={PULL_LOOP_BATCH}), one call at a time")
-    _attempt(run, "pull loop", stages.measure_pull_loop)
+    if config.pull:
+        _pull_stages(run)
     if config.push:
         _consumer_references(run, PUSH_PULL_BATCH)
         hooks.stage("push consumer, a listener that reads each message")

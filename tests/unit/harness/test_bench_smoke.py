@@ -52,3 +52,17 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     # the stores are gone (not kept by default); logs and configs stay
     run_dir = tmp_path / "run"
     assert not list(run_dir.glob("*/store")) and list(run_dir.glob("*/node.log"))
+
+
+def test_a_send_only_bench_measures_no_consumer_row(tmp_path):
+    config = BenchConfig(messages=200, body_bytes=100, queues=2, batches=(8,), consumers=(1,), seconds=0.3,
+                         windows=2, send_batches=(10,), send_window=4, time_scale=0.05, pull=False, push=False,
+                         run_dir=tmp_path / "run")
+    stages: list[str] = []
+    report = run_bench(config, Hooks(stage=stages.append))
+    assert not report.problems, report.problems
+    assert [case.label for case in report.results] == ["send batch b10", "send sync b1", "send async b1"]
+    assert not any("pull" in stage or "first read" in stage for stage in stages), stages
+    assert {"plain-unary b10", "plain-unary b1"} <= set(report.references)
+    assert not any(name.startswith(("plain-stream", "grpc-stream")) for name in report.references)
+    assert not children_running("harness.bench")
