@@ -233,12 +233,14 @@ class History:
 
     @cached_property
     def commits(self) -> DataFrame:
-        """Client offset commits that succeeded: group, queue, client_id, offset, target broker id, t."""
+        """Client offset commits that succeeded: group, queue, client_id, offset, target broker id, t (the
+        answer's line) and decided_t (when the client decided and sent it; t when the line does not say)."""
         c = self.ev.filter((F.col("event") == "offset-commit") & (F.col("side") == "client")
                            & F.col("offset").isNotNull() & (F.coalesce("ok", F.lit(True))))
         c = c.withColumn("target_broker_id", F.coalesce("target_broker_id", "broker_id"))
         c = self._with_client(c).select("node", "client_id", *GQ, "offset", "target_broker_id",
-                                        F.col("mono_ms").alias("t"))
+                                        F.col("mono_ms").alias("t"),
+                                        F.coalesce("decided_mono_ms", "mono_ms").alias("decided_t"))
         return self.persist(c)
 
     @cached_property

@@ -86,9 +86,11 @@ class Run:
         self.events.append({"node": node, "mono_ms": t, "wall_ms": 1_700_000_000_000 + t, "event": event, **fields})
         return self
 
-    def commit(self, t: int, offset: int, *, queue: int = 0, client: str = "c1", target: int = 0, group: str = G) -> Run:
+    def commit(self, t: int, offset: int, *, queue: int = 0, client: str = "c1", target: int = 0, group: str = G,
+               decided: int | None = None) -> Run:
         return self.event("offset-commit", t, f"consumer-{client[1:]}", group=group, client_id=client, topic=T,
-                          broker_name=B, queue_id=queue, offset=offset, target_broker_id=target, ok=True)
+                          broker_name=B, queue_id=queue, offset=offset, target_broker_id=target, ok=True,
+                          decided_mono_ms=decided)
 
     def stored(self, t: int, offset: int, *, broker_id: int = 0, queue: int = 0, source: str = "client") -> Run:
         return self.event("offset-commit", t, f"{B}-{broker_id}", group=G, topic=T, queue_id=queue, offset=offset,

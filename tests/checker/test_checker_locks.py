@@ -57,6 +57,19 @@ def test_stale_owner_commit(spark):
     assert (stale["client_id"], stale["holder"]) == ("c1", "c2")
 
 
+def test_a_commit_decided_before_the_hand_over_and_logged_after_it_is_not_stale(spark):
+    # c1 decided (lock checked) and sent its commit at 280, was paused, and logged the answer at 450,
+    # after c2 was granted the queue at 300: timed by its line, the old rule called it a former owner's
+    run = _handover_with_locks().commit(450, 3, decided=280).commit(460, 6, client="c2")
+    r = check_lock_exclusivity(run.history(spark), config())
+    assert r.valid is True and r.parts["stale-commit"] is True, r.examples
+    assert r.counts["stale_owner_commits"] == 0
+    # decided after the grant, the same commit is a former owner's however it is logged
+    late = _handover_with_locks().commit(450, 3, decided=330).commit(460, 6, client="c2")
+    r = check_lock_exclusivity(late.history(spark), config())
+    assert r.parts["stale-commit"] is False and r.counts["stale_owner_commits"] == 1
+
+
 def test_consume_after_the_client_lost_its_lock(spark):
     run = _handover_with_locks().lock(325, "lost", client="c2")  # c2's batches at 330 and 340 follow
     r = check_lock_exclusivity(run.history(spark), config())

@@ -25,7 +25,9 @@ LOCK = (
     "A's lease is unexpired and A has not released it (unless the broker restarted, which empties its lock "
     "table), a client never starts a batch unless its last lock event is granted/renewed with a believed "
     "deadline not yet passed, and a client's believed deadline never exceeds the broker's lease; (3) no "
-    "offset commit for a queue from a client other than the one most recently granted its lock.")
+    "offset commit for a queue, decided (its lock checked) after the queue's lock was granted to another client, "
+    "from a client other than the one most recently granted it; a commit is timed by when it was decided "
+    "(decided_mono_ms), not by when its answer was logged.")
 
 def _batches(h: History) -> DataFrame:
     d = h.deliv.filter(F.col("orderly") & F.col("consume_start_mono_ms").isNotNull() & F.col("group").isNotNull()
@@ -219,12 +221,14 @@ def _client_deadline_past_broker(h: History, slack: int) -> DataFrame:
 
 
 def _stale_commits(h: History, slack: int, side: str) -> DataFrame:
-    """Commits by a client other than the one most recently granted the queue (by `side`'s grants)."""
+    """Commits by a client other than the one most recently granted the queue (by `side`'s grants) when
+    the commit was decided: a commit decided just before a SIGSTOP is logged when its answer comes, after
+    SIGCONT, maybe past a grant to another client that it did not follow."""
     grants = h.locks.filter((F.col("side") == side) & (F.col("action") == "granted"))
     groups = grants.select("group").distinct()
     g = grants.select(*GQ, "t", F.col("client_id").alias("holder"), F.lit(0).alias("kind"))
     c = h.commits.join(groups, "group", "left_semi").select(
-        *GQ, "t", "offset", F.col("client_id").alias("c_client"), F.lit(1).alias("kind"))
+        *GQ, F.col("decided_t").alias("t"), "offset", F.col("client_id").alias("c_client"), F.lit(1).alias("kind"))
     u = g.unionByName(c, allowMissingColumns=True)
     w = Window.partitionBy(*GQ).orderBy("t", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     u = u.withColumns({"holder": F.last("holder", ignorenulls=True).over(w),
