@@ -17,6 +17,7 @@ back to the loop, so the queue caches need no lock.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
@@ -89,11 +90,15 @@ class ConsumeStats:
 
 def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
     """resetRetryAndNamespace: a retry delivers under its original topic."""
-    retry = c.RETRY_GROUP_TOPIC_PREFIX + group
+    _reset_retry_topic(msgs, c.RETRY_GROUP_TOPIC_PREFIX + group)
+
+
+def _reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str) -> None:
     for msg in msgs:
-        original = msg.properties.get(c.PROPERTY_RETRY_TOPIC)
-        if original and msg.topic == retry:
-            msg.topic = original
+        if msg.topic == retry_topic:  # only a retry can carry the original topic
+            original = msg.properties.get(c.PROPERTY_RETRY_TOPIC)
+            if original:
+                msg.topic = original
 
 
 class ConsumeMessageConcurrentlyService:
@@ -128,10 +133,14 @@ class ConsumeMessageConcurrentlyService:
         self._result_tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
+        self._retry_topic = c.RETRY_GROUP_TOPIC_PREFIX + group
         # Listener answers posted by the pool, drained on the loop by one callback: a burst of
-        # answers costs one loop wake-up (one self-pipe write), not one per listener call.
-        self._answers: list[tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = []
-        self._answers_lock = threading.Lock()
+        # answers costs one loop wake-up (one self-pipe write), not one per listener call. The
+        # deque's append and popleft are atomic; the flag is cleared before a drain empties it,
+        # so an answer appended meanwhile is either drained now or schedules the next drain.
+        self._answers: collections.deque[
+            tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = collections.deque()
+        self._answers_lock = threading.Lock()  # the test-only request counter
         self._drain_scheduled = False
 
     def start(self) -> None:
@@ -144,9 +153,12 @@ class ConsumeMessageConcurrentlyService:
         if self._shutdown:
             return
         batch = self.batch_max_size
-        submit, consume = self._pool.submit, self._consume
-        for start in range(0, len(msgs), batch):
-            submit(consume, ConsumeRequest(list(msgs[start:start + batch]), pq, mq))
+        if batch == 1:  # RocketMQ's default: one listener call per message
+            requests = [ConsumeRequest([msg], pq, mq) for msg in msgs]
+        else:
+            requests = [ConsumeRequest(list(msgs[start:start + batch]), pq, mq)
+                        for start in range(0, len(msgs), batch)]
+        self._pool.submit_many(self._consume, requests)  # one hand-off for the whole pulled batch
 
     def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
@@ -165,9 +177,10 @@ class ConsumeMessageConcurrentlyService:
         """ConsumeRequest#run up to the listener's answer; the rest is posted to the loop."""
         if request.pq.dropped:
             return
-        reset_retry_topic(request.msgs, self.group)
+        msgs = request.msgs
+        _reset_retry_topic(msgs, self._retry_topic)
         start = str(self.clock.wall_ms())
-        for msg in request.msgs:
+        for msg in msgs:
             msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
         ctx = ConsumeConcurrentlyContext(request.mq)
         status: ConsumeConcurrentlyStatus | None
@@ -179,7 +192,7 @@ class ConsumeMessageConcurrentlyService:
                 self._post_answer(request, ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
                 return
         try:
-            status = self.listener(list(request.msgs), ctx)
+            status = self.listener(list(msgs), ctx)
         except Exception:
             log.warning("listener of %s raised on %d messages of %s; reconsuming later", self.group,
                         len(request.msgs), request.mq, exc_info=True)
@@ -202,22 +215,47 @@ class ConsumeMessageConcurrentlyService:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        with self._answers_lock:
-            self._answers.append((request, status, ctx))
-            if self._drain_scheduled:
-                return
-            self._drain_scheduled = True
+        self._answers.append((request, status, ctx))
+        if self._drain_scheduled:
+            return
+        self._drain_scheduled = True
         try:
             loop.call_soon_threadsafe(self._drain_answers)
         except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
             log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
 
     def _drain_answers(self) -> None:
-        with self._answers_lock:
-            answers, self._answers = self._answers, []
-            self._drain_scheduled = False
-        for request, status, ctx in answers:
-            self._on_listener_done(request, status, ctx)
+        """Settle every posted answer (loop). Fully acknowledged calls of one queue are removed
+        from its cache together and commit once; the others go through `_on_listener_done`."""
+        self._drain_scheduled = False
+        answers = self._answers
+        acked: dict[int, tuple[ProcessQueue, MessageQueue, list[MessageExt]]] = {}
+        calls = 0
+        success = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        while answers:
+            request, status, ctx = answers.popleft()
+            msgs = request.msgs
+            if status is not success or ctx.ack_index < len(msgs) - 1:
+                self._on_listener_done(request, status, ctx)
+                continue
+            calls += 1
+            pq = request.pq
+            entry = acked.get(id(pq))
+            if entry is None:
+                acked[id(pq)] = (pq, request.mq, list(msgs))
+            else:
+                entry[2].extend(msgs)
+        if not calls:
+            return
+        stats = self.stats
+        stats.calls += calls
+        stats.by_status[success.value] = stats.by_status.get(success.value, 0) + calls
+        for pq, mq, msgs in acked.values():
+            if pq.dropped:
+                stats.discarded += len(msgs)
+                continue  # the queue changed hands: no offset
+            stats.ok += len(msgs)
+            self._commit(pq, mq, msgs)
 
     def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                           ctx: ConsumeConcurrentlyContext) -> None:
