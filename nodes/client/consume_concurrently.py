@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -70,9 +71,13 @@ def resolve_ack_index(status: ConsumeConcurrentlyStatus, ack_index: int, size: i
 
 @dataclass(slots=True)
 class ConsumeRequest:
+    """One listener call's messages and queue; once answered, the answer too (posted as is)."""
+
     msgs: list[MessageExt]
     pq: ProcessQueue
     mq: MessageQueue
+    status: ConsumeConcurrentlyStatus | None = None
+    ctx: ConsumeConcurrentlyContext | None = None
 
 
 @dataclass
@@ -134,12 +139,12 @@ class ConsumeMessageConcurrentlyService:
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
         self._retry_topic = c.RETRY_GROUP_TOPIC_PREFIX + group
+        self._start_stamp = (-1, "")
         # Listener answers posted by the pool, drained on the loop by one callback: a burst of
         # answers costs one loop wake-up (one self-pipe write), not one per listener call. The
         # deque's append and popleft are atomic; the flag is cleared before a drain empties it,
         # so an answer appended meanwhile is either drained now or schedules the next drain.
-        self._answers: collections.deque[
-            tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = collections.deque()
+        self._answers: collections.deque[ConsumeRequest] = collections.deque()
         self._answers_lock = threading.Lock()  # the test-only request counter
         self._drain_scheduled = False
 
@@ -154,11 +159,11 @@ class ConsumeMessageConcurrentlyService:
             return
         batch = self.batch_max_size
         if batch == 1:  # RocketMQ's default: one listener call per message
-            requests = [ConsumeRequest([msg], pq, mq) for msg in msgs]
+            calls = [[msg] for msg in msgs]
         else:
-            requests = [ConsumeRequest(list(msgs[start:start + batch]), pq, mq)
-                        for start in range(0, len(msgs), batch)]
-        self._pool.submit_many(self._consume, requests)  # one hand-off for the whole pulled batch
+            calls = [list(msgs[start:start + batch]) for start in range(0, len(msgs), batch)]
+        # one hand-off for the whole pulled batch; the queue rides on the callable, not on each call
+        self._pool.submit_many(functools.partial(self._consume, pq, mq), calls)
 
     def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
@@ -173,29 +178,32 @@ class ConsumeMessageConcurrentlyService:
         self._later.add(handle)
 
     # --- the listener call (pool thread) ---------------------------------------------------
-    def _consume(self, request: ConsumeRequest) -> None:
+    def _consume(self, pq: ProcessQueue, mq: MessageQueue, msgs: list[MessageExt]) -> None:
         """ConsumeRequest#run up to the listener's answer; the rest is posted to the loop."""
-        if request.pq.dropped:
+        if pq.dropped:
             return
-        msgs = request.msgs
         _reset_retry_topic(msgs, self._retry_topic)
-        start = str(self.clock.wall_ms())
+        now_ms = self.clock.wall_ms()
+        stamp = self._start_stamp  # (ms, its text): calls starting within one ms share the text
+        if stamp[0] != now_ms:
+            stamp = self._start_stamp = (now_ms, str(now_ms))
+        start = stamp[1]
         for msg in msgs:
             msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
-        ctx = ConsumeConcurrentlyContext(request.mq)
+        ctx = ConsumeConcurrentlyContext(mq)
         status: ConsumeConcurrentlyStatus | None
         if self.skip_every_requests:
             with self._answers_lock:
                 self._requests_seen += 1
                 skip = self._requests_seen % self.skip_every_requests == 0
             if skip:  # the bug: the request is acknowledged without the listener ever seeing it
-                self._post_answer(request, ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
+                self._post_answer(ConsumeRequest(msgs, pq, mq), ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
                 return
         try:
             status = self.listener(list(msgs), ctx)
         except Exception:
             log.warning("listener of %s raised on %d messages of %s; reconsuming later", self.group,
-                        len(request.msgs), request.mq, exc_info=True)
+                        len(msgs), mq, exc_info=True)
             self.stats.exceptions += 1
             status = None
         if not isinstance(status, ConsumeConcurrentlyStatus):
@@ -206,8 +214,8 @@ class ConsumeMessageConcurrentlyService:
         elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
                 with contextlib.suppress(Exception):
-                    self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
-        self._post_answer(request, status, ctx)
+                    self.listener(list(msgs), ConsumeConcurrentlyContext(mq))
+        self._post_answer(ConsumeRequest(msgs, pq, mq), status, ctx)
 
     def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                      ctx: ConsumeConcurrentlyContext) -> None:
@@ -215,7 +223,8 @@ class ConsumeMessageConcurrentlyService:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        self._answers.append((request, status, ctx))
+        request.status, request.ctx = status, ctx
+        self._answers.append(request)
         if self._drain_scheduled:
             return
         self._drain_scheduled = True
@@ -233,8 +242,9 @@ class ConsumeMessageConcurrentlyService:
         calls = 0
         success = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
         while answers:
-            request, status, ctx = answers.popleft()
-            msgs = request.msgs
+            request = answers.popleft()
+            msgs, status, ctx = request.msgs, request.status, request.ctx
+            assert status is not None and ctx is not None
             if status is not success or ctx.ack_index < len(msgs) - 1:
                 self._on_listener_done(request, status, ctx)
                 continue

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-Call = tuple[Callable[[Any], None], Any]
+# One submission: the callable and an iterator over its arguments. Threads take calls from the
+# head entry with next() (atomic in CPython), so a batch needs no per-call queue item.
+Entry = tuple[Callable[[Any], None], Iterator[Any]]
+_DONE = object()  # next()'s default: the entry has no call left
 
 
 class _Worker:
@@ -43,7 +47,7 @@ class ListenerPool:
     def __init__(self, threads: int, name: str) -> None:
         self._threads_max = threads
         self._name = name
-        self._pending: collections.deque[Call] = collections.deque()
+        self._pending: collections.deque[Entry] = collections.deque()
         self._lock = threading.Lock()
         self._idle_changed = threading.Condition(self._lock)  # a thread went idle or exited
         self._workers: list[_Worker] = []
@@ -52,6 +56,7 @@ class ListenerPool:
         self._submitted = 0
         self._dropped = 0
         self._closed = False
+        self._finish_waiters = 0  # threads in wait_finished (parking threads notify only then)
         self._numbers = itertools.count(1)
 
     @property
@@ -71,7 +76,7 @@ class ListenerPool:
             if self._closed:
                 return False
             self._submitted += len(args)
-            self._pending.extend([(fn, arg) for arg in args])
+            self._pending.append((fn, iter(args)))
             if not self._waking:
                 # one more thread, in case every awake one is in a long call (a parked one, or a
                 # new one below the limit); the woken thread wakes the next if calls remain
@@ -95,29 +100,38 @@ class ListenerPool:
         """More calls are queued than this thread is about to run: wake one helper (at most one
         woken-and-not-yet-running at a time, so a fast listener does not wake the whole pool)."""
         with self._lock:
-            if self._pending and not self._waking and not self._closed:
+            if not self._waking and not self._closed:
                 self._wake_one_locked()
 
     def _work(self, me: _Worker) -> None:
         pending, lock = self._pending, self._lock
-        popleft = pending.popleft
         self._waking = False
         while True:
             try:
-                fn, arg = popleft()
+                entry = pending[0]
             except IndexError:
                 with lock:
                     if self._closed:
-                        self._idle_changed.notify_all()
+                        if self._finish_waiters:
+                            self._idle_changed.notify_all()
                         return
                     if pending:
-                        continue  # queued between the pop and the lock
+                        continue  # queued between the look and the lock
                     self._idle.append(me)
-                    self._idle_changed.notify_all()
+                    if self._finish_waiters:
+                        self._idle_changed.notify_all()
                 me.wake.acquire()  # parked until `_wake_one_locked` or shutdown releases it
                 self._waking = False
                 continue
-            if pending and not self._waking and (self._idle or len(self._workers) < self._threads_max):
+            fn, calls = entry
+            arg = next(calls, _DONE)
+            if arg is _DONE:
+                with lock:  # once per submission: another thread may have removed it already
+                    if pending and pending[0] is entry:
+                        pending.popleft()
+                continue
+            if (not self._waking and (self._idle or len(self._workers) < self._threads_max)
+                    and (len(pending) > 1 or operator.length_hint(calls))):
                 self._help_wanted()
             try:
                 fn(arg)
@@ -130,7 +144,7 @@ class ListenerPool:
             if self._closed:
                 return 0
             self._closed = True
-            dropped = len(self._pending)
+            dropped = sum(len(list(calls)) for _, calls in self._pending)
             self._pending.clear()
             self._dropped += dropped
             for worker in self._idle:
@@ -142,4 +156,8 @@ class ListenerPool:
     def wait_finished(self, timeout_s: float) -> bool:
         """Block until every call taken has finished (or `timeout_s`); True if they all did."""
         with self._lock:
-            return self._idle_changed.wait_for(lambda: self.unfinished <= 0, timeout_s)
+            self._finish_waiters += 1
+            try:
+                return self._idle_changed.wait_for(lambda: self.unfinished <= 0, timeout_s)
+            finally:
+                self._finish_waiters -= 1
