@@ -182,13 +182,14 @@ class ConsumeMessageConcurrentlyService:
         """ConsumeRequest#run up to the listener's answer; the rest is posted to the loop."""
         if pq.dropped:
             return
-        _reset_retry_topic(msgs, self._retry_topic)
         now_ms = self.clock.wall_ms()
         stamp = self._start_stamp  # (ms, its text): calls starting within one ms share the text
         if stamp[0] != now_ms:
             stamp = self._start_stamp = (now_ms, str(now_ms))
-        start = stamp[1]
+        start, retry_topic = stamp[1], self._retry_topic
         for msg in msgs:
+            if msg.topic == retry_topic:  # resetRetryAndNamespace
+                _reset_retry_topic((msg,), retry_topic)
             msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
         ctx = ConsumeConcurrentlyContext(mq)
         status: ConsumeConcurrentlyStatus | None
@@ -206,32 +207,38 @@ class ConsumeMessageConcurrentlyService:
                         len(msgs), mq, exc_info=True)
             self.stats.exceptions += 1
             status = None
-        if not isinstance(status, ConsumeConcurrentlyStatus):
+        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            if self.redeliver_times:
+                for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
+                    with contextlib.suppress(Exception):
+                        self.listener(list(msgs), ConsumeConcurrentlyContext(mq))
+        elif not isinstance(status, ConsumeConcurrentlyStatus):
             if status is not None:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
-            for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
-                with contextlib.suppress(Exception):
-                    self.listener(list(msgs), ConsumeConcurrentlyContext(mq))
-        self._post_answer(ConsumeRequest(msgs, pq, mq), status, ctx)
+        # _post_answer, inlined: this runs once per message
+        self._answers.append(ConsumeRequest(msgs, pq, mq, status, ctx))
+        if not self._drain_scheduled:
+            self._schedule_drain()
 
     def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                      ctx: ConsumeConcurrentlyContext) -> None:
         """Hand a listener's answer to the loop (pool thread); one drain callback per burst."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
         request.status, request.ctx = status, ctx
         self._answers.append(request)
-        if self._drain_scheduled:
-            return
+        if not self._drain_scheduled:
+            self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
         self._drain_scheduled = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return  # the client closed while the listener ran (shutdown without waiting): dropped
         try:
             loop.call_soon_threadsafe(self._drain_answers)
-        except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
-            log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
+        except RuntimeError:  # closed between the check and the call
+            log.debug("listener answers dropped: client closed")
 
     def _drain_answers(self) -> None:
         """Settle every posted answer (loop). Fully acknowledged calls of one queue are removed
