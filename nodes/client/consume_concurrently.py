@@ -12,6 +12,11 @@ Threads: the listener runs on the pool (`ListenerPool`, `consume_thread_min` thr
 unbounded queue in front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
 offset store included, stays on the client's event loop: a finished listener call is posted
 back to the loop, so the queue caches need no lock.
+
+Per pulled batch, not per message: the listener is still called once per
+`consume_message_batch_max_size` messages (1 by default, as RocketMQ), but the batch's calls
+reach the pool in one hand-off, and the answers that pile up while the loop is busy are
+settled by one drain: per queue one `remove_messages` and one offset update.
 """
 
 from __future__ import annotations
