@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +25,8 @@ from typing import Any
 
 # One submission: the callable and an iterator over its arguments. Threads take calls from the
 # head entry with next() (atomic in CPython), so a batch needs no per-call queue item.
+log = logging.getLogger(__name__)
+
 Entry = tuple[Callable[[Any], None], Iterator[Any]]
 _DONE = object()  # next()'s default: the entry has no call left
 
@@ -94,7 +97,14 @@ class ListenerPool:
             worker.thread = threading.Thread(target=self._work, args=(worker,),
                                              name=f"{self._name}_{next(self._numbers)}", daemon=True)
             self._workers.append(worker)
-            worker.thread.start()
+            try:
+                worker.thread.start()
+            except RuntimeError:  # no thread to be had: the threads already there take the calls
+                self._workers.remove(worker)
+                self._waking = False
+                if not self._workers:
+                    raise
+                log.warning("%s: could not start another thread; going on with %d", self._name, len(self._workers))
 
     def _help_wanted(self) -> None:
         """More calls are queued than this thread is about to run: wake one helper (at most one
@@ -135,6 +145,8 @@ class ListenerPool:
                 self._help_wanted()
             try:
                 fn(arg)
+            except Exception:  # the callable's own failure must not cost the pool a thread
+                log.exception("%s: a call raised", self._name)
             finally:
                 me.finished += 1
 

@@ -112,3 +112,18 @@ def test_shutdown_drops_the_untaken_rest_of_a_batch():
     release.set()
     assert pool.wait_finished(5) and pool.unfinished == 0
     assert ran == [0]
+
+
+def test_a_call_that_raises_does_not_cost_the_pool_its_thread():
+    pool = ListenerPool(1, "p")
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        if i == 0:
+            raise ValueError("boom")
+        ran.append(i)
+
+    assert pool.submit_many(call, [0, 1, 2])
+    assert pool.wait_finished(5) and pool.unfinished == 0
+    assert ran == [1, 2]  # the one thread went on after the failure
+    pool.shutdown()
