@@ -12,12 +12,19 @@ Threads: the listener runs on the pool (`ListenerPool`, `consume_thread_min` thr
 unbounded queue in front, as RocketMQ's, so the pool never grows). Everything else, `ProcessQueue` and the
 offset store included, stays on the client's event loop: a finished listener call is posted
 back to the loop, so the queue caches need no lock.
+
+Per pulled batch, not per message: the listener is still called once per
+`consume_message_batch_max_size` messages (1 by default, as RocketMQ), but the batch's calls
+reach the pool in one hand-off, and the answers that pile up while the loop is busy are
+settled by one drain: per queue one `remove_messages` and one offset update.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -69,9 +76,13 @@ def resolve_ack_index(status: ConsumeConcurrentlyStatus, ack_index: int, size: i
 
 @dataclass(slots=True)
 class ConsumeRequest:
+    """One listener call's messages and queue; once answered, the answer too (posted as is)."""
+
     msgs: list[MessageExt]
     pq: ProcessQueue
     mq: MessageQueue
+    status: ConsumeConcurrentlyStatus | None = None
+    ctx: ConsumeConcurrentlyContext | None = None
 
 
 @dataclass
@@ -89,11 +100,15 @@ class ConsumeStats:
 
 def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
     """resetRetryAndNamespace: a retry delivers under its original topic."""
-    retry = c.RETRY_GROUP_TOPIC_PREFIX + group
+    _reset_retry_topic(msgs, c.RETRY_GROUP_TOPIC_PREFIX + group)
+
+
+def _reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str) -> None:
     for msg in msgs:
-        original = msg.properties.get(c.PROPERTY_RETRY_TOPIC)
-        if original and msg.topic == retry:
-            msg.topic = original
+        if msg.topic == retry_topic:  # only a retry can carry the original topic
+            original = msg.properties.get(c.PROPERTY_RETRY_TOPIC)
+            if original:
+                msg.topic = original
 
 
 class ConsumeMessageConcurrentlyService:
@@ -128,10 +143,14 @@ class ConsumeMessageConcurrentlyService:
         self._result_tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self._shutdown = False
+        self._retry_topic = c.RETRY_GROUP_TOPIC_PREFIX + group
+        self._start_stamp = (-1, "")
         # Listener answers posted by the pool, drained on the loop by one callback: a burst of
-        # answers costs one loop wake-up (one self-pipe write), not one per listener call.
-        self._answers: list[tuple[ConsumeRequest, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext]] = []
-        self._answers_lock = threading.Lock()
+        # answers costs one loop wake-up (one self-pipe write), not one per listener call. The
+        # deque's append and popleft are atomic; the flag is cleared before a drain empties it,
+        # so an answer appended meanwhile is either drained now or schedules the next drain.
+        self._answers: collections.deque[ConsumeRequest] = collections.deque()
+        self._answers_lock = threading.Lock()  # the test-only request counter
         self._drain_scheduled = False
 
     def start(self) -> None:
@@ -144,9 +163,12 @@ class ConsumeMessageConcurrentlyService:
         if self._shutdown:
             return
         batch = self.batch_max_size
-        submit, consume = self._pool.submit, self._consume
-        for start in range(0, len(msgs), batch):
-            submit(consume, ConsumeRequest(list(msgs[start:start + batch]), pq, mq))
+        if batch == 1:  # RocketMQ's default: one listener call per message
+            calls = [[msg] for msg in msgs]
+        else:
+            calls = [list(msgs[start:start + batch]) for start in range(0, len(msgs), batch)]
+        # one hand-off for the whole pulled batch; the queue rides on the callable, not on each call
+        self._pool.submit_many(functools.partial(self._consume, pq, mq), calls)
 
     def submit_consume_request_later(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Consume `msgs` again after `resubmit_delay_ms` (their send-back failed)."""
@@ -161,63 +183,101 @@ class ConsumeMessageConcurrentlyService:
         self._later.add(handle)
 
     # --- the listener call (pool thread) ---------------------------------------------------
-    def _consume(self, request: ConsumeRequest) -> None:
+    def _consume(self, pq: ProcessQueue, mq: MessageQueue, msgs: list[MessageExt]) -> None:
         """ConsumeRequest#run up to the listener's answer; the rest is posted to the loop."""
-        if request.pq.dropped:
+        if pq.dropped:
             return
-        reset_retry_topic(request.msgs, self.group)
-        start = str(self.clock.wall_ms())
-        for msg in request.msgs:
+        now_ms = self.clock.wall_ms()
+        stamp = self._start_stamp  # (ms, its text): calls starting within one ms share the text
+        if stamp[0] != now_ms:
+            stamp = self._start_stamp = (now_ms, str(now_ms))
+        start, retry_topic = stamp[1], self._retry_topic
+        for msg in msgs:
+            if msg.topic == retry_topic:  # resetRetryAndNamespace
+                _reset_retry_topic((msg,), retry_topic)
             msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = start
-        ctx = ConsumeConcurrentlyContext(request.mq)
+        ctx = ConsumeConcurrentlyContext(mq)
         status: ConsumeConcurrentlyStatus | None
         if self.skip_every_requests:
             with self._answers_lock:
                 self._requests_seen += 1
                 skip = self._requests_seen % self.skip_every_requests == 0
             if skip:  # the bug: the request is acknowledged without the listener ever seeing it
-                self._post_answer(request, ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
+                self._post_answer(ConsumeRequest(msgs, pq, mq), ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx)
                 return
         try:
-            status = self.listener(list(request.msgs), ctx)
+            status = self.listener(list(msgs), ctx)
         except Exception:
             log.warning("listener of %s raised on %d messages of %s; reconsuming later", self.group,
-                        len(request.msgs), request.mq, exc_info=True)
+                        len(msgs), mq, exc_info=True)
             self.stats.exceptions += 1
             status = None
-        if not isinstance(status, ConsumeConcurrentlyStatus):
+        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            if self.redeliver_times:
+                for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
+                    with contextlib.suppress(Exception):
+                        self.listener(list(msgs), ConsumeConcurrentlyContext(mq))
+        elif not isinstance(status, ConsumeConcurrentlyStatus):
             if status is not None:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        elif status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
-            for _ in range(self.redeliver_times):  # the bug: the acknowledged batch is handed over again
-                with contextlib.suppress(Exception):
-                    self.listener(list(request.msgs), ConsumeConcurrentlyContext(request.mq))
-        self._post_answer(request, status, ctx)
+        # _post_answer, inlined: this runs once per message
+        self._answers.append(ConsumeRequest(msgs, pq, mq, status, ctx))
+        if not self._drain_scheduled:
+            self._schedule_drain()
 
     def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                      ctx: ConsumeConcurrentlyContext) -> None:
         """Hand a listener's answer to the loop (pool thread); one drain callback per burst."""
+        request.status, request.ctx = status, ctx
+        self._answers.append(request)
+        if not self._drain_scheduled:
+            self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        self._drain_scheduled = True
         loop = self._loop
         if loop is None or loop.is_closed():
-            return
-        with self._answers_lock:
-            self._answers.append((request, status, ctx))
-            if self._drain_scheduled:
-                return
-            self._drain_scheduled = True
+            return  # the client closed while the listener ran (shutdown without waiting): dropped
         try:
             loop.call_soon_threadsafe(self._drain_answers)
-        except RuntimeError:  # the loop closed while the listener ran (shutdown without waiting)
-            log.debug("result of %d messages of %s dropped: client closed", len(request.msgs), request.mq)
+        except RuntimeError:  # closed between the check and the call
+            log.debug("listener answers dropped: client closed")
 
     def _drain_answers(self) -> None:
-        with self._answers_lock:
-            answers, self._answers = self._answers, []
-            self._drain_scheduled = False
-        for request, status, ctx in answers:
-            self._on_listener_done(request, status, ctx)
+        """Settle every posted answer (loop). Fully acknowledged calls of one queue are removed
+        from its cache together and commit once; the others go through `_on_listener_done`."""
+        self._drain_scheduled = False
+        answers = self._answers
+        acked: dict[int, tuple[ProcessQueue, MessageQueue, list[MessageExt]]] = {}
+        calls = 0
+        success = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        while answers:
+            request = answers.popleft()
+            msgs, status, ctx = request.msgs, request.status, request.ctx
+            assert status is not None and ctx is not None
+            if status is not success or ctx.ack_index < len(msgs) - 1:
+                self._on_listener_done(request, status, ctx)
+                continue
+            calls += 1
+            pq = request.pq
+            entry = acked.get(id(pq))
+            if entry is None:
+                acked[id(pq)] = (pq, request.mq, list(msgs))
+            else:
+                entry[2].extend(msgs)
+        if not calls:
+            return
+        stats = self.stats
+        stats.calls += calls
+        stats.by_status[success.value] = stats.by_status.get(success.value, 0) + calls
+        for pq, mq, msgs in acked.values():
+            if pq.dropped:
+                stats.discarded += len(msgs)
+                continue  # the queue changed hands: no offset
+            stats.ok += len(msgs)
+            self._commit(pq, mq, msgs)
 
     def _on_listener_done(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                           ctx: ConsumeConcurrentlyContext) -> None:

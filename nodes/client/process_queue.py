@@ -102,14 +102,23 @@ class ProcessQueue:
 
         An offset already cached is replaced by the new message but not counted again (TreeMap#put).
         """
+        cached, offsets = self._msgs, self._offsets
+        highest = offsets[-1] if offsets else -1
+        added = added_bytes = 0
         for msg in msgs:
             queue_offset = msg.queue_offset
-            if queue_offset not in self._msgs:
-                insort(self._offsets, queue_offset)
-                self._msg_count += 1
-                self._msg_size_bytes += len(msg.body)
+            if queue_offset not in cached:
+                if queue_offset > highest:  # the usual case: a pull continues past the cache
+                    offsets.append(queue_offset)
+                    highest = queue_offset
+                else:
+                    insort(offsets, queue_offset)
+                added += 1
+                added_bytes += len(msg.body)
                 self._queue_offset_max = queue_offset
-            self._msgs[queue_offset] = msg
+            cached[queue_offset] = msg
+        self._msg_count += added
+        self._msg_size_bytes += added_bytes
         dispatch_to_consume = bool(self._msgs) and not self._consuming
         if dispatch_to_consume:
             self._consuming = True
@@ -130,13 +139,22 @@ class ProcessQueue:
         when nothing was cached before the call (nothing to commit).
         """
         self.last_consume_timestamp_ms = now_ms
-        if not self._msgs:
+        cached, offsets = self._msgs, self._offsets
+        if not cached:
             return -1
+        removed = removed_bytes = 0
+        pop = cached.pop
         for msg in msgs:
-            if self._msgs.pop(msg.queue_offset, None) is not None:
-                del self._offsets[bisect_left(self._offsets, msg.queue_offset)]
-                self._msg_count -= 1
-                self._msg_size_bytes -= len(msg.body)  # the argument's body, as RocketMQ does
+            queue_offset = msg.queue_offset
+            if pop(queue_offset, None) is not None:
+                if offsets[0] == queue_offset:  # the usual case: the oldest finishes first
+                    del offsets[0]
+                else:
+                    del offsets[bisect_left(offsets, queue_offset)]
+                removed += 1
+                removed_bytes += len(msg.body)  # the argument's body, as RocketMQ does
+        self._msg_count -= removed
+        self._msg_size_bytes -= removed_bytes
         if self._msg_count == 0:
             self._msg_size_bytes = 0
         return self._offsets[0] if self._offsets else self._queue_offset_max + 1

@@ -377,3 +377,41 @@ def test_a_partly_failed_answer_still_sends_back_its_tail_after_the_drain():
 
     asyncio.run(run())
     assert [s[0] for s in h.sent_back] == ["id1", "id2"] and h.store.memory[MQ] == 3
+
+
+def test_one_drain_settles_several_queues_each_with_its_own_lowest_unfinished_offset():
+    """Acknowledged answers are removed and committed per queue, once per drain; a failed answer
+    in the same drain still goes back, and a dropped queue's answers commit nothing."""
+    h = Harness(4)
+    mq2, mq3 = MessageQueue("T", "broker-a", 1), MessageQueue("T", "broker-a", 2)
+    pq2, pq3 = ProcessQueue(now_ms=0), ProcessQueue(now_ms=0)
+    msgs2, msgs3 = [msg(i) for i in range(10, 13)], [msg(i) for i in range(20, 22)]
+    pq2.put_messages(msgs2)
+    pq3.put_messages(msgs3)
+    pq3.dropped = True
+
+    async def run() -> None:
+        h.service.start()
+        answers = [(ConsumeRequest([h.msgs[1]], h.pq, MQ), OK), (ConsumeRequest([msgs2[0]], pq2, mq2), OK),
+                   (ConsumeRequest([h.msgs[0]], h.pq, MQ), OK), (ConsumeRequest([h.msgs[2]], h.pq, MQ), LATER),
+                   (ConsumeRequest([msgs2[2]], pq2, mq2), OK), (ConsumeRequest(msgs3, pq3, mq3), OK)]
+
+        def post_all() -> None:  # from a thread, as the pool does, while the loop is blocked here
+            for request, status in answers:
+                h.service._post_answer(request, status, ConsumeConcurrentlyContext(request.mq))
+
+        worker = threading.Thread(target=post_all)
+        worker.start()
+        worker.join()
+        for _ in range(200):
+            if h.sent_back and not h.service._result_tasks:
+                break
+            await asyncio.sleep(0.005)
+
+    asyncio.run(run())
+    assert h.sent_back == [("id2", 0, "broker-a")]
+    assert h.store.memory[MQ] == 3 and h.pq.offsets() == [3]  # 0-2 done (2 sent back), 3 still cached
+    assert h.store.memory[mq2] == 11 and pq2.offsets() == [11]  # 11 not answered yet
+    assert mq3 not in h.store.memory and pq3.msg_count == 2  # dropped: nothing removed, nothing committed
+    stats = h.service.stats
+    assert (stats.calls, stats.ok, stats.failed, stats.discarded) == (6, 4, 1, 2)
