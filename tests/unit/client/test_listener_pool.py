@@ -36,7 +36,8 @@ def test_calls_run_on_named_threads_never_more_than_the_pool_size():
     pool.shutdown()
 
 
-def test_shutdown_drops_queued_calls_lets_the_running_one_finish_and_refuses_more():
+def _one_blocking_thread():
+    """A one-thread pool and a call that records its argument, then blocks until `release` is set."""
     pool = ListenerPool(1, "p")
     started, release = threading.Event(), threading.Event()
     ran: list[int] = []
@@ -46,6 +47,11 @@ def test_shutdown_drops_queued_calls_lets_the_running_one_finish_and_refuses_mor
         started.set()
         release.wait(5)
 
+    return pool, call, started, release, ran
+
+
+def test_shutdown_drops_queued_calls_lets_the_running_one_finish_and_refuses_more():
+    pool, call, started, release, ran = _one_blocking_thread()
     for i in range(3):
         pool.submit(call, i)
     assert started.wait(5)
@@ -95,15 +101,7 @@ def test_calls_of_one_batch_run_in_order_on_one_thread_and_each_exactly_once():
 
 
 def test_shutdown_drops_the_untaken_rest_of_a_batch():
-    pool = ListenerPool(1, "p")
-    started, release = threading.Event(), threading.Event()
-    ran: list[int] = []
-
-    def call(i: int) -> None:
-        ran.append(i)
-        started.set()
-        release.wait(5)
-
+    pool, call, started, release, ran = _one_blocking_thread()
     assert pool.submit_many(call, [0, 1, 2, 3, 4])
     assert started.wait(5)
     assert pool.unfinished == 5
