@@ -222,10 +222,7 @@ class ConsumeMessageConcurrentlyService:
                 log.warning("listener of %s returned %r, not a ConsumeConcurrentlyStatus; reconsuming later",
                             self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        # _post_answer, inlined: this runs once per message
-        self._answers.append(ConsumeRequest(msgs, pq, mq, status, ctx))
-        if not self._drain_scheduled:
-            self._schedule_drain()
+        self._post_answer(ConsumeRequest(msgs, pq, mq), status, ctx)
 
     def _post_answer(self, request: ConsumeRequest, status: ConsumeConcurrentlyStatus,
                      ctx: ConsumeConcurrentlyContext) -> None:

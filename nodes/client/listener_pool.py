@@ -23,10 +23,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-# One submission: the callable and an iterator over its arguments. Threads take calls from the
-# head entry with next() (atomic in CPython), so a batch needs no per-call queue item.
 log = logging.getLogger(__name__)
 
+# One submission: the callable and an iterator over its arguments. Threads take calls from the
+# head entry with next() (atomic in CPython), so a batch needs no per-call queue item.
 Entry = tuple[Callable[[Any], None], Iterator[Any]]
 _DONE = object()  # next()'s default: the entry has no call left
 

@@ -48,11 +48,7 @@ class UniqIdGenerator:
         self._lock = threading.Lock()
 
     def next_id(self) -> str:
-        elapsed_ms = (time.monotonic_ns() - self._start_ns) // 1_000_000
-        with self._lock:
-            seq = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
-            self._last = seq
-        return f"{self.prefix}{seq:012X}"
+        return self.next_ids(1)[0]
 
     def next_ids(self, count: int) -> list[str]:
         """`count` ids, as `count` calls of `next_id` would give them, for one lock and one

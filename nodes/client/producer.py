@@ -293,23 +293,14 @@ class Producer:
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
         properties = (checked_properties if checked_properties is not None
                       else validate_message(msg, self.body_bytes_max))
-        if self._ids is None:
-            raise ClientStateError("the producer is not started; call start() first")
-        if msg.properties is None:
-            msg.properties = {}
-        # As MessageClientIDSetter#setUniqID: a message keeps its id across resends.
-        uid = msg.properties.get(c.PROPERTY_UNIQ_KEY)
-        if not uid:
-            uid = self._ids.next_id()
-            msg.properties[c.PROPERTY_UNIQ_KEY] = uid
-            properties[c.PROPERTY_UNIQ_KEY] = uid  # the sent copy, built before the id was set
-        return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
+        outs, uids = self._prepare_batch((msg,), [properties])
+        return outs[0], uids[0]
 
     def _prepare_batch(self, msgs: Sequence[Message], properties: list[dict[str, str]]
                        ) -> tuple[list[Outgoing], list[str]]:
-        """`_prepare` for messages `checked_batch` checked (its `properties`): the ids a batch
-        lacks are taken in one go, and one born time stamps the batch (the broker keeps one
-        for a batch body anyway)."""
+        """Stamp UNIQ_KEY on checked messages (kept if a message already has one) and encode them
+        with their checked `properties`: the ids they lack are taken in one go, and one born
+        time stamps them all (the broker keeps one for a batch body anyway)."""
         if self._ids is None:
             raise ClientStateError("the producer is not started; call start() first")
         uniq_key = c.PROPERTY_UNIQ_KEY

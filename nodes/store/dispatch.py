@@ -146,10 +146,7 @@ class Dispatcher:
         Returns False, touching nothing, when the walk is not at `start_phys_offset` (it lags,
         e.g. waiting at bytes it could not judge): the caller then walks the bytes as usual.
 
-        Listeners hear each newly indexed record, as from a walk, except that a run whose
-        records all carry one tag code is announced once, by its last record: a notice names the
-        queue's new max offset and the tag, so the last one wakes every held pull the others
-        would have.
+        Listeners hear each newly indexed record, as from a walk.
         """
         if self.reput_from_phys_offset != start_phys_offset or not units:
             return False
@@ -161,13 +158,8 @@ class Dispatcher:
         written = queue.put_run(first_queue_offset, units)
         on_arrival = self.on_arrival
         if on_arrival is not None:
-            tag_codes = [unit[2] for unit in units]
-            if len(written) == len(units) and tag_codes.count(tag_codes[0]) == len(tag_codes):
-                # one tag, every unit new: the last record's notice wakes whatever the others would
-                on_arrival(topic, queue_id, first_queue_offset + len(units), tag_codes[0], store_timestamp_ms)
-                return True
             for i in written:
-                on_arrival(topic, queue_id, first_queue_offset + i + 1, tag_codes[i], store_timestamp_ms)
+                on_arrival(topic, queue_id, first_queue_offset + i + 1, units[i][2], store_timestamp_ms)
         return True
 
     def dispatch_checked(self, start_phys_offset: int, records: Sequence[CheckedRecord]) -> int:
