@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from chaos.checker.verdict import EXIT_UNKNOWN
+from chaos.judge import CheckerProcess
 
 if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
@@ -176,7 +177,9 @@ def matrix(
         cells = with_topologies(cells, [t.strip() for t in topologies.split(",") if t.strip()])
     except ValueError as exc:
         _fail(str(exc))
-    result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration))
+    with CheckerProcess(spark_master=spark_master) as checker:  # one warm checker judges every run
+        result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration,
+                                                          checker=checker))
     raise typer.Exit(result.exit_code)
 
 
@@ -213,10 +216,11 @@ def selftest(
                   f"{', '.join(sorted({case.suite for case in SELFTEST_CASES}))}")
     out_dir = _out_dir(out, "selftest")
     phase_s = duration if duration is not None else SELFTEST_FAULT_PHASE_S
-    run_case = chaos_run_case(time_scale=time_scale, duration_s=phase_s, spark_master=spark_master)
+    checker = CheckerProcess(spark_master=spark_master)  # one warm checker judges every case
+    run_case = chaos_run_case(time_scale=time_scale, duration_s=phase_s, spark_master=spark_master, checker=checker)
     console.print(f"{len(cases)} cases into {out_dir}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as bar:
+    with checker, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           console=console) as bar:
         task = bar.add_task("starting", total=len(cases))
 
         def on_case(case: SelftestCase, result: CaseResult | None) -> None:

@@ -21,9 +21,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+
+if TYPE_CHECKING:
+    from chaos.judge import CheckerProcess
 
 EXIT_INTERRUPTED = 130
 MATRIX_JSON = "matrix.json"
@@ -190,9 +193,11 @@ def write_json(result: MatrixResult, out_dir: Path) -> Path:
 
 
 def chaos_run_one(*, spark_master: str | None = None, duration_s: float | None = None,
-                  fault_switches: Callable[[Cell], dict[str, tuple[str, ...]]] | None = None) -> RunOne:
+                  fault_switches: Callable[[Cell], dict[str, tuple[str, ...]]] | None = None,
+                  checker: CheckerProcess | None = None) -> RunOne:
     """The real run of a cell: `ChaosRun` into the run dir, its live output in `<run dir>/run.log`
-    (the matrix owns the terminal). `fault_switches(cell)` turns switches on (selftest)."""
+    (the matrix owns the terminal). `fault_switches(cell)` turns switches on (selftest); `checker`
+    judges every run in one kept checker process (else each run starts its own)."""
 
     def run_one(cell: Cell, run_dir: Path) -> int:
         from rich.console import Console
@@ -212,7 +217,7 @@ def chaos_run_one(*, spark_master: str | None = None, duration_s: float | None =
             options = RunOptions(chosen, seed=cell.seed, time_scale=cell.time_scale, duration_s=duration_s,
                                  out_dir=run_dir, spark_master=spark_master,
                                  fault_switches=fault_switches(cell) if fault_switches else {},
-                                 topology=cell.topology, **extra)
+                                 topology=cell.topology, checker=checker, **extra)
             return ChaosRun(options, console).execute().exit_code
 
     return run_one

@@ -42,7 +42,7 @@ from chaos.bounds import (
     real_client_fault_spacing_ms,
     real_client_run_ms,
 )
-from chaos.judge import judge
+from chaos.judge import CheckerProcess, judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
@@ -86,6 +86,7 @@ class RunOptions:
     report: bool = True
     spark_master: str | None = None
     spark: SparkSession | None = None  # reuse a running session (tests)
+    checker: CheckerProcess | None = None  # judge in this kept checker process (matrix, selftest); None: a fresh one
     schedule_file: Path | None = None  # replay this schedule instead of drawing one
     mode: str | None = None  # durability mode (chaos.suites.MODES); None: the suite's default
     checks: tuple[str, ...] | None = None  # judge only these of the suite's checks (tests); None: all
@@ -342,8 +343,12 @@ class ChaosRun:
             return check_run(self.run_dir, spark=self.options.spark, spark_master=self.options.spark_master,
                              report=self.options.report, names=self.options.check_names), None
         self.console.print("checking the histories on Spark (in a checker process)…")
-        judged = judge(self.run_dir, names=self.options.check_names, spark_master=self.options.spark_master,
-                       report=self.options.report)
+        if self.options.checker is not None:
+            judged = self.options.checker.judge(self.run_dir, names=self.options.check_names,
+                                                report=self.options.report)
+        else:
+            judged = judge(self.run_dir, names=self.options.check_names, spark_master=self.options.spark_master,
+                           report=self.options.report)
         if judged.output is None:
             return None, f"{judged.error}; the run dir is kept: judge it with `mqlab chaos check {self.run_dir}`"
         return judged.output, None

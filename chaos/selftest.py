@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -33,6 +33,9 @@ from chaos.selftest_cases import (
     SELFTEST_FAULT_PHASE_S,
     SelftestCase,
 )
+
+if TYPE_CHECKING:
+    from chaos.judge import CheckerProcess
 
 SELFTEST_JSON = "selftest.json"
 EXIT_INTERRUPTED = 130
@@ -149,13 +152,13 @@ def _write_json(results: list[CaseResult], out_dir: Path) -> None:
 
 
 def chaos_run_case(*, time_scale: float, duration_s: float = SELFTEST_FAULT_PHASE_S,
-                   spark_master: str | None = None) -> RunCase:
+                   spark_master: str | None = None, checker: CheckerProcess | None = None) -> RunCase:
     """The real run of a case: a short chaos run with the case's switch on, output in `<run dir>/run.log`."""
     from chaos.matrix import chaos_run_one
 
     def run_case(case: SelftestCase, seed: int, run_dir: Path) -> int:
         run_one = chaos_run_one(spark_master=spark_master, duration_s=case_phase_s(case, duration_s),
-                                fault_switches=lambda _cell: case.switch_map())
+                                fault_switches=lambda _cell: case.switch_map(), checker=checker)
         from chaos.suites import suite
 
         return run_one(Cell(case.suite, seed, time_scale, case.mode, topology=suite(case.suite).topologies[0]),

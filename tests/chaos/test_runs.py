@@ -3,7 +3,8 @@ correct build passes, and no run leaves a process or a port behind — not after
 an error mid-run, or Ctrl-C.
 
 The suites run here with a short fault phase; `mqlab chaos run SUITE` runs them at full length.
-Each run is judged as `mqlab chaos run` judges it: Spark in a process of its own.
+Each run is judged by Spark in a process of its own: the correct build's in one started for it, as
+`mqlab chaos run` does; the switched runs in one kept for all of them, as `mqlab chaos selftest` does.
 """
 
 from __future__ import annotations
@@ -242,9 +243,19 @@ def _case_params() -> list[object]:
     return params
 
 
+@pytest.fixture(scope="module")
+def kept_checker():
+    """One checker process for the switched runs, as `mqlab chaos selftest` keeps one for its cases."""
+    from chaos.judge import CheckerProcess
+
+    with CheckerProcess() as checker:
+        yield checker
+
+
 @pytest.mark.cluster
+@pytest.mark.xdist_group("switched-runs")  # one worker, so one kept checker judges them all
 @pytest.mark.parametrize("case", _case_params())
-def test_every_switch_makes_its_check_fail(case, tmp_path):
+def test_every_switch_makes_its_check_fail(case, tmp_path, kept_checker):
     """The selftest's table, run here: each switch on, a short run, exit 1 with the case's check failing.
 
     Only that check is judged (the correct-build run below and `mqlab chaos selftest` judge them all)."""
@@ -253,7 +264,7 @@ def test_every_switch_makes_its_check_fail(case, tmp_path):
     seed = seed_for(case, 0.05, SHORT_FAULT_PHASE_S)
     outcome = ChaosRun(RunOptions(s, seed=seed, duration_s=case_phase_s(case, SHORT_FAULT_PHASE_S), out_dir=run_dir,
                                   report=False, fault_switches=case.switch_map(), mode=case.mode,
-                                  checks=(case.check,), topology=s.topologies[0])).execute()
+                                  checks=(case.check,), topology=s.topologies[0], checker=kept_checker)).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert set(verdict["checks"]) == {case.check}
     failed = sorted(k for k, v in verdict["checks"].items() if v["valid"] is False)
@@ -261,6 +272,41 @@ def test_every_switch_makes_its_check_fail(case, tmp_path):
     assert verdict["valid"] is False
     assert case.check in failed, failed
     assert _leftovers(run_dir) == []
+
+
+@pytest.mark.xdist_group("switched-runs")  # after them, on their worker: its checker is warm by then
+def test_a_kept_checker_judges_run_after_run_and_is_replaced_when_it_dies(tmp_path, kept_checker):
+    from checker.builders import Run
+
+    checker = kept_checker
+    clean = Run().sends_for(0, 3).consume(0, range(3), t0=200).write(tmp_path / "clean")
+    lossy = Run().sends_for(0, 3).consume(0, range(2), t0=200).write(tmp_path / "lossy")
+    first = checker.judge(clean, names=["lost"], report=False)
+    assert first.output is not None, first.error
+    assert first.output.verdict.valid is True
+    started, pid = checker.started, checker.pid
+    second = checker.judge(lossy, names=["lost"], report=False)
+    assert second.output is not None, second.error
+    assert second.output.verdict.valid is False and second.output.verdict.checks["lost"].counts["lost"] == 1
+    missing = checker.judge(tmp_path / "no-such-run", names=["lost"])
+    assert missing.output is None and "not a directory" in (missing.error or "")
+    assert (checker.started, checker.pid) == (started, pid)  # one process judged all three
+    # each run dir holds what the checker logged while judging it, not the other runs' lines
+    assert "no-such-run" not in (clean / "checker.log").read_text()
+
+    def kill_it() -> None:
+        os.kill(pid, signal.SIGKILL)
+
+    died = checker.judge(clean, names=["lost"], report=False, on_wait=kill_it)
+    assert died.output is None and "without a verdict" in (died.error or ""), died
+    assert not (clean / "verdict.json").exists()
+    # the next run starts a new checker (a run dir that is not there needs no Spark to answer)
+    again = checker.judge(tmp_path / "no-such-run", names=["lost"])
+    assert "not a directory" in (again.error or "")
+    assert checker.started == started + 1 and checker.pid not in (None, pid)
+    replacement = checker.pid
+    checker.close()
+    assert checker.pid is None and not psutil.pid_exists(replacement)
 
 
 @pytest.mark.cluster
