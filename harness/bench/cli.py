@@ -51,7 +51,7 @@ def pull(
     plot: Annotated[Path | None, typer.Option("--plot", help=f"PNG bar plot (default: <run dir>/{PLOT_NAME}).")] = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Multiply every cluster timer by F.")] = 1.0,
     seconds: Annotated[float | None, typer.Option("--seconds", min=0.2, help="Length of one measuring window (default 2; --quick 1).")] = None,
-    windows: Annotated[int | None, typer.Option("--windows", min=1, max=20, help="Windows per case and limit; the best counts (default 3; --quick 3).")] = None,
+    windows: Annotated[int | None, typer.Option("--windows", min=1, max=20, help="Windows per case and limit; the median counts, the slowest and fastest give the range (default 3; --quick 3).")] = None,
     window: Annotated[int, typer.Option("--window", min=1, max=256, help="Pulls in flight per consumer process.")] = 8,
     pull: Annotated[bool, typer.Option("--pull/--no-pull", help="Measure the pull consumer and the pull loop (with the mmap scan and loopback TCP ceilings).")] = True,
     push: Annotated[bool, typer.Option("--push/--no-push", help="Measure the push consumer.")] = True,
