@@ -33,6 +33,7 @@ from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, CheckR
 
 CHECKER_LOG = "checker.log"  # the checker's stdout and stderr while it judged this run (Spark's own log lines)
 POLL_S = 0.25
+STOP_WAIT_S = 30.0  # a checker told to stop (or that closed its answers) gets this long to exit
 
 
 @dataclass
@@ -98,10 +99,10 @@ class CheckerProcess:
             else:
                 answer = self._answer(proc, on_wait)
         except BaseException:  # Ctrl-C or an error here: the checker does not outlive the run
-            self.close()
-            raise
-        finally:
             _copy_tail(self._log_path, log_from, run_dir / CHECKER_LOG)
+            self.close(kill=True)
+            raise
+        _copy_tail(self._log_path, log_from, run_dir / CHECKER_LOG)
         if answer is None:
             rc = self._reap()
             return Judged(None, f"the checker exited {rc} without a verdict: {_last_error(run_dir / CHECKER_LOG)}")
@@ -116,14 +117,17 @@ class CheckerProcess:
                                       dict(verdict.info.get("seconds") or {})))
         return Judged(None, f"the checker gave no verdict: {answer.get('error') or 'no reason given'}")
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the checker: at the end of its requests (it stops Spark and exits), or at once."""
         proc, self._proc = self._proc, None
         if proc is not None:
+            if kill:
+                proc.kill()
             with contextlib.suppress(OSError):
                 if proc.stdin is not None:
-                    proc.stdin.close()  # end of requests: the child stops Spark and exits
+                    proc.stdin.close()  # end of requests
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -182,7 +186,7 @@ class CheckerProcess:
         if proc is None:
             return None
         try:
-            rc = proc.wait(timeout=30)
+            rc = proc.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             rc = proc.wait()
