@@ -28,7 +28,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
@@ -36,7 +36,7 @@ from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.client.rpc.loop_noise import quiet_grpc_poller_noise
-from nodes.client.sync_call import SyncCall
+from nodes.client.sync_call import Settle, SyncCall
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
@@ -234,7 +234,26 @@ class ClientInstance:
         except ClientStateError:
             coro.close()
             raise
-        call = SyncCall(loop, coro)
+        return self._wait_call(SyncCall(loop, coro), timeout_s, what)
+
+    def run_started(self, start: Callable[[Settle], None], timeout_s: float, what: str = "call") -> Any:
+        """Like `run`, for work begun by `start(settle)` on the loop and ended by whoever calls
+        `settle(result, error)` (see `SyncCall.started`): no task on the loop. On a timeout the
+        work is not cancelled; it must end on its own deadline.
+
+        Raises:
+            ClientStateError: not running, or called from the loop thread (it would deadlock).
+            RequestTimeoutError: no answer in time; the outcome is unknown.
+            whatever `settle` was given as the error.
+        """
+        if self.in_loop_thread():
+            raise ClientStateError(
+                f"{what}: a blocking client call from the client's own event loop thread (e.g. inside a "
+                "send_async callback) would deadlock; call it from another thread")
+        return self._wait_call(SyncCall.started(self._require_running(what), start), timeout_s, what)
+
+    @staticmethod
+    def _wait_call(call: SyncCall[T], timeout_s: float, what: str) -> T:
         try:
             finished = call.wait(timeout_s)
         except BaseException:  # e.g. KeyboardInterrupt while waiting: do not leave the call running
