@@ -105,6 +105,7 @@ def record_checks(buf: memoryview, pos: int, size: int, phys_offset: int) -> boo
 # PHYSICALOFFSET, BODYLEN in one unpack (the layout is nodes.store.record's), then the body CRC.
 _BODY_FIELDS = struct.Struct(">iII16xq48xi")
 assert _BODY_FIELDS.size == record.HEADER.size
+BODY_FIELDS = _BODY_FIELDS  # the scan loop inlines body_checks with it (read_path._scan)
 
 
 def body_checks(buf: memoryview, pos: int, size: int, phys_offset: int) -> bool:
