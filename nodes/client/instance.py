@@ -216,6 +216,33 @@ class ClientInstance:
             raise
         return asyncio.run_coroutine_threadsafe(coro, loop)
 
+    def submit_started(self, start: Callable[[Settle], None], what: str = "call") -> concurrent.futures.Future[Any]:
+        """Like `submit`, for work begun by `start(settle)` on the loop (see `run_started`): the
+        future is resolved by `settle` itself, with no task or loop future to chain from. It can
+        be cancelled until the loop begins the work, not after (the work keeps its own deadline)."""
+        loop = self._require_running(what)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    fut.set_result(result)
+                else:
+                    fut.set_exception(error)
+            except concurrent.futures.InvalidStateError:  # settled already: only the first counts
+                pass
+
+        def begin() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return  # cancelled before the loop got to it: never started
+            try:
+                start(settle)
+            except BaseException as exc:
+                settle(None, exc)
+
+        loop.call_soon_threadsafe(begin)
+        return fut
+
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float, what: str = "call") -> T:
         """Run `coro` on the loop and wait at most `timeout_s` for its result.
 

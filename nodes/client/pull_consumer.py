@@ -179,15 +179,18 @@ class PullConsumer:
 
         RocketMQ's pull with a PullCallback, as a future: any number may be in flight, and
         all of them share the broker's one pipelined stream. The future fails with what
-        `pull` would raise; bad arguments raise InvalidArgumentError here.
+        `pull` would raise; bad arguments raise InvalidArgumentError here. Cancelling it
+        works only until the client's loop has sent the pull.
         """
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
-        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
-                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
         if not self._attached:
-            coro.close()
             raise ClientStateError(f"pull_async {mq}@{offset}: the consumer is not running; call start() first")
-        return self._instance.submit(coro, f"pull_async {mq}@{offset}")
+        timeout_ms = self.pull_timeout_ms
+        # settled by the stream's reader straight into the future (PullApi.start_pull): no task
+        # and no loop future chained to it
+        return self._instance.submit_started(lambda settle: self._api.start_pull(
+            settle, mq, expression, offset, max_nums, suspend=False, suspend_timeout_ms=0, timeout_ms=timeout_ms,
+            lazy=True), f"pull_async {mq}@{offset}")
 
     def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,
                                 sub_expression: str = "*", timeout_ms: int | None = None) -> PullResult:

@@ -231,3 +231,30 @@ def test_a_pull_without_a_cached_route_and_one_with_it_answer_and_route_alike(fa
     assert sorted(events[0]) == sorted(events[1])  # the same fields either way
     assert [addr for addr, method, _ in inst.calls if method == "Pull"] == ["a0:1", "a1:1"]
     assert [e["addr"] for e in events] == ["a0:1", "a1:1"]
+
+
+def test_a_submitted_started_call_resolves_its_future_and_can_be_cancelled_only_before_it_starts(instance):
+    fut = instance.submit_started(lambda settle: settle("answered", None))
+    assert fut.result(within_s(1000)) == "answered"
+    failing = instance.submit_started(lambda settle: settle(None, RemoteError("refused", code="SYSTEM_BUSY")))
+    assert isinstance(failing.exception(within_s(1000)), RemoteError)
+
+    blocking, release, ran = threading.Event(), threading.Event(), threading.Event()
+
+    async def block_the_loop():
+        blocking.set()
+        release.wait(within_s(1000))  # blocks the loop thread on purpose
+
+    blocker = instance.submit(block_the_loop())
+    assert blocking.wait(within_s())
+    early = instance.submit_started(lambda settle: ran.set())
+    assert early.cancel()  # the loop has not begun it
+    release.set()
+    blocker.result(within_s(1000))
+    held = []
+    late = instance.submit_started(held.append)
+    instance.run(asyncio.sleep(0), within_s(1000))  # the loop has begun both by now
+    assert not ran.is_set() and early.cancelled()
+    assert held and not late.cancel()  # begun: it runs to its own end
+    instance.submit(_settle_on_loop(held[0], "late answer", None)).result(within_s(1000))
+    assert late.result(within_s(1000)) == "late answer"
