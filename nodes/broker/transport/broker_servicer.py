@@ -87,11 +87,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
                 yield response
 
     async def PullBatch(self, request_iterator: AsyncIterator[broker_pb2.PullRequestBatch],
-                        context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponseBatch]:
-        """Pull's semantics; every answer ready when the stream can write goes out in one message."""
+                        context: grpc.aio.ServicerContext) -> None:
+        """Pull's semantics; every answer ready when the stream can write goes out in one message.
+
+        Written with `context.write` rather than yielded: a generator would be iterated through
+        two more generator layers (the request guard's and gRPC's) per message."""
+        write = context.write
         async with self._pull_stream(request_iterator, "pull-batch-stream", batched=True) as stream:
             while (first := await stream.next_answer()) is not None:
-                yield stream.batch_of_ready_answers(first)
+                await write(stream.batch_of_ready_answers(first))
 
     @answers_errors(broker_pb2.QueryConsumerOffsetResponse, "query consumer offset")
     async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,
