@@ -151,3 +151,31 @@ def test_a_record_damaged_after_its_full_check_is_stepped_over_on_the_next_read(
         assert sorted(e["queue_offset"] for e in _bad_records(events)) == sorted(damage)
     finally:
         store.close()
+
+
+def test_the_scans_re_check_catches_what_body_checks_catches(tmp_path):
+    """The scan inlines read_check.body_checks: every byte that function guards (size, magic, body
+    CRC, own offset, body), flipped after the record's full check, makes the scan step over it,
+    and the record is served again once the byte is back."""
+    events: list = []
+    store = _open(tmp_path / "store", events)
+    try:
+        [appended] = put_many(store, 1, body_bytes=200)
+        assert len(store.get_messages("T", 0, 0, 1, None).record_sizes) == 1  # fully checked once
+        phys_offset = appended.phys_offset
+        segment_start = phys_offset - phys_offset % SMALL.commitlog_segment_bytes
+        guarded = [*range(0, 12), *range(28, 36), *range(84, record.HEADER.size + 200)]
+        with open(store.root / "commitlog" / f"{segment_start:020d}", "r+b") as f:
+            for position in guarded:
+                at = phys_offset - segment_start + position
+                f.seek(at)
+                original = f.read(1)[0]
+                for value in (original ^ 0x10, original):
+                    f.seek(at)
+                    f.write(bytes([value]))
+                    f.flush()
+                    served = len(store.get_messages("T", 0, 0, 1, None).record_sizes)
+                    assert served == (1 if value == original else 0), position
+        assert store.corrupt_records_skipped == len(guarded)
+    finally:
+        store.close()
