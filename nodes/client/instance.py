@@ -13,7 +13,9 @@ facades given the same instance name share an instance (RocketMQ's changeInstanc
 The public client API is synchronous; everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` (which waits on a `SyncCall`, the lightest
 hand-off for a caller that only waits) or `submit(coro)` (a concurrent future, for callers
-that keep several in flight).
+that keep several in flight). Work that needs no coroutine -- a pull whose route is cached --
+enters through `run_started` / `submit_started`: a loop callback begins it and whatever ends it
+settles the caller's wait or future directly, with no task in between.
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).
 """
