@@ -13,7 +13,9 @@ facades given the same instance name share an instance (RocketMQ's changeInstanc
 The public client API is synchronous; everything here runs on the loop, and sync
 callers enter it through `run(coro, timeout_s)` (which waits on a `SyncCall`, the lightest
 hand-off for a caller that only waits) or `submit(coro)` (a concurrent future, for callers
-that keep several in flight).
+that keep several in flight). Work that needs no coroutine -- a pull whose route is cached --
+enters through `run_started` / `submit_started`: a loop callback begins it and whatever ends it
+settles the caller's wait or future directly, with no task in between.
 
 Lifecycle: INIT -> STARTING -> RUNNING -> STOPPING -> STOPPED (forward only).
 """
@@ -28,7 +30,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
@@ -36,7 +38,7 @@ from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
 from nodes.client.rpc.api import ClientApi
 from nodes.client.rpc.loop_noise import quiet_grpc_poller_noise
-from nodes.client.sync_call import SyncCall
+from nodes.client.sync_call import Settle, SyncCall
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import ClientStateError, InvalidArgumentError, MqError, RequestTimeoutError
@@ -216,6 +218,33 @@ class ClientInstance:
             raise
         return asyncio.run_coroutine_threadsafe(coro, loop)
 
+    def submit_started(self, start: Callable[[Settle], None], what: str = "call") -> concurrent.futures.Future[Any]:
+        """Like `submit`, for work begun by `start(settle)` on the loop (see `run_started`): the
+        future is resolved by `settle` itself, with no task or loop future to chain from. It can
+        be cancelled until the loop begins the work, not after (the work keeps its own deadline)."""
+        loop = self._require_running(what)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    fut.set_result(result)
+                else:
+                    fut.set_exception(error)
+            except concurrent.futures.InvalidStateError:  # settled already: only the first counts
+                pass
+
+        def begin() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return  # cancelled before the loop got to it: never started
+            try:
+                start(settle)
+            except BaseException as exc:
+                settle(None, exc)
+
+        loop.call_soon_threadsafe(begin)
+        return fut
+
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float, what: str = "call") -> T:
         """Run `coro` on the loop and wait at most `timeout_s` for its result.
 
@@ -234,7 +263,26 @@ class ClientInstance:
         except ClientStateError:
             coro.close()
             raise
-        call = SyncCall(loop, coro)
+        return self._wait_call(SyncCall(loop, coro), timeout_s, what)
+
+    def run_started(self, start: Callable[[Settle], None], timeout_s: float, what: str = "call") -> Any:
+        """Like `run`, for work begun by `start(settle)` on the loop and ended by whoever calls
+        `settle(result, error)` (see `SyncCall.started`): no task on the loop. On a timeout the
+        work is not cancelled; it must end on its own deadline.
+
+        Raises:
+            ClientStateError: not running, or called from the loop thread (it would deadlock).
+            RequestTimeoutError: no answer in time; the outcome is unknown.
+            whatever `settle` was given as the error.
+        """
+        if self.in_loop_thread():
+            raise ClientStateError(
+                f"{what}: a blocking client call from the client's own event loop thread (e.g. inside a "
+                "send_async callback) would deadlock; call it from another thread")
+        return self._wait_call(SyncCall.started(self._require_running(what), start), timeout_s, what)
+
+    @staticmethod
+    def _wait_call(call: SyncCall[T], timeout_s: float, what: str) -> T:
         try:
             finished = call.wait(timeout_s)
         except BaseException:  # e.g. KeyboardInterrupt while waiting: do not leave the call running

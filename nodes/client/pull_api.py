@@ -9,16 +9,20 @@ facades do).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nodes.client.pull_decode import parse_subscription
+from nodes.client.routes import FoundBroker
+from nodes.client.rpc.api import process_pull_response
 from nodes.common import constants as c
 from nodes.common.types import MessageQueue, PullResult
 
 if TYPE_CHECKING:
     from nodes.client.instance import ClientInstance
+    from nodes.client.sync_call import Settle
 
 
 class PullApi:
@@ -57,6 +61,47 @@ class PullApi:
     def update_pull_from_which_node(self, mq: MessageQueue, broker_id: int) -> None:
         self._pull_from_which_node[mq] = broker_id
 
+    def _request(self, found: FoundBroker, expression: str, mq: MessageQueue, queue_offset: int, max_nums: int, *,
+                 suspend: bool, suspend_timeout_ms: int, commit_offset_value: int | None, commit_seq: int,
+                 post_subscription: bool, sub_version: int) -> tuple[dict[str, Any], bool]:
+        """The PullRequest fields (without request id) of one pull to `found`, and its commit flag."""
+        # FLAG_COMMIT_OFFSET is set iff the value is > 0, and cleared when pulling from a slave.
+        commit = commit_offset_value is not None and commit_offset_value > 0 and not found.slave
+        return {
+            "consumer_group": self.group,
+            "topic": mq.topic,
+            "queue_id": mq.queue_id,
+            "queue_offset": queue_offset,
+            "max_msg_nums": max_nums,
+            "suspend": suspend,
+            "suspend_timeout_ms": suspend_timeout_ms,
+            "commit_offset": commit,
+            "commit_offset_value": commit_offset_value if commit else 0,
+            "client_id": self.client_id if commit else "",
+            "commit_seq": commit_seq if commit else 0,
+            # A pull consumer always posts its subscription; a push consumer only with
+            # postSubscriptionWhenPull (the broker then uses the group's registered one).
+            "has_subscription": post_subscription,
+            "subscription_expression": expression if post_subscription else "",
+            "sub_version": sub_version,  # the broker answers SUBSCRIPTION_NOT_LATEST if its copy is older
+        }, commit
+
+    def _answered(self, mq: MessageQueue, queue_offset: int, requested_id: int, found: FoundBroker, commit: bool,
+                  result: PullResult, sent_mono_ms: int) -> PullResult:
+        """processPullResult's routing half: remember the suggestion, tell the routing listener."""
+        result.requested_broker_id = requested_id
+        result.broker_id = found.broker_id
+        self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
+        if self.on_routing_event is not None:
+            self.on_routing_event({
+                "event": "pull-route", "group": self.group, "client_id": self.client_id or None,
+                "topic": mq.topic, "broker_name": mq.broker_name,
+                "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
+                "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
+                "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,
+                "next_begin_offset": result.next_begin_offset, "sent_mono_ms": sent_mono_ms})
+        return result
+
     async def pull_kernel(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                           suspend: bool, suspend_timeout_ms: int, timeout_ms: int,
                           commit_offset_value: int | None = None, commit_seq: int = 0,
@@ -75,39 +120,58 @@ class PullApi:
             await routes.ensure_route(mq.topic)
         requested_id = self.recalculate_pull_from_which_node(mq)
         found = await routes.subscribe_address(mq.topic, mq.broker_name, requested_id, False)
-        # FLAG_COMMIT_OFFSET is set iff the value is > 0, and cleared when pulling from a slave.
-        commit = commit_offset_value is not None and commit_offset_value > 0 and not found.slave
-        fields = {
-            "consumer_group": self.group,
-            "topic": mq.topic,
-            "queue_id": mq.queue_id,
-            "queue_offset": queue_offset,
-            "max_msg_nums": max_nums,
-            "suspend": suspend,
-            "suspend_timeout_ms": suspend_timeout_ms,
-            "commit_offset": commit,
-            "commit_offset_value": commit_offset_value if commit else 0,
-            "client_id": self.client_id if commit else "",
-            "commit_seq": commit_seq if commit else 0,
-            # A pull consumer always posts its subscription; a push consumer only with
-            # postSubscriptionWhenPull (the broker then uses the group's registered one).
-            "has_subscription": post_subscription,
-            "subscription_expression": expression if post_subscription else "",
-            "sub_version": sub_version,  # the broker answers SUBSCRIPTION_NOT_LATEST if its copy is older
-        }
+        fields, commit = self._request(found, expression, mq, queue_offset, max_nums, suspend=suspend,
+                                       suspend_timeout_ms=suspend_timeout_ms, commit_offset_value=commit_offset_value,
+                                       commit_seq=commit_seq, post_subscription=post_subscription,
+                                       sub_version=sub_version)
         sent_mono_ms = time.monotonic_ns() // 1_000_000  # the events' clock (CLOCK_MONOTONIC)
         result = await self._instance.api.pull(found.addr, mq, fields, timeout_ms, tags=parse_subscription(expression),
                                                lazy=lazy)
-        result.requested_broker_id = requested_id
-        result.broker_id = found.broker_id
-        self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
-        if self.on_routing_event is not None:
-            self.on_routing_event({
-                "event": "pull-route", "group": self.group, "client_id": self.client_id or None,
-                "topic": mq.topic, "broker_name": mq.broker_name,
-                "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
-                "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
-                "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,
-                "next_begin_offset": result.next_begin_offset, "sent_mono_ms": sent_mono_ms})
-        return result
+        return self._answered(mq, queue_offset, requested_id, found, commit, result, sent_mono_ms)
 
+    def start_pull(self, settle: Settle, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
+                   suspend: bool, suspend_timeout_ms: int, timeout_ms: int, lazy: bool = False) -> None:
+        """`pull_kernel` (without a commit) for a caller thread that waits (`ClientInstance.run_started`):
+        begun in a loop callback and finished by `settle(result, error)` from the stream's reader,
+        in the turn that read the answer, so no task or future stands between the two. When the
+        queue's route or broker address is not cached it runs `pull_kernel` as a task instead
+        (it fetches them); `settle` then gets that task's outcome. Same answers, same errors.
+        """
+        routes = self._instance.routes
+        requested_id = self.recalculate_pull_from_which_node(mq)
+        found = routes.find_broker_address_in_subscribe(mq.broker_name, requested_id, False) \
+            if routes.route(mq.topic) is not None else None
+        if found is None:
+            task = asyncio.get_running_loop().create_task(self.pull_kernel(
+                mq, expression, queue_offset, max_nums, suspend=suspend, suspend_timeout_ms=suspend_timeout_ms,
+                timeout_ms=timeout_ms, lazy=lazy))
+            task.add_done_callback(lambda done: _settle_from_task(settle, done))
+            return
+        fields, commit = self._request(found, expression, mq, queue_offset, max_nums, suspend=suspend,
+                                       suspend_timeout_ms=suspend_timeout_ms, commit_offset_value=None, commit_seq=0,
+                                       post_subscription=True, sub_version=0)
+        tags = parse_subscription(expression)
+        sent_mono_ms = time.monotonic_ns() // 1_000_000  # the events' clock (CLOCK_MONOTONIC)
+
+        def answered(response: Any, error: BaseException | None) -> None:  # a PullResponse
+            if error is not None:
+                settle(None, error)
+                return
+            try:
+                result = self._answered(mq, queue_offset, requested_id, found, commit,
+                                        process_pull_response(response, mq, tags, lazy=lazy), sent_mono_ms)
+            except Exception as exc:  # e.g. RemoteError: a code that is no pull outcome
+                settle(None, exc)
+                return
+            settle(result, None)
+
+        self._instance.api.pull_stream(found.addr).send(fields, timeout_ms, answered)
+
+
+def _settle_from_task(settle: Settle, task: asyncio.Task[PullResult]) -> None:
+    if task.cancelled():
+        settle(None, asyncio.CancelledError())
+    elif (error := task.exception()) is not None:
+        settle(None, error)
+    else:
+        settle(task.result(), None)

@@ -22,6 +22,7 @@ from nodes.client.instance import (
 from nodes.client.offset_store import offset_store_address, query_queue_offset
 from nodes.client.pull_api import PullApi
 from nodes.client.rpc.api import OffsetKind
+from nodes.client.sync_call import Settle
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.common.errors import (
@@ -136,6 +137,14 @@ class PullConsumer:
             raise ClientStateError(f"{what}: the consumer is not running; call start() first")
         return self._instance.run(coro, timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
+    def _run_pull(self, start: Callable[[Settle], None], timeout_ms: int, what: str, mq: MessageQueue,
+                  offset: int) -> PullResult:
+        # A waiting caller's pull is started by a loop callback and settled by the stream's reader
+        # (PullApi.start_pull): no task, no future, one loop turn less than `_run`.
+        if not self._attached:
+            raise ClientStateError(f"{what} {mq}@{offset}: the consumer is not running; call start() first")
+        return self._instance.run_started(start, timeout_ms / 1000 + SYNC_WAIT_SLACK_S, f"{what} {mq}@{offset}")
+
     # --- queues and pulls --------------------------------------------------------------
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's readable queues, sorted, fresh from the name server.
@@ -159,9 +168,10 @@ class PullConsumer:
             TransportError / RequestTimeoutError: no answer. RemoteError: the broker refused.
         """
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
-        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
-                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
-        return self._run(coro, self.pull_timeout_ms, f"pull {mq}@{offset}")
+        timeout_ms = self.pull_timeout_ms
+        return self._run_pull(lambda settle: self._api.start_pull(
+            settle, mq, expression, offset, max_nums, suspend=False, suspend_timeout_ms=0, timeout_ms=timeout_ms,
+            lazy=True), timeout_ms, "pull", mq, offset)
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32,
                    sub_expression: str = "*") -> concurrent.futures.Future[PullResult]:
@@ -169,15 +179,18 @@ class PullConsumer:
 
         RocketMQ's pull with a PullCallback, as a future: any number may be in flight, and
         all of them share the broker's one pipelined stream. The future fails with what
-        `pull` would raise; bad arguments raise InvalidArgumentError here.
+        `pull` would raise; bad arguments raise InvalidArgumentError here. Cancelling it
+        works only until the client's loop has sent the pull.
         """
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
-        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=False,
-                                     suspend_timeout_ms=0, timeout_ms=self.pull_timeout_ms, lazy=True)
         if not self._attached:
-            coro.close()
             raise ClientStateError(f"pull_async {mq}@{offset}: the consumer is not running; call start() first")
-        return self._instance.submit(coro, f"pull_async {mq}@{offset}")
+        timeout_ms = self.pull_timeout_ms
+        # settled by the stream's reader straight into the future (PullApi.start_pull): no task
+        # and no loop future chained to it
+        return self._instance.submit_started(lambda settle: self._api.start_pull(
+            settle, mq, expression, offset, max_nums, suspend=False, suspend_timeout_ms=0, timeout_ms=timeout_ms,
+            lazy=True), f"pull_async {mq}@{offset}")
 
     def pull_block_if_not_found(self, mq: MessageQueue, offset: int, max_nums: int = 32,
                                 sub_expression: str = "*", timeout_ms: int | None = None) -> PullResult:
@@ -191,9 +204,9 @@ class PullConsumer:
         if not isinstance(suspend_ms, int) or isinstance(suspend_ms, bool) or suspend_ms <= 0:
             raise InvalidArgumentError(f"timeout_ms must be a positive integer of ms, got {timeout_ms!r}")
         rpc_ms = max(self.timing.consumer_timeout_when_suspend_ms, suspend_ms + self.timing.rpc_timeout_ms)
-        coro = self._api.pull_kernel(mq, expression, offset, max_nums, suspend=True,
-                                     suspend_timeout_ms=suspend_ms, timeout_ms=rpc_ms, lazy=True)
-        return self._run(coro, rpc_ms, f"pull_block_if_not_found {mq}@{offset}")
+        return self._run_pull(lambda settle: self._api.start_pull(
+            settle, mq, expression, offset, max_nums, suspend=True, suspend_timeout_ms=suspend_ms, timeout_ms=rpc_ms,
+            lazy=True), rpc_ms, "pull_block_if_not_found", mq, offset)
 
     # --- consumer offsets ----------------------------------------------------------------
     def query_offset(self, mq: MessageQueue) -> int:

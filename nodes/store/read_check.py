@@ -3,7 +3,8 @@
 the cheap re-check of such a record (`body_checks`).
 
 Both serve the read path's scan loop (read_path.py), which runs them on the mapped segment
-bytes, so neither copies a record.
+bytes, so neither copies a record; the scan inlines `body_checks`' test (with `BODY_FIELDS`)
+rather than calling it per record, and a unit test keeps the two catching the same damage.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def record_checks(buf: memoryview, pos: int, size: int, phys_offset: int) -> boo
 # PHYSICALOFFSET, BODYLEN in one unpack (the layout is nodes.store.record's), then the body CRC.
 _BODY_FIELDS = struct.Struct(">iII16xq48xi")
 assert _BODY_FIELDS.size == record.HEADER.size
+BODY_FIELDS = _BODY_FIELDS  # the scan loop inlines body_checks with it (read_path._scan)
 
 
 def body_checks(buf: memoryview, pos: int, size: int, phys_offset: int) -> bool:

@@ -48,16 +48,23 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         return convert.send_response_to_pb(await self._send(convert.send_request_from_pb(request)))
 
     @contextlib.asynccontextmanager
-    async def _pull_stream(self, requests: AsyncIterator[broker_pb2.PullRequest], name: str
+    async def _pull_stream(self, requests: AsyncIterator[Any], name: str, *, batched: bool
                            ) -> AsyncIterator[_PullStream]:
-        """A stream fed from `requests` by a reader task, counted open until it ends."""
+        """A stream fed from `requests` (PullRequests, or PullRequestBatches when `batched`) by a
+        reader task, counted open until it ends."""
         stream = _PullStream()
         stream.session = self._open_pull_session(stream.respond)
+        handle = stream.handle
 
         async def read_requests() -> None:
             try:
-                async for req in requests:
-                    stream.handle(req)
+                if batched:  # the batch's requests in place: no generator layer per stream message
+                    async for batch in requests:
+                        for req in batch.requests:
+                            handle(req)
+                else:
+                    async for req in requests:
+                        handle(req)
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
             finally:
@@ -73,23 +80,22 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
 
     async def Pull(self, request_iterator: AsyncIterator[broker_pb2.PullRequest],
                    context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponse]:
-        async with self._pull_stream(request_iterator, "pull-stream") as stream:
+        async with self._pull_stream(request_iterator, "pull-stream", batched=False) as stream:
             while (answer := await stream.next_answer()) is not None:
                 response = broker_pb2.PullResponse()
                 convert.fill_pull_response(response, answer)
                 yield response
 
     async def PullBatch(self, request_iterator: AsyncIterator[broker_pb2.PullRequestBatch],
-                        context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.PullResponseBatch]:
-        """Pull's semantics; every answer ready when the stream can write goes out in one message."""
-        async def requests() -> AsyncIterator[broker_pb2.PullRequest]:
-            async for batch in request_iterator:
-                for req in batch.requests:
-                    yield req
+                        context: grpc.aio.ServicerContext) -> None:
+        """Pull's semantics; every answer ready when the stream can write goes out in one message.
 
-        async with self._pull_stream(requests(), "pull-batch-stream") as stream:
+        Written with `context.write` rather than yielded: a generator would be iterated through
+        two more generator layers (the request guard's and gRPC's) per message."""
+        write = context.write
+        async with self._pull_stream(request_iterator, "pull-batch-stream", batched=True) as stream:
             while (first := await stream.next_answer()) is not None:
-                yield stream.batch_of_ready_answers(first)
+                await write(stream.batch_of_ready_answers(first))
 
     @answers_errors(broker_pb2.QueryConsumerOffsetResponse, "query consumer offset")
     async def QueryConsumerOffset(self, request: broker_pb2.QueryConsumerOffsetRequest,

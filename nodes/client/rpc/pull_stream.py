@@ -13,7 +13,8 @@ Every request queued while the call was busy writing goes out in one stream mess
 small pull's cost in Python) is paid once per batch.
 
 Hot path per pull: one PullRequest message, one queue put, one dict insert and pop, one
-future. No per-message work happens here.
+timer, and one settle callback that the reader calls with the answer (`send`; `pull` wraps it
+in a future for coroutines). No per-message work happens here.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from proto import broker_pb2
 log = logging.getLogger(__name__)
 
 _END = None  # queue sentinel: the request side is done
+
+# settle(response, None) or settle(None, error): called once per request, on the loop
+Settle = Callable[[broker_pb2.PullResponse | None, BaseException | None], None]
 
 
 class _RequestFeed:
@@ -79,7 +83,7 @@ class _Session:
     def __init__(self, call: Any, feed: _RequestFeed) -> None:
         self.call = call
         self.feed = feed
-        self.pending: dict[int, asyncio.Future[broker_pb2.PullResponse]] = {}
+        self.pending: dict[int, Settle] = {}
         self.reader: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -113,33 +117,67 @@ class PullStream:
             log.info("pull stream to %s re-opened (%d)", self.addr, self.opened_count)
         return session
 
+    def send(self, fields: dict[str, Any], timeout_ms: int, settle: Settle) -> int:
+        """Send one pull request (`fields` of PullRequest, without request_id) and return at once
+        (loop thread). `settle(response, None)` is called with its answer by the stream's reader,
+        in the turn that read it, or `settle(None, error)` once: RequestTimeoutError when no
+        answer came within `timeout_ms` (a late one is dropped), TransportError when the stream
+        broke first. `settle` must not raise (what it raises is logged and dropped). Returns the
+        request id (see `forget`)."""
+        session = self._ensure_session()
+        request_id = next(self._ids)
+        pending = session.pending
+        timer: asyncio.TimerHandle | None = None
+
+        def answered(response: broker_pb2.PullResponse | None, error: BaseException | None) -> None:
+            # the reader (or _fail_session) popped this entry; the timer is now moot
+            if timer is not None:
+                timer.cancel()
+            settle(response, error)
+
+        def expire() -> None:
+            if pending.pop(request_id, None) is not None:
+                settle(None, RequestTimeoutError(
+                    f"pull {fields.get('topic')}:{fields.get('queue_id')}@{fields.get('queue_offset')} "
+                    f"from {self.addr}: no answer within {timeout_ms} ms"))
+
+        pending[request_id] = answered
+        session.feed.push(broker_pb2.PullRequest(request_id=request_id, **fields))
+        # A timer of our own is lighter than asyncio.wait_for on this hot path.
+        timer = asyncio.get_running_loop().call_later(rpc.timeout_s(timeout_ms), expire)
+        return request_id
+
+    def forget(self, request_id: int) -> None:
+        """Drop a sent request nobody waits for any more: its answer, if one comes, is ignored,
+        and its settle callback is told CancelledError now."""
+        session = self._session
+        answered = session.pending.pop(request_id, None) if session is not None else None
+        if answered is not None:
+            answered(None, asyncio.CancelledError())
+
     async def pull(self, fields: dict[str, Any], timeout_ms: int) -> broker_pb2.PullResponse:
-        """Send one pull request (`fields` of PullRequest, without request_id) and await its answer.
+        """`send` for a coroutine: await the answer.
 
         Raises:
             RequestTimeoutError: no answer within `timeout_ms` (a late answer is dropped).
             TransportError: the stream broke before the answer came.
         """
-        session = self._ensure_session()
-        request_id = next(self._ids)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[broker_pb2.PullResponse] = loop.create_future()
-        session.pending[request_id] = fut
-        session.feed.push(broker_pb2.PullRequest(request_id=request_id, **fields))
-        # A timer on the future itself is lighter than asyncio.wait_for on this hot path.
-        timer = loop.call_later(rpc.timeout_s(timeout_ms), self._expire, fut, fields, timeout_ms)
+        fut: asyncio.Future[broker_pb2.PullResponse] = asyncio.get_running_loop().create_future()
+
+        def settle(response: broker_pb2.PullResponse | None, error: BaseException | None) -> None:
+            if fut.done():  # the awaiting task was cancelled
+                return
+            if error is None:
+                fut.set_result(response)  # type: ignore[arg-type]
+            else:
+                fut.set_exception(error)
+
+        request_id = self.send(fields, timeout_ms, settle)
         try:
             return await fut
-        finally:
-            timer.cancel()
-            session.pending.pop(request_id, None)
-
-    def _expire(self, fut: asyncio.Future[broker_pb2.PullResponse], fields: dict[str, Any],
-                timeout_ms: int) -> None:
-        if not fut.done():
-            fut.set_exception(RequestTimeoutError(
-                f"pull {fields.get('topic')}:{fields.get('queue_id')}@{fields.get('queue_offset')} "
-                f"from {self.addr}: no answer within {timeout_ms} ms"))
+        except asyncio.CancelledError:
+            self.forget(request_id)
+            raise
 
     async def _reader_routine(self, session: _Session) -> None:
         error: TransportError | None = None
@@ -152,9 +190,12 @@ class PullStream:
                     error = TransportError(f"pull stream to {self.addr} ended by the broker")
                     break
                 for resp in message.responses:
-                    fut = pending.pop(resp.request_id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(resp)
+                    settle = pending.pop(resp.request_id, None)
+                    if settle is not None:
+                        try:
+                            settle(resp, None)
+                        except Exception:  # one caller's bug must not break everyone's stream
+                            log.exception("settling the pull answer %d from %s failed", resp.request_id, self.addr)
         except grpc.RpcError as exc:
             mapped = rpc_error(exc, f"pull stream to {self.addr}")
             error = mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
@@ -170,10 +211,13 @@ class PullStream:
             if session.pending:
                 log.warning("%s; failing %d pending pulls", error, len(session.pending))
             session.call.cancel()
-        for fut in session.pending.values():
-            if not fut.done():
-                fut.set_exception(error)
+        pending = list(session.pending.values())
         session.pending.clear()
+        for settle in pending:
+            try:
+                settle(None, error)
+            except Exception:
+                log.exception("failing a pull on %s failed", self.addr)
 
     async def close(self) -> None:
         """Cancel the call and fail whatever is pending; a later `pull` opens a new call."""

@@ -104,6 +104,19 @@ class _FakeStream:
     async def pull(self, fields: dict[str, Any], timeout_ms: int) -> Any:
         return self._owner.answer(self.addr, "Pull", fields)
 
+    def send(self, fields: dict[str, Any], timeout_ms: int, settle: Callable[[Any, BaseException | None], None]) -> int:
+        """PullStream.send: answered a loop turn later, as the real stream's reader would."""
+        def answer() -> None:
+            try:
+                response = self._owner.answer(self.addr, "Pull", fields)
+            except BaseException as exc:
+                settle(None, exc)
+                return
+            settle(response, None)
+
+        asyncio.get_running_loop().call_soon(answer)
+        return 0
+
 
 class _Answering:
     handler: Handler

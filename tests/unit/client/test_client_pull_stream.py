@@ -157,3 +157,115 @@ def test_close_fails_pending_pulls_and_cancels_the_call():
         await stream.close()  # idempotent
 
     asyncio.run(scenario())
+
+
+# --- send: the callback form a waiting caller's pull uses (no future, settled by the reader) ----
+
+class Settled:
+    """Records every settle(response, error) call."""
+
+    def __init__(self):
+        self.calls: list[tuple[object, BaseException | None]] = []
+        self.event = asyncio.Event()
+
+    def __call__(self, response, error):
+        self.calls.append((response, error))
+        self.event.set()
+
+
+def test_send_settles_once_with_the_answer_in_the_readers_turn():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        settled = Settled()
+        request_id = stream.send(pull_fields(3), 1000, settled)
+        call = await _first_call(opener)
+        await wait_requests(call, 1)
+        assert call.requests[0].request_id == request_id and call.requests[0].queue_id == 3
+        assert settled.calls == [] and stream.pending_count == 1
+        call.answer(call.requests[0], next_begin_offset=7)
+        await asyncio.wait_for(settled.event.wait(), 1)
+        [(response, error)] = settled.calls
+        assert error is None and response.next_begin_offset == 7 and stream.pending_count == 0
+        await stream.close()
+        assert len(settled.calls) == 1  # closing does not settle an answered request again
+
+    asyncio.run(scenario())
+
+
+def test_send_settles_a_timeout_once_and_ignores_the_late_answer():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        settled = Settled()
+        stream.send(pull_fields(), 20, settled)
+        await asyncio.wait_for(settled.event.wait(), 1)
+        [(response, error)] = settled.calls
+        assert response is None and isinstance(error, RequestTimeoutError)
+        call = opener.calls[0]
+        await wait_requests(call, 1)
+        call.answer(call.requests[0])  # too late
+        await asyncio.sleep(0.01)
+        assert len(settled.calls) == 1 and stream.pending_count == 0
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_send_settles_a_broken_stream_with_transport_error():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        settled = Settled()
+        stream.send(pull_fields(), 1000, settled)
+        call = await _first_call(opener)
+        await wait_requests(call, 1)
+        call.answers.put_nowait(FakeRpcError())
+        await asyncio.wait_for(settled.event.wait(), 1)
+        [(response, error)] = settled.calls
+        assert response is None and isinstance(error, TransportError)
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_settle_that_raises_does_not_break_the_stream_for_the_others():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+
+        def broken(response, error):
+            raise RuntimeError("caller bug")
+
+        settled = Settled()
+        stream.send(pull_fields(0), 1000, broken)
+        stream.send(pull_fields(1), 1000, settled)
+        call = await _first_call(opener)
+        await wait_requests(call, 2)
+        call.answer(call.requests[0])
+        call.answer(call.requests[1], next_begin_offset=2)
+        await asyncio.wait_for(settled.event.wait(), 1)
+        assert settled.calls[0][0].next_begin_offset == 2 and stream.opened_count == 1
+        await stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_pull_forgets_its_request():
+    async def scenario():
+        opener = Opener()
+        stream = PullStream("b:1", opener)
+        task = asyncio.create_task(stream.pull(pull_fields(), 1000))
+        call = await _first_call(opener)
+        await wait_requests(call, 1)
+        assert stream.pending_count == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stream.pending_count == 0
+        call.answer(call.requests[0])  # nobody waits for it: dropped
+        await asyncio.sleep(0.01)
+        assert stream.opened_count == 1
+        await stream.close()
+
+    asyncio.run(scenario())

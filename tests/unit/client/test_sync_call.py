@@ -157,3 +157,104 @@ def test_a_pull_the_broker_refuses_raises_remote_error(consumer_with):
     with pytest.raises(RemoteError):
         consumer.pull(MQ, 0, 32)
     assert consumer.pull_async(MQ, 0, 32).exception(within_s(1000)) is not None
+
+
+# --- started calls: work begun by a loop callback and settled by whoever ends it -------------------
+
+def test_a_started_call_returns_what_its_settle_is_given_later(instance):
+    held = []
+
+    def start(settle):
+        assert instance.in_loop_thread()
+        held.append(settle)
+
+    outcome = in_thread(lambda: instance.run_started(start, within_s(1000), "started"))
+    while not held:
+        threading.Event().wait(0.001)
+    assert not outcome.done()  # nothing settled yet: the caller waits
+    instance.submit(_settle_on_loop(held[0], "answered", None)).result(within_s(1000))
+    assert outcome.result(within_s()) == "answered"
+
+
+async def _settle_on_loop(settle, result, error):
+    settle(result, error)
+    settle("again", None)  # only the first settle counts
+
+
+def test_a_started_call_raises_its_settled_error_or_what_start_raised(instance):
+    error = RemoteError("refused", code="SYSTEM_BUSY")
+    with pytest.raises(RemoteError) as info:
+        instance.run_started(lambda settle: settle(None, error), within_s(1000))
+    assert info.value is error
+
+    def start(settle):
+        raise ValueError("bad start")
+
+    with pytest.raises(ValueError, match="bad start"):
+        instance.run_started(start, within_s(1000))
+    with pytest.raises(concurrent.futures.CancelledError):
+        instance.run_started(lambda settle: settle(None, asyncio.CancelledError()), within_s(1000))
+
+
+def test_a_started_call_that_is_never_settled_times_out(instance):
+    with pytest.raises(RequestTimeoutError) as info:
+        instance.run_started(lambda settle: None, 0.05, "silent")
+    assert info.value.indeterminate and "silent" in str(info.value)
+
+
+def test_a_pull_without_a_cached_route_and_one_with_it_answer_and_route_alike(fakes, wired_instance_factory):
+    """PullApi.start_pull runs pull_kernel as a task until the route is cached, then sends from
+    the loop callback itself; both follow the broker's suggestion and report the same event."""
+    events = []
+
+    def handler(addr, method, request):
+        return broker_pb2.PullResponse(code=common_pb2.PULL_NOT_FOUND, remark="NO_MESSAGE_IN_QUEUE",
+                                       next_begin_offset=request["queue_offset"], min_offset=0, max_offset=9,
+                                       suggest_which_broker_id=1)
+
+    consumer = PullConsumer("127.0.0.1:9876", "cg")
+    inst = wired_instance_factory({"T": fakes.two_broker_route()}, handler, timing=consumer.timing)
+    consumer._instance = inst
+    consumer._api = PullApi(inst, "cg", events.append)
+    consumer.start()
+    try:
+        assert inst.routes.route("T") is None  # the first pull has to fetch it
+        first = consumer.pull(MQ, 4, 32)
+        assert inst.routes.route("T") is not None
+        second = consumer.pull(MQ, 4, 32)
+    finally:
+        consumer.shutdown()
+    for result in (first, second):
+        assert result.status is PullStatus.NO_NEW_MSG and result.suggest_which_broker_id == 1
+    assert (first.requested_broker_id, second.requested_broker_id) == (0, 1)  # the suggestion was followed
+    assert [e["requested_broker_id"] for e in events] == [0, 1]
+    assert sorted(events[0]) == sorted(events[1])  # the same fields either way
+    assert [addr for addr, method, _ in inst.calls if method == "Pull"] == ["a0:1", "a1:1"]
+    assert [e["addr"] for e in events] == ["a0:1", "a1:1"]
+
+
+def test_a_submitted_started_call_resolves_its_future_and_can_be_cancelled_only_before_it_starts(instance):
+    fut = instance.submit_started(lambda settle: settle("answered", None))
+    assert fut.result(within_s(1000)) == "answered"
+    failing = instance.submit_started(lambda settle: settle(None, RemoteError("refused", code="SYSTEM_BUSY")))
+    assert isinstance(failing.exception(within_s(1000)), RemoteError)
+
+    blocking, release, ran = threading.Event(), threading.Event(), threading.Event()
+
+    async def block_the_loop():
+        blocking.set()
+        release.wait(within_s(1000))  # blocks the loop thread on purpose
+
+    blocker = instance.submit(block_the_loop())
+    assert blocking.wait(within_s())
+    early = instance.submit_started(lambda settle: ran.set())
+    assert early.cancel()  # the loop has not begun it
+    release.set()
+    blocker.result(within_s(1000))
+    held = []
+    late = instance.submit_started(held.append)
+    instance.run(asyncio.sleep(0), within_s(1000))  # the loop has begun both by now
+    assert not ran.is_set() and early.cancelled()
+    assert held and not late.cancel()  # begun: it runs to its own end
+    instance.submit(_settle_on_loop(held[0], "late answer", None)).result(within_s(1000))
+    assert late.result(within_s(1000)) == "late answer"

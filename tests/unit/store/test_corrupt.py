@@ -9,7 +9,7 @@ import json
 import random
 
 from nodes.common.clock import FakeClock
-from nodes.store import faults
+from nodes.store import faults, record
 from nodes.store.message_store import MessageStore
 from nodes.store.record import decode_record, encode_record
 
@@ -124,3 +124,58 @@ def test_the_command_line_prints_what_it_did(open_store, tmp_path, capsys):
     assert faults.main(["power-loss", str(copy), "--seed", "4"]) == 0
     assert set(json.loads(capsys.readouterr().out)) == {"commitlog", "consume_queues"}
     assert faults.main(["power-loss", str(tmp_path), "--seed", "4"]) == 2  # not a store directory
+
+
+def test_a_record_damaged_after_its_full_check_is_stepped_over_on_the_next_read(tmp_path):
+    """The re-read of checked bytes (the scan's inlined body check) still catches a flipped body
+    byte, a flipped magic and a record that no longer sits at its own offset."""
+    events: list = []
+    store = _open(tmp_path / "store", events)
+    try:
+        sent = _fill(store)
+        first = store.get_messages("T", 0, 0, 16, None)  # the full check, remembered as checked
+        assert len(first.record_sizes) == 16
+        damage = {3: record.HEADER.size + 10, 7: 5, 11: record.PHYS_OFFSET_POS + 7}  # body, magic, phys offset
+        for queue_offset, at in damage.items():
+            phys_offset = sent[(0, queue_offset)].phys_offset
+            segment_start = phys_offset - phys_offset % SMALL.commitlog_segment_bytes
+            with open(store.root / "commitlog" / f"{segment_start:020d}", "r+b") as f:
+                f.seek(phys_offset - segment_start + at)
+                byte = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        again = store.get_messages("T", 0, 0, 16, None)
+        served = [decode_record(data).queue_offset for data in again.records]
+        assert served == [q for q in range(16) if q not in damage]
+        assert store.corrupt_records_skipped == len(damage)
+        assert sorted(e["queue_offset"] for e in _bad_records(events)) == sorted(damage)
+    finally:
+        store.close()
+
+
+def test_the_scans_re_check_catches_what_body_checks_catches(tmp_path):
+    """The scan inlines read_check.body_checks: every byte that function guards (size, magic, body
+    CRC, own offset, body), flipped after the record's full check, makes the scan step over it,
+    and the record is served again once the byte is back."""
+    events: list = []
+    store = _open(tmp_path / "store", events)
+    try:
+        [appended] = put_many(store, 1, body_bytes=200)
+        assert len(store.get_messages("T", 0, 0, 1, None).record_sizes) == 1  # fully checked once
+        phys_offset = appended.phys_offset
+        segment_start = phys_offset - phys_offset % SMALL.commitlog_segment_bytes
+        guarded = [*range(0, 12), *range(28, 36), *range(84, record.HEADER.size + 200)]
+        with open(store.root / "commitlog" / f"{segment_start:020d}", "r+b") as f:
+            for position in guarded:
+                at = phys_offset - segment_start + position
+                f.seek(at)
+                original = f.read(1)[0]
+                for value in (original ^ 0x10, original):
+                    f.seek(at)
+                    f.write(bytes([value]))
+                    f.flush()
+                    served = len(store.get_messages("T", 0, 0, 1, None).record_sizes)
+                    assert served == (1 if value == original else 0), position
+        assert store.corrupt_records_skipped == len(guarded)
+    finally:
+        store.close()
