@@ -1,9 +1,11 @@
 """The Broker gRPC servicer: decode, call the handler from the request table, encode.
 
 Errors map in one place (nodes.common.grpc_adapter; bytes that are no request are refused
-before this, by nodes.common.grpc_guard). The pull streams are the only plumbing here: each
+before this, by nodes.common.grpc_guard). The streams are the only plumbing here: each pull
 stream is one `PullSession`; answers queue up and are written as the stream can take them, a
-batch stream packing every ready answer into one message.
+batch stream packing every ready answer into one message. A send stream runs each request
+exactly as `SendMessage` runs one, and writes each answer (tagged with its request id) when
+its send is done.
 """
 
 from __future__ import annotations
@@ -41,11 +43,63 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._queue_offset = table[RequestKind.GET_QUEUE_OFFSET]
         self._create_topic = table[RequestKind.CREATE_TOPIC]
         self.open_pull_streams = 0
+        self.open_send_streams = 0
 
     @answers_errors(broker_pb2.SendMessageResponse, "send")
     async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
                           ) -> broker_pb2.SendMessageResponse:
         return convert.send_response_to_pb(await self._send(convert.send_request_from_pb(request)))
+
+    async def SendStream(self, request_iterator: AsyncIterator[broker_pb2.SendMessageRequest],
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.SendMessageResponse]:
+        """`SendMessage` for every request of the stream; each answer carries its request's id.
+
+        Answers go out as sends finish, not in request order: a send that waits (SYNC_FLUSH's
+        fsync, SYNC_MASTER's slave ack, an auto-created topic's registration) holds back no
+        other, and the client matches answers by id (so it can also drop one that came after its
+        timeout). Stores still happen in request order: each request's task is created as it is
+        read, and asyncio runs tasks' first steps (where the put happens) in creation order.
+        After the client half-closes, the sends already read still get their answers; when the
+        call ends (the client went away), sends still running finish and their answers are dropped.
+        """
+        loop = asyncio.get_running_loop()
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[broker_pb2.SendMessageResponse]] = set()
+
+        async def send_one(req: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+            response = await self.SendMessage(req, context)
+            response.request_id = req.request_id
+            return response
+
+        def answered(task: asyncio.Task[broker_pb2.SendMessageResponse]) -> None:
+            running.discard(task)
+            if not task.cancelled():
+                out.put_nowait(task)
+
+        async def read_requests() -> None:
+            try:
+                async for req in request_iterator:
+                    task = loop.create_task(send_one(req))
+                    running.add(task)
+                    task.add_done_callback(answered)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                pass
+            finally:
+                out.put_nowait(_STREAM_END)
+
+        self.open_send_streams += 1
+        reader = loop.create_task(read_requests(), name="send-stream-reader")
+        reading = True
+        try:
+            while reading or running or not out.empty():
+                item = await out.get()
+                if item is _STREAM_END:
+                    reading = False
+                    continue
+                yield item.result()  # an AbortError (the call is over) ends the stream here
+        finally:
+            self.open_send_streams -= 1
+            reader.cancel()
 
     @contextlib.asynccontextmanager
     async def _pull_stream(self, requests: AsyncIterator[broker_pb2.PullRequest], name: str
