@@ -87,6 +87,7 @@ class SendStream:
         self._ids = itertools.count(1)
         self._session: _Session | None = None
         self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
+        self.pending_high_water = 0  # the most sends ever in flight on it at once
 
     @property
     def pending_count(self) -> int:
@@ -120,7 +121,10 @@ class SendStream:
         request.request_id = request_id
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[broker_pb2.SendMessageResponse] = loop.create_future()
-        session.pending[request_id] = (fut, what)
+        pending = session.pending
+        pending[request_id] = (fut, what)
+        if len(pending) > self.pending_high_water:
+            self.pending_high_water = len(pending)
         session.feed.push(request)
         # A timer on the future itself is lighter than asyncio.wait_for on this hot path.
         timer = loop.call_later(rpc.timeout_s(timeout_ms), _expire, fut, what)
@@ -128,7 +132,7 @@ class SendStream:
             return await fut
         finally:
             timer.cancel()
-            session.pending.pop(request_id, None)
+            pending.pop(request_id, None)
 
     async def _reader_routine(self, session: _Session) -> None:
         fail_with: _FailWith = self._closed_error

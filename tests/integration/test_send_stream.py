@@ -1,0 +1,100 @@
+"""Sends over the broker's SendStream: the same answers as unary SendMessage, matched to the
+right caller with several in flight, and a stream that keeps serving after bad requests."""
+
+import concurrent.futures
+
+import grpc
+from support.rpc import TIMEOUT_S, broker_stub, code_name
+from support.timing import within_s
+
+from nodes.client import Producer, PullConsumer
+from nodes.common.types import Message
+from proto import broker_pb2
+
+
+def _request(topic, bodies, queue_id=0):
+    return broker_pb2.SendMessageRequest(
+        topic=topic, queue_id=queue_id, messages=[broker_pb2.OutgoingMessage(body=b) for b in bodies])
+
+
+# Bad input of every kind the broker checks, each followed by a good send on the same stream.
+_BAD = [
+    _request("T", [b""]),                          # empty body
+    _request("T", [b"x" * (1024 * 1024 + 1)]),     # body over the limit
+    _request("bad topic!", [b"x"]),                # illegal topic name
+    _request("TBW102", [b"x"]),                    # the default topic
+    _request("T", []),                             # no message
+    _request("Auto", [b"x"], queue_id=400),        # queue id out of range
+]
+
+
+def test_bad_requests_get_the_unary_answers_and_the_stream_keeps_serving(cluster):
+    channel, stub = broker_stub(cluster.broker_addr)
+    with channel:
+        assert code_name(stub.SendMessage(_request("Auto", [b"warm"]), timeout=TIMEOUT_S).code) == "SUCCESS"
+        unary = [stub.SendMessage(req, timeout=TIMEOUT_S) for req in _BAD]
+        requests = []
+        for i, bad in enumerate(_BAD):
+            requests.append(broker_pb2.SendMessageRequest(request_id=2 * i + 1, **_fields(bad)))
+            requests.append(broker_pb2.SendMessageRequest(request_id=2 * i + 2, **_fields(_request("T", [b"ok%d" % i]))))
+        answers = {a.request_id: a for a in stub.SendStream(iter(requests), timeout=TIMEOUT_S)}
+    assert sorted(answers) == [r.request_id for r in requests]
+    for i, want in enumerate(unary):
+        got = answers[2 * i + 1]
+        assert (code_name(got.code), got.remark) == (code_name(want.code), want.remark)
+        assert code_name(got.code) != "SUCCESS"
+        assert code_name(answers[2 * i + 2].code) == "SUCCESS", answers[2 * i + 2].remark
+    good_offsets = [answers[2 * i + 2].entries[0].queue_offset for i in range(len(_BAD))]
+    assert good_offsets == sorted(good_offsets) and len(set(good_offsets)) == len(good_offsets)
+
+
+def _fields(request):
+    return {f.name: v for f, v in request.ListFields()}
+
+
+def test_a_garbled_stream_message_ends_the_stream_with_invalid_argument(cluster):
+    channel, _ = broker_stub(cluster.broker_addr)
+    with channel:
+        raw = channel.stream_stream("/mqlab.v1.Broker/SendStream", request_serializer=lambda b: b,
+                                    response_deserializer=broker_pb2.SendMessageResponse.FromString)
+        good = broker_pb2.SendMessageRequest(request_id=1, **_fields(_request("T", [b"before"]))).SerializeToString()
+        call = raw(iter([good, b"\xff\xff\xff"]), timeout=TIMEOUT_S)
+        answers = []
+        try:
+            for answer in call:
+                answers.append(answer)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+        else:
+            raise AssertionError("the garbled stream ended without an error")
+    assert [code_name(a.code) for a in answers] == ["SUCCESS"] and answers[0].request_id == 1
+
+
+def test_send_async_window_answers_reach_their_callers(cluster):
+    count = 3_000
+    with Producer(cluster.namesrv_addr, async_window=512) as producer:
+        producer.send(Message("Window", b"warm-up"))
+        futures = [producer.send_async(Message("Window", b"w-%d" % i)) for i in range(count)]
+        _, not_done = concurrent.futures.wait(futures, timeout=within_s(30_000))
+        assert not not_done
+        results = [f.result() for f in futures]
+        stream = producer._instance.api.send_stream(cluster.broker_addr)
+        assert stream.opened_count == 1
+        # batches to different queues were answered on one stream while others were in flight
+        assert stream.pending_high_water > 1
+    assert len({(r.message_queue, r.queue_offset) for r in results}) == count
+    index_of = {r.msg_id: i for i, r in enumerate(results)}
+    with PullConsumer(cluster.namesrv_addr, "window-check") as consumer:
+        for mq in {r.message_queue for r in results}:
+            mine = sorted((r for r in results if r.message_queue == mq), key=lambda r: r.queue_offset)
+            got = {}
+            offset = mine[0].queue_offset
+            while offset <= mine[-1].queue_offset:
+                pulled = consumer.pull(mq, offset, 32)
+                assert pulled.messages, f"nothing at {mq}@{offset}"
+                got.update({m.queue_offset: m for m in pulled.messages})
+                offset = pulled.next_begin_offset
+            for r in mine:
+                m = got[r.queue_offset]
+                assert m.msg_id == r.msg_id
+                assert m.body == b"w-%d" % index_of[r.msg_id]
