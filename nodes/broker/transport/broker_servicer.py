@@ -11,6 +11,7 @@ its send is done.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -51,7 +52,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         return convert.send_response_to_pb(await self._send(convert.send_request_from_pb(request)))
 
     async def SendStream(self, request_iterator: AsyncIterator[broker_pb2.SendMessageRequest],
-                         context: grpc.aio.ServicerContext) -> AsyncIterator[broker_pb2.SendMessageResponse]:
+                         context: grpc.aio.ServicerContext) -> None:
         """`SendMessage` for every request of the stream; each answer carries its request's id.
 
         Answers go out as sends finish, not in request order: a send that waits (SYNC_FLUSH's
@@ -61,45 +62,27 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         read, and asyncio runs tasks' first steps (where the put happens) in creation order.
         After the client half-closes, the sends already read still get their answers; when the
         call ends (the client went away), sends still running finish and their answers are dropped.
+        Answers are written straight from the task that made them (no queue or generator between).
         """
         loop = asyncio.get_running_loop()
-        out: asyncio.Queue[Any] = asyncio.Queue()
-        running: set[asyncio.Task[broker_pb2.SendMessageResponse]] = set()
+        writer = _AnswerWriter(context)
+        running: set[asyncio.Task[None]] = set()
 
-        async def send_one(req: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+        async def send_one(req: broker_pb2.SendMessageRequest) -> None:
             response = await self.SendMessage(req, context)
             response.request_id = req.request_id
-            return response
-
-        def answered(task: asyncio.Task[broker_pb2.SendMessageResponse]) -> None:
-            running.discard(task)
-            if not task.cancelled():
-                out.put_nowait(task)
-
-        async def read_requests() -> None:
-            try:
-                async for req in request_iterator:
-                    task = loop.create_task(send_one(req))
-                    running.add(task)
-                    task.add_done_callback(answered)
-            except (asyncio.CancelledError, grpc.aio.AioRpcError):
-                pass
-            finally:
-                out.put_nowait(_STREAM_END)
+            await writer.write(response)
 
         self.open_send_streams += 1
-        reader = loop.create_task(read_requests(), name="send-stream-reader")
-        reading = True
         try:
-            while reading or running or not out.empty():
-                item = await out.get()
-                if item is _STREAM_END:
-                    reading = False
-                    continue
-                yield item.result()  # an AbortError (the call is over) ends the stream here
+            async for req in request_iterator:
+                task = loop.create_task(send_one(req))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(running)
         finally:
             self.open_send_streams -= 1
-            reader.cancel()
 
     @contextlib.asynccontextmanager
     async def _pull_stream(self, requests: AsyncIterator[broker_pb2.PullRequest], name: str
@@ -168,6 +151,35 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
                           context: grpc.aio.ServicerContext) -> broker_pb2.CreateTopicResponse:
         answer = await self._create_topic(convert.create_topic_from_pb(request))
         return broker_pb2.CreateTopicResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+
+
+class _AnswerWriter:
+    """Writes a send stream's answers one at a time (gRPC takes one write per call at a time):
+    the first answer ready writes, answers ready meanwhile queue behind it and that same writer
+    writes them too. Once a write fails (the call is over), later answers are dropped."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self._queue: collections.deque[broker_pb2.SendMessageResponse] = collections.deque()
+        self._writing = False
+        self._closed = False
+
+    async def write(self, answer: broker_pb2.SendMessageResponse) -> None:
+        if self._closed:
+            return
+        self._queue.append(answer)
+        if self._writing:
+            return
+        self._writing = True
+        try:
+            while self._queue:
+                await self._context.write(self._queue.popleft())
+        except Exception as exc:  # the client went away: nobody is left to answer
+            log.debug("send stream closed under its answers: %r", exc)
+            self._closed = True
+            self._queue.clear()
+        finally:
+            self._writing = False
 
 
 class _PullStream:
