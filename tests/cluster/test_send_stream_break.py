@@ -9,7 +9,7 @@ from support.timing import within_ms, within_s
 
 from harness.waiting import wait_until
 from nodes.client import Producer, PullConsumer
-from nodes.common.errors import OutcomeUnknownError, TransportError
+from nodes.common.errors import OutcomeUnknownError, RequestTimeoutError, TransportError
 from nodes.common.types import Message
 
 pytestmark = pytest.mark.cluster
@@ -50,3 +50,24 @@ def test_kill_mid_stream_fails_the_sends_in_flight_and_the_next_send_goes_throug
         for result, body in ((before, b"before"), (after, b"after")):
             pulled = consumer.pull(result.message_queue, result.queue_offset, 1)
             assert [m.body for m in pulled.messages] == [body]
+
+
+def test_a_send_past_its_timeout_fails_alone_and_its_late_answer_is_dropped(local_cluster):
+    addr = local_cluster.node(MASTER).addr
+    timeout_ms = 1_000
+    with Producer(local_cluster.namesrv_addr, send_timeout_ms=timeout_ms, retry_times=0) as producer:
+        producer.send(Message("Late", b"warm-up"))
+        stream = producer._instance.api.send_stream(addr)
+        local_cluster.pause(MASTER)
+        try:
+            with pytest.raises(RequestTimeoutError) as info:
+                producer.send(Message("Late", b"late"))
+            assert info.value.indeterminate  # it may still be stored: the master got the request
+        finally:
+            local_cluster.resume(MASTER)
+        on_time = producer.send(Message("Late", b"on-time"))
+        # the same call carried both: the timeout failed one send, not the stream
+        assert stream.opened_count == 1 and stream.pending_count == 0
+    with PullConsumer(local_cluster.namesrv_addr, "late-check") as consumer:
+        pulled = consumer.pull(on_time.message_queue, on_time.queue_offset, 1)
+        assert [m.body for m in pulled.messages] == [b"on-time"]
