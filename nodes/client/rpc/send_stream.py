@@ -8,7 +8,7 @@ offsets are `ClientApi`'s business, retries the producer's.
 
 Why a stream: a unary call costs gRPC's per-call setup (call object, metadata, deadline,
 completion queue round trips) on both ends, most of a small send's CPU in Python; a message on
-an open stream costs a fraction of that.
+an open stream costs about half of that (docs/benchmark.md, "Sends over a stream").
 
 Failures read as a unary `SendMessage`'s would: if the stream breaks, every send waiting on it
 fails with the error `grpc_errors.rpc_error` makes of the break (OutcomeUnknownError once the
