@@ -1,6 +1,7 @@
 """Sends over the broker's SendStream: the same answers as unary SendMessage, matched to the
 right caller with several in flight, and a stream that keeps serving after bad requests."""
 
+import asyncio
 import concurrent.futures
 
 import grpc
@@ -8,7 +9,7 @@ from support.rpc import TIMEOUT_S, broker_stub, code_name
 from support.timing import within_s
 
 from nodes.client import Producer, PullConsumer
-from nodes.common.types import Message
+from nodes.common.types import Message, MessageQueue
 from proto import broker_pb2
 
 
@@ -72,16 +73,14 @@ def test_a_garbled_stream_message_ends_the_stream_with_invalid_argument(cluster)
 
 def test_send_async_window_answers_reach_their_callers(cluster):
     count = 3_000
-    with Producer(cluster.namesrv_addr, async_window=512) as producer:
+    # small batches: many requests, each answer settling its own messages' futures
+    with Producer(cluster.namesrv_addr, async_window=512, async_batch_count_max=8) as producer:
         producer.send(Message("Window", b"warm-up"))
         futures = [producer.send_async(Message("Window", b"w-%d" % i)) for i in range(count)]
         _, not_done = concurrent.futures.wait(futures, timeout=within_s(30_000))
         assert not not_done
         results = [f.result() for f in futures]
-        stream = producer._instance.api.send_stream(cluster.broker_addr)
-        assert stream.opened_count == 1
-        # batches to different queues were answered on one stream while others were in flight
-        assert stream.pending_high_water > 1
+        assert producer._instance.api.send_stream(cluster.broker_addr).opened_count == 1
     assert len({(r.message_queue, r.queue_offset) for r in results}) == count
     index_of = {r.msg_id: i for i, r in enumerate(results)}
     with PullConsumer(cluster.namesrv_addr, "window-check") as consumer:
@@ -98,3 +97,28 @@ def test_send_async_window_answers_reach_their_callers(cluster):
                 m = got[r.queue_offset]
                 assert m.msg_id == r.msg_id
                 assert m.body == b"w-%d" % index_of[r.msg_id]
+
+
+def test_sends_in_flight_together_on_one_stream_get_their_own_answers(cluster):
+    count = 16
+    with Producer(cluster.namesrv_addr) as producer:
+        first = producer.send(Message("Many", b"warm-up"))
+        instance, api, addr = producer._instance, producer._instance.api, cluster.broker_addr
+        queues = [MessageQueue("Many", first.message_queue.broker_name, q) for q in range(4)]
+        prepared = [producer._prepare(Message("Many", b"c-%d" % i)) for i in range(count)]
+
+        async def all_at_once():
+            # started in one loop turn: every request is on the stream before any answer is read
+            return await asyncio.gather(*(
+                api.send(addr, queues[i % 4], [out], [uid], group=producer.group, default_topic_queue_nums=4,
+                         born_host="127.0.0.1:0", timeout_ms=10_000, what=f"send {i}")
+                for i, (out, uid) in enumerate(prepared)))
+
+        results = instance.run(all_at_once(), within_s(10_000), "sends in flight together")
+        assert api.send_stream(addr).pending_high_water >= count
+    assert [r.msg_id for r in results] == [uid for _, uid in prepared]
+    with PullConsumer(cluster.namesrv_addr, "many-check") as consumer:
+        for i, r in enumerate(results):
+            assert r.message_queue == queues[i % 4]
+            pulled = consumer.pull(r.message_queue, r.queue_offset, 1)
+            assert [(m.msg_id, m.body) for m in pulled.messages] == [(r.msg_id, b"c-%d" % i)]
