@@ -20,7 +20,6 @@ RequestTimeoutError and its late answer is dropped. Loop-confined.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 from collections.abc import Callable
@@ -36,14 +35,43 @@ from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
-class _Session:
-    """One open call: the requests waiting to be written, whether a send is writing them, and
-    the sends waiting for answers (request id -> (future, what the send is, for its error))."""
+_END = None  # queue sentinel: the request side is done
 
-    def __init__(self, call: Any) -> None:
+
+class _RequestFeed:
+    """The request iterator handed to grpc: each queued request, until `finish`. A plain async
+    iterator (not an async generator), so nothing needs asyncgen finalization.
+
+    grpc's own task writes what it yields. Writing from the sending coroutine instead (no hop
+    through that task when nobody else is writing) was tried: a bare round trip got slightly
+    faster, but the benchmark's `send_batch` of 1024 cost the client 25-40 % more CPU."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[broker_pb2.SendMessageRequest | None] = asyncio.Queue()
+
+    def push(self, request: broker_pb2.SendMessageRequest) -> None:
+        self._queue.put_nowait(request)
+
+    def finish(self) -> None:
+        self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> _RequestFeed:
+        return self
+
+    async def __anext__(self) -> broker_pb2.SendMessageRequest:
+        request = await self._queue.get()
+        if request is _END:
+            raise StopAsyncIteration
+        return request
+
+
+class _Session:
+    """One open call: its request feed, its reader task, and the sends waiting on it
+    (request id -> (future, what the send is, for its error))."""
+
+    def __init__(self, call: Any, feed: _RequestFeed) -> None:
         self.call = call
-        self.outbox: collections.deque[broker_pb2.SendMessageRequest] = collections.deque()
-        self.writing = False
+        self.feed = feed
         self.pending: dict[int, tuple[asyncio.Future[broker_pb2.SendMessageResponse], str]] = {}
         self.reader: asyncio.Task[None] | None = None
         self.closed = False
@@ -73,8 +101,9 @@ class SendStream:
         session = self._session
         if session is not None and not session.closed:
             return session
-        call = self._open_call()()  # no request iterator: the sends write (`_write_outbox`)
-        session = _Session(call)
+        feed = _RequestFeed()
+        call = self._open_call()(feed)
+        session = _Session(call, feed)
         session.reader = asyncio.create_task(self._reader_routine(session), name=f"send-stream-reader-{self.addr}")
         self._session = session
         self.opened_count += 1
@@ -100,35 +129,14 @@ class SendStream:
         pending[request_id] = (fut, what)
         if len(pending) > self.pending_high_water:
             self.pending_high_water = len(pending)
+        session.feed.push(request)
         # A timer on the future itself is lighter than asyncio.wait_for on this hot path.
         timer = loop.call_later(rpc.timeout_s(timeout_ms), _expire, fut, what)
         try:
-            session.outbox.append(request)
-            if not session.writing:
-                await self._write_outbox(session)
             return await fut
         finally:
             timer.cancel()
             pending.pop(request_id, None)
-
-    async def _write_outbox(self, session: _Session) -> None:
-        """Write the queued requests, one write at a time (gRPC takes one per call at a time),
-        from the coroutine of the send that found nobody writing: a lone send costs no hop
-        through a writer task; requests queued meanwhile go out from the same loop."""
-        session.writing = True
-        call, outbox = session.call, session.outbox
-        try:
-            while outbox and not session.closed:
-                await call.write(outbox.popleft())
-        except asyncio.CancelledError:
-            # A write cut off half-way leaves the call unusable: break the session (its sends
-            # fail as on a broken stream) so that the next send opens a new call.
-            self._fail_session(session, self._closed_error)
-            raise
-        except (grpc.RpcError, asyncio.InvalidStateError):
-            pass  # the call is over; its reader fails every waiting send with the reason
-        finally:
-            session.writing = False
 
     async def _reader_routine(self, session: _Session) -> None:
         fail_with: _FailWith = self._closed_error
@@ -168,7 +176,6 @@ class SendStream:
             if session.pending:
                 log.warning("send stream to %s broke; failing %d sends in flight", self.addr, len(session.pending))
             session.call.cancel()
-            session.outbox.clear()
         for fut, what in session.pending.values():
             if not fut.done():
                 fut.set_exception(fail_with(what))
@@ -180,6 +187,7 @@ class SendStream:
         if session is None:
             return
         self._fail_session(session, self._closed_error)
+        session.feed.finish()
         if session.reader is not None:
             session.reader.cancel()
             await asyncio.gather(session.reader, return_exceptions=True)
