@@ -5,10 +5,12 @@ import asyncio
 import concurrent.futures
 
 import grpc
+import pytest
 from support.rpc import TIMEOUT_S, broker_stub, code_name
 from support.timing import within_s
 
 from nodes.client import Producer, PullConsumer
+from nodes.common import constants as c
 from nodes.common.types import Message, MessageQueue
 from proto import broker_pb2
 
@@ -122,3 +124,21 @@ def test_sends_in_flight_together_on_one_stream_get_their_own_answers(cluster):
             assert r.message_queue == queues[i % 4]
             pulled = consumer.pull(r.message_queue, r.queue_offset, 1)
             assert [(m.msg_id, m.body) for m in pulled.messages] == [(r.msg_id, b"c-%d" % i)]
+
+
+def test_a_stream_request_over_the_entry_cap_is_answered_or_refused_as_over_unary(cluster):
+    over = c.BATCH_MESSAGES_MAX + 1
+    small = broker_pb2.SendMessageRequest(request_id=1, **_fields(_request("T", [b"x"] * over)))
+    good = broker_pb2.SendMessageRequest(request_id=2, **_fields(_request("T", [b"after"])))
+    big = broker_pb2.SendMessageRequest(request_id=3, **_fields(_request("T", [b"x"] * over)))
+    big.messages[0].body = b"x" * c.REQUEST_SCAN_BYTES_MIN  # big enough to be counted before parsing
+    channel, stub = broker_stub(cluster.broker_addr)
+    with channel:
+        call = stub.SendStream(iter([small, good, big]), timeout=TIMEOUT_S)
+        answers = []
+        with pytest.raises(grpc.RpcError) as info:
+            for answer in call:
+                answers.append(answer)
+    # parsed and refused by the broker's checks, the stream going on; the big one refused unparsed
+    assert {a.request_id: code_name(a.code) for a in answers} == {1: "MESSAGE_ILLEGAL", 2: "SUCCESS"}
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
