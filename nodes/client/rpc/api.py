@@ -1,9 +1,10 @@
 """ClientApi: every call a client makes to a broker or a name server (RocketMQ's MQClientAPIImpl).
 
 Owns the channels and stubs (one channel per peer address), the pipelined pull streams and
-the send streams (one of each per broker address, opened lazily), the building of every request, and the reading of every answer: an answer code becomes a status
-(a send's SendStatus, a pull's PullStatus) or a project error (`for_code`), and a gRPC
-failure becomes a TransportError, RequestTimeoutError or OutcomeUnknownError in one function,
+the send streams (one of each per broker address, opened lazily), the building of every
+request, and the reading of every answer: an answer code becomes a status (a send's
+SendStatus, a pull's PullStatus) or a project error (`for_code`), and a gRPC failure becomes a
+TransportError, RequestTimeoutError or OutcomeUnknownError in one function,
 `grpc_errors.rpc_error`. Callers pass and get plain values (MessageQueue, SendResult, PullResult...) and
 branch on the errors' attributes. Does not choose addresses, retry, or keep any state beyond
 connections: the producer, consumers and their services do that.
