@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/broker.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"\xba\x01\n\x0fOutgoingMessage\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x0c\n\x04\x66lag\x18\x02 \x01(\x05\x12=\n\nproperties\x18\x03 \x03(\x0b\x32).mqlab.v1.OutgoingMessage.PropertiesEntry\x12\x19\n\x11\x62orn_timestamp_ms\x18\x04 \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x89\x02\n\x12SendMessageRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12+\n\x08messages\x18\x04 \x03(\x0b\x32\x19.mqlab.v1.OutgoingMessage\x12 \n\x18\x64\x65\x66\x61ult_topic_queue_nums\x18\x05 \x01(\x05\x12\x11\n\tborn_host\x18\x06 \x01(\t\x12\x10\n\x08sys_flag\x18\x07 \x01(\x05\x12\x17\n\x0freconsume_times\x18\x08 \x01(\x05\x12\x12\n\nbatch_body\x18\t \x01(\x0c\x12\x19\n\x11\x62orn_timestamp_ms\x18\n \x01(\x03\"M\n\tSendEntry\x12\x15\n\roffset_msg_id\x18\x01 \x01(\t\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x13\n\x0bphys_offset\x18\x03 \x01(\x03\"\xcb\x01\n\x13SendMessageResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12$\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x13.mqlab.v1.SendEntry\x12\x1a\n\x12\x66irst_queue_offset\x18\x05 \x01(\x03\x12\x14\n\x0cphys_offsets\x18\x06 \x03(\x03\x12\x1c\n\x14offset_msg_id_prefix\x18\x07 \x01(\t\"\xde\x02\n\x0bPullRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\x12\x14\n\x0cmax_msg_nums\x18\x06 \x01(\x05\x12\x0f\n\x07suspend\x18\x07 \x01(\x08\x12\x1a\n\x12suspend_timeout_ms\x18\x08 \x01(\x03\x12\x15\n\rcommit_offset\x18\t \x01(\x08\x12\x1b\n\x13\x63ommit_offset_value\x18\n \x01(\x03\x12\x18\n\x10has_subscription\x18\x0b \x01(\x08\x12\x1f\n\x17subscription_expression\x18\x0c \x01(\t\x12\x13\n\x0bsub_version\x18\r \x01(\x03\x12\x11\n\tclient_id\x18\x0e \x01(\t\x12\x12\n\ncommit_seq\x18\x0f \x01(\x04\"\xdb\x01\n\x0cPullResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x03 \x01(\t\x12\x19\n\x11next_begin_offset\x18\x04 \x01(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x1f\n\x17suggest_which_broker_id\x18\x07 \x01(\x03\x12\x0f\n\x07records\x18\x08 \x01(\x0c\x12\x14\n\x0crecord_count\x18\t \x01(\x05\";\n\x10PullRequestBatch\x12\'\n\x08requests\x18\x01 \x03(\x0b\x32\x15.mqlab.v1.PullRequest\">\n\x11PullResponseBatch\x12)\n\tresponses\x18\x01 \x03(\x0b\x32\x16.mqlab.v1.PullResponse\"U\n\x1aQueryConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"[\n\x1bQueryConsumerOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"\x8d\x01\n\x1bUpdateConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tclient_id\x18\x05 \x01(\t\x12\x12\n\ncommit_seq\x18\x06 \x01(\x04\"L\n\x1cUpdateConsumerOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\"r\n\x15GetQueueOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\"\n\x04kind\x18\x03 \x01(\x0e\x32\x14.mqlab.v1.OffsetKind\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\"V\n\x16GetQueueOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\";\n\x12\x43reateTopicRequest\x12%\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x15.mqlab.v1.TopicConfig\"C\n\x13\x43reateTopicResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t*M\n\nOffsetKind\x12\x1b\n\x17OFFSET_KIND_UNSPECIFIED\x10\x00\x12\x07\n\x03MIN\x10\x01\x12\x07\n\x03MAX\x10\x02\x12\x10\n\x0c\x42Y_TIMESTAMP\x10\x03\x32\xc5\x04\n\x06\x42roker\x12J\n\x0bSendMessage\x12\x1c.mqlab.v1.SendMessageRequest\x1a\x1d.mqlab.v1.SendMessageResponse\x12\x39\n\x04Pull\x12\x15.mqlab.v1.PullRequest\x1a\x16.mqlab.v1.PullResponse(\x01\x30\x01\x12H\n\tPullBatch\x12\x1a.mqlab.v1.PullRequestBatch\x1a\x1b.mqlab.v1.PullResponseBatch(\x01\x30\x01\x12\x62\n\x13QueryConsumerOffset\x12$.mqlab.v1.QueryConsumerOffsetRequest\x1a%.mqlab.v1.QueryConsumerOffsetResponse\x12\x65\n\x14UpdateConsumerOffset\x12%.mqlab.v1.UpdateConsumerOffsetRequest\x1a&.mqlab.v1.UpdateConsumerOffsetResponse\x12S\n\x0eGetQueueOffset\x12\x1f.mqlab.v1.GetQueueOffsetRequest\x1a .mqlab.v1.GetQueueOffsetResponse\x12J\n\x0b\x43reateTopic\x12\x1c.mqlab.v1.CreateTopicRequest\x1a\x1d.mqlab.v1.CreateTopicResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/broker.proto\x12\x08mqlab.v1\x1a\x12proto/common.proto\"\xba\x01\n\x0fOutgoingMessage\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x0c\n\x04\x66lag\x18\x02 \x01(\x05\x12=\n\nproperties\x18\x03 \x03(\x0b\x32).mqlab.v1.OutgoingMessage.PropertiesEntry\x12\x19\n\x11\x62orn_timestamp_ms\x18\x04 \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9d\x02\n\x12SendMessageRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12+\n\x08messages\x18\x04 \x03(\x0b\x32\x19.mqlab.v1.OutgoingMessage\x12 \n\x18\x64\x65\x66\x61ult_topic_queue_nums\x18\x05 \x01(\x05\x12\x11\n\tborn_host\x18\x06 \x01(\t\x12\x10\n\x08sys_flag\x18\x07 \x01(\x05\x12\x17\n\x0freconsume_times\x18\x08 \x01(\x05\x12\x12\n\nbatch_body\x18\t \x01(\x0c\x12\x19\n\x11\x62orn_timestamp_ms\x18\n \x01(\x03\x12\x12\n\nrequest_id\x18\x0b \x01(\x04\"M\n\tSendEntry\x12\x15\n\roffset_msg_id\x18\x01 \x01(\t\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\x12\x13\n\x0bphys_offset\x18\x03 \x01(\x03\"\xdf\x01\n\x13SendMessageResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12$\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x13.mqlab.v1.SendEntry\x12\x1a\n\x12\x66irst_queue_offset\x18\x05 \x01(\x03\x12\x14\n\x0cphys_offsets\x18\x06 \x03(\x03\x12\x1c\n\x14offset_msg_id_prefix\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\x04\"\xde\x02\n\x0bPullRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x05 \x01(\x03\x12\x14\n\x0cmax_msg_nums\x18\x06 \x01(\x05\x12\x0f\n\x07suspend\x18\x07 \x01(\x08\x12\x1a\n\x12suspend_timeout_ms\x18\x08 \x01(\x03\x12\x15\n\rcommit_offset\x18\t \x01(\x08\x12\x1b\n\x13\x63ommit_offset_value\x18\n \x01(\x03\x12\x18\n\x10has_subscription\x18\x0b \x01(\x08\x12\x1f\n\x17subscription_expression\x18\x0c \x01(\t\x12\x13\n\x0bsub_version\x18\r \x01(\x03\x12\x11\n\tclient_id\x18\x0e \x01(\t\x12\x12\n\ncommit_seq\x18\x0f \x01(\x04\"\xdb\x01\n\x0cPullResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x03 \x01(\t\x12\x19\n\x11next_begin_offset\x18\x04 \x01(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x1f\n\x17suggest_which_broker_id\x18\x07 \x01(\x03\x12\x0f\n\x07records\x18\x08 \x01(\x0c\x12\x14\n\x0crecord_count\x18\t \x01(\x05\";\n\x10PullRequestBatch\x12\'\n\x08requests\x18\x01 \x03(\x0b\x32\x15.mqlab.v1.PullRequest\">\n\x11PullResponseBatch\x12)\n\tresponses\x18\x01 \x03(\x0b\x32\x16.mqlab.v1.PullResponse\"U\n\x1aQueryConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"[\n\x1bQueryConsumerOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"\x8d\x01\n\x1bUpdateConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tclient_id\x18\x05 \x01(\t\x12\x12\n\ncommit_seq\x18\x06 \x01(\x04\"L\n\x1cUpdateConsumerOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\"r\n\x15GetQueueOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\"\n\x04kind\x18\x03 \x01(\x0e\x32\x14.mqlab.v1.OffsetKind\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\"V\n\x16GetQueueOffsetResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\";\n\x12\x43reateTopicRequest\x12%\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x15.mqlab.v1.TopicConfig\"C\n\x13\x43reateTopicResponse\x12\x1c\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0e.mqlab.v1.Code\x12\x0e\n\x06remark\x18\x02 \x01(\t*M\n\nOffsetKind\x12\x1b\n\x17OFFSET_KIND_UNSPECIFIED\x10\x00\x12\x07\n\x03MIN\x10\x01\x12\x07\n\x03MAX\x10\x02\x12\x10\n\x0c\x42Y_TIMESTAMP\x10\x03\x32\x94\x05\n\x06\x42roker\x12J\n\x0bSendMessage\x12\x1c.mqlab.v1.SendMessageRequest\x1a\x1d.mqlab.v1.SendMessageResponse\x12M\n\nSendStream\x12\x1c.mqlab.v1.SendMessageRequest\x1a\x1d.mqlab.v1.SendMessageResponse(\x01\x30\x01\x12\x39\n\x04Pull\x12\x15.mqlab.v1.PullRequest\x1a\x16.mqlab.v1.PullResponse(\x01\x30\x01\x12H\n\tPullBatch\x12\x1a.mqlab.v1.PullRequestBatch\x1a\x1b.mqlab.v1.PullResponseBatch(\x01\x30\x01\x12\x62\n\x13QueryConsumerOffset\x12$.mqlab.v1.QueryConsumerOffsetRequest\x1a%.mqlab.v1.QueryConsumerOffsetResponse\x12\x65\n\x14UpdateConsumerOffset\x12%.mqlab.v1.UpdateConsumerOffsetRequest\x1a&.mqlab.v1.UpdateConsumerOffsetResponse\x12S\n\x0eGetQueueOffset\x12\x1f.mqlab.v1.GetQueueOffsetRequest\x1a .mqlab.v1.GetQueueOffsetResponse\x12J\n\x0b\x43reateTopic\x12\x1c.mqlab.v1.CreateTopicRequest\x1a\x1d.mqlab.v1.CreateTopicResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +34,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._loaded_options = None
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_OFFSETKIND']._serialized_start=2230
-  _globals['_OFFSETKIND']._serialized_end=2307
+  _globals['_OFFSETKIND']._serialized_start=2270
+  _globals['_OFFSETKIND']._serialized_end=2347
   _globals['_OUTGOINGMESSAGE']._serialized_start=53
   _globals['_OUTGOINGMESSAGE']._serialized_end=239
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_start=190
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_end=239
   _globals['_SENDMESSAGEREQUEST']._serialized_start=242
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=507
-  _globals['_SENDENTRY']._serialized_start=509
-  _globals['_SENDENTRY']._serialized_end=586
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=589
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=792
-  _globals['_PULLREQUEST']._serialized_start=795
-  _globals['_PULLREQUEST']._serialized_end=1145
-  _globals['_PULLRESPONSE']._serialized_start=1148
-  _globals['_PULLRESPONSE']._serialized_end=1367
-  _globals['_PULLREQUESTBATCH']._serialized_start=1369
-  _globals['_PULLREQUESTBATCH']._serialized_end=1428
-  _globals['_PULLRESPONSEBATCH']._serialized_start=1430
-  _globals['_PULLRESPONSEBATCH']._serialized_end=1492
-  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_start=1494
-  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_end=1579
-  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_start=1581
-  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_end=1672
-  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_start=1675
-  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_end=1816
-  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_start=1818
-  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_end=1894
-  _globals['_GETQUEUEOFFSETREQUEST']._serialized_start=1896
-  _globals['_GETQUEUEOFFSETREQUEST']._serialized_end=2010
-  _globals['_GETQUEUEOFFSETRESPONSE']._serialized_start=2012
-  _globals['_GETQUEUEOFFSETRESPONSE']._serialized_end=2098
-  _globals['_CREATETOPICREQUEST']._serialized_start=2100
-  _globals['_CREATETOPICREQUEST']._serialized_end=2159
-  _globals['_CREATETOPICRESPONSE']._serialized_start=2161
-  _globals['_CREATETOPICRESPONSE']._serialized_end=2228
-  _globals['_BROKER']._serialized_start=2310
-  _globals['_BROKER']._serialized_end=2891
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=527
+  _globals['_SENDENTRY']._serialized_start=529
+  _globals['_SENDENTRY']._serialized_end=606
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=609
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=832
+  _globals['_PULLREQUEST']._serialized_start=835
+  _globals['_PULLREQUEST']._serialized_end=1185
+  _globals['_PULLRESPONSE']._serialized_start=1188
+  _globals['_PULLRESPONSE']._serialized_end=1407
+  _globals['_PULLREQUESTBATCH']._serialized_start=1409
+  _globals['_PULLREQUESTBATCH']._serialized_end=1468
+  _globals['_PULLRESPONSEBATCH']._serialized_start=1470
+  _globals['_PULLRESPONSEBATCH']._serialized_end=1532
+  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_start=1534
+  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_end=1619
+  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_start=1621
+  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_end=1712
+  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_start=1715
+  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_end=1856
+  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_start=1858
+  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_end=1934
+  _globals['_GETQUEUEOFFSETREQUEST']._serialized_start=1936
+  _globals['_GETQUEUEOFFSETREQUEST']._serialized_end=2050
+  _globals['_GETQUEUEOFFSETRESPONSE']._serialized_start=2052
+  _globals['_GETQUEUEOFFSETRESPONSE']._serialized_end=2138
+  _globals['_CREATETOPICREQUEST']._serialized_start=2140
+  _globals['_CREATETOPICREQUEST']._serialized_end=2199
+  _globals['_CREATETOPICRESPONSE']._serialized_start=2201
+  _globals['_CREATETOPICRESPONSE']._serialized_end=2268
+  _globals['_BROKER']._serialized_start=2350
+  _globals['_BROKER']._serialized_end=3010
 # @@protoc_insertion_point(module_scope)

@@ -39,7 +39,7 @@ class OutgoingMessage(_message.Message):
     def __init__(self, body: _Optional[bytes] = ..., flag: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "born_host", "sys_flag", "reconsume_times", "batch_body", "born_timestamp_ms")
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "born_host", "sys_flag", "reconsume_times", "batch_body", "born_timestamp_ms", "request_id")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class SendMessageRequest(_message.Message):
     RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
     BATCH_BODY_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
@@ -60,7 +61,8 @@ class SendMessageRequest(_message.Message):
     reconsume_times: int
     batch_body: bytes
     born_timestamp_ms: int
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., batch_body: _Optional[bytes] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+    request_id: int
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., batch_body: _Optional[bytes] = ..., born_timestamp_ms: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendEntry(_message.Message):
     __slots__ = ("offset_msg_id", "queue_offset", "phys_offset")
@@ -73,7 +75,7 @@ class SendEntry(_message.Message):
     def __init__(self, offset_msg_id: _Optional[str] = ..., queue_offset: _Optional[int] = ..., phys_offset: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("code", "remark", "queue_id", "entries", "first_queue_offset", "phys_offsets", "offset_msg_id_prefix")
+    __slots__ = ("code", "remark", "queue_id", "entries", "first_queue_offset", "phys_offsets", "offset_msg_id_prefix", "request_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,7 @@ class SendMessageResponse(_message.Message):
     FIRST_QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PHYS_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: _common_pb2.Code
     remark: str
     queue_id: int
@@ -88,7 +91,8 @@ class SendMessageResponse(_message.Message):
     first_queue_offset: int
     phys_offsets: _containers.RepeatedScalarFieldContainer[int]
     offset_msg_id_prefix: str
-    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., first_queue_offset: _Optional[int] = ..., phys_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ...) -> None: ...
+    request_id: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., first_queue_offset: _Optional[int] = ..., phys_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("request_id", "consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "suspend", "suspend_timeout_ms", "commit_offset", "commit_offset_value", "has_subscription", "subscription_expression", "sub_version", "client_id", "commit_seq")

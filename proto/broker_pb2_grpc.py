@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.SendMessageRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.SendMessageResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/mqlab.v1.Broker/SendStream',
+                request_serializer=proto_dot_broker__pb2.SendMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.SendMessageResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.stream_stream(
                 '/mqlab.v1.Broker/Pull',
                 request_serializer=proto_dot_broker__pb2.PullRequest.SerializeToString,
@@ -76,6 +81,15 @@ class BrokerServicer:
 
     def SendMessage(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """SendMessage's semantics over one long-lived call per client and broker: several sends may
+        be in flight; each answer carries its request's request_id (answers may come out of
+        order: a send waiting for a flush, a slave or a route registration holds back no other).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -125,6 +139,11 @@ def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SendMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.SendMessage,
+                    request_deserializer=proto_dot_broker__pb2.SendMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.SendMessageResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
                     request_deserializer=proto_dot_broker__pb2.SendMessageRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.SendMessageResponse.SerializeToString,
             ),
@@ -184,6 +203,33 @@ class Broker:
             request,
             target,
             '/mqlab.v1.Broker/SendMessage',
+            proto_dot_broker__pb2.SendMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.SendMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mqlab.v1.Broker/SendStream',
             proto_dot_broker__pb2.SendMessageRequest.SerializeToString,
             proto_dot_broker__pb2.SendMessageResponse.FromString,
             options,

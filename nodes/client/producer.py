@@ -36,6 +36,7 @@ from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
+from nodes.client.send_future import SendFuture
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock, Deadline
 from nodes.common.config import Timing
@@ -257,7 +258,8 @@ class Producer:
         out, uid = self._prepare(msg)
         if not self._attached or not self._instance.running:
             raise ClientStateError(f"send_async to {msg.topic}: the producer is not running; call start() first")
-        fut: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+        # A Future whose Condition is made only if somebody blocks on it (most never do).
+        fut: concurrent.futures.Future[SendResult] = SendFuture()
         # RocketMQ refuses delayed messages and retry topics in a batch: they leave alone, as
         # does a message the broker might refuse for its properties' size (it fails alone).
         solo = (bool(out.properties.get(PROPERTY_DELAY_TIME_LEVEL)) or msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX)

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # top-level fields are limited to c.REQUEST_ENTRIES_MAX
 _ENTRY_LIMITS: dict[str, tuple[int, int]] = {
     "/mqlab.v1.Broker/SendMessage": (4, c.BATCH_MESSAGES_MAX),  # messages
+    "/mqlab.v1.Broker/SendStream": (4, c.BATCH_MESSAGES_MAX),  # each stream message is a SendMessageRequest
     "/mqlab.v1.NameServer/RegisterBroker": (6, c.REGISTER_TOPICS_MAX),  # topic_configs
 }
 _FIELDS_BEYOND_ENTRIES = 64  # other top-level fields a request may carry besides its entries

@@ -1,14 +1,17 @@
 """The Broker gRPC servicer: decode, call the handler from the request table, encode.
 
 Errors map in one place (nodes.common.grpc_adapter; bytes that are no request are refused
-before this, by nodes.common.grpc_guard). The pull streams are the only plumbing here: each
+before this, by nodes.common.grpc_guard). The streams are the only plumbing here: each pull
 stream is one `PullSession`; answers queue up and are written as the stream can take them, a
-batch stream packing every ready answer into one message.
+batch stream packing every ready answer into one message. A send stream runs each request
+exactly as `SendMessage` runs one, and writes each answer (tagged with its request id) when
+its send is done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -41,11 +44,45 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._queue_offset = table[RequestKind.GET_QUEUE_OFFSET]
         self._create_topic = table[RequestKind.CREATE_TOPIC]
         self.open_pull_streams = 0
+        self.open_send_streams = 0
 
     @answers_errors(broker_pb2.SendMessageResponse, "send")
     async def SendMessage(self, request: broker_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
                           ) -> broker_pb2.SendMessageResponse:
         return convert.send_response_to_pb(await self._send(convert.send_request_from_pb(request)))
+
+    async def SendStream(self, request_iterator: AsyncIterator[broker_pb2.SendMessageRequest],
+                         context: grpc.aio.ServicerContext) -> None:
+        """`SendMessage` for every request of the stream; each answer carries its request's id.
+
+        Answers go out as sends finish, not in request order: a send that waits (SYNC_FLUSH's
+        fsync, SYNC_MASTER's slave ack, an auto-created topic's registration) holds back no
+        other, and the client matches answers by id (so it can also drop one that came after its
+        timeout). Stores still happen in request order: each request's task is created as it is
+        read, and asyncio runs tasks' first steps (where the put happens) in creation order.
+        After the client half-closes, the sends already read still get their answers; when the
+        call ends (the client went away), sends still running finish and their answers are dropped.
+        Answers are written straight from the task that made them (no queue or generator between).
+        """
+        loop = asyncio.get_running_loop()
+        writer = _AnswerWriter(context)
+        running: set[asyncio.Task[None]] = set()
+
+        async def send_one(req: broker_pb2.SendMessageRequest) -> None:
+            response = await self.SendMessage(req, context)
+            response.request_id = req.request_id
+            await writer.write(response)
+
+        self.open_send_streams += 1
+        try:
+            async for req in request_iterator:
+                task = loop.create_task(send_one(req))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(running)
+        finally:
+            self.open_send_streams -= 1
 
     @contextlib.asynccontextmanager
     async def _pull_stream(self, requests: AsyncIterator[Any], name: str, *, batched: bool
@@ -120,6 +157,35 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
                           context: grpc.aio.ServicerContext) -> broker_pb2.CreateTopicResponse:
         answer = await self._create_topic(convert.create_topic_from_pb(request))
         return broker_pb2.CreateTopicResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+
+
+class _AnswerWriter:
+    """Writes a send stream's answers one at a time (gRPC takes one write per call at a time):
+    the first answer ready writes, answers ready meanwhile queue behind it and that same writer
+    writes them too. Once a write fails (the call is over), later answers are dropped."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self._queue: collections.deque[broker_pb2.SendMessageResponse] = collections.deque()
+        self._writing = False
+        self._closed = False
+
+    async def write(self, answer: broker_pb2.SendMessageResponse) -> None:
+        if self._closed:
+            return
+        self._queue.append(answer)
+        if self._writing:
+            return
+        self._writing = True
+        try:
+            while self._queue:
+                await self._context.write(self._queue.popleft())
+        except Exception as exc:  # the client went away: nobody is left to answer
+            log.debug("send stream closed under its answers: %r", exc)
+            self._closed = True
+            self._queue.clear()
+        finally:
+            self._writing = False
 
 
 class _PullStream:

@@ -1,9 +1,10 @@
 """ClientApi: every call a client makes to a broker or a name server (RocketMQ's MQClientAPIImpl).
 
-Owns the channels and stubs (one channel per peer address), the pipelined pull streams, the
-building of every request, and the reading of every answer: an answer code becomes a status
-(a send's SendStatus, a pull's PullStatus) or a project error (`for_code`), and a gRPC
-failure becomes a TransportError, RequestTimeoutError or OutcomeUnknownError in one function,
+Owns the channels and stubs (one channel per peer address), the pipelined pull streams and
+the send streams (one of each per broker address, opened lazily), the building of every
+request, and the reading of every answer: an answer code becomes a status (a send's
+SendStatus, a pull's PullStatus) or a project error (`for_code`), and a gRPC failure becomes a
+TransportError, RequestTimeoutError or OutcomeUnknownError in one function,
 `grpc_errors.rpc_error`. Callers pass and get plain values (MessageQueue, SendResult, PullResult...) and
 branch on the errors' attributes. Does not choose addresses, retry, or keep any state beyond
 connections: the producer, consumers and their services do that.
@@ -25,6 +26,7 @@ from nodes.client.pull_decode import MessageBatch, decode_messages
 from nodes.client.routes import BrokerData, QueueData, RouteSnapshot
 from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.client.rpc.pull_stream import PullStream
+from nodes.client.rpc.send_stream import SendStream
 from nodes.client.rpc.send_wire import Outgoing, answered_offsets, build_request
 from nodes.common import rpc, wire
 from nodes.common.errors import InvariantViolation, for_code
@@ -163,6 +165,7 @@ class ClientApi:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[type, str], Any] = {}  # (stub class, addr) -> stub over that addr's channel
         self._pull_streams: dict[str, PullStream] = {}
+        self._send_streams: dict[str, SendStream] = {}
 
     # --- connections -----------------------------------------------------------------------
     def channel(self, addr: str) -> grpc.aio.Channel:
@@ -194,14 +197,25 @@ class ClientApi:
             self._pull_streams[addr] = stream
         return stream
 
+    def send_stream(self, addr: str) -> SendStream:
+        stream = self._send_streams.get(addr)
+        if stream is None:
+            stream = SendStream(addr, lambda: self.broker_stub(addr).SendStream)
+            self._send_streams[addr] = stream
+        return stream
+
     async def close_streams(self) -> None:
-        """Close the pull streams (their pending pulls fail); the next pull opens a new one."""
+        """Close the pull and send streams (what waits on them fails); the next pull or send
+        opens a new one."""
         for stream in list(self._pull_streams.values()):
             await stream.close()
         self._pull_streams.clear()
+        for send_stream in list(self._send_streams.values()):
+            await send_stream.close()
+        self._send_streams.clear()
 
     async def close(self) -> None:
-        """Close the pull streams and every channel."""
+        """Close the streams and every channel."""
         await self.close_streams()
         for channel in list(self._channels.values()):
             await channel.close()
@@ -236,7 +250,8 @@ class ClientApi:
     async def send(self, addr: str, mq: MessageQueue, outs: Sequence[Outgoing], uids: Sequence[str], *,
                    group: str, default_topic_queue_nums: int, born_host: str, timeout_ms: int,
                    what: str) -> SendResult:
-        """SendMessage of one message or one batch to `mq` on the master at `addr`.
+        """SendMessage of one message or one batch to `mq` on the master at `addr`, over the
+        broker's send stream (several sends may be in flight on it).
 
         Raises:
             RemoteError: the broker refused (`retriable` / `refresh_route` say what may help).
@@ -244,7 +259,7 @@ class ClientApi:
         """
         request = build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
                                 default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
-        resp = await self.unary(self.broker_stub(addr).SendMessage, request, timeout_ms, what, side_effects=True)
+        resp = await self.send_stream(addr).send(request, timeout_ms, what)
         return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
 
     async def send_back(self, addr: str, group: str, msg: MessageExt, *, delay_level: int,

@@ -118,6 +118,17 @@ class _FakeStream:
         return 0
 
 
+class _FakeSendStream:
+    """The send stream's surface; its sends reach the handler as "SendMessage" (one semantics)."""
+
+    def __init__(self, owner: Any, addr: str) -> None:
+        self._owner = owner
+        self.addr = addr
+
+    async def send(self, request: Any, timeout_ms: int, what: str) -> Any:
+        return self._owner.answer(self.addr, "SendMessage", request)
+
+
 class _Answering:
     handler: Handler
 
@@ -147,6 +158,9 @@ class FakeApi(ClientApi):
 
     def pull_stream(self, addr: str) -> Any:
         return _FakeStream(self._owner, addr)
+
+    def send_stream(self, addr: str) -> Any:
+        return _FakeSendStream(self._owner, addr)
 
 
 class FakeInstance(_Answering):

@@ -1,0 +1,199 @@
+"""SendStream: one long-lived bidirectional `Broker.SendStream` call per broker address.
+
+Owns the call, the request-id counter and the table of sends waiting for their answers.
+Every send to that broker (one message, a batch, a coalesced `send_async` batch) goes over it,
+several at once when several are in flight; each answer names its request (the broker answers
+a send when it is done, so answers may come out of order). Does not read answers: codes and
+offsets are `ClientApi`'s business, retries the producer's.
+
+Why a stream: a unary call costs gRPC's per-call setup (call object, metadata, deadline,
+completion queue round trips) on both ends, most of a small send's CPU in Python; a message on
+an open stream costs about half of that (docs/benchmark.md, "Sends over a stream").
+
+Failures read as a unary `SendMessage`'s would: if the stream breaks, every send waiting on it
+fails with the error `grpc_errors.rpc_error` makes of the break (OutcomeUnknownError once the
+requests may have reached the broker, a plain TransportError when no connection was ever made),
+and the next send opens a new call. A send with no answer within its timeout fails with
+RequestTimeoutError and its late answer is dropped. Loop-confined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from nodes.client.rpc.grpc_errors import rpc_error
+from nodes.common import rpc
+from nodes.common.errors import MqError, OutcomeUnknownError, RequestTimeoutError
+from proto import broker_pb2
+
+log = logging.getLogger(__name__)
+
+_END = None  # queue sentinel: the request side is done
+
+
+class _RequestFeed:
+    """The request iterator handed to grpc: each queued request, until `finish`. A plain async
+    iterator (not an async generator), so nothing needs asyncgen finalization.
+
+    grpc's own task writes what it yields. Writing from the sending coroutine instead (no hop
+    through that task when nobody else is writing) was tried: a bare round trip got slightly
+    faster, but the benchmark's `send_batch` of 1024 cost the client 25-40 % more CPU."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[broker_pb2.SendMessageRequest | None] = asyncio.Queue()
+
+    def push(self, request: broker_pb2.SendMessageRequest) -> None:
+        self._queue.put_nowait(request)
+
+    def finish(self) -> None:
+        self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> _RequestFeed:
+        return self
+
+    async def __anext__(self) -> broker_pb2.SendMessageRequest:
+        request = await self._queue.get()
+        if request is _END:
+            raise StopAsyncIteration
+        return request
+
+
+class _Session:
+    """One open call: its request feed, its reader task, and the sends waiting on it
+    (request id -> (future, what the send is, for its error))."""
+
+    def __init__(self, call: Any, feed: _RequestFeed) -> None:
+        self.call = call
+        self.feed = feed
+        self.pending: dict[int, tuple[asyncio.Future[broker_pb2.SendMessageResponse], str]] = {}
+        self.reader: asyncio.Task[None] | None = None
+        self.closed = False
+
+
+# How a broken session fails each waiting send: what -> its error.
+_FailWith = Callable[[str], MqError]
+
+
+class SendStream:
+    """Sends to one broker address over one bidirectional call, several in flight."""
+
+    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]]) -> None:
+        """`open_call()` returns the stub's `SendStream` method (a stream-stream multicallable)."""
+        self.addr = addr
+        self._open_call = open_call
+        self._ids = itertools.count(1)
+        self._session: _Session | None = None
+        self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
+        self.pending_high_water = 0  # the most sends ever in flight on it at once
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._session.pending) if self._session else 0
+
+    def _ensure_session(self) -> _Session:
+        session = self._session
+        if session is not None and not session.closed:
+            return session
+        feed = _RequestFeed()
+        call = self._open_call()(feed)
+        session = _Session(call, feed)
+        session.reader = asyncio.create_task(self._reader_routine(session), name=f"send-stream-reader-{self.addr}")
+        self._session = session
+        self.opened_count += 1
+        if self.opened_count > 1:
+            log.info("send stream to %s re-opened (%d)", self.addr, self.opened_count)
+        return session
+
+    async def send(self, request: broker_pb2.SendMessageRequest, timeout_ms: int,
+                   what: str) -> broker_pb2.SendMessageResponse:
+        """Send `request` (its request_id is set here) and await its answer.
+
+        Raises:
+            RequestTimeoutError: no answer within `timeout_ms` (a late answer is dropped).
+            OutcomeUnknownError: the stream broke after the request may have reached the broker.
+            TransportError: the stream broke before any connection was made (nothing was sent).
+        """
+        session = self._ensure_session()
+        request_id = next(self._ids)
+        request.request_id = request_id
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[broker_pb2.SendMessageResponse] = loop.create_future()
+        pending = session.pending
+        pending[request_id] = (fut, what)
+        if len(pending) > self.pending_high_water:
+            self.pending_high_water = len(pending)
+        session.feed.push(request)
+        # A timer on the future itself is lighter than asyncio.wait_for on this hot path.
+        timer = loop.call_later(rpc.timeout_s(timeout_ms), _expire, fut, what)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            pending.pop(request_id, None)
+
+    async def _reader_routine(self, session: _Session) -> None:
+        fail_with: _FailWith = self._closed_error
+        try:
+            pending = session.pending
+            call = session.call
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    fail_with = self._ended_error
+                    break
+                entry = pending.pop(resp.request_id, None)
+                if entry is not None and not entry[0].done():
+                    entry[0].set_result(resp)
+        except grpc.RpcError as exc:
+            fail_with = self._broken_error(exc)
+        finally:
+            self._fail_session(session, fail_with)
+
+    def _broken_error(self, exc: grpc.RpcError) -> _FailWith:
+        """Each waiting send's error for a call that failed with `exc`, as a unary send's."""
+        def fail_with(what: str) -> MqError:
+            return rpc_error(exc, f"{what} (send stream to {self.addr})", side_effects=True)
+        return fail_with
+
+    def _ended_error(self, what: str) -> MqError:
+        return OutcomeUnknownError(f"{what}: the send stream to {self.addr} was ended by the broker "
+                                   "before the answer; the request may have been applied")
+
+    def _closed_error(self, what: str) -> MqError:
+        return OutcomeUnknownError(f"{what}: the send stream to {self.addr} was closed before the answer; "
+                                   "the request may have been applied")
+
+    def _fail_session(self, session: _Session, fail_with: _FailWith) -> None:
+        if not session.closed:
+            session.closed = True
+            if session.pending:
+                log.warning("send stream to %s broke; failing %d sends in flight", self.addr, len(session.pending))
+            session.call.cancel()
+        for fut, what in session.pending.values():
+            if not fut.done():
+                fut.set_exception(fail_with(what))
+        session.pending.clear()
+
+    async def close(self) -> None:
+        """Cancel the call and fail whatever is waiting; a later `send` opens a new call."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        self._fail_session(session, self._closed_error)
+        session.feed.finish()
+        if session.reader is not None:
+            session.reader.cancel()
+            await asyncio.gather(session.reader, return_exceptions=True)
+
+
+def _expire(fut: asyncio.Future[broker_pb2.SendMessageResponse], what: str) -> None:
+    if not fut.done():
+        # map_rpc_error's wording for a unary call's deadline
+        fut.set_exception(RequestTimeoutError(f"{what}: deadline exceeded; the outcome is unknown"))
