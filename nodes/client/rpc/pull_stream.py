@@ -20,7 +20,6 @@ in a future for coroutines). No per-message work happens here.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,93 +28,45 @@ import grpc
 import grpc.aio
 
 from nodes.client.rpc.grpc_errors import rpc_error
+from nodes.client.rpc.stream_call import RequestFeed, Session, StreamCall
 from nodes.common import rpc
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
-_END = None  # queue sentinel: the request side is done
-
 # settle(response, None) or settle(None, error): called once per request, on the loop
 Settle = Callable[[broker_pb2.PullResponse | None, BaseException | None], None]
 
 
-class _RequestFeed:
-    """The request iterator handed to grpc: one PullRequestBatch of everything `push` queued by
-    then, until `finish`. A plain async iterator (not an async generator), so nothing needs
-    asyncgen finalization.
-    """
+class _BatchingFeed(RequestFeed[broker_pb2.PullRequest]):
+    """One PullRequestBatch of every request `push` queued by the time grpc asks for the next."""
 
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[broker_pb2.PullRequest | None] = asyncio.Queue()
+        super().__init__()
         self._ended = False
-
-    def push(self, request: broker_pb2.PullRequest) -> None:
-        self._queue.put_nowait(request)
-
-    def finish(self) -> None:
-        self._queue.put_nowait(_END)
-
-    def __aiter__(self) -> _RequestFeed:
-        return self
 
     async def __anext__(self) -> broker_pb2.PullRequestBatch:
         if self._ended:
             raise StopAsyncIteration
-        request = await self._queue.get()
-        if request is _END:
-            raise StopAsyncIteration
-        requests = [request]
+        requests = [await super().__anext__()]  # StopAsyncIteration at the end
         queue = self._queue
         while not queue.empty():
             more = queue.get_nowait()
-            if more is _END:
-                self._ended = True  # send what came before the end, then stop
+            if more is None:  # the end: send what came before it, then stop
+                self._ended = True
                 break
             requests.append(more)
         return broker_pb2.PullRequestBatch(requests=requests)
 
 
-class _Session:
-    """One open call: its request feed, its reader task, and the requests waiting on it."""
-
-    def __init__(self, call: Any, feed: _RequestFeed) -> None:
-        self.call = call
-        self.feed = feed
-        self.pending: dict[int, Settle] = {}
-        self.reader: asyncio.Task[None] | None = None
-        self.closed = False
-
-
-class PullStream:
+class PullStream(StreamCall[Settle]):
     """Pipelined pulls to one broker address over one bidirectional call."""
 
-    def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]]) -> None:
-        """`open_call()` returns the stub's `PullBatch` method (a stream-stream multicallable)."""
-        self.addr = addr
-        self._open_call = open_call
-        self._ids = itertools.count(1)
-        self._session: _Session | None = None
-        self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
+    kind = "pull"
 
-    @property
-    def pending_count(self) -> int:
-        return len(self._session.pending) if self._session else 0
-
-    def _ensure_session(self) -> _Session:
-        session = self._session
-        if session is not None and not session.closed:
-            return session
-        feed = _RequestFeed()
-        call = self._open_call()(feed)
-        session = _Session(call, feed)
-        session.reader = asyncio.create_task(self._reader_routine(session), name=f"pull-stream-reader-{self.addr}")
-        self._session = session
-        self.opened_count += 1
-        if self.opened_count > 1:
-            log.info("pull stream to %s re-opened (%d)", self.addr, self.opened_count)
-        return session
+    def _new_feed(self) -> RequestFeed[broker_pb2.PullRequest]:
+        return _BatchingFeed()
 
     def send(self, fields: dict[str, Any], timeout_ms: int, settle: Settle) -> int:
         """Send one pull request (`fields` of PullRequest, without request_id) and return at once
@@ -179,7 +130,7 @@ class PullStream:
             self.forget(request_id)
             raise
 
-    async def _reader_routine(self, session: _Session) -> None:
+    async def _reader_routine(self, session: Session[Settle]) -> None:
         error: TransportError | None = None
         try:
             pending = session.pending
@@ -205,12 +156,8 @@ class PullStream:
         finally:
             self._fail_session(session, error or TransportError(f"pull stream to {self.addr} closed"))
 
-    def _fail_session(self, session: _Session, error: TransportError) -> None:
-        if not session.closed:
-            session.closed = True
-            if session.pending:
-                log.warning("%s; failing %d pending pulls", error, len(session.pending))
-            session.call.cancel()
+    def _fail_session(self, session: Session[Settle], error: TransportError) -> None:
+        self._cancel_call(session)
         pending = list(session.pending.values())
         session.pending.clear()
         for settle in pending:
@@ -219,13 +166,5 @@ class PullStream:
             except Exception:
                 log.exception("failing a pull on %s failed", self.addr)
 
-    async def close(self) -> None:
-        """Cancel the call and fail whatever is pending; a later `pull` opens a new call."""
-        session, self._session = self._session, None
-        if session is None:
-            return
+    def _fail_closed(self, session: Session[Settle]) -> None:
         self._fail_session(session, TransportError(f"pull stream to {self.addr} closed"))
-        session.feed.finish()
-        if session.reader is not None:
-            session.reader.cancel()
-            await asyncio.gather(session.reader, return_exceptions=True)

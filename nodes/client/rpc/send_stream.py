@@ -20,7 +20,6 @@ RequestTimeoutError and its late answer is dropped. Loop-confined.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,87 +28,32 @@ import grpc
 import grpc.aio
 
 from nodes.client.rpc.grpc_errors import rpc_error
+from nodes.client.rpc.stream_call import Session, StreamCall
 from nodes.common import rpc
 from nodes.common.errors import MqError, OutcomeUnknownError, RequestTimeoutError
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
-_END = None  # queue sentinel: the request side is done
-
-
-class _RequestFeed:
-    """The request iterator handed to grpc: each queued request, until `finish`. A plain async
-    iterator (not an async generator), so nothing needs asyncgen finalization.
-
-    grpc's own task writes what it yields. Writing from the sending coroutine instead (no hop
-    through that task when nobody else is writing) was tried: a bare round trip got slightly
-    faster, but the benchmark's `send_batch` of 1024 cost the client 25-40 % more CPU."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[broker_pb2.SendMessageRequest | None] = asyncio.Queue()
-
-    def push(self, request: broker_pb2.SendMessageRequest) -> None:
-        self._queue.put_nowait(request)
-
-    def finish(self) -> None:
-        self._queue.put_nowait(_END)
-
-    def __aiter__(self) -> _RequestFeed:
-        return self
-
-    async def __anext__(self) -> broker_pb2.SendMessageRequest:
-        request = await self._queue.get()
-        if request is _END:
-            raise StopAsyncIteration
-        return request
-
-
-class _Session:
-    """One open call: its request feed, its reader task, and the sends waiting on it
-    (request id -> (future, what the send is, for its error))."""
-
-    def __init__(self, call: Any, feed: _RequestFeed) -> None:
-        self.call = call
-        self.feed = feed
-        self.pending: dict[int, tuple[asyncio.Future[broker_pb2.SendMessageResponse], str]] = {}
-        self.reader: asyncio.Task[None] | None = None
-        self.closed = False
-
-
+# a send waiting for its answer: its future, and what the send is (for its error)
+_Waiting = tuple["asyncio.Future[broker_pb2.SendMessageResponse]", str]
 # How a broken session fails each waiting send: what -> its error.
 _FailWith = Callable[[str], MqError]
 
 
-class SendStream:
-    """Sends to one broker address over one bidirectional call, several in flight."""
+class SendStream(StreamCall[_Waiting]):
+    """Sends to one broker address over one bidirectional call, several in flight.
+
+    grpc's own task writes what the request feed yields. Writing from the sending coroutine
+    instead (no hop through that task when nobody else is writing) was tried: a bare round trip
+    got slightly faster, but the benchmark's `send_batch` of 1024 cost the client 25-40 % more CPU."""
+
+    kind = "send"
 
     def __init__(self, addr: str, open_call: Callable[[], Callable[..., Any]]) -> None:
         """`open_call()` returns the stub's `SendStream` method (a stream-stream multicallable)."""
-        self.addr = addr
-        self._open_call = open_call
-        self._ids = itertools.count(1)
-        self._session: _Session | None = None
-        self.opened_count = 0  # how many calls this stream has opened (1 + reconnects)
+        super().__init__(addr, open_call)
         self.pending_high_water = 0  # the most sends ever in flight on it at once
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._session.pending) if self._session else 0
-
-    def _ensure_session(self) -> _Session:
-        session = self._session
-        if session is not None and not session.closed:
-            return session
-        feed = _RequestFeed()
-        call = self._open_call()(feed)
-        session = _Session(call, feed)
-        session.reader = asyncio.create_task(self._reader_routine(session), name=f"send-stream-reader-{self.addr}")
-        self._session = session
-        self.opened_count += 1
-        if self.opened_count > 1:
-            log.info("send stream to %s re-opened (%d)", self.addr, self.opened_count)
-        return session
 
     async def send(self, request: broker_pb2.SendMessageRequest, timeout_ms: int,
                    what: str) -> broker_pb2.SendMessageResponse:
@@ -138,7 +82,7 @@ class SendStream:
             timer.cancel()
             pending.pop(request_id, None)
 
-    async def _reader_routine(self, session: _Session) -> None:
+    async def _reader_routine(self, session: Session[_Waiting]) -> None:
         fail_with: _FailWith = self._closed_error
         try:
             pending = session.pending
@@ -170,27 +114,15 @@ class SendStream:
         return OutcomeUnknownError(f"{what}: the send stream to {self.addr} was closed before the answer; "
                                    "the request may have been applied")
 
-    def _fail_session(self, session: _Session, fail_with: _FailWith) -> None:
-        if not session.closed:
-            session.closed = True
-            if session.pending:
-                log.warning("send stream to %s broke; failing %d sends in flight", self.addr, len(session.pending))
-            session.call.cancel()
+    def _fail_session(self, session: Session[_Waiting], fail_with: _FailWith) -> None:
+        self._cancel_call(session)
         for fut, what in session.pending.values():
             if not fut.done():
                 fut.set_exception(fail_with(what))
         session.pending.clear()
 
-    async def close(self) -> None:
-        """Cancel the call and fail whatever is waiting; a later `send` opens a new call."""
-        session, self._session = self._session, None
-        if session is None:
-            return
+    def _fail_closed(self, session: Session[_Waiting]) -> None:
         self._fail_session(session, self._closed_error)
-        session.feed.finish()
-        if session.reader is not None:
-            session.reader.cancel()
-            await asyncio.gather(session.reader, return_exceptions=True)
 
 
 def _expire(fut: asyncio.Future[broker_pb2.SendMessageResponse], what: str) -> None:
