@@ -73,22 +73,25 @@ def serve(requests: IO[str], answers: IO[str], *, spark_master: str | None = Non
             answer: dict[str, Any]
             try:
                 request = json.loads(line)
-                run_dir = request["run_dir"]
-                if not os.path.isdir(run_dir):  # answered without a session
-                    raise FileNotFoundError(f"{run_dir} is not a directory")
-                wanted_small = input_bytes(run_dir) < SMALL_INPUT_BYTES
-                if spark is not None and wanted_small != small:
-                    spark.stop()
-                    spark = None
-                if spark is None:
-                    spark, small = make_spark(spark_master, small_input=wanted_small), wanted_small
-                out = check_run(run_dir, spark=spark, report=bool(request.get("report", True)),
-                                names=request.get("checks"))
-                answer = {"exit": out.verdict.exit_code, "error": None}
-            except (SparkUnavailable, FileNotFoundError, ValueError, KeyError, TypeError) as exc:
-                answer = {"exit": EXIT_UNKNOWN, "error": str(exc).splitlines()[0] if str(exc) else repr(exc)}
-            except Exception as exc:  # one run's failure is its answer; the next run is judged as usual
-                answer = {"exit": EXIT_UNKNOWN, "error": _failure(exc)}
+                run_dir, report, names = str(request["run_dir"]), bool(request.get("report", True)), request.get("checks")
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                answer = {"exit": EXIT_UNKNOWN, "error": f"unreadable request {line.strip()[:200]!r}: {exc!r}"}
+            else:
+                try:
+                    if not os.path.isdir(run_dir):  # answered without a session
+                        raise FileNotFoundError(f"{run_dir} is not a directory")
+                    wanted_small = input_bytes(run_dir) < SMALL_INPUT_BYTES
+                    if spark is not None and wanted_small != small:
+                        spark.stop()
+                        spark = None
+                    if spark is None:
+                        spark, small = make_spark(spark_master, small_input=wanted_small), wanted_small
+                    out = check_run(run_dir, spark=spark, report=report, names=names)
+                    answer = {"exit": out.verdict.exit_code, "error": None}
+                except (SparkUnavailable, FileNotFoundError) as exc:
+                    answer = {"exit": EXIT_UNKNOWN, "error": str(exc).splitlines()[0] if str(exc) else repr(exc)}
+                except Exception as exc:  # one run's failure is its answer; the next run is judged as usual
+                    answer = {"exit": EXIT_UNKNOWN, "error": _failure(exc)}
             if answer["error"]:
                 print(f"error: {answer['error']}", file=sys.stderr, flush=True)
             answers.write(json.dumps(answer) + "\n")

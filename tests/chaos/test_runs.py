@@ -181,6 +181,22 @@ def test_a_checker_that_cannot_start_gives_one_line_and_no_verdict(tmp_path, mon
     assert (run_dir / "run.json").is_file() and (run_dir / "consumer-0" / "journal.jsonl").is_file()
 
 
+def test_a_serving_checker_answers_bad_requests_and_keeps_serving(tmp_path):
+    """Requests it cannot use are answered one line each, without starting Spark, and the next is read."""
+    import io
+
+    from chaos.checker.__main__ import serve
+
+    gone = json.dumps({"run_dir": str(tmp_path / "gone")})
+    requests = io.StringIO(f'not json\n{{"checks": ["lost"]}}\n\n{gone}\n')
+    answers = io.StringIO()
+    assert serve(requests, answers) == 0
+    got = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert [a["exit"] for a in got] == [EXIT_UNKNOWN] * 3  # the blank line is no request
+    assert "unreadable request" in got[0]["error"] and "run_dir" in got[1]["error"]
+    assert "not a directory" in got[2]["error"]
+
+
 def test_a_verdict_written_by_the_checker_process_reads_back_whole():
     from chaos.checker.verdict import CheckResult, Verdict
     from chaos.judge import verdict_from_json
