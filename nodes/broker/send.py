@@ -17,8 +17,7 @@ import random
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
 
 from nodes.broker import validation
 from nodes.broker.ha_master import ReplicationState
@@ -71,17 +70,6 @@ class SendRequest:
     reconsume_times: int = 0
 
 
-class AppendedMessage(Protocol):
-    """Where the store put one message (the store's append result)."""
-
-    @property
-    def offset_msg_id(self) -> str: ...
-    @property
-    def queue_offset(self) -> int: ...
-    @property
-    def phys_offset(self) -> int: ...
-
-
 @dataclass(frozen=True, slots=True)
 class SendResponse:
     """The answer. `appended` holds the store's results, one per message, in request order;
@@ -91,15 +79,12 @@ class SendResponse:
     code: ResponseCode
     remark: str = ""
     queue_id: int = 0
-    appended: Sequence[AppendedMessage] = ()
+    appended: AppendedRun = field(default_factory=AppendedRun.empty)
     compact: bool = False
 
     @property
     def phys_offsets(self) -> list[int]:
-        appended = self.appended
-        if isinstance(appended, AppendedRun):  # a batch body's put: no result built per message
-            return appended.phys_offsets
-        return [a.phys_offset for a in appended]
+        return self.appended.phys_offsets
 
     @property
     def offset_msg_id_prefix(self) -> str:

@@ -44,21 +44,35 @@ class AppendResult:
 
 
 class AppendedRun(Sequence[AppendResult]):
-    """The AppendResults of records appended back to back by one put, all of one store host,
-    built only when asked for: a batch's answer needs the positions, rarely each result."""
+    """The AppendResults of records appended back to back by one put, built only when asked for:
+    a batch's answer and indexing need the positions and sizes, rarely each result. `prefix` is
+    the offset message ids' prefix (one store host), or one prefix per record."""
 
     __slots__ = ("first_queue_offset", "phys_offsets", "prefix", "sizes", "store_timestamp_ms")
 
     def __init__(self, phys_offsets: list[int], sizes: Sequence[int], first_queue_offset: int,
-                 store_timestamp_ms: int, prefix: str) -> None:
+                 store_timestamp_ms: int, prefix: str | Sequence[str]) -> None:
         self.phys_offsets = phys_offsets
         self.sizes = sizes
         self.first_queue_offset = first_queue_offset
         self.store_timestamp_ms = store_timestamp_ms
         self.prefix = prefix  # of the offset message ids
 
+    @classmethod
+    def empty(cls) -> AppendedRun:
+        """The run of a put that appended nothing (it was refused)."""
+        return cls([], (), 0, 0, "")
+
     def __len__(self) -> int:
         return len(self.phys_offsets)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same results, as the list it stands in for."""
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, like a list
 
     @overload
     def __getitem__(self, index: int) -> AppendResult: ...
@@ -71,8 +85,9 @@ class AppendedRun(Sequence[AppendResult]):
         if index < 0:
             index += len(self)
         phys_offset = self.phys_offsets[index]  # IndexError past the end ends iteration
+        prefix = self.prefix if isinstance(self.prefix, str) else self.prefix[index]
         return AppendResult(phys_offset, self.sizes[index], self.first_queue_offset + index, self.store_timestamp_ms,
-                            f"{self.prefix}{phys_offset:016X}")
+                            f"{prefix}{phys_offset:016X}")
 
 
 class CommitLog:
@@ -103,7 +118,7 @@ class CommitLog:
     # --- writing -----------------------------------------------------------------------------
 
     def append(self, msgs: Sequence[MessageToStore], *, first_queue_offset: int,
-               store_timestamp_ms: int) -> list[AppendResult]:
+               store_timestamp_ms: int) -> AppendedRun:
         """Append `msgs` back to back in one segment, with queue offsets from `first_queue_offset`.
 
         The batch is encoded in one pass and copied into the mapped segment in one write.
@@ -114,18 +129,10 @@ class CommitLog:
         blob, sizes = encode_batch(msgs, first_queue_offset=first_queue_offset,
                                    store_timestamp_ms=store_timestamp_ms)
         positions = self._place(blob, sizes)
-        results = []
-        queue_offset = first_queue_offset
-        prefixes: dict[tuple[str, int], str] = {}
-        for msg, phys_offset, size in zip(msgs, positions, sizes, strict=True):
-            store_host = msg.store_host
-            prefix = prefixes.get(store_host)
-            if prefix is None:
-                prefix = prefixes[store_host] = offset_msg_id_prefix(*store_host)
-            results.append(AppendResult(phys_offset, size, queue_offset, store_timestamp_ms,
-                                        f"{prefix}{phys_offset:016X}"))
-            queue_offset += 1
-        return results
+        hosts = {msg.store_host for msg in msgs}
+        prefix: str | list[str] = (offset_msg_id_prefix(*hosts.pop()) if len(hosts) == 1
+                                   else [offset_msg_id_prefix(*msg.store_host) for msg in msgs])
+        return AppendedRun(positions, sizes, first_queue_offset, store_timestamp_ms, prefix)
 
     def append_encoded(self, blob: bytearray, sizes: Sequence[int], *, store_host: tuple[str, int],
                        first_queue_offset: int, store_timestamp_ms: int) -> AppendedRun:

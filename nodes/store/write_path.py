@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from nodes.common import constants as c
 from nodes.common.clock import Clock
-from nodes.store.commitlog import AppendedRun, AppendResult
+from nodes.store.commitlog import AppendedRun
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
 from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
 from nodes.store.record_batch import ScannedBatch, encode_scanned
@@ -23,7 +23,7 @@ from nodes.store.store_files import StoreFiles, is_path_safe
 # (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
 Arrival = tuple[str, int, int, int]
 # writes a put's records given (first_queue_offset, store_timestamp_ms); raises ValueError if refused
-_Append = Callable[[int, int], Sequence[AppendResult]]
+_Append = Callable[[int, int], AppendedRun]
 
 
 class PutStatus(enum.Enum):
@@ -37,7 +37,7 @@ class PutStatus(enum.Enum):
 @dataclass
 class PutResult:
     status: PutStatus
-    appended: Sequence[AppendResult] = field(default_factory=list)
+    appended: AppendedRun = field(default_factory=AppendedRun.empty)
     remark: str = ""
 
 
@@ -76,7 +76,7 @@ class StoreWriter:
             return rejected
         commitlog = self._commitlog
 
-        def append(first_queue_offset: int, store_timestamp_ms: int) -> list[AppendResult]:
+        def append(first_queue_offset: int, store_timestamp_ms: int) -> AppendedRun:
             return commitlog.append(msgs, first_queue_offset=first_queue_offset,
                                     store_timestamp_ms=store_timestamp_ms)
 
@@ -138,11 +138,7 @@ class StoreWriter:
             except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
             end_phys_offset = commitlog.max_phys_offset
-            if isinstance(appended, AppendedRun):
-                units = list(zip(appended.phys_offsets, appended.sizes, tag_codes(store_timestamp_ms), strict=True))
-            else:
-                units = [(a.phys_offset, a.size, tag_code)
-                         for a, tag_code in zip(appended, tag_codes(store_timestamp_ms), strict=True)]
+            units = list(zip(appended.phys_offsets, appended.sizes, tag_codes(store_timestamp_ms), strict=True))
             if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
                                                       first_queue_offset, units, store_timestamp_ms):
                 self._dispatcher.dispatch_until(end_phys_offset)
