@@ -402,14 +402,15 @@ def _local_frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: Struc
 
     arrow_schema = to_arrow_schema(schema)
     columns = list(zip(*data, strict=True)) if data else [() for _ in schema.fields]
+    rows: Any
     try:
-        table = pa.Table.from_arrays([pa.array(list(values), type=f.type)
-                                      for values, f in zip(columns, arrow_schema, strict=True)], schema=arrow_schema)
+        rows = pa.Table.from_arrays([pa.array(list(values), type=f.type)
+                                     for values, f in zip(columns, arrow_schema, strict=True)], schema=arrow_schema)
     except (pa.ArrowTypeError, pa.ArrowInvalid):
         # a value of another type than its column's (a queue id as an int in a string list): Spark's
         # own conversion takes it as the JSON reader would, as its text
-        return spark.createDataFrame(data, schema).coalesce(1)
-    return spark.createDataFrame(table, schema).coalesce(1)
+        rows = data
+    return spark.createDataFrame(rows, schema).coalesce(1)
 
 
 def _row(record: Mapping[str, Any], schema: StructType, kind: str) -> tuple[Any, ...]:
