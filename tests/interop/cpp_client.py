@@ -4,7 +4,7 @@ Run by the interop tests as a separate process with the venv's python and HOME p
 temporary directory (the C++ client writes its logs under ~/logs). It imports nothing from mqlab:
 the point is a client we did not write. Every mode exits on its own within --max-s seconds.
 
-    cpp_client.py produce --namesrv 127.0.0.1:9876 --group PG --plan '[{"send": "sync", ...}]'
+    cpp_client.py produce --namesrv 127.0.0.1:9876 --group PG --plan '[{"send": "sync", ...}]' [--warmup-topic W]
     cpp_client.py push    --namesrv ... --group G --topic T [--fail-first BODY ...] [--expect N]
     cpp_client.py orderly --namesrv ... --group G --topic T [--expect N] [--stop-file PATH]
     cpp_client.py pull    --namesrv ... --group G --topic T [--expect N]
@@ -12,7 +12,7 @@ the point is a client we did not write. Every mode exits on its own within --max
 A plan item: {"send": "sync"|"oneway"|"orderly"|"delay", "topic", "body", "tags", "keys", "props",
 "arg" (orderly: the queue is arg % queue count), "level" (delay)} or {"send": "batch", "messages": [...]}.
 
-Events (field "event"): "started"; "sent" (send, body, msg_id, queue, offset, status); "received"
+Events (field "event"): "started"; "warmup" (attempt, ok, message or status); "sent" (send, body, msg_id, queue, offset, status); "received"
 (topic, queue, queue_offset, body, tags, keys, properties, reconsume_times, msg_id, status, at_ms);
 "pulled" (pull mode: queue and next offset when a queue reports no new message); "error" (where,
 message); "done" (reason). Message bodies are text: the binding passes them as C strings.
@@ -42,6 +42,7 @@ RECONSUME_LATER = 1
 SYSTEM_PROPERTIES = ("UNIQ_KEY", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "REAL_TOPIC", "REAL_QID", "DELAY",
                      "WAIT", "MAX_OFFSET", "MIN_OFFSET")
 POLL_S = 0.05
+WARMUP_RETRY_S = 0.2
 
 _out_lock = threading.Lock()
 
@@ -81,6 +82,9 @@ def produce(args: argparse.Namespace) -> None:
     emit("started", mode="produce", pid=os.getpid())
     deadline = time.monotonic() + args.max_s
     try:
+        if args.warmup_topic and not _warm_up(producer, args.warmup_topic, deadline):
+            emit("done", reason="warm-up failed")
+            return
         for item in json.loads(args.plan):
             if time.monotonic() > deadline:
                 emit("done", reason="timeout")
@@ -89,6 +93,27 @@ def produce(args: argparse.Namespace) -> None:
     finally:
         producer.shutdown()
     emit("done", reason="plan sent")
+
+
+def _warm_up(producer: rmq.Producer, topic: str, deadline: float) -> bool:
+    """Send to a topic of its own until one send is acknowledged.
+
+    The client's first sends race its own start-up: while another of its threads is connecting to
+    the broker, a send finds the connection table busy and fails at once ("No route info of this
+    topic") without retrying over the network. Warming up on a separate topic keeps that race out
+    of the plan, whose every send is then judged strictly. Each failed attempt is an event."""
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
+        try:
+            result = producer.send_sync(_message({"topic": topic, "body": f"warm-up-{attempt}"}))
+        except Exception as exc:
+            emit("warmup", attempt=attempt, ok=False, message=str(exc))
+            time.sleep(WARMUP_RETRY_S)
+            continue
+        emit("warmup", attempt=attempt, ok=True, status=result.status.name)
+        return True
+    return False
 
 
 def _send_one(producer: rmq.Producer, item: dict) -> None:
@@ -261,6 +286,7 @@ def main() -> None:
     parser.add_argument("--topic")
     parser.add_argument("--expression", default="*")
     parser.add_argument("--plan", help="produce: JSON list of sends")
+    parser.add_argument("--warmup-topic", help="produce: before the plan, send here until one send is acknowledged")
     parser.add_argument("--fail-first", action="append", help="push: answer RECONSUME_LATER once for this body")
     parser.add_argument("--prop", action="append", help="a user property to report on received messages")
     parser.add_argument("--expect", type=int, help="stop once this many distinct bodies were acknowledged")

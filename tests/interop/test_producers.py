@@ -53,8 +53,10 @@ def test_cpp_producer_sync_oneway_orderly_batch_and_delay_reach_mqlab(shared_clu
         {"send": "delay", "level": 2, **msg("delay-0")},
     ]
     sent_items = {m["body"]: m for item in plan for m in item.get("messages", [item])}
-    producer = clients.cpp("produce", shared_cluster.namesrv_remoting_addr, group="PG_cpp", plan=json.dumps(plan))
+    producer = clients.cpp("produce", shared_cluster.namesrv_remoting_addr, group="PG_cpp", plan=json.dumps(plan),
+                           warmup_topic=f"{topic}WarmUp")
     events = producer.finish(SEND_BUDGET_S)
+    assert [e["ok"] for e in producer.of("warmup")][-1:] == [True], producer.story()
     assert not producer.of("error"), producer.story()
     sent = {json.dumps(e["body"]): e for e in events if e["event"] == "sent"}
     assert len(sent) == len(plan)
