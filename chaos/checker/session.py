@@ -88,7 +88,10 @@ def make_spark(master: str | None = None, *, app_name: str = "mqlab-checker", dr
         builder = (builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
                    .config("spark.sql.adaptive.enabled", "false")
                    .config("spark.sql.codegen.wholeStage", "false")
-                   .config("spark.sql.codegen.factoryMode", "NO_CODEGEN"))
+                   .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+                   # PySpark's DataFrame debugging records the Python call site of every Column and
+                   # DataFrame call, five py4j round trips each: half the Python CPU of a check.
+                   .config("spark.python.sql.dataFrameDebugging.enabled", "false"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks into node ids
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/checker/" in str(item.path).replace("\\", "/"):
