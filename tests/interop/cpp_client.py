@@ -12,8 +12,9 @@ the point is a client we did not write. Every mode exits on its own within --max
 A plan item: {"send": "sync"|"oneway"|"orderly"|"delay", "topic", "body", "tags", "keys", "props",
 "arg" (orderly: the queue is arg % queue count), "level" (delay)} or {"send": "batch", "messages": [...]}.
 
-Events (field "event"): "started"; "warmup" (attempt, ok, message or status); "sent" (send, body, msg_id, queue, offset, status); "received"
-(topic, queue, queue_offset, body, tags, keys, properties, reconsume_times, msg_id, status, at_ms);
+Events (field "event"): "started"; "warmup" (attempt, ok, message or status); "sent" (send, body,
+msg_id, queue, offset, status); "received" (topic, queue, queue_offset, body, tags, keys,
+properties, reconsume_times, msg_id, status, at_ms);
 "pulled" (pull mode: queue and next offset when a queue reports no new message); "error" (where,
 message); "done" (reason). Message bodies are text: the binding passes them as C strings.
 """
