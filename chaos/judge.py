@@ -182,16 +182,10 @@ class CheckerProcess:
                 on_wait()
 
     def _reap(self) -> int | None:
+        """The exit code of a child that gave no answer (it is stopped as `close` stops it)."""
         proc = self._proc
-        if proc is None:
-            return None
-        try:
-            rc = proc.wait(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
         self.close()
-        return rc
+        return proc.returncode if proc is not None else None
 
 
 def _copy_tail(log_path: Path, offset: int, dest: Path) -> None:

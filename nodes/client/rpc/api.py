@@ -207,12 +207,11 @@ class ClientApi:
     async def close_streams(self) -> None:
         """Close the pull and send streams (what waits on them fails); the next pull or send
         opens a new one."""
-        for stream in list(self._pull_streams.values()):
-            await stream.close()
-        self._pull_streams.clear()
-        for send_stream in list(self._send_streams.values()):
-            await send_stream.close()
-        self._send_streams.clear()
+        streams: dict[str, PullStream] | dict[str, SendStream]
+        for streams in (self._pull_streams, self._send_streams):
+            for stream in list(streams.values()):
+                await stream.close()
+            streams.clear()
 
     async def close(self) -> None:
         """Close the streams and every channel."""

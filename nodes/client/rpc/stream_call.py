@@ -5,7 +5,7 @@ Owns the call's lifecycle only: the request feed handed to grpc, the reader task
 requests waiting for answers (request id -> whatever the subclass settles them with), and
 closing. What a request and an answer look like, how the reader settles answers and how a broken
 call fails the waiting requests are the subclass's (`_new_feed`, `_reader_routine`,
-`_fail_session`, `_closed`). Loop-confined.
+`_fail_closed`). Loop-confined.
 """
 
 from __future__ import annotations
@@ -100,16 +100,15 @@ class StreamCall(Generic[PendingT]):
             session.reader.cancel()
             await asyncio.gather(session.reader, return_exceptions=True)
 
-    def _cancel_call(self, session: Session[PendingT]) -> bool:
-        """Mark the session closed and cancel its call (once); True the first time."""
+    def _cancel_call(self, session: Session[PendingT]) -> None:
+        """Mark the session closed and cancel its call (once)."""
         if session.closed:
-            return False
+            return
         session.closed = True
         if session.pending:
             log.warning("%s stream to %s broke; failing %d requests in flight", self.kind, self.addr,
                         len(session.pending))
         session.call.cancel()
-        return True
 
     # ---- the subclass's ----------------------------------------------------------------------
 
