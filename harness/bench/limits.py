@@ -16,6 +16,8 @@ and, for the plain references (`harness.bench.ref_workers`), raw-bytes methods w
                                `record_bytes` back to back, each led by its 4-byte total size
     benchplain.Plain/Publish   each request (count, then length-prefixed bodies) answered with
                                8 bytes per message, the size of an offset
+    benchplain.Plain/PublishStream  the same requests and answers on one stream-stream call,
+                               as mqlab's producer sends over the broker's send stream
     TCP                        a loopback socket (`TCP <port>` before `READY`) written full of
                                records as fast as the reader takes them
 
@@ -115,9 +117,15 @@ def plain_handler(record_bytes: int) -> grpc.GenericRpcHandler:
     async def publish(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return bytes(8 * COUNT.unpack_from(request)[0])
 
+    async def publish_stream(request_iterator: AsyncIterator[bytes],
+                             context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in request_iterator:
+            yield bytes(8 * COUNT.unpack_from(request)[0])
+
     return grpc.method_handlers_generic_handler(PLAIN_SERVICE, {
         "Stream": grpc.stream_stream_rpc_method_handler(stream),
         "Publish": grpc.unary_unary_rpc_method_handler(publish),
+        "PublishStream": grpc.stream_stream_rpc_method_handler(publish_stream),
     })
 
 

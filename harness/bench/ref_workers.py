@@ -4,6 +4,8 @@
                    ask for `batch` records, get them back-to-back in one message, take every
                    record out as its own bytes object; `window` asks in flight
     plain-unary    bare grpc unary calls carrying `batch` length-prefixed bodies, one at a time
+    plain-stream-publish  the same requests as round trips on one stream-stream call, one at a
+                   time: the wire a synchronous send of mqlab's producer rides on (its send stream)
     tcp            one loopback TCP socket the limits server writes records into as fast as it
                    can; counts record-sized units
     redis-pull     Redis Streams XREADGROUP `batch` (then XACK of their ids, or NOACK), reading
@@ -31,6 +33,7 @@ from harness.bench.worker_protocol import Windows, await_go, emit, result
 PLAIN_SERVICE = "benchplain.Plain"
 PLAIN_STREAM = f"/{PLAIN_SERVICE}/Stream"
 PLAIN_PUBLISH = f"/{PLAIN_SERVICE}/Publish"
+PLAIN_PUBLISH_STREAM = f"/{PLAIN_SERVICE}/PublishStream"
 COUNT = struct.Struct(">i")  # a plain request's message count; also each record's leading total size
 TCP_READ_BYTES = 1 << 20
 REDIS_STREAM_CAP = 100_000  # XADD MAXLEN ~ this, so a send reference does not fill the memory
@@ -119,6 +122,29 @@ async def _plain_unary(job: dict[str, Any]) -> dict[str, Any]:
             answer = await publish(plain_publish_body([body] * batch))
             windows.add(len(answer) // 8)
         windows.close()
+        return result(windows.messages, windows.seconds, cpu_s=windows.cpu_s)
+
+
+async def _plain_stream_publish(job: dict[str, Any]) -> dict[str, Any]:
+    batch = job["batch"]
+    body = b"b" * job["body_bytes"]
+    async with grpc.aio.insecure_channel(job["addr"], options=_GRPC_OPTIONS) as channel:
+        feed = _Feed()
+        call = channel.stream_stream(PLAIN_PUBLISH_STREAM)(feed, wait_for_ready=True)
+        feed.queue.put_nowait(plain_publish_body([body] * batch))
+        await asyncio.wait_for(call.read(), WARM_UP_TIMEOUT_S)
+        emit("READY")
+        await asyncio.get_running_loop().run_in_executor(None, await_go)
+        windows = Windows.from_now(job)
+        while windows.is_open():
+            # one round trip at a time, the request built per call from the bodies, as a
+            # synchronous publisher would
+            feed.queue.put_nowait(plain_publish_body([body] * batch))
+            answer = await call.read()
+            windows.add(len(answer) // 8)
+        windows.close()
+        feed.queue.put_nowait(None)
+        call.cancel()
         return result(windows.messages, windows.seconds, cpu_s=windows.cpu_s)
 
 
@@ -287,6 +313,7 @@ async def _grpc_unary(job: dict[str, Any]) -> dict[str, Any]:
 ROLES = {
     "plain-stream": lambda job: asyncio.run(_plain_stream(job)),
     "plain-unary": lambda job: asyncio.run(_plain_unary(job)),
+    "plain-stream-publish": lambda job: asyncio.run(_plain_stream_publish(job)),
     "tcp": run_tcp,
     "redis-pull": run_redis_pull,
     "redis-xadd": run_redis_xadd,

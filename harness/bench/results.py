@@ -12,6 +12,8 @@ Which references a case is a ratio of (all measured in the same run, same body s
                         client taking every message as bytes), redis-ack bB (XREADGROUP + XACK),
                         redis-noack bB (XREADGROUP NOACK), tcp (loopback socket), mmap-scan
     send cases          (send_batch bB; send_async: its coalesced batch; sync: b1)
+                        plain-stream-publish bB (the same B bodies as one round trip at a time
+                        on a bare grpc stream-stream call: the wire mqlab's send stream uses),
                         plain-unary bB (bare grpc unary calls carrying the same B bodies),
                         redis-xadd bB (pipelined XADD of B entries)
     real clients' rows  (--clients; client "cpp-send", "ons-push"...) those of mqlab's row of the
@@ -44,10 +46,11 @@ CONSUMER_CLIENTS = ("pull", "pull-loop", "push")
 REAL_CLIENTS = ("cpp", "ons")
 REAL_CLIENT_TITLES = {"cpp": "Apache's C++ client 1.2.3 (PyPI rocketmq 0.4.4)", "ons": "ali-ons 3.12.0 (node)"}
 CONSUMER_REFERENCES = ("plain-stream", "redis-ack", "redis-noack", "tcp", "mmap-scan")
-SEND_REFERENCES = ("plain-unary", "redis-xadd")
+SEND_REFERENCES = ("plain-stream-publish", "plain-unary", "redis-xadd")
 REFERENCE_TITLES = {
     "plain-stream": "plain grpc server stream of the record bytes, every message taken as bytes",
     "plain-unary": "plain grpc unary publish of the same bodies",
+    "plain-stream-publish": "plain grpc stream publish of the same bodies, one round trip at a time",
     "grpc-stream": "mqlab's Pull stream shape, canned records, record count only (transport-only)",
     "tcp": "loopback TCP, one socket, record-sized units",
     "mmap-scan": "mmap scan of the master's commitlog, each record copied out",

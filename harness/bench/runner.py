@@ -211,6 +211,8 @@ def _send_references(run: Run, batch: int) -> None:
         return
     run.hooks.stage(f"reference: plain grpc unary publish, batch {batch}")
     _attempt(run, f"plain unary b{batch}", stages.measure_plain_unary, batch)
+    run.hooks.stage(f"reference: plain grpc stream publish, batch {batch}")
+    _attempt(run, f"plain stream publish b{batch}", stages.measure_plain_stream_publish, batch)
     if run.redis is not None:
         run.hooks.stage(f"reference: Redis Streams pipelined XADD, batch {batch}")
         _attempt(run, f"redis xadd b{batch}", stages.measure_redis_xadd, batch)

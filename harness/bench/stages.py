@@ -80,6 +80,11 @@ def measure_plain_unary(run: Run, batch: int) -> None:
                   _window_job(run, role="plain-unary", addr=run.limits_addr, batch=batch))
 
 
+def measure_plain_stream_publish(run: Run, batch: int) -> None:
+    add_reference(run, "plain-stream-publish", batch, 1,
+                  _window_job(run, role="plain-stream-publish", addr=run.limits_addr, batch=batch))
+
+
 def measure_redis_pull(run: Run, batch: int, *, noack: bool) -> None:
     assert run.redis is not None
     job = _window_job(run, role="redis-pull", host="127.0.0.1", redis_port=run.redis.port, batch=batch,

@@ -9,7 +9,7 @@ offset, properties). Roles:
     pull-loop    a plain loop of PullConsumer.pull(mq, offset, max_nums=batch), one call at a time
     push         PushConsumer (concurrently) with a listener that reads each message
     send         one Producer: `sync` (send), `batch` (send_batch), `async` (send_async, window)
-    the references (plain-stream, plain-unary, tcp, redis-pull, redis-xadd, grpc-stream,
+    the references (plain-stream, plain-unary, plain-stream-publish, tcp, redis-pull, redis-xadd, grpc-stream,
     grpc-unary): `harness.bench.ref_workers`
 
 The line protocol and the windows: `harness.bench.worker_protocol`.

@@ -46,6 +46,7 @@ def test_limits_server_streams_canned_records_and_answers_sends(limits_server):
 @pytest.mark.parametrize("job", [
     {"role": "plain-stream", "batch": 4, "window": 2},
     {"role": "plain-unary", "batch": 3},
+    {"role": "plain-stream-publish", "batch": 3},
     {"role": "grpc-stream", "batch": 4, "window": 2},
     {"role": "grpc-unary", "mode": "batch", "batch": 3, "window": 1},
     {"role": "grpc-unary", "mode": "async", "batch": 1, "window": 4},
@@ -64,7 +65,13 @@ def test_limit_workers_follow_the_protocol(limits_server, tmp_path, job):
 
 
 def test_plain_references_take_every_record_and_frame_every_body(limits_server):
-    from harness.bench.ref_workers import PLAIN_PUBLISH, PLAIN_STREAM, plain_publish_body, take_records
+    from harness.bench.ref_workers import (
+        PLAIN_PUBLISH,
+        PLAIN_PUBLISH_STREAM,
+        PLAIN_STREAM,
+        plain_publish_body,
+        take_records,
+    )
 
     with grpc.insecure_channel(limits_server) as channel:
         answers = list(channel.stream_stream(PLAIN_STREAM)(iter([(3).to_bytes(4, "big"), (1).to_bytes(4, "big")]),
@@ -72,6 +79,8 @@ def test_plain_references_take_every_record_and_frame_every_body(limits_server):
         assert [len(take_records(a)) for a in answers] == [3, 1]
         assert all(len(r) == 100 and int.from_bytes(r[:4], "big") == 100 for r in take_records(answers[0]))
         assert len(channel.unary_unary(PLAIN_PUBLISH)(plain_publish_body([b"ab", b"c"]), timeout=10)) == 16
+        publishes = [plain_publish_body([b"ab", b"c"]), plain_publish_body([b"d"] * 5)]
+        assert [len(a) for a in channel.stream_stream(PLAIN_PUBLISH_STREAM)(iter(publishes), timeout=10)] == [16, 40]
     assert plain_publish_body([b"ab", b"c"]) == b"\0\0\0\x02" + b"\0\0\0\x02ab" + b"\0\0\0\x01c"
 
 

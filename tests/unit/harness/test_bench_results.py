@@ -38,7 +38,8 @@ def ref(kind: str, batch: int, msgs: int) -> Reference:
 def report_with(*cases: CaseResult, redis: bool = True) -> BenchReport:
     report = BenchReport(results=list(cases), record_bytes=1190, machine={"cpus": 2})
     for r in (ref("plain-stream", 32, 200_000), ref("plain-stream", 1024, 1_000_000), ref("tcp", 0, 2_000_000),
-              ref("mmap-scan", 0, 4_000_000), ref("plain-unary", 32, 50_000), ref("plain-unary", 1024, 300_000)):
+              ref("mmap-scan", 0, 4_000_000), ref("plain-unary", 32, 50_000), ref("plain-unary", 1024, 300_000),
+              ref("plain-stream-publish", 32, 75_000)):
         report.add_reference(r)
     if redis:
         for r in (ref("redis-ack", 32, 100_000), ref("redis-noack", 32, 150_000), ref("redis-ack", 1024, 250_000),
@@ -80,8 +81,10 @@ def test_ratios_use_the_references_of_the_same_batch():
     assert r32["mmap-scan"] == pytest.approx(0.03)
     assert report.ratios(by_label["pull master b1024 x1"])["plain-stream"] == pytest.approx(0.3)
     assert report.ratios(by_label["push master b32"])["redis-ack"] == pytest.approx(0.5)
-    assert report.ratios(by_label["send batch b32"]) == {"plain-unary": pytest.approx(0.9),
+    assert report.ratios(by_label["send batch b32"]) == {"plain-stream-publish": pytest.approx(0.6),
+                                                         "plain-unary": pytest.approx(0.9),
                                                          "redis-xadd": pytest.approx(0.5)}
+    assert report.ratios(send("sync", 500))["plain-stream-publish"] is None  # b1 was not measured
     assert report.ratios(by_label["send async b1"])["redis-xadd"] == pytest.approx(0.5)  # its coalesced batch
     assert report.ratios(send("sync", 500))["plain-unary"] is None  # b1 was not measured
 
@@ -176,3 +179,16 @@ def test_the_results_table_shows_the_median_the_range_and_the_ratios():
     cells = [cell.strip() for cell in row.split("│")[1:-1]]
     assert cells[2:6] == ["120,000", "100k-130k", "0.0", "0.60x"]
     assert cells[6:9] == ["1.20x", "0.80x", "0.06x"]
+
+
+def test_a_send_rows_plain_column_is_the_stream_publish_it_rides_on():
+    from rich.console import Console
+
+    from harness.bench.report import results_table
+
+    console = Console(width=200, record=True)
+    console.print(results_table(report_with(send("batch", 45_000, 32), send("batch", 150_000, 1024))))
+    plain = {line.split("│")[1].strip(): line.split("│")[6].strip()
+             for line in console.export_text().splitlines() if "send batch" in line}
+    # b32 has a stream publish reference (0.6x of it; of the unary call it would be 0.9x), b1024 only the unary one
+    assert plain == {"send batch b32": "0.60x", "send batch b1024": "0.50x"}
