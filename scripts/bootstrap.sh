@@ -16,24 +16,25 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "mqlab: creating $VENV (first run)..." >&2
   "$PYTHON" -m venv "$VENV"
 fi
-# The client's compiled record decoder (setup.py, nodes/client/_record_decode.c) needs a C
-# compiler and Python's headers; without them the install still succeeds and the client
-# decodes in Python, slower.
+# The compiled record codecs (setup.py: nodes/**/_record_*.c) need a C compiler, Python's
+# headers and zlib's; without them the install still succeeds and the same code paths run
+# in Python, slower.
 build_pkgs=()
 command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 || build_pkgs+=(gcc)
 "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || build_pkgs+=(python3-dev)
+[ -f /usr/include/zlib.h ] || build_pkgs+=(zlib1g-dev)
 if [ "${#build_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "mqlab: installing ${build_pkgs[*]} for the client's compiled record decoder (apt-get)..." >&2
+    echo "mqlab: installing ${build_pkgs[*]} for the compiled record codecs (apt-get)..." >&2
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${build_pkgs[@]}"; } >&2 \
-      || echo "mqlab: apt-get could not install ${build_pkgs[*]}; the client will decode records in Python" >&2
+      || echo "mqlab: apt-get could not install ${build_pkgs[*]}; records will be encoded and decoded in Python" >&2
   else
-    echo "mqlab: the client's compiled record decoder needs ${build_pkgs[*]}: apt-get install -y ${build_pkgs[*]}" >&2
+    echo "mqlab: the compiled record codecs need ${build_pkgs[*]}: apt-get install -y ${build_pkgs[*]}" >&2
   fi
 fi
-# reinstall when the project's metadata or the compiled module's source changes
-want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO/nodes/client/_record_decode.c" | sha256sum | cut -d' ' -f1)"
+# reinstall when the project's metadata or a compiled module's source changes
+want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" $(find "$REPO/nodes" -name '_record_*.c' | sort) | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "mqlab: installing the project with its dev extra into .venv..." >&2
   # -qq: errors only (one -q still prints a warning per package for index locations this
