@@ -43,6 +43,7 @@ class UniqIdGenerator:
         pid_bytes = ((os.getpid() if pid is None else pid) & 0xFFFF).to_bytes(2, "big")
         salt_bytes = (int.from_bytes(os.urandom(4), "big") if salt is None else salt & 0xFFFFFFFF).to_bytes(4, "big")
         self.prefix = (ip_bytes + pid_bytes + salt_bytes).hex().upper()
+        self._format = self.prefix + "%012X"  # the prefix is hex digits: no % in it
         self._start_ns = time.monotonic_ns()
         self._last = -1
         self._lock = threading.Lock()
@@ -59,6 +60,9 @@ class UniqIdGenerator:
         with self._lock:
             first = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
             self._last = (first + count - 1) & _SEQ_MASK
+        if first + count - 1 <= _SEQ_MASK:  # no wrap-around: the usual case, one % per id
+            fmt = self._format
+            return [fmt % seq for seq in range(first, first + count)]
         prefix = self.prefix
         return [f"{prefix}{seq & _SEQ_MASK:012X}" for seq in range(first, first + count)]
 

@@ -48,7 +48,7 @@ from nodes.common.errors import (
     OutcomeUnknownError,
     TransportError,
 )
-from nodes.common.types import Message, MessageQueue, SendResult, validate_message
+from nodes.common.types import Message, MessageQueue, SendResult, validate_content, validate_message
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,13 @@ def checked_batch(msgs: Sequence[Message],
         raise InvalidMessageError("send_batch takes a list of Message; use send() for one message")
     if not msgs:
         raise InvalidMessageError("send_batch got an empty list; a batch needs at least one message")
-    topic = msgs[0].topic if isinstance(msgs[0], Message) else None
+    first = msgs[0]
+    if not isinstance(first, Message):
+        raise InvalidMessageError(f"send_batch takes Message objects, got {type(first).__name__}")
+    topic = first.topic
+    validate_message(first, body_bytes_max)  # the batch's one topic is checked here, once
+    if topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+        raise InvalidMessageError("retry topics are not supported for batching")
     total = 0
     properties: list[dict[str, str]] = []
     for msg in msgs:
@@ -98,9 +104,7 @@ def checked_batch(msgs: Sequence[Message],
         if msg.topic != topic:
             raise InvalidMessageError(
                 f"a batch goes to one topic; got {topic!r} and {msg.topic!r}: split it by topic")
-        properties.append(validate_message(msg, body_bytes_max))
-        if msg.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
-            raise InvalidMessageError("retry topics are not supported for batching")
+        properties.append(validate_content(msg, body_bytes_max))
         if msg.properties and msg.properties.get(PROPERTY_DELAY_TIME_LEVEL):
             raise InvalidMessageError("delayed messages are not supported for batching")
         total += len(msg.body)
@@ -108,7 +112,6 @@ def checked_batch(msgs: Sequence[Message],
     if total > body_bytes_max:
         raise InvalidMessageError(
             f"batch bodies add up to {total} bytes, over the {body_bytes_max}-byte limit; split the batch")
-    assert topic is not None
     return topic, properties
 
 

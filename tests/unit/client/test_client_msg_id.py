@@ -32,6 +32,15 @@ def test_ids_taken_in_bulk_continue_the_same_strictly_increasing_sequence():
     assert gen.next_ids(0) == []
 
 
+def test_a_bulk_take_across_the_48_bit_wrap_keeps_12_digits_and_wraps_to_zero():
+    gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
+    gen._last = (1 << 48) - 3  # the sequence is two ids short of wrapping (a long-lived client's fate)
+    ids = gen.next_ids(4)
+    assert all(HEX32.match(uid) for uid in ids)
+    assert [uid[20:] for uid in ids] == ["FFFFFFFFFFFE", "FFFFFFFFFFFF", "000000000000", "000000000001"]
+    assert gen.next_id()[20:] == "000000000002"
+
+
 def test_ids_unique_across_threads():
     gen = UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1)
     out: list[list[str]] = [[] for _ in range(4)]
