@@ -175,15 +175,26 @@ class Dispatcher:
             return 0
         if any(start >= start_phys_offset for start in self._damaged_end_by_start):
             return 0
-        indexed = 0
-        for phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, properties in records:
+        indexed, count = 0, len(records)
+        while indexed < count:
+            phys_offset, size, topic, queue_id, first_queue_offset, _ts, _props = records[indexed]
             if phys_offset != self.reput_from_phys_offset:
                 break
-            # The reput position moves first, so a listener that raises leaves the walk consistent.
-            self.reput_from_phys_offset = phys_offset + size
-            self._index(phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms,
-                        decode_properties(properties))
-            indexed += 1
+            # A run: the records that follow each other in the commitlog into one queue at
+            # consecutive queue offsets (a replicated batch), indexed with one consume-queue
+            # write as the write path does.
+            run_end = indexed + 1
+            end_phys_offset = phys_offset + size
+            while run_end < count:
+                (next_phys_offset, next_size, next_topic, next_queue_id, next_queue_offset, _ts,
+                 _props) = records[run_end]
+                if (next_phys_offset != end_phys_offset or next_queue_id != queue_id or next_topic != topic
+                        or next_queue_offset != first_queue_offset + run_end - indexed):
+                    break
+                end_phys_offset += next_size
+                run_end += 1
+            self._index_run(end_phys_offset, records[indexed:run_end])
+            indexed = run_end
         return indexed
 
     def note_damaged(self, start_phys_offset: int, end_phys_offset: int) -> None:
@@ -231,13 +242,35 @@ class Dispatcher:
         self._index(phys_offset, size, record.topic, record.queue_id, record.queue_offset, record.store_timestamp_ms,
                     record.properties)
 
+    def _index_run(self, end_phys_offset: int, run: Sequence[CheckedRecord]) -> None:
+        """Index a run of checked records (see `dispatch_checked`) ending at `end_phys_offset`."""
+        # The reput position moves first, so a listener that raises leaves the walk consistent.
+        self.reput_from_phys_offset = end_phys_offset
+        _phys, _size, topic, queue_id, first_queue_offset, _ts, _props = run[0]
+        self.last_store_timestamp_ms = run[-1][5]
+        queue = self._consume_queue_for(topic, queue_id)
+        if queue is None:
+            return
+        units = [(phys_offset, size, self._tag_hash_of(topic, decode_properties(properties), store_timestamp_ms))
+                 for phys_offset, size, _topic, _queue_id, _queue_offset, store_timestamp_ms, properties in run]
+        written = queue.put_run(first_queue_offset, units)
+        on_arrival = self.on_arrival
+        if on_arrival is not None:
+            for i in written:
+                on_arrival(topic, queue_id, first_queue_offset + i + 1, units[i][2], run[i][5])
+
+    def _tag_hash_of(self, topic: str, properties: dict[str, str], store_timestamp_ms: int) -> int:
+        """The consume-queue tag code of a record: the override's (a waiting delayed record's
+        deliver time), else the hash of its tags."""
+        override = self._tag_code(topic, properties, store_timestamp_ms) if self._tag_code is not None else None
+        return tag_hash(properties.get(c.PROPERTY_TAGS)) if override is None else override
+
     def _index(self, phys_offset: int, size: int, topic: str, queue_id: int, queue_offset: int,
                store_timestamp_ms: int, properties: dict[str, str]) -> None:
         self.last_store_timestamp_ms = store_timestamp_ms
         queue = self._consume_queue_for(topic, queue_id)
         if queue is None:
             return
-        override = self._tag_code(topic, properties, store_timestamp_ms) if self._tag_code is not None else None
-        record_tag_hash = tag_hash(properties.get(c.PROPERTY_TAGS)) if override is None else override
+        record_tag_hash = self._tag_hash_of(topic, properties, store_timestamp_ms)
         if queue.put(queue_offset, phys_offset, size, record_tag_hash) and self.on_arrival is not None:
             self.on_arrival(topic, queue_id, queue_offset + 1, record_tag_hash, store_timestamp_ms)

@@ -1,6 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.dispatch import Dispatcher, Step, scan_step
@@ -138,3 +139,58 @@ def test_the_fast_walk_and_the_step_walk_index_alike(tmp_path):
     for key, queue in slow.queues.items():
         units = [queue.unit_at(q) for q in range(queue.max_queue_offset)]
         assert units == [fast.queues[key].unit_at(q) for q in range(fast.queues[key].max_queue_offset)]
+
+
+# a replica's puts: (topic, queue id, messages, tags) appended back to back, each a run of
+# consecutive queue offsets of its queue (a replicated batch), interleaved across queues
+_PUTS = st.lists(st.tuples(st.sampled_from(["T", "U", c.SCHEDULE_TOPIC]), st.integers(0, 2), st.integers(1, 5),
+                           st.sampled_from([None, "a", "b"])), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(puts=_PUTS, chunks=st.integers(1, 4), indexed_before=st.integers(0, 6))
+def test_checked_records_index_exactly_as_the_walk_does(tmp_path_factory, puts, chunks, indexed_before):
+    """`dispatch_checked` (what a replica's record check read, indexed run by run) leaves the
+    same consume queues and announces the same arrivals as walking the bytes, also when the
+    checked records come in several chunks and when a restart left some of them indexed."""
+    root = tmp_path_factory.mktemp("checked")
+    log = CommitLog(root / "log", SEGMENT_BYTES)
+    next_queue_offset: dict[tuple[str, int], int] = {}
+    records = []
+    for i, (topic, queue_id, count, tags) in enumerate(puts):
+        first = next_queue_offset.get((topic, queue_id), 0)
+        props = {c.PROPERTY_DELAY: "2"} if topic == c.SCHEDULE_TOPIC else {}
+        if tags:
+            props[c.PROPERTY_TAGS] = tags
+        run = log.append([msg(topic=topic, queue_id=queue_id, body=bytes(200), properties=props)
+                          for _ in range(count)], first_queue_offset=first, store_timestamp_ms=1000 + i)
+        next_queue_offset[(topic, queue_id)] = first + count
+        for result in run:
+            data = log.read_bytes(result.phys_offset, result.size)
+            records.append((result.phys_offset, *index_fields(data, 0, result.size, result.phys_offset)))
+    delay_levels_ms = (1000, 5000, 10000)
+
+    def tag_code(topic, properties, store_timestamp_ms):
+        if topic != c.SCHEDULE_TOPIC:
+            return None
+        return store_timestamp_ms + delay_levels_ms[int(properties[c.PROPERTY_DELAY]) - 1]
+
+    walked, checked = Index(root / "walked"), Index(root / "checked")
+    walker = Dispatcher(log, walked.queue_for, walked.on_arrival, tag_code=tag_code)
+    replica = Dispatcher(log, checked.queue_for, checked.on_arrival, tag_code=tag_code)
+    # a restart: the first records were indexed before, and the walk starts over from 0
+    replica.dispatch_until(records[min(indexed_before, len(records) - 1)][0])
+    replica.reput_from_phys_offset = 0
+    assert walker.dispatch_until(log.max_phys_offset) == len(records)
+    size = -(-len(records) // chunks)
+    for start in range(0, len(records), size):
+        part = records[start:start + size]
+        assert replica.dispatch_checked(part[0][0], part) == len(part)
+    assert replica.reput_from_phys_offset == walker.reput_from_phys_offset == log.max_phys_offset
+    assert replica.last_store_timestamp_ms == walker.last_store_timestamp_ms
+    # the records indexed before the restart were announced then, the others now, in the same order
+    assert checked.arrivals == walked.arrivals
+    for key, queue in walked.queues.items():
+        mine = checked.queues[key]
+        assert [mine.unit_at(q) for q in range(mine.max_queue_offset)] == [
+            queue.unit_at(q) for q in range(queue.max_queue_offset)]
