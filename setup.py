@@ -1,12 +1,17 @@
-"""The one compiled module: the pull-record decoder (nodes/client/_record_decode.c).
+"""The compiled modules: optional twins of Python code paths, each giving the same results faster.
 
-Everything else about the project is in pyproject.toml. The extension is optional: without a
-C compiler the install still succeeds and the client decodes with its Python loop
-(nodes/client/pull_decode.py), which gives the same messages, slower.
+- nodes/client/_record_decode.c: the pull-record decoder (twin of nodes/client/pull_decode.py's
+  Python loop).
+- nodes/store/_record_check.c: the replicated-chunk record check (twin of
+  nodes/broker/ha_check.py's Python walk); links zlib for the record CRC.
+
+Everything else about the project is in pyproject.toml. Every extension is optional: without a
+C compiler (or zlib's header) the install still succeeds and the Python code paths run, slower.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True),
+    Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True),
 ])

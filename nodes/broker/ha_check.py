@@ -5,10 +5,18 @@ magic, size inside its segment, the record's own PHYSICALOFFSET, CRC; a blank ma
 its segment), so that neither a master nor a slave ever passes on bytes past a bad record, and
 the `store-error` lines (kind bad-record, replica-refused) replication writes to the broker's
 event log, at most one bad-record line per phys offset per process.
+
+`check_chunk` runs the compiled walk (`nodes.store._record_check`, built by the install when a
+C compiler is there) and otherwise the Python walk `check_chunk_python`, which is the
+reference: both give the same ChunkCheck, records and reason texts included, and the unit
+tests run both. `MQLAB_PURE_PYTHON_CHECK=1` in the environment (read at import) forces the
+Python walk.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +25,14 @@ from nodes.common import constants as c
 from nodes.store.mapped_file import segment_name
 from nodes.store.record import (
     HEADER,
+    PHYS_OFFSET_POS,
+    PROPS_LEN,
     RECORD_BYTES_MIN,
+    RECORD_CRC_PREFIX,
+    RECORD_CRC_PROPERTY_BYTES,
     SIZE_AND_MAGIC,
+    SYS_FLAG_BORN_HOST_V6,
+    SYS_FLAG_STORE_HOST_V6,
     CheckedRecord,
     index_fields,
     peek_size_and_magic,
@@ -40,7 +54,55 @@ class ChunkCheck:
     records: list[CheckedRecord] = field(default_factory=list, compare=False, repr=False)
 
 
+PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_CHECK"  # "1": check with the Python walk even when compiled
+
+# (data, phys_offset, segment_bytes) -> (valid_bytes, bad_phys_offset, reason, needed_bytes, records)
+CompiledCheck = Callable[[Any, int, int], tuple[int, int | None, str, int, list[CheckedRecord]]]
+
+
+def compiled_checker() -> CompiledCheck:
+    """The compiled walk, initialised with the record layout and constants (whatever the
+    environment says). It takes any contiguous buffer, a segment size > 0 and a phys offset
+    that keeps `phys_offset + len(data)` within 64 bits, and raises otherwise.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    # by its full name, as pull_decode loads its decoder: a missing module says "No module named ..."
+    _record_check = importlib.import_module("nodes.store._record_check")
+    # the C side reads the header at fixed positions and refuses a layout it was not written for
+    _record_check.init(HEADER.format, HEADER.size, RECORD_BYTES_MIN, c.RECORD_MAGIC, c.BLANK_MAGIC,
+                       c.END_FILE_MIN_BLANK_BYTES, PHYS_OFFSET_POS, PROPS_LEN.format, RECORD_CRC_PREFIX,
+                       RECORD_CRC_PROPERTY_BYTES, SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
+    return _record_check.check_chunk
+
+
+def _load_compiled() -> tuple[CompiledCheck | None, str]:
+    """The walk check_chunk runs, or None, and a word on which one (for tests and logs)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None, f"python ({PURE_PYTHON_ENV}=1)"
+    try:
+        return compiled_checker(), "compiled"
+    except ImportError as exc:
+        return None, f"python (the compiled check is not built: {exc})"
+    except (TypeError, ValueError) as exc:
+        return None, f"python (the compiled check refused this record layout: {exc})"
+
+
+check_chunk_compiled, CHECKER = _load_compiled()
+
+
 def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:
+    """Walk `data` (commitlog bytes starting at `phys_offset`) over whole, valid records (see
+    check_chunk_python); the compiled walk when it is built (it raises ValueError for a
+    segment size that is not positive, where the Python walk divides by zero)."""
+    if check_chunk_compiled is not None:
+        return ChunkCheck(*check_chunk_compiled(data, phys_offset, segment_bytes))
+    return check_chunk_python(data, phys_offset, segment_bytes)
+
+
+def check_chunk_python(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:
     """Walk `data` (commitlog bytes starting at `phys_offset`) over whole, valid records."""
     view = memoryview(data)
     pos, end = 0, len(data)

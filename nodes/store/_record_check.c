@@ -1,0 +1,419 @@
+/* Replicated commitlog bytes checked record by record, compiled: the same walk as
+ * nodes/broker/ha_check.py's check_chunk_python (with nodes.store.record's index_fields and
+ * _record_crc_matches), which stays the reference.
+ *
+ * A slave checks every record it receives before appending it; in Python the header unpack,
+ * the three zlib calls with their slices and the "%08X" text cost most of the slave's main
+ * thread during a replicated batch send. Here the walk and the CRC cost little more than
+ * zlib's own pass over the bytes, and what is left is building each record's tuple.
+ *
+ * Every rule is the Python walk's: a chunk shorter than a blank marker asks for one, a blank
+ * marker must end its segment exactly, a record needs the record magic and a size that fits
+ * its segment, a record past the chunk's end asks for its size, and a record is valid when
+ * its framing adds up, its PHYSICALOFFSET is its own position, no IPv6 flag is set, it ends
+ * with the record CRC property whose 8 upper-case hex digits are the CRC-32 of the record up
+ * to them (PHYSICALOFFSET hashed as zeros), and its topic and properties are UTF-8. The
+ * reasons are the Python walk's texts, byte for byte. The record layout and the constants are
+ * checked once by init(): a layout this file does not know makes init raise, and ha_check
+ * then keeps the Python walk.
+ *
+ * Segment positions are computed as Python does (floor modulo), so a negative phys offset
+ * gives the same answer; outside what int64 holds, or with a segment size that is not
+ * positive (a meaningless call, which Python answers with ZeroDivisionError or nonsense),
+ * check_chunk raises instead.
+ *
+ * Python API (called by nodes.broker.ha_check only):
+ *   init(header_format, header_bytes, record_bytes_min, record_magic, blank_magic,
+ *        blank_bytes, phys_offset_pos, props_len_format, record_crc_prefix,
+ *        record_crc_property_bytes, ipv6_sys_flags)
+ *   check_chunk(data: buffer, phys_offset, segment_bytes)
+ *       -> (valid_bytes, bad_phys_offset or None, reason, needed_bytes, records)
+ *   records: [(phys_offset, total_size, topic, queue_id, queue_offset, store_timestamp,
+ *              properties_text), ...]
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+/* The layout this file reads: nodes.store.record.HEADER, big-endian. */
+#define HEADER_FORMAT ">iIIiiqqiq4siq4siiqi"
+#define HEADER_BYTES 88
+#define POS_TOTAL_SIZE 0
+#define POS_MAGIC 4
+#define POS_QUEUE_ID 12
+#define POS_QUEUE_OFFSET 20
+#define POS_PHYS_OFFSET 28
+#define POS_SYS_FLAG 36
+#define POS_STORE_TIMESTAMP 56
+#define POS_BODY_LEN 84
+#define PHYS_OFFSET_BYTES 8
+#define PROPS_LEN_FORMAT ">h" /* a Java short after the one-byte topic length */
+#define BLANK_BYTES 8         /* END_FILE_MIN_BLANK_BYTES: remaining_bytes (>i), BLANK_MAGIC (>I) */
+#define CRC_HEX_DIGITS 8
+#define PAIR_SEPARATOR 0x02   /* PROPERTY_SEPARATOR: ends the record CRC value, and the record */
+#define CRC_PREFIX_MAX 64
+#define RECORD_FIELDS 7       /* a CheckedRecord tuple */
+
+/* The reasons check_chunk_python gives, formatted the same way. */
+#define REASON_BLANK "a blank marker of %d bytes does not end its segment"
+#define REASON_MAGIC "no record magic (0x%08x)"
+#define REASON_SIZE "a record size of %d bytes does not fit its segment"
+#define REASON_RECORD "the record fails its checks (layout, own phys offset or CRC)"
+
+static uint32_t g_record_magic, g_blank_magic, g_ipv6_sys_flags;
+static Py_ssize_t g_record_bytes_min;
+static Py_ssize_t g_record_crc_property_bytes; /* prefix, 8 hex digits, \x02 */
+static unsigned char g_crc_prefix[CRC_PREFIX_MAX]; /* "__RECORD_CRC32\x01" */
+static Py_ssize_t g_crc_prefix_len;
+static int g_ready; /* init() has set every g_ value above */
+
+static inline uint32_t
+be_u32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline int32_t
+be_i32(const unsigned char *p)
+{
+    return (int32_t)be_u32(p);
+}
+
+static inline int16_t
+be_i16(const unsigned char *p)
+{
+    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | (unsigned)p[1]);
+}
+
+static inline int64_t
+be_i64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)be_u32(p) << 32) | (uint64_t)be_u32(p + 4));
+}
+
+/* bytes -> str as str(b, "utf-8") does it (strict), with an ASCII fast path. NULL with
+ * UnicodeDecodeError set when the bytes are not UTF-8. */
+static PyObject *
+decode_utf8(const unsigned char *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] & 0x80) {
+            return PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+        }
+    }
+    PyObject *s = PyUnicode_New(n, 127);
+    if (s != NULL) {
+        memcpy(PyUnicode_DATA(s), p, (size_t)n);
+    }
+    return s;
+}
+
+/* record._record_crc_matches for the record in rec[0, size): it ends with the record CRC
+ * prefix, 8 hex digits and \x02, and the digits are the upper-case CRC-32 of rec[0, 28),
+ * 8 zero bytes (PHYSICALOFFSET) and rec[36, value_start). The caller has checked that the
+ * properties, which end the record, are at least record_crc_property_bytes long. */
+static int
+record_crc_matches(const unsigned char *rec, Py_ssize_t size)
+{
+    static const unsigned char zero_phys_offset[PHYS_OFFSET_BYTES];
+    static const char hex[] = "0123456789ABCDEF";
+    const Py_ssize_t value_start = size - (CRC_HEX_DIGITS + 1);
+    if (rec[size - 1] != PAIR_SEPARATOR
+        || memcmp(rec + value_start - g_crc_prefix_len, g_crc_prefix, (size_t)g_crc_prefix_len) != 0) {
+        return 0;
+    }
+    uLong crc = crc32(0L, Z_NULL, 0);
+    crc = crc32(crc, rec, POS_PHYS_OFFSET);
+    crc = crc32(crc, zero_phys_offset, PHYS_OFFSET_BYTES);
+    crc = crc32(crc, rec + POS_PHYS_OFFSET + PHYS_OFFSET_BYTES,
+                (uInt)(value_start - (POS_PHYS_OFFSET + PHYS_OFFSET_BYTES)));
+    const unsigned char *digits = rec + value_start;
+    for (int i = 0; i < CRC_HEX_DIGITS; i++) {
+        if (digits[i] != (unsigned char)hex[(crc >> (4 * (CRC_HEX_DIGITS - 1 - i))) & 0xF]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The last topic decoded, kept across records: a chunk's records mostly share one. */
+typedef struct {
+    const unsigned char *raw;
+    Py_ssize_t raw_len;
+    PyObject *text; /* owned */
+} TopicMemo;
+
+/* record.index_fields for the record in rec[0, size) at `at`, size already within
+ * [record_bytes_min, what the chunk holds]: 1 and a new CheckedRecord tuple in *out when it
+ * passes every check, 0 when it fails one, -1 with an exception set (out of memory). */
+static int
+index_fields(const unsigned char *rec, Py_ssize_t size, int64_t at, TopicMemo *topic, PyObject **out)
+{
+    *out = NULL;
+    if (be_u32(rec + POS_MAGIC) != g_record_magic || be_i32(rec + POS_TOTAL_SIZE) != size
+        || be_i64(rec + POS_PHYS_OFFSET) != at || (be_u32(rec + POS_SYS_FLAG) & g_ipv6_sys_flags) != 0) {
+        return 0;
+    }
+    const int32_t body_len = be_i32(rec + POS_BODY_LEN);
+    if (body_len < 0) {
+        return 0;
+    }
+    /* positions inside the record; int64 so a body length near 2^31 cannot wrap */
+    const int64_t topic_len_pos = (int64_t)HEADER_BYTES + body_len;
+    if (topic_len_pos + 1 > size) {
+        return 0;
+    }
+    const int64_t topic_start = topic_len_pos + 1;
+    const int64_t props_len_pos = topic_start + rec[topic_len_pos];
+    if (props_len_pos == topic_start || props_len_pos + 2 > size) {
+        return 0;
+    }
+    const int16_t props_len = be_i16(rec + props_len_pos);
+    if (props_len < g_record_crc_property_bytes || props_len_pos + 2 + props_len != size) {
+        return 0;
+    }
+    if (!record_crc_matches(rec, size)) {
+        return 0;
+    }
+
+    const unsigned char *topic_raw = rec + topic_start;
+    const Py_ssize_t topic_len = (Py_ssize_t)(props_len_pos - topic_start);
+    if (topic->text == NULL || topic->raw_len != topic_len || memcmp(topic->raw, topic_raw, (size_t)topic_len) != 0) {
+        PyObject *text = decode_utf8(topic_raw, topic_len);
+        if (text == NULL) {
+            goto decode_failed;
+        }
+        Py_XSETREF(topic->text, text);
+        topic->raw = topic_raw;
+        topic->raw_len = topic_len;
+    }
+    const int64_t props_start = props_len_pos + 2;
+    const Py_ssize_t properties_len = (Py_ssize_t)(size - g_record_crc_property_bytes - props_start);
+    PyObject *properties = decode_utf8(rec + props_start, properties_len); /* without the record CRC */
+    if (properties == NULL) {
+        goto decode_failed;
+    }
+    PyObject *fields[RECORD_FIELDS] = {
+        PyLong_FromLongLong(at),
+        PyLong_FromSsize_t(size),
+        Py_NewRef(topic->text),
+        PyLong_FromLong(be_i32(rec + POS_QUEUE_ID)),
+        PyLong_FromLongLong(be_i64(rec + POS_QUEUE_OFFSET)),
+        PyLong_FromLongLong(be_i64(rec + POS_STORE_TIMESTAMP)),
+        properties, /* owned by this array from here on */
+    };
+    PyObject *tuple = PyTuple_New(RECORD_FIELDS);
+    for (int i = 0; i < RECORD_FIELDS; i++) {
+        if (fields[i] == NULL) {
+            Py_CLEAR(tuple);
+        }
+    }
+    if (tuple == NULL) {
+        for (int i = 0; i < RECORD_FIELDS; i++) {
+            Py_XDECREF(fields[i]);
+        }
+        return -1;
+    }
+    for (int i = 0; i < RECORD_FIELDS; i++) {
+        PyTuple_SET_ITEM(tuple, i, fields[i]); /* steals */
+    }
+    *out = tuple;
+    return 1;
+
+decode_failed: /* not UTF-8 fails the check, as in Python; anything else (memory) is raised */
+    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+/* Python's a % b for b > 0: never negative. */
+static inline int64_t
+floor_mod(int64_t a, int64_t b)
+{
+    int64_t r = a % b;
+    return r < 0 ? r + b : r;
+}
+
+static PyObject *
+check_chunk(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_record_check.init() has not completed");
+        return NULL;
+    }
+    Py_buffer view;
+    long long phys_offset_arg, segment_bytes_arg;
+    if (!PyArg_ParseTuple(args, "y*LL:check_chunk", &view, &phys_offset_arg, &segment_bytes_arg)) {
+        return NULL;
+    }
+    const int64_t phys_offset = (int64_t)phys_offset_arg, segment_bytes = (int64_t)segment_bytes_arg;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t end = view.len;
+    if (segment_bytes <= 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "segment_bytes must be positive, got %lld", segment_bytes_arg);
+        return NULL;
+    }
+    if (phys_offset > INT64_MAX - (int64_t)end) { /* every `at` below must fit */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "phys_offset + len(data) does not fit in 64 bits");
+        return NULL;
+    }
+
+    TopicMemo topic = {NULL, 0, NULL};
+    PyObject *result = NULL, *bad_at = NULL;
+    Py_ssize_t pos = 0, needed_bytes = 0;
+    int bad = 0;
+    char reason[128] = "";
+    PyObject *records = PyList_New(0);
+    if (records == NULL) {
+        goto done;
+    }
+    while (pos < end) {
+        const int64_t at = phys_offset + pos;
+        const int64_t segment_left = segment_bytes - floor_mod(at, segment_bytes); /* segment_end - at */
+        if (end - pos < BLANK_BYTES) {
+            needed_bytes = BLANK_BYTES;
+            break;
+        }
+        const unsigned char *rec = buf + pos;
+        const int32_t size = be_i32(rec + POS_TOTAL_SIZE);
+        const uint32_t magic = be_u32(rec + POS_MAGIC);
+        if (magic == g_blank_magic) {
+            if ((int64_t)size != segment_left) {
+                snprintf(reason, sizeof(reason), REASON_BLANK, (int)size);
+                bad = 1;
+                break;
+            }
+        }
+        else if (magic != g_record_magic) {
+            snprintf(reason, sizeof(reason), REASON_MAGIC, (unsigned int)magic);
+            bad = 1;
+            break;
+        }
+        else if (size < g_record_bytes_min || (int64_t)size > segment_left) {
+            snprintf(reason, sizeof(reason), REASON_SIZE, (int)size);
+            bad = 1;
+            break;
+        }
+        /* here size > 0: a blank's equals segment_left, a record's is at least record_bytes_min */
+        if ((int64_t)size > (int64_t)(end - pos)) {
+            needed_bytes = size;
+            break;
+        }
+        if (magic == g_record_magic) {
+            PyObject *fields;
+            int passed = index_fields(rec, size, at, &topic, &fields);
+            if (passed < 0) {
+                goto done;
+            }
+            if (!passed) {
+                snprintf(reason, sizeof(reason), "%s", REASON_RECORD);
+                bad = 1;
+                break;
+            }
+            int rc = PyList_Append(records, fields);
+            Py_DECREF(fields);
+            if (rc < 0) {
+                goto done;
+            }
+        }
+        pos += size;
+    }
+    bad_at = bad ? PyLong_FromLongLong(phys_offset + pos) : Py_NewRef(Py_None);
+    if (bad_at != NULL) {
+        result = Py_BuildValue("(nOsnO)", pos, bad_at, reason, needed_bytes, records);
+    }
+
+done:
+    Py_XDECREF(bad_at);
+    Py_XDECREF(records);
+    Py_XDECREF(topic.text);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *
+init(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    const char *header_format, *props_len_format;
+    Py_ssize_t header_bytes, record_bytes_min, blank_bytes, phys_offset_pos, record_crc_property_bytes;
+    unsigned long record_magic, blank_magic, ipv6_sys_flags;
+    Py_buffer prefix;
+    if (!PyArg_ParseTuple(args, "snnkknnsy*nk:init", &header_format, &header_bytes, &record_bytes_min,
+                          &record_magic, &blank_magic, &blank_bytes, &phys_offset_pos, &props_len_format, &prefix,
+                          &record_crc_property_bytes, &ipv6_sys_flags)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (strcmp(header_format, HEADER_FORMAT) != 0 || header_bytes != HEADER_BYTES
+        || strcmp(props_len_format, PROPS_LEN_FORMAT) != 0 || blank_bytes != BLANK_BYTES
+        || phys_offset_pos != POS_PHYS_OFFSET) {
+        PyErr_Format(PyExc_ValueError,
+                     "record header %s (%zd bytes, phys offset at %zd, properties length %s, blank %zd bytes) "
+                     "is not the layout compiled in: %s (%d bytes, phys offset at %d, properties length %s, "
+                     "blank %d bytes)",
+                     header_format, header_bytes, phys_offset_pos, props_len_format, blank_bytes, HEADER_FORMAT,
+                     HEADER_BYTES, POS_PHYS_OFFSET, PROPS_LEN_FORMAT, BLANK_BYTES);
+        goto done;
+    }
+    if (prefix.len < 1 || prefix.len > CRC_PREFIX_MAX
+        || record_crc_property_bytes != prefix.len + CRC_HEX_DIGITS + 1) {
+        PyErr_SetString(PyExc_ValueError, "the record CRC property is not a prefix, 8 hex digits and \\x02");
+        goto done;
+    }
+    /* a record's fixed header, the topic length, a one-byte topic, the properties length and
+     * the record CRC property at least: the reads index_fields makes need this much */
+    if (record_bytes_min < HEADER_BYTES + 1 + 1 + 2 + record_crc_property_bytes || record_bytes_min > INT32_MAX
+        || record_magic > 0xFFFFFFFFUL || blank_magic > 0xFFFFFFFFUL || record_magic == blank_magic
+        || ipv6_sys_flags > 0xFFFFFFFFUL) {
+        PyErr_SetString(PyExc_ValueError, "record_bytes_min, a magic or the IPv6 flags are out of range");
+        goto done;
+    }
+    g_ready = 0;
+    memcpy(g_crc_prefix, prefix.buf, (size_t)prefix.len);
+    g_crc_prefix_len = prefix.len;
+    g_record_crc_property_bytes = record_crc_property_bytes;
+    g_record_bytes_min = record_bytes_min;
+    g_record_magic = (uint32_t)record_magic;
+    g_blank_magic = (uint32_t)blank_magic;
+    g_ipv6_sys_flags = (uint32_t)ipv6_sys_flags;
+    g_ready = 1;
+    result = Py_NewRef(Py_None);
+
+done:
+    PyBuffer_Release(&prefix);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"init", (PyCFunction)init, METH_VARARGS,
+     "init(header_format, header_bytes, record_bytes_min, record_magic, blank_magic, blank_bytes, "
+     "phys_offset_pos, props_len_format, record_crc_prefix, record_crc_property_bytes, ipv6_sys_flags): "
+     "the layout and constants check_chunk uses."},
+    {"check_chunk", (PyCFunction)check_chunk, METH_VARARGS,
+     "check_chunk(data, phys_offset, segment_bytes) -> (valid_bytes, bad_phys_offset, reason, needed_bytes, "
+     "records)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "nodes.store._record_check",
+    .m_doc = "Replicated commitlog bytes checked record by record (the compiled twin of ha_check's Python walk).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__record_check(void)
+{
+    return PyModule_Create(&module);
+}
