@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by scripts/mqlab and scripts/test: make sure .venv exists and holds this project.
-# Creates .venv at the repo root on first use and reinstalls when pyproject.toml, setup.py or the
-# compiled decoder's C source changes.
+# Creates .venv at the repo root on first use and reinstalls when pyproject.toml, setup.py or a
+# compiled module's C source (nodes/**/_record_*.c) changes.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
