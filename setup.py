@@ -1,9 +1,11 @@
 """The compiled modules: optional twins of Python code paths, each giving the same results faster.
 
-- nodes/client/_record_decode.c: the pull-record decoder (twin of nodes/client/pull_decode.py's
+- nodes/client/_record_decode.c: pulled records to messages (twin of nodes/client/pull_decode.py's
   Python loop).
 - nodes/store/_record_check.c: the replicated-chunk record check (twin of
   nodes/broker/ha_check.py's Python walk); links zlib for the record CRC.
+- nodes/store/_record_encode.c: a batch body scanned and encoded into commitlog records (twins of
+  nodes/store/record_batch.py's Python loops); links zlib for the record CRC.
 
 Everything else about the project is in pyproject.toml. Every extension is optional: without a
 C compiler (or zlib's header) the install still succeeds and the Python code paths run, slower.
@@ -14,4 +16,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True),
     Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True),
+    Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True),
 ])

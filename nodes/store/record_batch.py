@@ -5,12 +5,20 @@ Owns `encode_batch` (every record of a put in one buffer, topic and hosts encode
 straight from its bytes, without a dict or a `MessageToStore` per message) and `place_batch`
 (writing each record's position into it once the commitlog knows where the batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
 stays the one description of the layout, this module only makes writing it cheap.
+
+`encode_scanned` runs the compiled encoder (`nodes.store._record_encode`, built by the install
+when a C compiler is there) and otherwise the Python loop `encode_scanned_python`, which is the
+reference: both give the same bytes and sizes, and the unit tests run both.
+`MQLAB_PURE_PYTHON_ENCODE=1` in the environment (read at import) forces the Python loop.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nodes.common import constants as c
@@ -202,24 +210,92 @@ def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
     return tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
 
 
-def encode_scanned(scanned: ScannedBatch, *, topic: str, queue_id: int, first_queue_offset: int,
-                   store_timestamp_ms: int, born_timestamp_ms: int, born_host: tuple[str, int],
-                   store_host: tuple[str, int], sys_flag: int = 0,
-                   reconsume_times: int = 0) -> tuple[bytearray, list[int]]:
-    """`encode_batch` for a scanned batch body: the same record bytes as encoding its decoded
-    messages, with every PHYSICALOFFSET field zero, and the size of each record.
+PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_ENCODE"  # "1": encode with the Python loop even when compiled
+
+
+def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
+    """The compiled encoder, initialised with this process's record layout (whatever the
+    environment says): `(blob, entries, topic_part, queue_id, first_queue_offset,
+    store_timestamp_ms, born_timestamp_ms, born_ip, born_port, store_ip, store_port, sys_flag,
+    reconsume_times)`, the topic part and the IPs packed as `encode_scanned` packs them.
 
     Raises:
-        ValueError: as `encode_batch` (topic length, IPv6 flags, a host that is not IPv4).
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    # by its full name: a missing module then says "No module named ..."
+    _record_encode = importlib.import_module("nodes.store._record_encode")
+    # the C side writes the header at fixed positions and refuses a layout it was not written for
+    _record_encode.init(HEADER.format, HEADER.size, TOPIC_LEN.format, PROPS_LEN.format, c.RECORD_MAGIC,
+                        RECORD_CRC_PREFIX, RECORD_CRC_PROPERTY_BYTES, struct.error)
+    return _record_encode.encode_scanned
+
+
+def _load_compiled() -> tuple[Callable[..., tuple[bytearray, list[int]]] | None, str]:
+    """The encoder encode_scanned runs, or None, and a word on which one (for tests and logs)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None, f"python ({PURE_PYTHON_ENV}=1)"
+    try:
+        return compiled_encoder(), "compiled"
+    except ImportError as exc:
+        return None, f"python (the compiled encoder is not built: {exc})"
+    except (TypeError, ValueError) as exc:
+        return None, f"python (the compiled encoder refused this record layout: {exc})"
+
+
+# encode_scanned_compiled(blob, entries, topic_part, queue_id, ...), or None
+encode_scanned_compiled, ENCODER = _load_compiled()
+
+
+def _record_constants(topic: str, sys_flag: int, born_host: tuple[str, int],
+                      store_host: tuple[str, int]) -> tuple[bytes, bytes, bytes]:
+    """The topic part (length byte + topic) and the packed born and store IPs of every record
+    of a put, checked as `encode_batch` checks them.
+
+    Raises:
+        ValueError: topic length, IPv6 flags, a host that is not IPv4.
     """
     topic_bytes = topic.encode()
     if not 0 < len(topic_bytes) <= c.TOPIC_NAME_BYTES_MAX:
         raise ValueError(f"topic must be 1..{c.TOPIC_NAME_BYTES_MAX} bytes, got {len(topic_bytes)}")
     if sys_flag & (SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6):
         raise ValueError("IPv6 hosts are not supported (sys_flag has an IPv6 bit set)")
-    topic_part = TOPIC_LEN.pack(len(topic_bytes)) + topic_bytes
-    born_ip, born_port = _ipv4_cached(born_host[0]), born_host[1]
-    store_ip, store_port = _ipv4_cached(store_host[0]), store_host[1]
+    return TOPIC_LEN.pack(len(topic_bytes)) + topic_bytes, _ipv4_cached(born_host[0]), _ipv4_cached(store_host[0])
+
+
+def encode_scanned(scanned: ScannedBatch, *, topic: str, queue_id: int, first_queue_offset: int,
+                   store_timestamp_ms: int, born_timestamp_ms: int, born_host: tuple[str, int],
+                   store_host: tuple[str, int], sys_flag: int = 0,
+                   reconsume_times: int = 0) -> tuple[bytearray, list[int]]:
+    """`encode_batch` for a scanned batch body: the same record bytes as encoding its decoded
+    messages, with every PHYSICALOFFSET field zero, and the size of each record
+    (`encode_scanned_python`, compiled when built).
+
+    Raises:
+        ValueError: as `encode_batch` (topic length, IPv6 flags, a host that is not IPv4).
+    """
+    if encode_scanned_compiled is None:
+        return encode_scanned_python(scanned, topic=topic, queue_id=queue_id, first_queue_offset=first_queue_offset,
+                                     store_timestamp_ms=store_timestamp_ms, born_timestamp_ms=born_timestamp_ms,
+                                     born_host=born_host, store_host=store_host, sys_flag=sys_flag,
+                                     reconsume_times=reconsume_times)
+    topic_part, born_ip, store_ip = _record_constants(topic, sys_flag, born_host, store_host)
+    return encode_scanned_compiled(scanned.blob, scanned.entries, topic_part, queue_id, first_queue_offset,
+                                   store_timestamp_ms, born_timestamp_ms, born_ip, born_host[1], store_ip,
+                                   store_host[1], sys_flag, reconsume_times)
+
+
+def encode_scanned_python(scanned: ScannedBatch, *, topic: str, queue_id: int, first_queue_offset: int,
+                          store_timestamp_ms: int, born_timestamp_ms: int, born_host: tuple[str, int],
+                          store_host: tuple[str, int], sys_flag: int = 0,
+                          reconsume_times: int = 0) -> tuple[bytearray, list[int]]:
+    """`encode_scanned` in Python: the reference the compiled encoder is tested against.
+
+    Raises:
+        ValueError: as `encode_batch` (topic length, IPv6 flags, a host that is not IPv4).
+    """
+    topic_part, born_ip, store_ip = _record_constants(topic, sys_flag, born_host, store_host)
+    born_port, store_port = born_host[1], store_host[1]
     fixed_bytes = HEADER.size + len(topic_part) + PROPS_LEN.size + RECORD_CRC_PROPERTY_BYTES
     pack_header, pack_props_len = HEADER.pack, PROPS_LEN.pack
     crc32 = zlib.crc32
