@@ -6,10 +6,11 @@ straight from its bytes, without a dict or a `MessageToStore` per message) and `
 (writing each record's position into it once the commitlog knows where the batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
 stays the one description of the layout, this module only makes writing it cheap.
 
-`encode_scanned` runs the compiled encoder (`nodes.store._record_encode`, built by the install
-when a C compiler is there) and otherwise the Python loop `encode_scanned_python`, which is the
-reference: both give the same bytes and sizes, and the unit tests run both.
-`MQLAB_PURE_PYTHON_ENCODE=1` in the environment (read at import) forces the Python loop.
+`scan_batch_body` and `encode_scanned` run their compiled twins (`nodes.store._record_encode`,
+built by the install when a C compiler is there) and otherwise the Python loops
+`scan_batch_body_python` and `encode_scanned_python`, which are the reference: both give the
+same results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the environment
+(read at import) forces the Python loops.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import struct
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nodes.common import constants as c
 from nodes.store.message_batch import ENTRY_BYTES_MIN, ENTRY_HEAD
@@ -146,8 +148,10 @@ class ScannedBatch:
     properties: bytes = b""
 
 
-def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
-    """The entries of a batch body when each one is plain: framed, a body of 1..`body_bytes_max`
+def scan_batch_body_python(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
+    """`scan_batch_body` in Python: the reference the compiled scan is tested against.
+
+    The entries of a batch body when each one is plain: framed, a body of 1..`body_bytes_max`
     bytes, ASCII properties laid out exactly as `properties_bytes` writes them, none reserved
     for the store, no delay level, within USER_PROPERTIES_BYTES_MAX; the bodies together
     within `body_bytes_max`. None for anything else: the caller then decodes the batch the
@@ -210,7 +214,9 @@ def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
     return tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
 
 
-PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_ENCODE"  # "1": encode with the Python loop even when compiled
+# --- the compiled twins ---------------------------------------------------------------------------
+
+PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_ENCODE"  # "1": scan and encode with the Python loops even when compiled
 
 
 def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
@@ -231,20 +237,44 @@ def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
     return _record_encode.encode_scanned
 
 
-def _load_compiled() -> tuple[Callable[..., tuple[bytearray, list[int]]] | None, str]:
-    """The encoder encode_scanned runs, or None, and a word on which one (for tests and logs)."""
+def compiled_scanner() -> Callable[[bytes, int], ScannedBatch | None]:
+    """The compiled scan, initialised with this process's batch entry layout, property names and
+    ScannedBatch (whatever the environment says): `(blob, body_bytes_max)`.
+
+    Raises:
+        ImportError: the extension was not built.
+        ValueError: the extension was written for another batch entry layout than ENTRY_HEAD.
+    """
+    _record_encode = importlib.import_module("nodes.store._record_encode")
+    _record_encode.init_scan(ScannedBatch, ENTRY_HEAD.format, ENTRY_BYTES_MIN, USER_PROPERTIES_BYTES_MAX, _TAGS_FIRST,
+                             _RESERVED, _DELAY_NAME)
+    return _record_encode.scan_batch_body
+
+
+def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[Callable[..., Any] | None, str]:
+    """The twin `load` gives, or None, and a word on which one runs (for tests and logs)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None, f"python ({PURE_PYTHON_ENV}=1)"
     try:
-        return compiled_encoder(), "compiled"
+        return load(), "compiled"
     except ImportError as exc:
-        return None, f"python (the compiled encoder is not built: {exc})"
+        return None, f"python (the compiled {what} is not built: {exc})"
     except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled encoder refused this record layout: {exc})"
+        return None, f"python (the compiled {what} refused this layout: {exc})"
 
 
-# encode_scanned_compiled(blob, entries, topic_part, queue_id, ...), or None
-encode_scanned_compiled, ENCODER = _load_compiled()
+# encode_scanned_compiled(blob, entries, topic_part, queue_id, ...) and scan_batch_body_compiled(blob,
+# body_bytes_max), or None
+encode_scanned_compiled, ENCODER = _load_compiled(compiled_encoder, "encoder")
+scan_batch_body_compiled, SCANNER = _load_compiled(compiled_scanner, "scanner")
+
+
+def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
+    """The entries of a batch body when each one is plain, else None (`scan_batch_body_python`,
+    compiled when built)."""
+    if scan_batch_body_compiled is not None:
+        return scan_batch_body_compiled(blob, body_bytes_max)
+    return scan_batch_body_python(blob, body_bytes_max)
 
 
 def _record_constants(topic: str, sys_flag: int, born_host: tuple[str, int],
