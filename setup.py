@@ -4,8 +4,10 @@
   Python loop).
 - nodes/store/_record_check.c: the replicated-chunk record check (twin of
   nodes/broker/ha_check.py's Python walk); links zlib for the record CRC.
-- nodes/store/_record_encode.c: a batch body scanned and encoded into commitlog records (twins of
-  nodes/store/record_batch.py's Python loops); links zlib for the record CRC.
+- nodes/store/_record_encode.c: a scanned batch body encoded into commitlog records (twin of
+  nodes/store/record_batch.py's Python loop); links zlib for the record CRC.
+- nodes/store/_batch_body.c: the producer's batch body scanned (twin of
+  nodes/store/record_batch.py's Python scan).
 
 Everything else about the project is in pyproject.toml. Every extension is optional: without a
 C compiler (or zlib's header) the install still succeeds and the Python code paths run, slower.
@@ -17,4 +19,5 @@ setup(ext_modules=[
     Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True),
     Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True),
     Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True),
+    Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c"], optional=True),
 ])

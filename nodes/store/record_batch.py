@@ -6,10 +6,10 @@ straight from its bytes, without a dict or a `MessageToStore` per message) and `
 (writing each record's position into it once the commitlog knows where the batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
 stays the one description of the layout, this module only makes writing it cheap.
 
-`scan_batch_body` and `encode_scanned` run their compiled twins (`nodes.store._record_encode`,
-built by the install when a C compiler is there) and otherwise the Python loops
-`scan_batch_body_python` and `encode_scanned_python`, which are the reference: both give the
-same results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the environment
+`scan_batch_body` and `encode_scanned` run their compiled twins (`nodes.store._batch_body` and
+`nodes.store._record_encode`, built by the install when a C compiler is there) and otherwise
+the Python loops `scan_batch_body_python` and `encode_scanned_python`, which are the
+reference: both give the same results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the environment
 (read at import) forces the Python loops.
 """
 
@@ -245,10 +245,10 @@ def compiled_scanner() -> Callable[[bytes, int], ScannedBatch | None]:
         ImportError: the extension was not built.
         ValueError: the extension was written for another batch entry layout than ENTRY_HEAD.
     """
-    _record_encode = importlib.import_module("nodes.store._record_encode")
-    _record_encode.init_scan(ScannedBatch, ENTRY_HEAD.format, ENTRY_BYTES_MIN, USER_PROPERTIES_BYTES_MAX, _TAGS_FIRST,
-                             _RESERVED, _DELAY_NAME)
-    return _record_encode.scan_batch_body
+    _batch_body = importlib.import_module("nodes.store._batch_body")
+    _batch_body.init_scan(ScannedBatch, ENTRY_HEAD.format, ENTRY_BYTES_MIN, USER_PROPERTIES_BYTES_MAX, _TAGS_FIRST,
+                          _RESERVED, _DELAY_NAME)
+    return _batch_body.scan_batch_body
 
 
 def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[Callable[..., Any] | None, str]:

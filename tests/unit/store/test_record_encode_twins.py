@@ -433,7 +433,7 @@ def scan():
     try:
         return record_batch.compiled_scanner()
     except ImportError as exc:
-        pytest.fail(f"the compiled batch scan nodes.store._record_encode is missing ({exc}): {COMPILED_MISSING_HINT}")
+        pytest.fail(f"the compiled batch scan nodes.store._batch_body is missing ({exc}): {COMPILED_MISSING_HINT}")
 
 
 def assert_same_scan(scan, blob, body_bytes_max=BODY_BYTES_MAX):
@@ -454,7 +454,7 @@ def test_scan_batch_body_is_the_compiled_scan_here(scan):
 
 
 def test_init_scan_refuses_another_entry_layout_and_keeps_its_state(scan):
-    from nodes.store import _record_encode
+    from nodes.store import _batch_body
 
     args = [ScannedBatch, message_batch.ENTRY_HEAD.format, message_batch.ENTRY_BYTES_MIN,
             record.USER_PROPERTIES_BYTES_MAX, b"TAGS\x01", c.PROPERTY_RECORD_CRC.encode(), b"DELAY\x01"]
@@ -462,7 +462,7 @@ def test_init_scan_refuses_another_entry_layout_and_keeps_its_state(scan):
                              (4, b"TAGS", ValueError), (4, b"TA\x01GS\x01", ValueError), (5, b"a\x02", ValueError),
                              (6, b"", ValueError), (6, "DELAY", TypeError), (0, None, TypeError)]:
         with pytest.raises(error):
-            _record_encode.init_scan(*args[:at], other, *args[at + 1:])
+            _batch_body.init_scan(*args[:at], other, *args[at + 1:])
     assert_same_scan(scan, message_batch.encode_checked([(b"x", 0, {"TAGS": "a"})]))
 
 
