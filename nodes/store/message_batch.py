@@ -16,12 +16,20 @@ CRC); properties are `name\\x01value\\x02` pairs, as in records.
 
 The client imports this module (it encodes), so it depends on nothing but `nodes.common`,
 `record` and the standard library.
+
+`encode_checked` runs its compiled twin (`nodes.store._batch_body`, built by the install when a
+C compiler is there) and otherwise the Python loop `encode_checked_python`, which is the
+reference: both give the same bytes, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1`
+in the environment (read at import) forces the Python loop, as it does the store's write path
+codecs (`record_batch`): one switch for every compiled encoder.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from nodes.common import constants as c
 from nodes.store.record import decode_properties, properties_bytes
@@ -49,8 +57,10 @@ def encode_entry(body: bytes, flag: int, properties: Mapping[str, str]) -> bytes
     return b"".join((ENTRY_HEAD.pack(total_size, 0, 0, flag, len(body)), body, PROPS_LEN.pack(len(props)), props))
 
 
-def encode_checked(entries: Iterable[tuple[bytes, int, Mapping[str, str]]]) -> bytes:
-    """A whole batch body of (body, flag, properties), `encode_entry` for each, in one join.
+def encode_checked_python(entries: Iterable[tuple[bytes, int, Mapping[str, str]]]) -> bytes:
+    """`encode_checked` in Python: the reference the compiled encoder is tested against.
+
+    A whole batch body of (body, flag, properties), `encode_entry` for each, in one join.
 
     For properties a producer has already checked (no separator character, no name reserved
     for the store: `nodes.common.types.validate_message`), so they are written without
@@ -70,6 +80,54 @@ def encode_checked(entries: Iterable[tuple[bytes, int, Mapping[str, str]]]) -> b
         parts += (pack_head(entry_min + body_len + len(props), 0, 0, flag, body_len), body, pack_props_len(len(props)),
                   props)
     return b"".join(parts)
+
+
+# --- the compiled twin ----------------------------------------------------------------------------
+
+PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_ENCODE"  # "1": encode with the Python loops even when compiled
+
+
+def compiled_encoder() -> Callable[[Iterable[tuple[bytes, int, Mapping[str, str]]]], bytes]:
+    """The compiled encoder, initialised with this module's entry layout and properties limit
+    (whatever the environment says): `(entries)`.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another entry layout than ENTRY_HEAD.
+    """
+    # by its full name: a missing module then says "No module named ..."
+    _batch_body = importlib.import_module("nodes.store._batch_body")
+    # the C side writes the entry head at fixed positions and refuses a layout it was not written for
+    _batch_body.init_encode(ENTRY_HEAD.format, ENTRY_BYTES_MIN, PROPS_LEN.format, c.PROPERTIES_BYTES_MAX,
+                            struct.error)
+    return _batch_body.encode_checked
+
+
+def _load_compiled() -> tuple[Callable[[Iterable[tuple[bytes, int, Mapping[str, str]]]], bytes] | None, str]:
+    """The encoder encode_checked runs, or None, and a word on which one (for tests and logs)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None, f"python ({PURE_PYTHON_ENV}=1)"
+    try:
+        return compiled_encoder(), "compiled"
+    except ImportError as exc:
+        return None, f"python (the compiled encoder is not built: {exc})"
+    except (TypeError, ValueError) as exc:
+        return None, f"python (the compiled encoder refused this layout: {exc})"
+
+
+encode_checked_compiled, ENCODER = _load_compiled()
+
+
+def encode_checked(entries: Iterable[tuple[bytes, int, Mapping[str, str]]]) -> bytes:
+    """A whole batch body of (body, flag, properties) for properties a producer has already
+    checked (`encode_checked_python`, compiled when built).
+
+    Raises:
+        ValueError: a message's properties do not fit their 2-byte length.
+    """
+    if encode_checked_compiled is not None:
+        return encode_checked_compiled(entries)
+    return encode_checked_python(entries)
 
 
 def decode(blob: bytes) -> list[tuple[bytes, int, dict[str, str]]]:

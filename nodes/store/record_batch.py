@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.common import constants as c
-from nodes.store.message_batch import ENTRY_BYTES_MIN, ENTRY_HEAD
+from nodes.store.message_batch import ENTRY_BYTES_MIN, ENTRY_HEAD, PURE_PYTHON_ENV
 from nodes.store.record import (
     HEADER,
     PHYS_OFFSET_FIELD,
@@ -216,7 +216,7 @@ def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
 
 # --- the compiled twins ---------------------------------------------------------------------------
 
-PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_ENCODE"  # "1": scan and encode with the Python loops even when compiled
+# PURE_PYTHON_ENV (message_batch's) = "1": scan, encode and place with the Python loops even when compiled
 
 
 def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
