@@ -3,13 +3,14 @@
 Owns `encode_batch` (every record of a put in one buffer, topic and hosts encoded once),
 `scan_batch_body` + `encode_scanned` (a producer's batch body written as those records
 straight from its bytes, without a dict or a `MessageToStore` per message) and `place_batch`
-(writing each record's position into it once the commitlog knows where the batch goes). The bytes are exactly `record.encode_record`'s, message by message; `record`
-stays the one description of the layout, this module only makes writing it cheap.
+(writing each record's position into it once the commitlog knows where the batch goes). The
+bytes are exactly `record.encode_record`'s, message by message; `record` stays the one description of the layout, this module only makes writing it cheap.
 
-`scan_batch_body` and `encode_scanned` run their compiled twins (`nodes.store._batch_body` and
-`nodes.store._record_encode`, built by the install when a C compiler is there) and otherwise
-the Python loops `scan_batch_body_python` and `encode_scanned_python`, which are the
-reference: both give the same results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the environment
+`scan_batch_body`, `encode_scanned` and `place_batch` run their compiled twins
+(`nodes.store._batch_body` and `nodes.store._record_encode`, built by the install when a C
+compiler is there) and otherwise the Python loops `scan_batch_body_python`,
+`encode_scanned_python` and `place_batch_python`, which are the reference: both give the same
+results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the environment
 (read at import) forces the Python loops.
 """
 
@@ -106,9 +107,8 @@ def encode_batch(msgs: Sequence[MessageToStore], *, first_queue_offset: int,
     return bytearray().join(parts), sizes
 
 
-def place_batch(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list[int]:
-    """Write each record's position into its PHYSICALOFFSET field, the batch starting at
-    `phys_offset`; returns the positions."""
+def place_batch_python(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list[int]:
+    """`place_batch` in Python: the reference the compiled placing is tested against."""
     pack_into = PHYS_OFFSET_FIELD.pack_into
     positions = []
     position = 0
@@ -219,11 +219,8 @@ def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
 # PURE_PYTHON_ENV (message_batch's) = "1": scan, encode and place with the Python loops even when compiled
 
 
-def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
-    """The compiled encoder, initialised with this process's record layout (whatever the
-    environment says): `(blob, entries, topic_part, queue_id, first_queue_offset,
-    store_timestamp_ms, born_timestamp_ms, born_ip, born_port, store_ip, store_port, sys_flag,
-    reconsume_times)`, the topic part and the IPs packed as `encode_scanned` packs them.
+def _record_encode_module() -> Any:
+    """nodes.store._record_encode, initialised with this process's record layout.
 
     Raises:
         ImportError: the extension was not built (no C compiler when the project was installed).
@@ -234,7 +231,33 @@ def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
     # the C side writes the header at fixed positions and refuses a layout it was not written for
     _record_encode.init(HEADER.format, HEADER.size, TOPIC_LEN.format, PROPS_LEN.format, c.RECORD_MAGIC,
                         RECORD_CRC_PREFIX, RECORD_CRC_PROPERTY_BYTES, struct.error)
-    return _record_encode.encode_scanned
+    return _record_encode
+
+
+def compiled_encoder() -> Callable[..., tuple[bytearray, list[int]]]:
+    """The compiled encoder, initialised with this process's record layout (whatever the
+    environment says): `(blob, entries, topic_part, queue_id, first_queue_offset,
+    store_timestamp_ms, born_timestamp_ms, born_ip, born_port, store_ip, store_port, sys_flag,
+    reconsume_times)`, the topic part and the IPs packed as `encode_scanned` packs them.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    return _record_encode_module().encode_scanned
+
+
+def compiled_placer() -> Callable[[bytearray, Sequence[int], int], list[int]]:
+    """The compiled placing, initialised with this process's record layout (whatever the
+    environment says): `(blob, sizes, phys_offset)`, sizes a list or tuple of ints. Stricter
+    than the Python loop: a size that cannot hold a PHYSICALOFFSET field, or sizes that run
+    past the blob, raise ValueError before anything is written.
+
+    Raises:
+        ImportError: the extension was not built.
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    return _record_encode_module().place_batch
 
 
 def compiled_scanner() -> Callable[[bytes, int], ScannedBatch | None]:
@@ -263,10 +286,23 @@ def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[C
         return None, f"python (the compiled {what} refused this layout: {exc})"
 
 
-# encode_scanned_compiled(blob, entries, topic_part, queue_id, ...) and scan_batch_body_compiled(blob,
-# body_bytes_max), or None
+# encode_scanned_compiled(blob, entries, topic_part, queue_id, ...), scan_batch_body_compiled(blob,
+# body_bytes_max) and place_batch_compiled(blob, sizes, phys_offset), or None
 encode_scanned_compiled, ENCODER = _load_compiled(compiled_encoder, "encoder")
 scan_batch_body_compiled, SCANNER = _load_compiled(compiled_scanner, "scanner")
+place_batch_compiled, PLACER = _load_compiled(compiled_placer, "placing")
+
+
+def place_batch(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list[int]:
+    """Write each record's position into its PHYSICALOFFSET field, the batch starting at
+    `phys_offset`; returns the positions (`place_batch_python`, compiled when built).
+
+    Raises:
+        ValueError: (compiled) a size too small for a record, or sizes that run past the blob.
+    """
+    if place_batch_compiled is not None:
+        return place_batch_compiled(blob, sizes, phys_offset)
+    return place_batch_python(blob, sizes, phys_offset)
 
 
 def scan_batch_body(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
