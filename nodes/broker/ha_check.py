@@ -6,11 +6,11 @@ its segment), so that neither a master nor a slave ever passes on bytes past a b
 the `store-error` lines (kind bad-record, replica-refused) replication writes to the broker's
 event log, at most one bad-record line per phys offset per process.
 
-`check_chunk` runs the compiled walk (`nodes.store._record_check`, built by the install when a
-C compiler is there) and otherwise the Python walk `check_chunk_python`, which is the
-reference: both give the same ChunkCheck, records and reason texts included, and the unit
-tests run both. `MQLAB_PURE_PYTHON_CHECK=1` in the environment (read at import) forces the
-Python walk.
+`check_chunk` and `whole_records_bytes` run their compiled walks (`nodes.store._record_check`,
+built by the install when a C compiler is there) and otherwise the Python walks
+`check_chunk_python` and `whole_records_bytes_python`, which are the reference: both give the
+same results (a ChunkCheck's records and reason texts included), and the unit tests run both.
+`MQLAB_PURE_PYTHON_CHECK=1` in the environment (read at import) forces the Python walks.
 """
 
 from __future__ import annotations
@@ -60,10 +60,8 @@ PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_CHECK"  # "1": check with the Python walk e
 CompiledCheck = Callable[[Any, int, int], tuple[int, int | None, str, int, list[CheckedRecord]]]
 
 
-def compiled_checker() -> CompiledCheck:
-    """The compiled walk, initialised with the record layout and constants (whatever the
-    environment says). It takes any contiguous buffer, a segment size > 0 and a phys offset
-    that keeps `phys_offset + len(data)` within 64 bits, and raises otherwise.
+def _record_check_module() -> Any:
+    """nodes.store._record_check, initialised with the record layout and constants.
 
     Raises:
         ImportError: the extension was not built (no C compiler when the project was installed).
@@ -75,22 +73,46 @@ def compiled_checker() -> CompiledCheck:
     _record_check.init(HEADER.format, HEADER.size, RECORD_BYTES_MIN, c.RECORD_MAGIC, c.BLANK_MAGIC,
                        c.END_FILE_MIN_BLANK_BYTES, PHYS_OFFSET_POS, PROPS_LEN.format, RECORD_CRC_PREFIX,
                        RECORD_CRC_PROPERTY_BYTES, SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
-    return _record_check.check_chunk
+    return _record_check
 
 
-def _load_compiled() -> tuple[CompiledCheck | None, str]:
-    """The walk check_chunk runs, or None, and a word on which one (for tests and logs)."""
+def compiled_checker() -> CompiledCheck:
+    """The compiled walk, initialised with the record layout and constants (whatever the
+    environment says). It takes any contiguous buffer, a segment size > 0 and a phys offset
+    that keeps `phys_offset + len(data)` within 64 bits, and raises otherwise.
+
+    Raises:
+        ImportError: the extension was not built (no C compiler when the project was installed).
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    return _record_check_module().check_chunk
+
+
+def compiled_framing_walk() -> Callable[[Any], int]:
+    """The compiled `whole_records_bytes`, initialised as `compiled_checker` is: `(data)`, any
+    bytes-like data (anything else raises TypeError).
+
+    Raises:
+        ImportError: the extension was not built.
+        ValueError: the extension was written for another record layout than record.HEADER.
+    """
+    return _record_check_module().whole_records_bytes
+
+
+def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[Callable[..., Any] | None, str]:
+    """The walk `load` gives, or None, and a word on which one runs (for tests and logs)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None, f"python ({PURE_PYTHON_ENV}=1)"
     try:
-        return compiled_checker(), "compiled"
+        return load(), "compiled"
     except ImportError as exc:
-        return None, f"python (the compiled check is not built: {exc})"
+        return None, f"python (the compiled {what} is not built: {exc})"
     except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled check refused this record layout: {exc})"
+        return None, f"python (the compiled {what} refused this record layout: {exc})"
 
 
-check_chunk_compiled, CHECKER = _load_compiled()
+check_chunk_compiled, CHECKER = _load_compiled(compiled_checker, "check")
+whole_records_bytes_compiled, FRAMING_WALK = _load_compiled(compiled_framing_walk, "framing walk")
 
 
 def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:
@@ -135,7 +157,15 @@ def check_chunk_python(data: bytes, phys_offset: int, segment_bytes: int) -> Chu
 def whole_records_bytes(data: bytes) -> int:
     """How many bytes of `data` are whole records by their framing alone (size and magic), for
     bytes known to be sound; 0 when the first one is not a whole record (then check_chunk says
-    what it is: a blank marker, a longer record, damage)."""
+    what it is: a blank marker, a longer record, damage). `whole_records_bytes_python`,
+    compiled when built."""
+    if whole_records_bytes_compiled is not None:
+        return whole_records_bytes_compiled(data)
+    return whole_records_bytes_python(data)
+
+
+def whole_records_bytes_python(data: bytes) -> int:
+    """`whole_records_bytes` in Python: the reference the compiled walk is tested against."""
     unpack_frame = SIZE_AND_MAGIC.unpack_from
     pos, end = 0, len(data)
     record_magic = c.RECORD_MAGIC

@@ -9,6 +9,7 @@ in C would take the test process down with it.
 
 from __future__ import annotations
 
+import array
 import gc
 import mmap
 import os
@@ -240,16 +241,16 @@ def test_check_chunk_runs_the_compiled_check_unless_switched_off(env, expected):
     environ = {k: v for k, v in os.environ.items() if k != ha_check.PURE_PYTHON_ENV}
     if env is not None:
         environ[ha_check.PURE_PYTHON_ENV] = env
-    code = ("from nodes.broker import ha_check as h; print(h.CHECKER); "
-            "check = h.check_chunk(bytes.fromhex(input()), 4096, 65536); "
-            "print(check.valid_bytes, check.records[0][2])")
+    code = ("from nodes.broker import ha_check as h; print(h.CHECKER); print(h.FRAMING_WALK); "
+            "data = bytes.fromhex(input()); check = h.check_chunk(data, 4096, 65536); "
+            "print(check.valid_bytes, check.records[0][2], h.whole_records_bytes(data + data[:50]))")
     data = build_log([MessageToStore("Tø", 3, b"hi")], 4096, 65536).data
     done = subprocess.run([sys.executable, "-c", code], input=data.hex(), env=environ,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    checker, result = done.stdout.splitlines()
-    assert checker == expected, f"{checker} ({COMPILED_MISSING_HINT})"
-    assert result == f"{len(data)} Tø"
+    checker, framing_walk, result = done.stdout.splitlines()
+    assert checker == framing_walk == expected, f"{checker}, {framing_walk} ({COMPILED_MISSING_HINT})"
+    assert result == f"{len(data)} Tø {len(data)}"
 
 
 def test_check_chunk_is_the_compiled_check_in_this_process(compiled):
@@ -441,3 +442,112 @@ def test_each_checked_field_is_held_only_by_its_record(compiled):
     counts = [sys.getrefcount(obj) for obj in (held_once, fields, fields[0], fields[2], fields[6])]
     once = counts[0]
     assert counts == [once, once + 1, once, once, once]  # the tuple is also in the records list
+
+
+# --- the framing walk ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def framing_walk():
+    """The compiled whole_records_bytes; fails (never skips) when it is not built."""
+    try:
+        return ha_check.compiled_framing_walk()
+    except ImportError as exc:
+        pytest.fail(f"the compiled framing walk nodes.store._record_check is missing ({exc}): "
+                    f"{COMPILED_MISSING_HINT}")
+
+
+def assert_same_framing(framing_walk, data) -> int:
+    expected = ha_check.whole_records_bytes_python(data)
+    got = framing_walk(data)
+    assert type(got) is int and got == expected
+    return got
+
+
+def test_whole_records_bytes_is_the_compiled_walk_here(framing_walk):
+    assert ha_check.FRAMING_WALK == "compiled", COMPILED_MISSING_HINT
+    data = bytes(build_log([MessageToStore("T", 0, b"x" * 100)] * 3, 0, 65536).data)
+    assert ha_check.whole_records_bytes(data[:-1]) == ha_check.whole_records_bytes_python(data[:-1]) > 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=logs(max_messages=12), cut=st.integers(0, 2**20), head=st.binary(max_size=12))
+def test_logs_and_their_cuts_walk_identically(framing_walk, log, cut, head):
+    data = bytes(log.data)
+    for chunk in (data, data[:cut % (len(data) + 1)], data[cut % (len(data) + 1):], head + data):
+        assert_same_framing(framing_walk, chunk)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=logs(), damages=st.lists(_damage, min_size=1, max_size=3))
+def test_damaged_logs_walk_identically(framing_walk, log, damages):
+    for kind, a, b in damages:
+        damage(log, kind, a, b)
+    assert_same_framing(framing_walk, bytes(log.data))
+
+
+_frame = st.tuples(st.sampled_from([-2**31, -1, 0, 7, 8, record.RECORD_BYTES_MIN - 1, record.RECORD_BYTES_MIN,
+                                    record.RECORD_BYTES_MIN + 1, 200, 2**31 - 1]) | INT32,
+                   st.sampled_from([c.RECORD_MAGIC, c.BLANK_MAGIC, 0]) | st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=500, deadline=None)
+@given(frames=st.lists(st.tuples(_frame, st.binary(max_size=8)), max_size=6), tail=st.binary(max_size=20))
+def test_any_frames_and_garbage_walk_identically(framing_walk, frames, tail):
+    """Frames whose sizes land on each other, padded to their size with garbage or cut short."""
+    data = bytearray()
+    for (size, magic), garbage in frames:
+        frame = struct.pack(">iI", size, magic) + garbage
+        data += frame + bytes(max(0, min(size, 400) - len(frame)))
+    assert_same_framing(framing_walk, bytes(data + tail))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00" * 7, b"\x00" * 8, b"\xff" * 300])
+def test_short_and_garbage_data_walk_identically(framing_walk, data):
+    assert assert_same_framing(framing_walk, data) == 0
+
+
+def test_every_buffer_type_walks_as_bytes_do(framing_walk):
+    data = bytes(build_log([MessageToStore("T", i, b"y" * 50 * i) for i in range(5)], 0, 65536).data)
+    expected = ha_check.whole_records_bytes_python(data)
+    with mmap.mmap(-1, len(data)) as mapped:
+        mapped[:] = data
+        for buffer in (bytearray(data), memoryview(data), memoryview(data)[:len(data) - 3], mapped,
+                       array.array("B", data)):
+            assert_same_framing(framing_walk, buffer)
+        assert framing_walk(bytearray(data)) == expected == len(data)
+    # an array of wider items: len() counts items, and both walks stop there
+    assert_same_framing(framing_walk, array.array("i", data[:len(data) - len(data) % 4]))
+    assert_same_framing(framing_walk, memoryview(data[:len(data) - len(data) % 4]).cast("I"))
+
+
+@pytest.mark.parametrize(("args", "error"), [(("text" * 10,), TypeError), ((None,), TypeError), ((5,), TypeError),
+                                             ((), TypeError), ((b"", b""), TypeError)])
+def test_bad_framing_walk_arguments_raise_type_error(framing_walk, args, error):
+    with pytest.raises(error):
+        framing_walk(*args)
+
+
+def test_no_reference_leaks_over_many_framing_walks(framing_walk):
+    data = bytes(build_log([MessageToStore("T", i, b"z" * 300) for i in range(12)], 0, 65536).data)
+    cases = [data, data[:-5], memoryview(data), b"\xff" * 100]
+    watched = [data, *cases]
+
+    def run(rounds):
+        for _ in range(rounds):
+            for chunk in cases:
+                framing_walk(chunk)
+            with pytest.raises(TypeError):
+                framing_walk("text")
+
+    run(50)
+    gc.collect()
+    before = [sys.getrefcount(obj) for obj in watched]
+    tracemalloc.start()
+    try:
+        start_bytes, _ = tracemalloc.get_traced_memory()
+        run(1000)
+        gc.collect()
+        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(obj) for obj in watched] == before
+    assert grown_bytes < 64 * 1024, grown_bytes
