@@ -16,12 +16,12 @@ same results (a ChunkCheck's records and reason texts included), and the unit te
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.common import constants as c
+from nodes.common.compiled_twin import load_twin
 from nodes.store.mapped_file import segment_name
 from nodes.store.record import (
     HEADER,
@@ -99,20 +99,8 @@ def compiled_framing_walk() -> Callable[[Any], int]:
     return _record_check_module().whole_records_bytes
 
 
-def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[Callable[..., Any] | None, str]:
-    """The walk `load` gives, or None, and a word on which one runs (for tests and logs)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None, f"python ({PURE_PYTHON_ENV}=1)"
-    try:
-        return load(), "compiled"
-    except ImportError as exc:
-        return None, f"python (the compiled {what} is not built: {exc})"
-    except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled {what} refused this record layout: {exc})"
-
-
-check_chunk_compiled, CHECKER = _load_compiled(compiled_checker, "check")
-whole_records_bytes_compiled, FRAMING_WALK = _load_compiled(compiled_framing_walk, "framing walk")
+check_chunk_compiled, CHECKER = load_twin(compiled_checker, "check", PURE_PYTHON_ENV)
+whole_records_bytes_compiled, FRAMING_WALK = load_twin(compiled_framing_walk, "framing walk", PURE_PYTHON_ENV)
 
 
 def check_chunk(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:

@@ -14,12 +14,12 @@ Python loop.
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 from nodes.common import constants as c
+from nodes.common.compiled_twin import load_twin
 from nodes.common.errors import CorruptRecordError
 from nodes.common.types import MessageExt
 from nodes.store import record  # the one store module the client may read
@@ -68,20 +68,8 @@ def compiled_decoder() -> Callable[..., list[MessageExt]]:
     return _record_decode.decode_messages
 
 
-def _load_compiled() -> tuple[Callable[..., list[MessageExt]] | None, str]:
-    """The decoder decode_messages runs, or None, and a word on which one (for tests and logs)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None, f"python ({PURE_PYTHON_ENV}=1)"
-    try:
-        return compiled_decoder(), "compiled"
-    except ImportError as exc:
-        return None, f"python (the compiled decoder is not built: {exc})"
-    except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled decoder refused this record layout: {exc})"
-
-
 # decode_messages_compiled(records: bytes, broker_name, min_offset, max_offset, tags), or None
-decode_messages_compiled, DECODER = _load_compiled()
+decode_messages_compiled, DECODER = load_twin(compiled_decoder, "decoder", PURE_PYTHON_ENV)
 
 
 def decode_messages(records: bytes, *, broker_name: str, min_offset: int, max_offset: int,

@@ -27,11 +27,11 @@ codecs (`record_batch`): one switch for every compiled encoder.
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
 
 from nodes.common import constants as c
+from nodes.common.compiled_twin import load_twin
 from nodes.store.record import decode_properties, properties_bytes
 
 ENTRY_HEAD = struct.Struct(">iiiii")  # total_size, magic, body_crc, flag, body_len
@@ -103,19 +103,7 @@ def compiled_encoder() -> Callable[[Iterable[tuple[bytes, int, Mapping[str, str]
     return _batch_body.encode_checked
 
 
-def _load_compiled() -> tuple[Callable[[Iterable[tuple[bytes, int, Mapping[str, str]]]], bytes] | None, str]:
-    """The encoder encode_checked runs, or None, and a word on which one (for tests and logs)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None, f"python ({PURE_PYTHON_ENV}=1)"
-    try:
-        return compiled_encoder(), "compiled"
-    except ImportError as exc:
-        return None, f"python (the compiled encoder is not built: {exc})"
-    except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled encoder refused this layout: {exc})"
-
-
-encode_checked_compiled, ENCODER = _load_compiled()
+encode_checked_compiled, ENCODER = load_twin(compiled_encoder, "encoder", PURE_PYTHON_ENV)
 
 
 def encode_checked(entries: Iterable[tuple[bytes, int, Mapping[str, str]]]) -> bytes:

@@ -17,7 +17,6 @@ results, and the unit tests run both. `MQLAB_PURE_PYTHON_ENCODE=1` in the enviro
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.common import constants as c
+from nodes.common.compiled_twin import load_twin
 from nodes.store.message_batch import ENTRY_BYTES_MIN, ENTRY_HEAD, PURE_PYTHON_ENV
 from nodes.store.record import (
     HEADER,
@@ -274,23 +274,11 @@ def compiled_scanner() -> Callable[[bytes, int], ScannedBatch | None]:
     return _batch_body.scan_batch_body
 
 
-def _load_compiled(load: Callable[[], Callable[..., Any]], what: str) -> tuple[Callable[..., Any] | None, str]:
-    """The twin `load` gives, or None, and a word on which one runs (for tests and logs)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None, f"python ({PURE_PYTHON_ENV}=1)"
-    try:
-        return load(), "compiled"
-    except ImportError as exc:
-        return None, f"python (the compiled {what} is not built: {exc})"
-    except (TypeError, ValueError) as exc:
-        return None, f"python (the compiled {what} refused this layout: {exc})"
-
-
 # encode_scanned_compiled(blob, entries, topic_part, queue_id, ...), scan_batch_body_compiled(blob,
 # body_bytes_max) and place_batch_compiled(blob, sizes, phys_offset), or None
-encode_scanned_compiled, ENCODER = _load_compiled(compiled_encoder, "encoder")
-scan_batch_body_compiled, SCANNER = _load_compiled(compiled_scanner, "scanner")
-place_batch_compiled, PLACER = _load_compiled(compiled_placer, "placing")
+encode_scanned_compiled, ENCODER = load_twin(compiled_encoder, "encoder", PURE_PYTHON_ENV)
+scan_batch_body_compiled, SCANNER = load_twin(compiled_scanner, "scanner", PURE_PYTHON_ENV)
+place_batch_compiled, PLACER = load_twin(compiled_placer, "placing", PURE_PYTHON_ENV)
 
 
 def place_batch(blob: bytearray, sizes: Sequence[int], phys_offset: int) -> list[int]:
