@@ -298,8 +298,18 @@ class Producer:
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
         properties = (checked_properties if checked_properties is not None
                       else validate_message(msg, self.body_bytes_max))
-        outs, uids = self._prepare_batch((msg,), [properties])
-        return outs[0], uids[0]
+        # `_prepare_batch((msg,), [properties])` without its lists: every send_async comes here
+        if self._ids is None:
+            raise ClientStateError("the producer is not started; call start() first")
+        uniq_key = c.PROPERTY_UNIQ_KEY
+        uid = msg.properties.get(uniq_key, "") if msg.properties else ""
+        if not uid:
+            uid = self._ids.next_id()
+            if msg.properties is None:
+                msg.properties = {}
+            msg.properties[uniq_key] = uid  # kept across resends, as MessageClientIDSetter#setUniqID
+            properties[uniq_key] = uid  # the sent copy, built before the id was set
+        return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
 
     def _prepare_batch(self, msgs: Sequence[Message], properties: list[dict[str, str]]
                        ) -> tuple[list[Outgoing], list[str]]:
