@@ -360,7 +360,9 @@ scratch_put(scratch_t *s, const char *p, Py_ssize_t n)
         s->text = grown;
         s->cap = cap;
     }
-    memcpy(s->text + s->len, p, (size_t)n);
+    if (n > 0) { /* an empty text into a scratch not allocated yet: memcpy to NULL is undefined */
+        memcpy(s->text + s->len, p, (size_t)n);
+    }
     s->len += n;
     return 0;
 }
@@ -571,7 +573,9 @@ encode_checked(PyObject *Py_UNUSED(module), PyObject *entries_arg)
         put_be32(out + ENTRY_POS_FLAG, (uint32_t)m->flag);
         put_be32(out + ENTRY_POS_BODY_LEN, (uint32_t)m->body_len);
         out += ENTRY_HEAD_BYTES;
-        memcpy(out, body, (size_t)m->body_len);
+        if (m->body_len > 0) { /* an empty body may have no buffer at all: memcpy from NULL is undefined */
+            memcpy(out, body, (size_t)m->body_len);
+        }
         out += m->body_len;
         if (view.obj != NULL) {
             PyBuffer_Release(&view);
@@ -579,7 +583,9 @@ encode_checked(PyObject *Py_UNUSED(module), PyObject *entries_arg)
         out[0] = (unsigned char)(m->props_len >> 8);
         out[1] = (unsigned char)m->props_len;
         out += PROPS_LEN_BYTES;
-        memcpy(out, props.text + m->props_at, (size_t)m->props_len);
+        if (m->props_len > 0) { /* no message had properties: the scratch was never allocated */
+            memcpy(out, props.text + m->props_at, (size_t)m->props_len);
+        }
         out += m->props_len;
     }
 
