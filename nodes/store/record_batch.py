@@ -4,7 +4,8 @@ Owns `encode_batch` (every record of a put in one buffer, topic and hosts encode
 `scan_batch_body` + `encode_scanned` (a producer's batch body written as those records
 straight from its bytes, without a dict or a `MessageToStore` per message) and `place_batch`
 (writing each record's position into it once the commitlog knows where the batch goes). The
-bytes are exactly `record.encode_record`'s, message by message; `record` stays the one description of the layout, this module only makes writing it cheap.
+bytes are exactly `record.encode_record`'s, message by message; `record` stays the one
+description of the layout, this module only makes writing it cheap.
 
 `scan_batch_body`, `encode_scanned` and `place_batch` run their compiled twins
 (`nodes.store._batch_body` and `nodes.store._record_encode`, built by the install when a C
