@@ -4,22 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
 from nodes.broker import ha_check
 from nodes.broker.ha_check import ChunkCheck
-from support.decoders import COMPILED_MISSING_HINT
+from support.twins import require_compiled
 
 CHECKS = ("compiled", "python")
 
 
 def compiled_check() -> Callable[[bytes, int, int], ChunkCheck]:
     """The compiled check as check_chunk runs it; fails (never skips) when it is not built."""
-    try:
-        compiled = ha_check.compiled_checker()
-    except ImportError as exc:
-        pytest.fail(f"the compiled record check nodes.store._record_check is missing ({exc}): "
-                    f"{COMPILED_MISSING_HINT}")
+    compiled = require_compiled(ha_check.compiled_checker, "record check nodes.store._record_check")
 
     def check(data: bytes, phys_offset: int, segment_bytes: int) -> ChunkCheck:
         return ChunkCheck(*compiled(data, phys_offset, segment_bytes))

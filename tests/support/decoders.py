@@ -5,21 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from nodes.client import pull_decode
+from support.twins import require_compiled
 
 DECODERS = ("compiled", "python")
-COMPILED_MISSING_HINT = "run ./scripts/bootstrap.sh (needs gcc)"
 
 
 def compiled_decode() -> Callable[..., list[Any]]:
     """The compiled decoder with decode_messages' keywords; fails (never skips) when it is not built."""
-    try:
-        compiled = pull_decode.compiled_decoder()
-    except ImportError as exc:
-        pytest.fail(f"the compiled record decoder nodes.client._record_decode is missing ({exc}): "
-                    f"{COMPILED_MISSING_HINT}")
+    compiled = require_compiled(pull_decode.compiled_decoder, "record decoder nodes.client._record_decode")
 
     def decode(records: bytes, *, broker_name: str, min_offset: int, max_offset: int,
                tags: frozenset[str] | None) -> list[Any]:

@@ -10,13 +10,9 @@ in C would take the test process down with it.
 from __future__ import annotations
 
 import array
-import gc
 import mmap
-import os
 import struct
-import subprocess
 import sys
-import tracemalloc
 import zlib
 from dataclasses import dataclass
 
@@ -24,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.chunk_checks import compiled_check
-from support.decoders import COMPILED_MISSING_HINT
+from support.leaks import assert_no_leaks
+from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
 from nodes.broker import ha_check
 from nodes.common import constants as c
@@ -238,17 +235,11 @@ _damage = st.tuples(st.sampled_from(DAMAGES), st.integers(0, 2**31), st.integers
 # --- the switch ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("env", "expected"), [(None, "compiled"), ("1", "python (MQLAB_PURE_PYTHON_CHECK=1)")])
 def test_check_chunk_runs_the_compiled_check_unless_switched_off(env, expected):
-    environ = {k: v for k, v in os.environ.items() if k != ha_check.PURE_PYTHON_ENV}
-    if env is not None:
-        environ[ha_check.PURE_PYTHON_ENV] = env
     code = ("from nodes.broker import ha_check as h; print(h.CHECKER); print(h.FRAMING_WALK); "
             "data = bytes.fromhex(input()); check = h.check_chunk(data, 4096, 65536); "
             "print(check.valid_bytes, check.records[0][2], h.whole_records_bytes(data + data[:50]))")
     data = build_log([MessageToStore("Tø", 3, b"hi")], 4096, 65536).data
-    done = subprocess.run([sys.executable, "-c", code], input=data.hex(), env=environ,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    checker, framing_walk, result = done.stdout.splitlines()
+    checker, framing_walk, result = run_switched(ha_check.PURE_PYTHON_ENV, env, code, data.hex())
     assert checker == framing_walk == expected, f"{checker}, {framing_walk} ({COMPILED_MISSING_HINT})"
     assert result == f"{len(data)} Tø {len(data)}"
 
@@ -418,19 +409,7 @@ def test_no_reference_leaks_over_many_checks(compiled):
             with pytest.raises(ValueError):
                 _record_check.check_chunk(good, 0, 0)
 
-    run(50)
-    gc.collect()
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes  # one leaked str or tuple per check is over 100 KiB
+    assert_no_leaks(run, watched)
 
 
 def test_each_checked_field_is_held_only_by_its_record(compiled):
@@ -448,11 +427,7 @@ def test_each_checked_field_is_held_only_by_its_record(compiled):
 @pytest.fixture(scope="module")
 def framing_walk():
     """The compiled whole_records_bytes; fails (never skips) when it is not built."""
-    try:
-        return ha_check.compiled_framing_walk()
-    except ImportError as exc:
-        pytest.fail(f"the compiled framing walk nodes.store._record_check is missing ({exc}): "
-                    f"{COMPILED_MISSING_HINT}")
+    return require_compiled(ha_check.compiled_framing_walk, "framing walk nodes.store._record_check")
 
 
 def assert_same_framing(framing_walk, data) -> int:
@@ -538,16 +513,4 @@ def test_no_reference_leaks_over_many_framing_walks(framing_walk):
             with pytest.raises(TypeError):
                 framing_walk("text")
 
-    run(50)
-    gc.collect()
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes
+    assert_no_leaks(run, watched)

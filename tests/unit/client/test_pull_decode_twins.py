@@ -8,17 +8,15 @@ with the same message. A crash in C would take the test process down with it.
 from __future__ import annotations
 
 import dataclasses
-import gc
-import os
 import struct
-import subprocess
 import sys
-import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.decoders import COMPILED_MISSING_HINT, compiled_decode
+from support.decoders import compiled_decode
+from support.leaks import assert_no_leaks
+from support.twins import COMPILED_MISSING_HINT, run_switched
 
 from nodes.client import pull_decode
 from nodes.common import constants as c
@@ -87,16 +85,10 @@ def encoded_batch(n=4, tags=("a", None, "b", "ü")):
 # --- the switch ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("env", "expected"), [(None, "compiled"), ("1", "python (MQLAB_PURE_PYTHON_DECODE=1)")])
 def test_decode_messages_runs_the_compiled_decoder_unless_switched_off(env, expected):
-    environ = {k: v for k, v in os.environ.items() if k != pull_decode.PURE_PYTHON_ENV}
-    if env is not None:
-        environ[pull_decode.PURE_PYTHON_ENV] = env
     code = ("from nodes.client import pull_decode as p; print(p.DECODER); "
             "print(p.decode_messages(bytes.fromhex(input()), broker_name='b', min_offset=0, max_offset=1, "
             "tags=None)[0].body)")
-    done = subprocess.run([sys.executable, "-c", code], input=raw_record(body=b"hi").hex(), env=environ,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    decoder, body = done.stdout.splitlines()
+    decoder, body = run_switched(pull_decode.PURE_PYTHON_ENV, env, code, raw_record(body=b"hi").hex())
     assert decoder == expected, f"{decoder} ({COMPILED_MISSING_HINT})"
     assert body == "b'hi'"
 
@@ -277,20 +269,7 @@ def test_no_reference_leaks_over_many_decodes(compiled):
                 compiled(raw_record(props=b"a\x01\xff"), broker_name=broker_name, min_offset=0, max_offset=9,
                          tags=None)
 
-    run(50)  # warm-up: name caches, interned strings
-    gc.collect()
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    # one string leaked per decode call is over 100 KiB in 1000 rounds; a body, a dict or a message more
-    assert grown_bytes < 64 * 1024, grown_bytes
+    assert_no_leaks(run, watched)
 
 
 def test_each_decoded_object_is_held_only_by_its_message(compiled):

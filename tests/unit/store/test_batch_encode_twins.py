@@ -8,17 +8,13 @@ of the wrong shape raise in C, never crash: a crash would take the test process 
 from __future__ import annotations
 
 import array
-import gc
-import os
 import struct
-import subprocess
-import sys
-import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.decoders import COMPILED_MISSING_HINT
+from support.leaks import assert_no_leaks
+from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
 from nodes.common import constants as c
 from nodes.store import message_batch
@@ -31,10 +27,7 @@ LIMIT = c.PROPERTIES_BYTES_MAX
 @pytest.fixture(scope="module")
 def compiled():
     """The compiled encoder; fails (never skips) when it is not built."""
-    try:
-        return message_batch.compiled_encoder()
-    except ImportError as exc:
-        pytest.fail(f"the compiled batch encoder nodes.store._batch_body is missing ({exc}): {COMPILED_MISSING_HINT}")
+    return require_compiled(message_batch.compiled_encoder, "batch encoder nodes.store._batch_body")
 
 
 def outcome(encode, entries):
@@ -57,15 +50,9 @@ def assert_same(compiled, entries):
 # --- the switch ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("env", "expected"), [(None, "compiled"), ("1", "python (MQLAB_PURE_PYTHON_ENCODE=1)")])
 def test_encode_checked_runs_the_compiled_encoder_unless_switched_off(env, expected):
-    environ = {k: v for k, v in os.environ.items() if k != message_batch.PURE_PYTHON_ENV}
-    if env is not None:
-        environ[message_batch.PURE_PYTHON_ENV] = env
     code = ("from nodes.store import message_batch as m; print(m.ENCODER); "
             "print(m.encode_checked([(b'hi', 3, {'TAGS': 't', 'k': 'välue'})]).hex())")
-    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    encoder, body = done.stdout.splitlines()
+    encoder, body = run_switched(message_batch.PURE_PYTHON_ENV, env, code)
     assert encoder == expected, f"{encoder} ({COMPILED_MISSING_HINT})"
     assert bytes.fromhex(body) == encode_checked_python([(b"hi", 3, {"TAGS": "t", "k": "välue"})])
 
@@ -276,16 +263,4 @@ def test_no_reference_leaks_over_many_encodes(compiled):
                 with pytest.raises(error):
                     compiled(bad)
 
-    run(50)
-    gc.collect()
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes
+    assert_no_leaks(run, watched)

@@ -11,18 +11,15 @@ wrapper does not check raise in C, never crash: a crash would take the test proc
 from __future__ import annotations
 
 import array
-import gc
-import os
 import struct
-import subprocess
 import sys
-import tracemalloc
 import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.decoders import COMPILED_MISSING_HINT
+from support.leaks import assert_no_leaks
+from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
 from nodes.common import constants as c
 from nodes.store import message_batch, record, record_batch
@@ -45,11 +42,7 @@ FIELDS = {"topic": "T", "queue_id": 1, "first_queue_offset": 0, "store_timestamp
 @pytest.fixture(scope="module")
 def compiled():
     """encode_scanned's keywords onto the compiled encoder; fails (never skips) when it is not built."""
-    try:
-        encoder = record_batch.compiled_encoder()
-    except ImportError as exc:
-        pytest.fail(f"the compiled record encoder nodes.store._record_encode is missing ({exc}): "
-                    f"{COMPILED_MISSING_HINT}")
+    encoder = require_compiled(record_batch.compiled_encoder, "record encoder nodes.store._record_encode")
 
     def encode(scanned, *, topic, queue_id, first_queue_offset, store_timestamp_ms, born_timestamp_ms, born_host,
                store_host, sys_flag=0, reconsume_times=0):
@@ -63,11 +56,7 @@ def compiled():
 @pytest.fixture(scope="module")
 def raw():
     """The compiled encoder itself, positional arguments and all."""
-    try:
-        return record_batch.compiled_encoder()
-    except ImportError as exc:
-        pytest.fail(f"the compiled record encoder nodes.store._record_encode is missing ({exc}): "
-                    f"{COMPILED_MISSING_HINT}")
+    return require_compiled(record_batch.compiled_encoder, "record encoder nodes.store._record_encode")
 
 
 def framed_entries(blob: bytes) -> list[tuple[int, int, int, int, int, int]]:
@@ -114,18 +103,12 @@ def assert_decodes_to(blob: bytearray, sizes: list[int], messages, fields: dict)
 # --- the switch ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("env", "expected"), [(None, "compiled"), ("1", "python (MQLAB_PURE_PYTHON_ENCODE=1)")])
 def test_encode_scanned_runs_the_compiled_encoder_unless_switched_off(env, expected):
-    environ = {k: v for k, v in os.environ.items() if k != record_batch.PURE_PYTHON_ENV}
-    if env is not None:
-        environ[record_batch.PURE_PYTHON_ENV] = env
     code = ("from nodes.store import record_batch as b; print(b.ENCODER); print(b.SCANNER); print(b.PLACER); "
             "s = b.scan_batch_body(bytes.fromhex(input()), 1024); "
             "print(b.encode_scanned(s, topic='T', queue_id=0, first_queue_offset=5, store_timestamp_ms=1, "
             "born_timestamp_ms=2, born_host=('10.0.0.1', 1), store_host=('10.0.0.2', 2))[0].hex())")
     blob = message_batch.encode_checked([(b"hi", 0, {"TAGS": "t"})])
-    done = subprocess.run([sys.executable, "-c", code], input=blob.hex(), env=environ, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    encoder, scanner, placer, records = done.stdout.splitlines()
+    encoder, scanner, placer, records = run_switched(record_batch.PURE_PYTHON_ENV, env, code, blob.hex())
     assert encoder == scanner == placer == expected, f"{encoder}, {scanner}, {placer} ({COMPILED_MISSING_HINT})"
     expected_records, _sizes = encode_scanned_python(
         scan_batch_body_python(blob, 1024), topic="T", queue_id=0, first_queue_offset=5, store_timestamp_ms=1,
@@ -383,19 +366,7 @@ def test_no_reference_leaks_over_many_encodes(raw):
             with pytest.raises(TypeError):
                 raw("not a buffer", *good[1:])
 
-    run(50)
-    gc.collect()
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes  # one leaked int or buffer per call is well over
+    assert_no_leaks(run, watched)
 
 
 def test_the_results_are_held_only_by_the_caller(raw):
@@ -436,10 +407,7 @@ def test_init_again_during_an_encode_leaves_that_encode_consistent(raw):
 @pytest.fixture(scope="module")
 def scan():
     """The compiled scan; fails (never skips) when it is not built."""
-    try:
-        return record_batch.compiled_scanner()
-    except ImportError as exc:
-        pytest.fail(f"the compiled batch scan nodes.store._batch_body is missing ({exc}): {COMPILED_MISSING_HINT}")
+    return require_compiled(record_batch.compiled_scanner, "batch scan nodes.store._batch_body")
 
 
 def assert_same_scan(scan, blob, body_bytes_max=BODY_BYTES_MAX):
@@ -554,20 +522,7 @@ def test_no_reference_leaks_over_many_scans(scan):
             with pytest.raises(TypeError):
                 scan(blob, "many")
 
-    run(50)
-    gc.collect()
-    watched = [blob, refused, ScannedBatch]
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes
+    assert_no_leaks(run, [blob, refused, ScannedBatch])
 
 
 # --- placing a batch ----------------------------------------------------------------------------------
@@ -577,10 +532,7 @@ PHYS_FIELD_END = record.PHYS_OFFSET_POS + record.PHYS_OFFSET_FIELD.size  # the s
 @pytest.fixture(scope="module")
 def place():
     """The compiled placing; fails (never skips) when it is not built."""
-    try:
-        return record_batch.compiled_placer()
-    except ImportError as exc:
-        pytest.fail(f"the compiled placing nodes.store._record_encode is missing ({exc}): {COMPILED_MISSING_HINT}")
+    return require_compiled(record_batch.compiled_placer, "placing nodes.store._record_encode")
 
 
 def assert_same_placing(place, blob: bytes, sizes, phys_offset: int) -> list[int]:
@@ -701,17 +653,4 @@ def test_no_reference_leaks_over_many_placings(place):
             with pytest.raises(struct.error):
                 place(blob, sizes, 2**63)
 
-    run(50)
-    gc.collect()
-    watched = [blob, sizes, past, small]
-    before = [sys.getrefcount(obj) for obj in watched]
-    tracemalloc.start()
-    try:
-        start_bytes, _ = tracemalloc.get_traced_memory()
-        run(1000)
-        gc.collect()
-        grown_bytes = tracemalloc.get_traced_memory()[0] - start_bytes
-    finally:
-        tracemalloc.stop()
-    assert [sys.getrefcount(obj) for obj in watched] == before
-    assert grown_bytes < 64 * 1024, grown_bytes
+    assert_no_leaks(run, [blob, sizes, past, small])
