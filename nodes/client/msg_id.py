@@ -50,25 +50,28 @@ class UniqIdGenerator:
 
     def next_id(self) -> str:
         """One id: `next_ids(1)[0]` without the list (every send_async takes one)."""
-        elapsed_ms = (time.monotonic_ns() - self._start_ns) // 1_000_000
-        with self._lock:
-            seq = self._last = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
-        return self._format % seq
+        return self._format % self._take(1)
 
     def next_ids(self, count: int) -> list[str]:
         """`count` ids, as `count` calls of `next_id` would give them, for one lock and one
         clock read (a batch send stamps hundreds at once)."""
         if count <= 0:
             return []
-        elapsed_ms = (time.monotonic_ns() - self._start_ns) // 1_000_000
-        with self._lock:
-            first = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
-            self._last = (first + count - 1) & _SEQ_MASK
+        first = self._take(count)
         if first + count - 1 <= _SEQ_MASK:  # no wrap-around: the usual case, one % per id
             fmt = self._format
             return [fmt % seq for seq in range(first, first + count)]
         prefix = self.prefix
         return [f"{prefix}{seq & _SEQ_MASK:012X}" for seq in range(first, first + count)]
+
+    def _take(self, count: int) -> int:
+        """The first of `count` sequence numbers taken for ids (one lock, one clock read): never
+        below the clock's, always past the last one taken (48 bits, wrapping)."""
+        elapsed_ms = (time.monotonic_ns() - self._start_ns) // 1_000_000
+        with self._lock:
+            first = max((elapsed_ms << 16) & _SEQ_MASK, (self._last + 1) & _SEQ_MASK)
+            self._last = (first + count - 1) & _SEQ_MASK
+        return first
 
 
 _default: UniqIdGenerator | None = None

@@ -115,6 +115,16 @@ def checked_batch(msgs: Sequence[Message],
     return topic, properties
 
 
+def _stamp_uniq_id(msg: Message, properties: dict[str, str], uid: str) -> str:
+    """Give `msg` the UNIQ_KEY `uid`, and its `properties` as sent (built before the id was set)."""
+    if msg.properties is None:
+        msg.properties = {}
+    # As MessageClientIDSetter#setUniqID: a message keeps its id across resends.
+    msg.properties[c.PROPERTY_UNIQ_KEY] = uid
+    properties[c.PROPERTY_UNIQ_KEY] = uid
+    return uid
+
+
 def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
     """The error a failed send reports: indeterminate if any attempt may have been stored."""
     if maybe_stored and not err.indeterminate:
@@ -299,16 +309,10 @@ class Producer:
         properties = (checked_properties if checked_properties is not None
                       else validate_message(msg, self.body_bytes_max))
         # `_prepare_batch((msg,), [properties])` without its lists: every send_async comes here
-        if self._ids is None:
-            raise ClientStateError("the producer is not started; call start() first")
-        uniq_key = c.PROPERTY_UNIQ_KEY
-        uid = msg.properties.get(uniq_key, "") if msg.properties else ""
+        ids = self._started_ids()
+        uid = msg.properties.get(c.PROPERTY_UNIQ_KEY, "") if msg.properties else ""
         if not uid:
-            uid = self._ids.next_id()
-            if msg.properties is None:
-                msg.properties = {}
-            msg.properties[uniq_key] = uid  # kept across resends, as MessageClientIDSetter#setUniqID
-            properties[uniq_key] = uid  # the sent copy, built before the id was set
+            uid = _stamp_uniq_id(msg, properties, ids.next_id())
         return Outgoing(msg.body, msg.flag, properties, self._clock.wall_ms()), uid
 
     def _prepare_batch(self, msgs: Sequence[Message], properties: list[dict[str, str]]
@@ -316,22 +320,20 @@ class Producer:
         """Stamp UNIQ_KEY on checked messages (kept if a message already has one) and encode them
         with their checked `properties`: the ids they lack are taken in one go, and one born
         time stamps them all (the broker keeps one for a batch body anyway)."""
-        if self._ids is None:
-            raise ClientStateError("the producer is not started; call start() first")
+        ids = self._started_ids()
         uniq_key = c.PROPERTY_UNIQ_KEY
         uids = [msg.properties.get(uniq_key, "") if msg.properties else "" for msg in msgs]
         missing = [i for i, uid in enumerate(uids) if not uid]
         if missing:
-            for i, uid in zip(missing, self._ids.next_ids(len(missing)), strict=True):
-                msg = msgs[i]
-                if msg.properties is None:
-                    msg.properties = {}
-                # As MessageClientIDSetter#setUniqID: a message keeps its id across resends.
-                msg.properties[uniq_key] = uid
-                properties[i][uniq_key] = uid  # the sent copy, built before the id was set
-                uids[i] = uid
+            for i, uid in zip(missing, ids.next_ids(len(missing)), strict=True):
+                uids[i] = _stamp_uniq_id(msgs[i], properties[i], uid)
         born_ms = self._clock.wall_ms()
         return [Outgoing(msg.body, msg.flag, props, born_ms) for msg, props in zip(msgs, properties, strict=True)], uids
+
+    def _started_ids(self) -> UniqIdGenerator:
+        if self._ids is None:
+            raise ClientStateError("the producer is not started; call start() first")
+        return self._ids
 
     def _run(self, coro: Any, what: str) -> SendResult:
         if not self._attached:
