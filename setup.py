@@ -15,9 +15,12 @@ C compiler (or zlib's header) the install still succeeds and the Python code pat
 
 from setuptools import Extension, setup
 
+# big-endian field helpers every codec includes (a change rebuilds them all)
+BYTE_ORDER = ["nodes/common/_byte_order.h"]
+
 setup(ext_modules=[
-    Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True),
-    Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True),
-    Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True),
-    Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c"], optional=True),
+    Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c"], optional=True, depends=BYTE_ORDER),
 ])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by scripts/mqlab and scripts/test: make sure .venv exists and holds this project.
 # Creates .venv at the repo root on first use and reinstalls when pyproject.toml, setup.py or a
-# compiled module's C source (nodes/**/_*.c) changes.
+# compiled module's C source (nodes/**/_*.c, _*.h) changes.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
@@ -34,7 +34,7 @@ if [ "${#build_pkgs[@]}" -gt 0 ]; then
   fi
 fi
 # reinstall when the project's metadata or a compiled module's source changes
-want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" $(find "$REPO/nodes" -name '_*.c' | sort) | sha256sum | cut -d' ' -f1)"
+want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" $(find "$REPO/nodes" -name '_*.[ch]' | sort) | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "mqlab: installing the project with its dev extra into .venv..." >&2
   # -qq: errors only (one -q still prints a warning per package for index locations this

@@ -22,6 +22,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../common/_byte_order.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,24 +61,6 @@ static Py_ssize_t g_record_bytes_min;
 static PyObject *g_key_cache[KEY_CACHE_MAX]; /* ASCII str objects */
 static int g_key_cache_len;
 static int g_ready; /* init() has set every g_ object above */
-
-static inline uint32_t
-be_u32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-static inline int32_t
-be_i32(const unsigned char *p)
-{
-    return (int32_t)be_u32(p);
-}
-
-static inline int64_t
-be_i64(const unsigned char *p)
-{
-    return (int64_t)(((uint64_t)be_u32(p) << 32) | (uint64_t)be_u32(p + 4));
-}
 
 static int
 is_ascii(const unsigned char *p, Py_ssize_t n)

@@ -32,6 +32,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../common/_byte_order.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -57,21 +59,6 @@ static PyObject *g_scanned_batch; /* the ScannedBatch class */
 static Py_ssize_t g_props_bytes_max; /* USER_PROPERTIES_BYTES_MAX */
 static name_t g_tags_first, g_reserved, g_delay_name; /* "TAGS\x01", "__RECORD_CRC32", "DELAY\x01" */
 static int g_scan_ready;
-
-static inline int32_t
-be_i32(const unsigned char *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-}
-
-static inline void
-put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
 
 static int
 contains(const unsigned char *text, Py_ssize_t len, const name_t *name)

@@ -40,6 +40,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../common/_byte_order.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,30 +78,6 @@ static Py_ssize_t g_record_crc_property_bytes; /* prefix, 8 hex digits, \x02 */
 static unsigned char g_crc_prefix[CRC_PREFIX_MAX]; /* "__RECORD_CRC32\x01" */
 static Py_ssize_t g_crc_prefix_len;
 static int g_ready; /* init() has set every g_ value above */
-
-static inline uint32_t
-be_u32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-static inline int32_t
-be_i32(const unsigned char *p)
-{
-    return (int32_t)be_u32(p);
-}
-
-static inline int16_t
-be_i16(const unsigned char *p)
-{
-    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | (unsigned)p[1]);
-}
-
-static inline int64_t
-be_i64(const unsigned char *p)
-{
-    return (int64_t)(((uint64_t)be_u32(p) << 32) | (uint64_t)be_u32(p + 4));
-}
 
 /* bytes -> str as str(b, "utf-8") does it (strict), with an ASCII fast path. NULL with
  * UnicodeDecodeError set when the bytes are not UTF-8. */

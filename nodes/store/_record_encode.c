@@ -37,6 +37,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../common/_byte_order.h"
+
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
@@ -82,22 +84,6 @@ typedef struct {
     int32_t flag;
     int32_t total_size; /* of the record it becomes */
 } entry_t;
-
-static inline void
-put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static inline void
-put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
 
 /* An integer field for the header: any object with __index__, as struct takes it, within
  * lo..hi; otherwise the error HEADER.pack would raise. Runs Python code (__index__), so it is
