@@ -22,6 +22,7 @@ from typing import Any
 from nodes.common.config import load_node_config
 from nodes.common.constants import EXIT_CONFIG, EXIT_OK
 from nodes.common.errors import ConfigError, DataDirError
+from nodes.common.grpc_log import install_peer_gone_filter
 from nodes.common.node import crash_node
 
 ROLES = ("namesrv", "broker", "consumer")
@@ -46,6 +47,7 @@ def _setup_logging(run_dir: Path, node_id: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("MQLAB_LOG_LEVEL", "INFO"))
     logging.getLogger("grpc").setLevel(logging.WARNING)
+    install_peer_gone_filter()
 
 
 def _make_app(role: str, config: Any, shutdown_requested: asyncio.Event) -> Any:
