@@ -8,6 +8,9 @@
   nodes/store/record_batch.py's Python loop); links zlib for the record CRC.
 - nodes/store/_batch_body.c: the producer's batch body scanned (twin of
   nodes/store/record_batch.py's Python scan).
+- nodes/store/_read_scan.c: the common case of a pull's scan loop (twin of
+  nodes/store/read_scan.py's Python walk); links zlib for the CRCs. It shares a record's
+  framing-and-CRC rules with _record_check.c (nodes/store/_record_rules.h).
 
 Everything else about the project is in pyproject.toml. Every extension is optional: without a
 C compiler (or zlib's header) the install still succeeds and the Python code paths run, slower.
@@ -17,10 +20,15 @@ from setuptools import Extension, setup
 
 # big-endian field helpers every codec includes (a change rebuilds them all)
 BYTE_ORDER = ["nodes/common/_byte_order.h"]
+# a record's framing-and-CRC rules, shared by the replica check and the read scan
+RECORD_RULES = [*BYTE_ORDER, "nodes/store/_record_rules.h"]
 
 setup(ext_modules=[
     Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True, depends=BYTE_ORDER),
-    Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True,
+              depends=RECORD_RULES),
+    Extension("nodes.store._read_scan", ["nodes/store/_read_scan.c"], libraries=["z"], optional=True,
+              depends=RECORD_RULES),
     Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
     Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c"], optional=True, depends=BYTE_ORDER),
 ])

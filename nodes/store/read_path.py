@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from nodes.common import constants as c
 from nodes.store.consume_queue import CQ_UNIT
 from nodes.store.read_check import BODY_FIELDS, CheckedExtents, record_checks
+from nodes.store.read_scan import scan_units
 from nodes.store.record import Record, RecordKind, check_at, decode_record
 from nodes.store.store_files import StoreFiles
 
@@ -182,8 +183,32 @@ class StoreReader:
         count_max_in_memory = min(max_count, caps.count_in_memory)
         bytes_max_in_memory = caps.bytes_in_memory
         unpack_body_fields, crc32, magic_ok = BODY_FIELDS.unpack_from, zlib.crc32, c.RECORD_MAGIC
+        scan, unpack_unit = (None if skip_checks else scan_units), CQ_UNIT.unpack_from
+        unit_count, index = len(units) // _UNIT, 0
         try:
-            for phys_offset, size, unit_tag_hash in CQ_UNIT.iter_unpack(units):
+            while index < unit_count:
+                if scan is not None and view is not None and next_segment_start == -1:
+                    # the common case, compiled when built (read_scan); it stops at the first
+                    # unit it does not take, which this loop takes below by the same rules
+                    if run_view is not None and run_view is not view:
+                        runs.append((run_view, run_start, run_end))
+                        run_view = None
+                    taken_before, index_before = len(sizes), index
+                    index, records_bytes, last_taken, run_start, run_end = scan(
+                        units, index, view, seg_start, seg_written, known_checked, known_lo, known_hi, on_disk_below,
+                        count_max_in_memory, bytes_max_in_memory, records_bytes, tag_hashes, sizes, runs,
+                        run_start if run_view is view else -1, run_end if run_view is view else -1, newly_checked)
+                    scanned_bytes += (index - index_before) * _UNIT
+                    if last_taken is not None:
+                        last_phys_offset = last_taken
+                    if len(sizes) > taken_before:
+                        status = found
+                    if run_start >= 0:
+                        run_view = view
+                    if index >= unit_count:
+                        break
+                phys_offset, size, unit_tag_hash = unpack_unit(units, index * _UNIT)
+                index += 1
                 if size == _HOLE_SIZE and phys_offset == 0:  # = is_hole, inlined on this hot path
                     scanned_bytes += _UNIT
                     continue
