@@ -184,7 +184,7 @@ class StoreReader:
         bytes_max_in_memory = caps.bytes_in_memory
         unpack_body_fields, crc32, magic_ok = BODY_FIELDS.unpack_from, zlib.crc32, c.RECORD_MAGIC
         scan, unpack_unit = (None if skip_checks else scan_units), CQ_UNIT.unpack_from
-        unit_count, index = len(units) // _UNIT, 0
+        unit_count, index, retried_index = len(units) // _UNIT, 0, -1
         try:
             while index < unit_count:
                 if scan is not None and view is not None and next_segment_start == -1:
@@ -244,6 +244,13 @@ class StoreReader:
                 end_phys_offset = phys_offset + size
                 if not known_lo <= phys_offset < known_hi:
                     known_checked, known_lo, known_hi = checked_extents.around(phys_offset)
+                if scan is not None and next_segment_start == -1 and retried_index != index - 1:
+                    # segment and extent now known: hand this unit back to the compiled walk (the
+                    # first unit of every pull comes here); if it refuses it, it is taken below
+                    index -= 1
+                    retried_index = index
+                    scanned_bytes -= _UNIT
+                    continue
                 if skip_checks:  # FAULT SWITCH read-skip-crc: breaks "a pull never serves a bad record"
                     pass
                 elif known_checked and end_phys_offset <= known_hi:
