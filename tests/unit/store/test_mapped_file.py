@@ -95,3 +95,59 @@ def test_queue_rejects_foreign_files(tmp_path):
     (directory / "notes.txt").write_text("hi")
     with pytest.raises(DataDirError, match="unexpected file"):
         MappedFileQueue(directory, SIZE).load()
+
+
+def test_appends_allocate_disk_blocks_a_window_ahead_and_no_more(tmp_path):
+    from nodes.common import constants as c
+
+    size = 4 * c.SEGMENT_PREALLOCATE_BYTES
+    mapped = MappedFile(tmp_path / segment_name(0), 0, size)
+    assert os.stat(mapped.path).st_blocks == 0  # created sparse
+    mapped.append(b"r" * 1000)
+    assert mapped.allocated_position == 1000 + c.SEGMENT_PREALLOCATE_BYTES
+    allocated_bytes = os.stat(mapped.path).st_blocks * 512
+    assert c.SEGMENT_PREALLOCATE_BYTES <= allocated_bytes < 2 * c.SEGMENT_PREALLOCATE_BYTES
+    mapped.append(b"s" * c.SEGMENT_PREALLOCATE_BYTES)  # up to the window's end: nothing more
+    assert mapped.allocated_position == 1000 + c.SEGMENT_PREALLOCATE_BYTES
+    mapped.append(b"s")  # past it: a window past this write
+    assert mapped.allocated_position == 1001 + 2 * c.SEGMENT_PREALLOCATE_BYTES
+    mapped.append(b"t" * (size - mapped.wrote_position))  # to the end, never past it
+    assert mapped.allocated_position == size
+    # allocated blocks read as zeros: the written bytes end where the writes ended
+    assert mapped.read(999, 2) == b"rs" and mapped.data_end() == size
+    mapped.close()
+
+
+def test_a_filesystem_that_refuses_preallocation_leaves_the_file_sparse(tmp_path, monkeypatch, caplog):
+    import errno
+
+    calls = []
+
+    def refuse(fd, offset, length):
+        calls.append((offset, length))
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+    mapped = MappedFile(tmp_path / segment_name(0), 0, SIZE)
+    for _ in range(3):
+        mapped.append(b"x" * 100)
+    assert mapped.read(0, 300) == b"x" * 300 and mapped.allocated_position == 0
+    assert len(calls) == 1  # asked once, then left alone
+    assert [r.levelname for r in caplog.records if "preallocate" in r.getMessage()] == ["WARNING"]
+    mapped.close()
+
+
+def test_reopened_files_allocate_from_the_write_position_on(tmp_path, monkeypatch):
+    calls = []
+    real = os.posix_fallocate
+
+    def spy(fd, offset, length):
+        calls.append(offset)
+        return real(fd, offset, length)
+
+    mapped = MappedFile(tmp_path / segment_name(0), 0, SIZE)
+    mapped.wrote_position = 5000  # as recovery leaves a reopened file
+    monkeypatch.setattr(os, "posix_fallocate", spy)
+    mapped.append(b"y")
+    assert calls == [5000]
+    mapped.close()
