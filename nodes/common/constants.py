@@ -26,9 +26,6 @@ PROPERTY_NAME_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 COMMITLOG_SEGMENT_BYTES = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
-# Disk blocks a segment file gets ahead of its write position (posix_fallocate): a write into a
-# sparse mapping faults in a block per page (~1.8 ms per MiB on ext4), into allocated blocks ~0.4
-SEGMENT_PREALLOCATE_BYTES = 4 * 1024 * 1024
 CQ_UNITS_PER_FILE = 300_000  # mappedFileSizeConsumeQueue / 20
 MESSAGE_BODY_BYTES_MAX = 4 * 1024 * 1024  # maxMessageSize: larger sends are MESSAGE_ILLEGAL
 FLUSH_LEAST_PAGES = 4  # flushCommitLogLeastPages

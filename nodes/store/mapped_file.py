@@ -1,10 +1,9 @@
 """Memory-mapped segment files: `MappedFile` (one fixed-size file) and `MappedFileQueue`
 (a directory of them named by their 20-digit start offset).
 
-Owns: creating files at full size (sparse, disk blocks allocated just ahead of the writes),
-write and flush positions, syncing to disk, zeroing a torn tail, rolling to a new segment,
-deleting segments. Does not know what the bytes mean; the commitlog and the consume queues
-give them meaning.
+Owns: creating files at full size (sparse), write and flush positions, syncing to disk,
+zeroing a torn tail, rolling to a new segment, deleting segments. Does not know what the
+bytes mean; the commitlog and the consume queues give them meaning.
 
 Offsets named `*_offset` here are byte offsets in the logical stream the queue of files
 holds (the commitlog's phys offsets, or a consume queue's `queue_offset * 20`); positions
@@ -63,13 +62,9 @@ class MappedFile:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd  # kept for fdatasync (see flush) and posix_fallocate (see append)
+        self._fd = fd  # kept for fdatasync (see flush)
         self.wrote_position = 0
         self.flushed_position = 0
-        # [0, allocated_position) has disk blocks this process asked for; False once the
-        # filesystem refused (the file stays sparse and writes fault their blocks in)
-        self.allocated_position = 0
-        self._preallocating = True
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -98,29 +93,9 @@ class MappedFile:
         end = position + len(data)
         if end > self.size_bytes:
             raise StoreError(f"{self.path.name}: {len(data)} bytes do not fit at {position}")
-        if end > self.allocated_position and self._preallocating:
-            self._allocate_through(end)
         self._mm[position:end] = data
         self.wrote_position = end
         return position
-
-    def _allocate_through(self, end: int) -> None:
-        """Give the file disk blocks up to SEGMENT_PREALLOCATE_BYTES past `end`, from the write
-        position on (never over written bytes). A page written through the mapping into a hole
-        costs a block allocation in the page fault, several times the copy; posix_fallocate does
-        a window's worth in one call and releases the GIL (RocketMQ warms its mapped files for
-        the same reason). The blocks read as zeros, so recovery and the power-loss nemesis see
-        the same bytes as in a sparse file."""
-        start = max(self.allocated_position, self.wrote_position)
-        stop = min(self.size_bytes, end + c.SEGMENT_PREALLOCATE_BYTES)
-        try:
-            os.posix_fallocate(self._fd, start, stop - start)
-        except OSError as exc:  # e.g. a filesystem without it, or a full disk: stay sparse
-            self._preallocating = False
-            log.warning("%s: cannot preallocate disk blocks (%s); writes fault them in page by page",
-                        self.path.name, exc)
-            return
-        self.allocated_position = stop
 
     def mark_full(self) -> None:
         """Count the rest of the file as written (after an end-of-segment blank marker)."""
