@@ -1,19 +1,16 @@
-"""The compiled batch-body scan and scanned-batch encoder against the Python loops they mirror
-(nodes/store/record_batch.py).
+"""The compiled scanned-batch encoder against the Python loop it mirrors (nodes/store/record_batch.py).
 
-The Python loops are the reference: for any scanned batch the compiled encoder must give the
+The Python loop is the reference: for any scanned batch the compiled encoder must give the
 same record bytes and sizes, and those records must decode (record CRC checked) to the fields
-put in, which shows the CRC is right and not merely equal to Python's; for any bytes the
-compiled scan must give the same ScannedBatch, or None where Python refuses. Arguments the
-wrapper does not check raise in C, never crash: a crash would take the test process down with it.
+put in, which shows the CRC is right and not merely equal to Python's. Arguments the wrapper
+does not check raise in C, never crash: a crash would take the test process down with it. The
+scan and the placing have their own files (test_batch_scan_twins, test_batch_place_twins).
 """
 
 from __future__ import annotations
 
-import array
 import struct
 import sys
-import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,81 +20,33 @@ from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
 from nodes.common import constants as c
 from nodes.store import message_batch, record, record_batch
-from nodes.store.record_batch import (
-    ScannedBatch,
-    encode_scanned_python,
-    place_batch_python,
-    scan_batch_body_python,
-)
+from nodes.store.record_batch import ScannedBatch, encode_scanned_python, scan_batch_body_python
 
-INT32 = st.integers(-2**31, 2**31 - 1)
-INT64 = st.integers(-2**63, 2**63 - 1)
-INT64_EDGES = st.sampled_from([-2**63, -1, 0, 1, 2**63 - 1]) | INT64
-BODY_BYTES_MAX = 1 << 20  # the scan's limit here: large enough for every generated batch
-HOSTS = {"born_host": ("10.1.2.3", 5555), "store_host": ("127.0.0.1", 10911)}
-FIELDS = {"topic": "T", "queue_id": 1, "first_queue_offset": 0, "store_timestamp_ms": 2, "born_timestamp_ms": 3,
-          **HOSTS}
+from .batch_twins import (
+    FIELDS,
+    HOST_PAIRS,
+    INT32,
+    INT64,
+    INT64_EDGES,
+    PROPERTIES,
+    assert_decodes_to,
+    body_bytes,
+    framed_entries,
+    keyword_encoder,
+    scanned_of,
+)
 
 
 @pytest.fixture(scope="module")
 def compiled():
     """encode_scanned's keywords onto the compiled encoder; fails (never skips) when it is not built."""
-    encoder = require_compiled(record_batch.compiled_encoder, "record encoder nodes.store._record_encode")
-
-    def encode(scanned, *, topic, queue_id, first_queue_offset, store_timestamp_ms, born_timestamp_ms, born_host,
-               store_host, sys_flag=0, reconsume_times=0):
-        topic_part, born_ip, store_ip = record_batch._record_constants(topic, sys_flag, born_host, store_host)
-        return encoder(scanned.blob, scanned.entries, topic_part, queue_id, first_queue_offset, store_timestamp_ms,
-                       born_timestamp_ms, born_ip, born_host[1], store_ip, store_host[1], sys_flag, reconsume_times)
-
-    return encode
+    return keyword_encoder()
 
 
 @pytest.fixture(scope="module")
 def raw():
     """The compiled encoder itself, positional arguments and all."""
     return require_compiled(record_batch.compiled_encoder, "record encoder nodes.store._record_encode")
-
-
-def framed_entries(blob: bytes) -> list[tuple[int, int, int, int, int, int]]:
-    """The entries of a well-framed batch body without the scan's checks on the properties (so
-    non-ASCII properties, which the scan leaves to decoding, can be encoded too)."""
-    entries, pos = [], 0
-    while pos < len(blob):
-        total_size, _magic, _crc, flag, body_len = message_batch.ENTRY_HEAD.unpack_from(blob, pos)
-        body_start = pos + message_batch.ENTRY_HEAD.size
-        props_start = body_start + body_len + message_batch.PROPS_LEN.size
-        entries.append((body_start, body_len, flag, props_start, pos + total_size - props_start, 0))
-        pos += total_size
-    return entries
-
-
-def scanned_of(messages) -> ScannedBatch:
-    """(body, flag, properties) through the client's encoder, then the store's scan when it takes them."""
-    blob = message_batch.encode_checked(messages)
-    entries = framed_entries(blob)
-    scanned = scan_batch_body_python(blob, BODY_BYTES_MAX)
-    if scanned is None:  # non-ASCII properties: the scan leaves them to decoding
-        return ScannedBatch(blob, entries)
-    assert [entry[:5] for entry in scanned.entries] == [entry[:5] for entry in entries]
-    return scanned
-
-
-def assert_decodes_to(blob: bytearray, sizes: list[int], messages, fields: dict) -> None:
-    """Every record checks (record CRC included) and holds what was put in."""
-    assert sum(sizes) == len(blob) and len(sizes) == len(messages)
-    phys = 0
-    for i, (size, (body, flag, properties)) in enumerate(zip(sizes, messages, strict=True)):
-        rec = record.decode_record(blob, phys, check_crc=True)
-        assert rec.total_size == size
-        assert (rec.body, rec.body_crc, rec.flag, rec.properties) == (body, zlib.crc32(body), flag, properties)
-        assert (rec.topic, rec.queue_id, rec.queue_offset, rec.phys_offset) == (
-            fields["topic"], fields["queue_id"], fields["first_queue_offset"] + i, 0)
-        assert (rec.born_timestamp_ms, rec.store_timestamp_ms, rec.born_host, rec.store_host) == (
-            fields["born_timestamp_ms"], fields["store_timestamp_ms"], fields["born_host"], fields["store_host"])
-        assert (rec.sys_flag, rec.reconsume_times, rec.prepared_transaction_offset) == (
-            fields.get("sys_flag", 0), fields.get("reconsume_times", 0), 0)
-        phys += size
 
 
 # --- the switch ------------------------------------------------------------------------------------
@@ -141,32 +90,12 @@ def test_init_refuses_another_record_layout_and_keeps_its_state(compiled):
 
 
 # --- valid batches -------------------------------------------------------------------------------------
-_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=10)
-_ascii = st.text(st.characters(min_codepoint=3, max_codepoint=127), max_size=10)
-_properties = st.one_of(
-    st.just({}),
-    st.sampled_from(["a", "Tág", "", "x" * 40]).map(lambda tags: {c.PROPERTY_TAGS: tags}),
-    st.dictionaries(_ascii.filter(lambda k: k not in (c.PROPERTY_RECORD_CRC, c.PROPERTY_DELAY)), _ascii, max_size=4),
-    st.dictionaries(_text.filter(lambda k: k != c.PROPERTY_RECORD_CRC), _text, max_size=4),
-)
-
-
-@st.composite
-def _body(draw):
-    """1 byte to 40 KiB; a long one is a short drawn pattern repeated (drawing 40 KiB is slow)."""
-    size = draw(st.sampled_from([1, 2, 1024, 1024, 4096]) | st.integers(1, 40 * 1024))
-    pattern = draw(st.binary(min_size=1, max_size=64))
-    return (pattern * (size // len(pattern) + 1))[:size]
-
-
-_hosts = st.tuples(st.sampled_from(["10.0.0.2", "127.0.0.1", "0.0.0.0", "255.255.255.255"]), INT32)
-
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(messages=st.lists(st.tuples(_body(), INT32, _properties), min_size=1, max_size=8),
+@given(messages=st.lists(st.tuples(body_bytes(), INT32, PROPERTIES), min_size=1, max_size=8),
        topic=st.sampled_from(["T", "Tópico", "t" * c.TOPIC_NAME_BYTES_MAX]), queue_id=INT32,
        first_queue_offset=st.integers(-2**63, 2**63 - 9), store_timestamp_ms=INT64_EDGES,
-       born_timestamp_ms=INT64_EDGES, born_host=_hosts, store_host=_hosts,
+       born_timestamp_ms=INT64_EDGES, born_host=HOST_PAIRS, store_host=HOST_PAIRS,
        sys_flag=st.sampled_from([0, 0x1, 0x4, 0x8, 0x4 | 0x8]), reconsume_times=INT32)
 def test_random_batches_encode_identically_and_decode_with_their_record_crc(compiled, messages, **fields):
     scanned = scanned_of(messages)
@@ -400,257 +329,3 @@ def test_init_again_during_an_encode_leaves_that_encode_consistent(raw):
     assert sum(sizes) == len(records) and records.count(b"__CRC\x01") == 3
     assert records.endswith(b"\x02") and b"__RECORD_CRC32" not in records
     assert raw(*_raw_args()) == encode_scanned_python(ScannedBatch(_BLOB, [_GOOD_ENTRY]), **FIELDS)
-
-
-
-# --- the scan -----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def scan():
-    """The compiled scan; fails (never skips) when it is not built."""
-    return require_compiled(record_batch.compiled_scanner, "batch scan nodes.store._batch_body")
-
-
-def assert_same_scan(scan, blob, body_bytes_max=BODY_BYTES_MAX):
-    """Both scans give equal ScannedBatches holding the very blob given, or both None."""
-    expected = scan_batch_body_python(blob, body_bytes_max)
-    got = scan(blob, body_bytes_max)
-    assert got == expected
-    if got is not None:
-        assert got.blob is blob and type(got.properties) is bytes
-        assert all(type(entry) is tuple and all(type(v) is int for v in entry) for entry in got.entries)
-    return got
-
-
-def test_scan_batch_body_is_the_compiled_scan_here(scan):
-    assert record_batch.SCANNER == "compiled", COMPILED_MISSING_HINT
-    blob = message_batch.encode_checked([(b"x", 0, {"TAGS": "a"}), (b"yy", 1, {})])
-    assert record_batch.scan_batch_body(blob, 1024) == scan_batch_body_python(blob, 1024) is not None
-
-
-def test_init_scan_refuses_another_entry_layout_and_keeps_its_state(scan):
-    from nodes.store import _batch_body
-
-    args = [ScannedBatch, message_batch.ENTRY_HEAD.format, message_batch.ENTRY_BYTES_MIN,
-            record.USER_PROPERTIES_BYTES_MAX, b"TAGS\x01", c.PROPERTY_RECORD_CRC.encode(), b"DELAY\x01"]
-    for at, other, error in [(1, ">iiii", ValueError), (2, 23, ValueError), (3, 40000, ValueError),
-                             (4, b"TAGS", ValueError), (4, b"TA\x01GS\x01", ValueError), (5, b"a\x02", ValueError),
-                             (6, b"", ValueError), (6, "DELAY", TypeError), (0, None, TypeError)]:
-        with pytest.raises(error):
-            _batch_body.init_scan(*args[:at], other, *args[at + 1:])
-    assert_same_scan(scan, message_batch.encode_checked([(b"x", 0, {"TAGS": "a"})]))
-
-
-_scan_properties = st.one_of(
-    _properties,
-    st.sampled_from([{c.PROPERTY_DELAY: "3"}, {"xDELAY": "1"}, {"k": "DELAY\x01"}, {"__RECORD_CRC32x": "1"},
-                     {"TAGS": "a", "xTAGS": "b"}, {"xTAGS": "b"}, {"k": "x" * record.USER_PROPERTIES_BYTES_MAX},
-                     {"k": "x" * (record.USER_PROPERTIES_BYTES_MAX - 4)}]),
-)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(messages=st.lists(st.tuples(_body() | st.just(b""), INT32, _scan_properties), max_size=6),
-       body_bytes_max=st.sampled_from([BODY_BYTES_MAX, 1, 1024, 0, -1, 2**70, -2**70]) | st.integers(0, 80 * 1024))
-def test_random_batch_bodies_scan_identically(scan, messages, body_bytes_max):
-    blob = message_batch.encode_checked(messages)
-    assert_same_scan(scan, blob, body_bytes_max)
-
-
-_piece = st.sampled_from([b"\x01", b"\x02", b"a", b"TAGS", b"DELAY", b"__RECORD_CRC32", "é".encode(), b"\x7f",
-                          b"\x80"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(props=st.lists(_piece, max_size=12).map(b"".join), body=st.binary(max_size=8))
-def test_any_properties_bytes_scan_identically(scan, props, body):
-    head = message_batch.ENTRY_HEAD.pack(message_batch.ENTRY_BYTES_MIN + len(body) + len(props), 0, 0, 0, len(body))
-    entry = head + body + message_batch.PROPS_LEN.pack(len(props)) + props
-    plain = message_batch.encode_checked([(b"p", 0, {"TAGS": "t"})])
-    for blob in (entry, plain + entry, entry + plain):
-        assert_same_scan(scan, blob)
-
-
-def test_every_truncation_scans_identically(scan):
-    blob = message_batch.encode_checked([(b"a" * 30, 1, {"TAGS": "x", "k": "v"}), (b"b", 2, {}), (b"c" * 5, 3, {})])
-    for cut in range(len(blob) + 1):
-        assert_same_scan(scan, blob[:cut])
-
-
-@settings(max_examples=400, deadline=None)
-@given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4))
-def test_garbled_batch_bodies_scan_identically(scan, flips):
-    blob = bytearray(message_batch.encode_checked([(b"a" * 30, 1, {"TAGS": "x", "k": "v"}), (b"b", 2, {}),
-                                                   (b"c" * 5, 3, {"TAGS": "y"})]))
-    for pos, value in flips:
-        blob[pos % len(blob)] = value
-    assert_same_scan(scan, bytes(blob))
-
-
-@pytest.mark.parametrize("head", [(2**31 - 1, 0, 0, 0, 1), (-2**31, 0, 0, 0, 1), (30, 0, 0, 0, -2**31),
-                                  (30, 0, 0, 0, 2**31 - 1), (22, 0, 0, 0, 0), (23, 0, 0, 0, 1)])
-def test_extreme_entry_lengths_scan_identically(scan, head):
-    blob = message_batch.ENTRY_HEAD.pack(*head) + b"\x00" * 16
-    assert_same_scan(scan, blob)
-    assert_same_scan(scan, blob, 2**70)
-
-
-def test_any_bytes_like_blob_scans_as_bytes_do(scan):
-    blob = message_batch.encode_checked([(b"one", 0, {"TAGS": "a"}), (b"two", 5, {})])
-    expected = scan_batch_body_python(blob, 1024)
-    for other in (bytearray(blob), memoryview(blob)):
-        got = scan(other, 1024)
-        assert got.blob is other and (got.entries, got.properties) == (expected.entries, expected.properties)
-
-
-@pytest.mark.parametrize(("args", "error"), [
-    (("text", 10), TypeError), ((None, 10), TypeError), ((b"", 1.5), TypeError), ((b"", "10"), TypeError),
-    ((b"",), TypeError), ((b"", 1, 2), TypeError),
-])
-def test_bad_scan_arguments_raise_in_c(scan, args, error):
-    with pytest.raises(error):
-        scan(*args)
-
-
-def test_no_reference_leaks_over_many_scans(scan):
-    blob = message_batch.encode_checked([(b"x" * 300, i, {"TAGS": "t", "k": "v"}) for i in range(8)])
-    refused = blob[:-1]
-
-    def run(rounds):
-        for _ in range(rounds):
-            assert scan(blob, 4096) is not None
-            assert scan(refused, 4096) is None
-            with pytest.raises(TypeError):
-                scan(blob, "many")
-
-    assert_no_leaks(run, [blob, refused, ScannedBatch])
-
-
-# --- placing a batch ----------------------------------------------------------------------------------
-PHYS_FIELD_END = record.PHYS_OFFSET_POS + record.PHYS_OFFSET_FIELD.size  # the smallest size place_batch takes
-
-
-@pytest.fixture(scope="module")
-def place():
-    """The compiled placing; fails (never skips) when it is not built."""
-    return require_compiled(record_batch.compiled_placer, "placing nodes.store._record_encode")
-
-
-def assert_same_placing(place, blob: bytes, sizes, phys_offset: int) -> list[int]:
-    expected_blob, got_blob = bytearray(blob), bytearray(blob)
-    expected = place_batch_python(expected_blob, sizes, phys_offset)
-    got = place(got_blob, sizes, phys_offset)
-    assert (got, got_blob) == (expected, expected_blob)
-    assert type(got) is list and all(type(position) is int for position in got)
-    return got
-
-
-def test_place_batch_is_the_compiled_placing_here(place):
-    assert record_batch.PLACER == "compiled", COMPILED_MISSING_HINT
-    blob, expected = bytearray(300), bytearray(300)
-    assert record_batch.place_batch(blob, [100, 200], 7) == place_batch_python(expected, [100, 200], 7) == [7, 107]
-    assert blob == expected
-
-
-@settings(max_examples=300, deadline=None)
-@given(sizes=st.lists(st.integers(PHYS_FIELD_END, 300), max_size=40), spare=st.integers(0, 64),
-       fill=st.integers(0, 255), phys_offset=st.integers(-2**63, 2**63 - 1))
-def test_random_batches_place_identically(place, sizes, spare, fill, phys_offset):
-    blob = bytes([fill]) * (sum(sizes) + spare)
-    if sizes and phys_offset > 2**63 - 1 - (sum(sizes) - sizes[-1]):
-        for placing in (place, place_batch_python):  # a position past the 8-byte field
-            with pytest.raises(struct.error):
-                placing(bytearray(blob), sizes, phys_offset)
-        return
-    assert_same_placing(place, blob, sizes, phys_offset)
-
-
-@pytest.mark.parametrize("count", [1, 32, 1024])
-def test_encoded_batches_place_identically_and_decode_at_their_positions(compiled, place, count):
-    messages = [(bytes([i % 251]) * 1024, i, {"TAGS": f"t{i % 3}"}) for i in range(count)]
-    blob, sizes = compiled(scanned_of(messages), **FIELDS)
-    phys_offset = 5 << 30
-    positions = assert_same_placing(place, bytes(blob), sizes, phys_offset)
-    place(blob, sizes, phys_offset)
-    for position in positions:
-        assert record.decode_record(blob, position - phys_offset, check_crc=True).phys_offset == position
-
-
-def test_any_writable_buffer_and_a_tuple_of_sizes_place_as_a_bytearray_does(place):
-    expected = bytearray(200)
-    place_batch_python(expected, [50, 150], 3)
-    for blob in (bytearray(200), memoryview(bytearray(200)), array.array("B", bytes(200))):
-        assert place(blob, (50, 150), 3) == [3, 53]
-        assert bytes(blob) == expected
-
-
-@pytest.mark.parametrize(("sizes", "match"), [
-    ([100, 101], "record size 101 is out of range"),  # runs past the 200-byte blob
-    ([201], "record size 201"), ([PHYS_FIELD_END - 1], "record size 35"), ([0], "record size 0"),
-    ([-100, 100], "record size -100"), ([100, 2**70], "record size"),
-])
-def test_sizes_that_do_not_fit_the_blob_raise_value_error_and_write_nothing(place, sizes, match):
-    blob = bytearray(b"\xee" * 200)
-    with pytest.raises(ValueError, match=match):
-        place(blob, sizes, 0)
-    assert blob == b"\xee" * 200
-
-
-@pytest.mark.parametrize(("args", "error"), [
-    ((bytearray(100), [100]), TypeError), ((bytearray(100), [100], 0, 1), TypeError),
-    ((b"\x00" * 100, [100], 0), BufferError), (("text", [100], 0), TypeError), ((None, [100], 0), TypeError),
-    ((bytearray(100), iter([100]), 0), TypeError), ((bytearray(100), None, 0), TypeError),
-    ((bytearray(100), [100.0], 0), TypeError), ((bytearray(100), ["100"], 0), TypeError),
-    ((bytearray(100), [100], 1.0), struct.error), ((bytearray(100), [100], "0"), struct.error),
-    ((bytearray(100), [100], 2**63), struct.error), ((bytearray(100), [50, 50], 2**63 - 50), struct.error),
-])
-def test_bad_placing_arguments_raise_in_c(place, args, error):
-    with pytest.raises(error):
-        place(*args)
-
-
-@settings(max_examples=400, deadline=None)
-@given(sizes=st.lists(st.integers(-50, 150) | INT64, max_size=5), blob_bytes=st.integers(0, 300),
-       phys_offset=st.sampled_from([0, -1, 2**63 - 1, -2**63]) | INT64)
-def test_any_sizes_place_as_python_does_or_are_refused(place, sizes, blob_bytes, phys_offset):
-    """Sizes that fit the blob give Python's bytes; any other raises ValueError, writing nothing."""
-    blob = bytearray(b"\x5a" * blob_bytes)
-    try:
-        got = place(blob, sizes, phys_offset)
-    except ValueError:
-        assert blob == b"\x5a" * blob_bytes
-        assert not all(size >= PHYS_FIELD_END for size in sizes) or sum(sizes) > blob_bytes
-        return
-    except struct.error:
-        with pytest.raises(struct.error):
-            place_batch_python(bytearray(blob_bytes), sizes, phys_offset)
-        return
-    expected_blob = bytearray(b"\x5a" * blob_bytes)
-    assert got == place_batch_python(expected_blob, sizes, phys_offset) and blob == expected_blob
-
-
-def test_a_phys_offset_hook_that_empties_the_sizes_places_nothing(place):
-    sizes = [100, 100]
-
-    class Clears:
-        def __index__(self):
-            sizes.clear()
-            return 0
-
-    blob = bytearray(200)
-    assert place(blob, sizes, Clears()) == [] and blob == bytearray(200)
-
-
-def test_no_reference_leaks_over_many_placings(place):
-    blob, sizes = bytearray(64 * 100), [100] * 64
-    past, small = [100] * 65, [10]
-
-    def run(rounds):
-        for _ in range(rounds):
-            place(blob, sizes, 1 << 40)
-            for bad in (past, small):
-                with pytest.raises(ValueError):
-                    place(blob, bad, 0)
-            with pytest.raises(struct.error):
-                place(blob, sizes, 2**63)
-
-    assert_no_leaks(run, [blob, sizes, past, small])
