@@ -25,15 +25,10 @@ from nodes.common.compiled_twin import load_twin
 from nodes.store.mapped_file import segment_name
 from nodes.store.record import (
     HEADER,
-    PHYS_OFFSET_POS,
-    PROPS_LEN,
     RECORD_BYTES_MIN,
-    RECORD_CRC_PREFIX,
-    RECORD_CRC_PROPERTY_BYTES,
     SIZE_AND_MAGIC,
-    SYS_FLAG_BORN_HOST_V6,
-    SYS_FLAG_STORE_HOST_V6,
     CheckedRecord,
+    compiled_rules_layout,
     index_fields,
     peek_size_and_magic,
 )
@@ -70,9 +65,7 @@ def _record_check_module() -> Any:
     # by its full name, as pull_decode loads its decoder: a missing module says "No module named ..."
     _record_check = importlib.import_module("nodes.store._record_check")
     # the C side reads the header at fixed positions and refuses a layout it was not written for
-    _record_check.init(HEADER.format, HEADER.size, RECORD_BYTES_MIN, c.RECORD_MAGIC, c.BLANK_MAGIC,
-                       c.END_FILE_MIN_BLANK_BYTES, PHYS_OFFSET_POS, PROPS_LEN.format, RECORD_CRC_PREFIX,
-                       RECORD_CRC_PROPERTY_BYTES, SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
+    _record_check.init(*compiled_rules_layout())
     return _record_check
 
 

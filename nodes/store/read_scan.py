@@ -19,16 +19,7 @@ from nodes.common import constants as c
 from nodes.common.compiled_twin import load_twin
 from nodes.store.consume_queue import CQ_UNIT
 from nodes.store.read_check import body_checks, record_checks
-from nodes.store.record import (
-    HEADER,
-    PHYS_OFFSET_POS,
-    PROPS_LEN,
-    RECORD_BYTES_MIN,
-    RECORD_CRC_PREFIX,
-    RECORD_CRC_PROPERTY_BYTES,
-    SYS_FLAG_BORN_HOST_V6,
-    SYS_FLAG_STORE_HOST_V6,
-)
+from nodes.store.record import RECORD_BYTES_MIN, compiled_rules_layout
 
 PURE_PYTHON_ENV = "MQLAB_PURE_PYTHON_READ"  # "1": scan with the Python walk even when compiled
 
@@ -106,10 +97,7 @@ def compiled_scan() -> Callable[..., ScanStep]:
     """
     # by its full name, as the other twins load: a missing module says "No module named ..."
     module: Any = importlib.import_module("nodes.store._read_scan")
-    module.init(HEADER.format, HEADER.size, RECORD_BYTES_MIN, c.RECORD_MAGIC, c.BLANK_MAGIC,
-                c.END_FILE_MIN_BLANK_BYTES, PHYS_OFFSET_POS, PROPS_LEN.format, RECORD_CRC_PREFIX,
-                RECORD_CRC_PROPERTY_BYTES, SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6,
-                CQ_UNIT.format, CQ_UNIT.size, _HOLE_SIZE)
+    module.init(*compiled_rules_layout(), CQ_UNIT.format, CQ_UNIT.size, _HOLE_SIZE)
     return module.scan_units
 
 

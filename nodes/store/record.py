@@ -463,3 +463,13 @@ def _record_crc_matches(buf: Any, pos: int, end: int) -> bool:
 def peek_size_and_magic(buf: Any, pos: int) -> tuple[int, int]:
     """The first two fields at `pos` (total size, magic) without any check."""
     return SIZE_AND_MAGIC.unpack_from(buf, pos)
+
+
+def compiled_rules_layout() -> tuple[object, ...]:
+    """What the compiled record rules (nodes/store/_record_rules.h) are initialised with: the
+    header layout, the magics, the blank marker, the PHYSICALOFFSET position, the properties
+    length, the record CRC property and the IPv6 flags. Every module built on them (the slave's
+    record check, the read scan) takes these first and refuses a layout it was not written for."""
+    return (HEADER.format, HEADER.size, RECORD_BYTES_MIN, c.RECORD_MAGIC, c.BLANK_MAGIC, c.END_FILE_MIN_BLANK_BYTES,
+            PHYS_OFFSET_POS, PROPS_LEN.format, RECORD_CRC_PREFIX, RECORD_CRC_PROPERTY_BYTES,
+            SYS_FLAG_BORN_HOST_V6 | SYS_FLAG_STORE_HOST_V6)
