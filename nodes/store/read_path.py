@@ -155,7 +155,9 @@ class StoreReader:
         their positions are kept (adjacent records merge into one run), so the found bytes
         are copied exactly once, by the final join. A record is checked in full the first time
         this store hands it out; later reads check its framing and body CRC again (bytes can
-        change under a running store), skipping the rest (`CheckedExtents`).
+        change under a running store), skipping the rest (`CheckedExtents`). Runs of ordinary
+        units go through `read_scan.scan_units` (compiled when built); this loop takes every
+        other unit, and the first of each segment, by the same rules.
         """
         status = GetStatus.NO_MATCHED_MESSAGE
         commitlog = self._commitlog
