@@ -1,7 +1,7 @@
 """How a module picks between a compiled twin and the Python code it mirrors.
 
 Each compiled module (setup.py: the pull decoder, the batch-body and record codecs, the
-record check) is optional and stays second to its Python reference: a module loads the twin at
+record check, the read scan) is optional and stays second to its Python reference: a module loads the twin at
 import unless its switch (`MQLAB_PURE_PYTHON_...=1`) says not to, and falls back to Python when
 the extension was not built or refuses this process's record layout. The word it keeps beside
 the function says which one runs, for tests and logs.
