@@ -89,7 +89,7 @@ def measure_push(run: Run, client: str, topic: str, expected: int) -> None:
     """`client`'s push consumer (a new group, from offset 0), its listener reading each message's
     body; from the first delivery to the last of the `expected` preloaded messages."""
     config = run.config
-    job = _job(run, client, "push", f"bench_{client}_push", topic=topic, expected=expected,
+    job = _job(run, client, "push", run.fresh_group(f"bench_{client}_push"), topic=topic, expected=expected,
                seconds=max(REAL_PUSH_SECONDS_MIN, 10 * config.seconds))
     done = _run(run, f"{client}-push", job, job["seconds"])
     if done.measured.messages < expected:

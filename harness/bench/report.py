@@ -44,7 +44,12 @@ RATIO_COLUMNS = (("plain", ("plain-stream", "plain-stream-publish", "plain-unary
 
 
 def results_table(report: BenchReport) -> Table:
-    table = Table(title="mqlab (median window; range: slowest-fastest window; ratio: of the same-run reference)")
+    if len(report.rounds) > 1:
+        title = (f"mqlab, {len(report.rounds)} rounds (each row: its median round's median window; range: that "
+                 "round's slowest-fastest window; ratio: the median of the rounds' ratios to their own references)")
+    else:
+        title = "mqlab (median window; range: slowest-fastest window; ratio: of the same-run reference)"
+    table = Table(title=title)
     for col in ("case", "window", "msgs/s", "range", "MB/s", *(f"x {name}" for name, _ in RATIO_COLUMNS), "errors"):
         table.add_column(col, justify="left" if col == "case" else "right", no_wrap=col != "case")
     for case in report.results:
@@ -94,7 +99,7 @@ def targets_table(report: BenchReport) -> Table:
     table = Table(title="targets")
     table.add_column("target")
     table.add_column("met", justify="center")
-    table.add_column("this run")
+    table.add_column("this run" if len(report.rounds) <= 1 else f"this run ({len(report.rounds)} rounds)")
     for verdict in evaluate_targets(report):
         mark = {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]n/a[/]"}[verdict.met]
         table.add_row(verdict.name, mark, verdict.detail)

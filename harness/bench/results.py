@@ -6,6 +6,12 @@ Pure: no processes, no clock. The runner fills a `BenchReport`; `report_json` re
 A case or reference counts its messages in back-to-back windows; the figure is the **median**
 window (what a user sees most of the time), with the slowest and fastest window as its spread.
 
+A run of several rounds (`--rounds`) measures the whole matrix again each round. A ratio
+compares a case with a reference measured a minute or two earlier in the same round; the
+machine's speed moves both together within a round and by tens of percent between rounds. So
+with rounds every ratio, and every target, is the median of the per-round ratios (each round's
+case over that round's reference), and a row's figure is its median round's.
+
 Which references a case is a ratio of (all measured in the same run, same body size):
     consumer cases      (pull, pull-loop, push at pull batch B)
                         plain-stream bB (a bare grpc server stream of the same record bytes, the
@@ -205,18 +211,27 @@ class BenchReport:
     machine: dict[str, Any] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)  # the parameters the run used
     problems: list[str] = field(default_factory=list)  # cases that failed or counted errors
+    rounds: list[BenchReport] = field(default_factory=list)  # each round's own report (--rounds > 1)
 
     def add_reference(self, ref: Reference) -> None:
         self.references[ref.key] = ref
 
     def ratios(self, case: CaseResult) -> dict[str, float | None]:
-        """msgs/s of `case` over each of its references' ({kind: ratio}; None: not measured)."""
+        """msgs/s of `case` over each of its references' ({kind: ratio}; None: not measured);
+        with rounds, the median of the ratios of the rounds that measured both."""
+        if len(self.rounds) > 1:
+            per_round = [r.ratios(found) for r in self.rounds if (found := r.find_label(case.label)) is not None]
+            return {kind: median_ratio([ratios.get(kind) for ratios in per_round])
+                    for kind in case_reference_keys(case)}
         out: dict[str, float | None] = {}
         for kind, key in case_reference_keys(case).items():
             ref = self.references.get(key)
             rate = ref.measured.msgs_per_s if ref is not None else 0.0
             out[kind] = case.measured.msgs_per_s / rate if rate else None
         return out
+
+    def find_label(self, label: str) -> CaseResult | None:
+        return next((case for case in self.results if case.label == label), None)
 
     def find(self, client: str, source: str = "master", batch: int | None = None, consumers: int = 1,
              mode: str = "") -> CaseResult | None:
@@ -227,28 +242,70 @@ class BenchReport:
         return None
 
 
+def median_ratio(values: Iterable[float | None]) -> float | None:
+    """The median of the measured values (the lower middle one of an even count, so it is a
+    round that happened); None when none was measured."""
+    measured = [v for v in values if v is not None]
+    return statistics.median_low(measured) if measured else None
+
+
 @dataclass(frozen=True)
 class TargetVerdict:
     name: str
     met: bool | None  # None: the run did not measure what the target needs
     detail: str
+    ratio: float | None = None  # what was judged (a share for "within" targets)
+    wanted: float | None = None  # the least ratio that meets the target
+    round_ratios: tuple[float | None, ...] = ()  # with rounds: each round's ratio, in order
+    share: bool = False  # the ratio reads as a percentage (a slave's share of its master's rate)
+
+    def ratio_text(self, ratio: float) -> str:
+        return f"{ratio:.0%}" if self.share else f"{ratio:.2f}x"
 
 
 def _ratio_verdict(report: BenchReport, name: str, case: CaseResult | None, kind: str,
                    wanted: float) -> TargetVerdict:
     if case is None:
-        return TargetVerdict(name, None, "case not measured")
+        return TargetVerdict(name, None, "case not measured", wanted=wanted)
     got = report.ratios(case).get(kind)
     if got is None:
         hint = " (add --peers redis)" if kind.startswith("redis") else ""
-        return TargetVerdict(name, None, f"{kind} not measured{hint}")
+        return TargetVerdict(name, None, f"{kind} not measured{hint}", wanted=wanted)
     ref = report.references[case_reference_keys(case)[kind]]
     return TargetVerdict(name, got >= wanted, f"{got:.2f}x ({case.measured.msgs_per_s:,.0f} vs "
-                                              f"{ref.measured.msgs_per_s:,.0f} msgs/s)")
+                                              f"{ref.measured.msgs_per_s:,.0f} msgs/s)", got, wanted)
 
 
 def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
-    """The targets against this run's numbers (1 KiB bodies, one consumer or producer)."""
+    """The targets against this run's numbers (1 KiB bodies, one consumer or producer); with
+    rounds, each target on the median of its per-round ratios."""
+    if len(report.rounds) > 1:
+        return _median_verdicts([_evaluate_round(r) for r in report.rounds])
+    return _evaluate_round(report)
+
+
+def _median_verdicts(per_round: list[list[TargetVerdict]]) -> list[TargetVerdict]:
+    """One verdict per target named in any round: met when the median of the rounds' ratios is."""
+    by_name: dict[str, list[TargetVerdict | None]] = {}
+    for i, verdicts in enumerate(per_round):
+        for verdict in verdicts:
+            by_name.setdefault(verdict.name, [None] * len(per_round))[i] = verdict
+    out: list[TargetVerdict] = []
+    for verdicts in by_name.values():
+        some = next(v for v in verdicts if v is not None)
+        ratios = tuple(v.ratio if v is not None else None for v in verdicts)
+        got = median_ratio(ratios)
+        if got is None or some.wanted is None:
+            out.append(dataclasses.replace(some, met=None, detail=f"{some.detail} (in every round)", ratio=None,
+                                           round_ratios=ratios))
+            continue
+        each = " / ".join("-" if r is None else some.ratio_text(r) for r in ratios)
+        out.append(dataclasses.replace(some, met=got >= some.wanted, ratio=got, round_ratios=ratios,
+                                       detail=f"{some.ratio_text(got)}: median of the rounds' {each}"))
+    return out
+
+
+def _evaluate_round(report: BenchReport) -> list[TargetVerdict]:
     verdicts: list[TargetVerdict] = []
     batches = sorted({c.batch for c in report.results if c.client == "pull" and not c.mode}) or [32, 1024]
     for batch in batches:
@@ -263,11 +320,12 @@ def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
             continue
         master = report.find("pull", "master", case.batch, case.consumers)
         name = f"pull slave b{case.batch} x{case.consumers} within {SLAVE_WITHIN_FRACTION:.0%} of master"
+        wanted = 1 - SLAVE_WITHIN_FRACTION
         if master is None or not master.measured.msgs_per_s:
-            verdicts.append(TargetVerdict(name, None, "master not measured"))
+            verdicts.append(TargetVerdict(name, None, "master not measured", wanted=wanted, share=True))
             continue
         ratio = case.measured.msgs_per_s / master.measured.msgs_per_s
-        verdicts.append(TargetVerdict(name, ratio >= 1 - SLAVE_WITHIN_FRACTION, f"{ratio:.0%} of master"))
+        verdicts.append(TargetVerdict(name, ratio >= wanted, f"{ratio:.0%} of master", ratio, wanted, share=True))
     verdicts.append(_ratio_verdict(report, f"push b{PUSH_PULL_BATCH} >= 1.0x redis-ack b{PUSH_PULL_BATCH}",
                                    report.find("push", "master"), "redis-ack", 1.0))
     verdicts.append(_ratio_verdict(report, f"pull loop b{PULL_LOOP_BATCH} >= 0.5x redis-ack b{PULL_LOOP_BATCH}",
@@ -279,14 +337,37 @@ def evaluate_targets(report: BenchReport) -> list[TargetVerdict]:
     name = f"send_async >= {ASYNC_OF_BEST_BATCH:.1f}x the best send_batch"
     async_case = report.find("send", mode="async")
     if async_case is None or not batch_sends:
-        verdicts.append(TargetVerdict(name, None, "not measured"))
+        verdicts.append(TargetVerdict(name, None, "not measured", wanted=ASYNC_OF_BEST_BATCH))
     else:
         best = max(batch_sends, key=lambda c: c.measured.msgs_per_s)
         ratio = async_case.measured.msgs_per_s / best.measured.msgs_per_s if best.measured.msgs_per_s else 0.0
         verdicts.append(TargetVerdict(name, ratio >= ASYNC_OF_BEST_BATCH,
                                       f"{ratio:.2f}x ({async_case.measured.msgs_per_s:,.0f} vs {best.label} "
-                                      f"{best.measured.msgs_per_s:,.0f} msgs/s)"))
+                                      f"{best.measured.msgs_per_s:,.0f} msgs/s)", ratio, ASYNC_OF_BEST_BATCH))
     return verdicts
+
+
+def combine_rounds(rounds: list[BenchReport]) -> BenchReport:
+    """The report of a run of several rounds: each row and reference from its median round (by
+    msgs/s), rows in the order they were first measured (a first read is measured in the first
+    round only), ratios and targets from `rounds` (kept on the report). Machine, run and
+    problems are the caller's to set."""
+    labels = list(dict.fromkeys(case.label for r in rounds for case in r.results))
+    keys = list(dict.fromkeys(key for r in rounds for key in r.references))
+    combined = BenchReport(record_bytes=next((r.record_bytes for r in rounds if r.record_bytes), 0),
+                           rounds=list(rounds))
+    for label in labels:
+        found = [case for r in rounds if (case := r.find_label(label)) is not None]
+        combined.results.append(_median_of(found, lambda case: case.measured.msgs_per_s))
+    for key in keys:
+        refs = [r.references[key] for r in rounds if key in r.references]
+        combined.add_reference(_median_of(refs, lambda ref: ref.measured.msgs_per_s))
+    return combined
+
+
+def _median_of(items: list[Any], rate: Any) -> Any:
+    ordered = sorted(items, key=rate)
+    return ordered[(len(ordered) - 1) // 2]  # the lower middle one, as median_low
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -318,13 +399,22 @@ def result_json(report: BenchReport, case: CaseResult) -> dict[str, Any]:
 
 
 def report_json(report: BenchReport) -> dict[str, Any]:
+    rounds = [{"results": [result_json(r, case) for case in r.results],
+               "references": [_reference_json(ref) for ref in r.references.values()],
+               "targets": [asdict(v) for v in _evaluate_round(r)], "problems": list(r.problems)}
+              for r in report.rounds] if len(report.rounds) > 1 else []
     return {
         "results": [result_json(report, case) for case in report.results],
-        "references": [{"kind": ref.kind, "batch": ref.batch, "window": ref.window, **_measured_json(ref.measured),
-                        "cpu_us_per_msg": dict(ref.cpu_us_per_msg)} for ref in report.references.values()],
+        "references": [_reference_json(ref) for ref in report.references.values()],
         "record_bytes": report.record_bytes,
         "machine": dict(report.machine),
         "run": dict(report.run),
         "targets": [asdict(v) for v in evaluate_targets(report)],
         "problems": list(report.problems),
+        "rounds": rounds,
     }
+
+
+def _reference_json(ref: Reference) -> dict[str, Any]:
+    return {"kind": ref.kind, "batch": ref.batch, "window": ref.window, **_measured_json(ref.measured),
+            "cpu_us_per_msg": dict(ref.cpu_us_per_msg)}

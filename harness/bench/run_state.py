@@ -31,6 +31,7 @@ from harness.cluster import LocalCluster
 from nodes.common import constants as c
 
 WORKER_READY_BUDGET_S = 60.0
+ROUNDS_MAX = 9
 WORKER_RESULT_SLACK_S = 60.0  # beyond the case's own seconds
 
 # Let one pull carry a whole batch of 1024 messages of up to ~16 KiB (RocketMQ's defaults cap a
@@ -55,6 +56,7 @@ class BenchConfig:
     sources: tuple[str, ...] = ("master", "slave")
     seconds: float = 2.0  # one measuring window
     windows: int = 3  # windows per case and reference; the median one counts
+    rounds: int = 1  # the whole matrix measured this many times; ratios and targets: the rounds' median
     window: int = 8  # pulls in flight per consumer process (and in the stream references)
     send_batches: tuple[int, ...] = DEFAULT_SEND_BATCHES  # messages per send_batch call
     send_window: int = DEFAULT_SEND_WINDOW  # send_async's bounded window
@@ -80,6 +82,8 @@ class BenchConfig:
         return self.seconds * self.windows
 
     def validate(self) -> None:
+        if not 1 <= self.rounds <= ROUNDS_MAX:
+            raise BenchError(f"--rounds {self.rounds} is outside 1..{ROUNDS_MAX}")
         if self.messages < self.queues:
             raise BenchError(f"--messages {self.messages} is fewer than --queues {self.queues}")
         for batch in self.batches:
@@ -144,6 +148,12 @@ class Run:
         self.redis: RedisPeer | None = None
         self.limits_addr = ""  # the limits server's gRPC address, once started
         self.tcp_port = 0  # its TCP reference port
+        self.round_number = 1  # of config.rounds
+
+    def fresh_group(self, name: str) -> str:
+        """A consumer group no earlier round used: a push consumer that starts from the first
+        offset must find no offsets committed by the last round's."""
+        return name if self.round_number == 1 else f"{name}_r{self.round_number}"
 
     def child(self, argv: Sequence[str], name: str) -> Child:
         proc = Child(argv, f"{name}-{next(self._names)}", self.log_dir,
@@ -178,7 +188,8 @@ class Run:
             if self.config.profile is not None:
                 pids = {f"client{i}": w.proc.pid for i, w in enumerate(workers)}
                 pids.update({role: pid for role, pid in self._broker_pids().items()})
-                profile = RowProfile(self.config.profile, name, pids, seconds)
+                row = name if self.config.rounds == 1 else f"{name}-round{self.round_number}"
+                profile = RowProfile(self.config.profile, row, pids, seconds)
             results = [json.loads(w.expect("RESULT", seconds + WORKER_RESULT_SLACK_S)) for w in workers]
             brokers.finish()  # the work ended before `seconds` (one pass, push): read the brokers now
             if profile is not None:

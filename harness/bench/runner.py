@@ -16,6 +16,10 @@ and async sends (they grow the commitlog); last, with `--clients`, each real Roc
 rows (`harness.bench.real_clients`), against the same topics. Every case and reference counts `windows`
 windows and reports the median one with the spread.
 
+With `rounds` > 1 everything after the loopback TCP reference is measured again each round (the
+first reads only in the first: later reads are not first), each round into a report of its own;
+the run's report combines them (`results.combine_rounds`).
+
 Slave cases pin the PullConsumer to broker id 1 (`PullConsumer(pull_from_broker_id=1)`, a
 bench-only option): with RocketMQ's defaults a slave answers and then suggests the master, so
 following the suggestion would measure the master again.
@@ -42,7 +46,7 @@ from harness.bench import real_clients, stages
 from harness.bench.broker_admin import create_topic, queue_max_offsets
 from harness.bench.peers import RedisPeer
 from harness.bench.processes import BenchError, Child
-from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, BenchReport
+from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, BenchReport, combine_rounds
 from harness.bench.run_state import MALLOC_TUNING, TRANSFER_CAPS, BenchConfig, Hooks, Run, _worker_argv
 from harness.bench.stages import PULL_TOPIC, SEND_TOPIC
 from harness.cluster import LocalCluster
@@ -218,10 +222,11 @@ def _send_references(run: Run, batch: int) -> None:
         _attempt(run, f"redis xadd b{batch}", stages.measure_redis_xadd, batch)
 
 
-def _pull_stages(run: Run) -> None:
-    """The pull consumer's rows (a first read, then per batch, source and process count) and the pull loop."""
+def _pull_stages(run: Run, *, first_round: bool) -> None:
+    """The pull consumer's rows (a first read in the first round, then per batch, source and
+    process count) and the pull loop."""
     config, hooks = run.config, run.hooks
-    for source in config.sources:
+    for source in config.sources if first_round else ():
         hooks.stage(f"first read: one pass over every queue from the {source}, batch {max(config.batches)}")
         _attempt(run, f"first read from the {source}", stages.measure_pull, source, max(config.batches), 1,
                  first_read=True)
@@ -253,8 +258,30 @@ def _run_stages(run: Run) -> None:
     stages.start_limits_server(run)
     hooks.stage("reference: loopback TCP")
     _attempt(run, "tcp", stages.measure_tcp)
+    if config.rounds == 1:
+        _measure_round(run, stored, first_round=True)
+        return
+    shared = run.report
+    rounds: list[BenchReport] = []
+    for number in range(1, config.rounds + 1):
+        hooks.stage(f"round {number} of {config.rounds}")
+        run.report = BenchReport(references=dict(shared.references), record_bytes=shared.record_bytes)
+        run.round_number = number
+        try:
+            _measure_round(run, stored, first_round=number == 1)
+        finally:
+            rounds.append(run.report)
+            run.report = shared
+    combined = combine_rounds(rounds)
+    shared.results, shared.references, shared.rounds = combined.results, combined.references, rounds
+    shared.problems.extend(f"round {i}: {problem}" for i, r in enumerate(rounds, 1) for problem in r.problems)
+
+
+def _measure_round(run: Run, stored: int, *, first_round: bool) -> None:
+    """Every row and the references it is a ratio of, once."""
+    config, hooks = run.config, run.hooks
     if config.pull:
-        _pull_stages(run)
+        _pull_stages(run, first_round=first_round)
     if config.push:
         _consumer_references(run, PUSH_PULL_BATCH)
         hooks.stage("push consumer, a listener that reads each message")

@@ -125,7 +125,7 @@ def measure_pull_loop(run: Run) -> None:
 
 def measure_push(run: Run, expected: int) -> None:
     config = run.config
-    job = _client_job(run, role="push", topic=PULL_TOPIC, group="bench_push", batch=PUSH_PULL_BATCH,
+    job = _client_job(run, role="push", topic=PULL_TOPIC, group=run.fresh_group("bench_push"), batch=PUSH_PULL_BATCH,
                       expected=expected, seconds=max(10.0, 10 * config.seconds))
     measured, samples, cpu = run.run_workers("push", [job], job["seconds"])
     run.record(CaseResult("push", "master", PUSH_PULL_BATCH, config.body_bytes, 1, measured, cpu_us_per_msg=cpu),

@@ -11,7 +11,7 @@ from harness.bench import report as bench_report
 from harness.bench.runner import BenchConfig
 
 OPTIONS = ["--messages", "--body-bytes", "--queues", "--batches", "--consumers", "--quick", "--json", "--plot",
-           "--time-scale", "--seconds", "--windows", "--window", "--tune-malloc", "--send-batch", "--send-window", "--peers", "--check",
+           "--time-scale", "--seconds", "--windows", "--rounds", "--window", "--tune-malloc", "--send-batch", "--send-window", "--peers", "--check",
            "--keep-store"]
 
 
@@ -122,3 +122,23 @@ def test_a_run_leaves_its_results_logs_and_configs_but_not_the_brokers_stores(tm
     _delete_stores(tmp_path)
     assert not list(tmp_path.glob("*/store"))
     assert len(list(tmp_path.glob("*/node.log"))) == 3 and (tmp_path / "bench-pull.json").exists()
+
+
+def test_check_judges_three_rounds_unless_told_otherwise(runner, monkeypatch, tmp_path):
+    from harness.bench import cli as bench_cli
+    from harness.bench.results import BenchReport
+
+    seen: list[int] = []
+
+    def fake_run(config, hooks):
+        seen.append(config.rounds)
+        return BenchReport(run={"run_dir": str(tmp_path)}, machine={"cpus": 2})
+
+    monkeypatch.setattr(bench_cli, "run_bench", fake_run)
+    runner.invoke(cli.app, ["bench", "pull", "--check"])
+    runner.invoke(cli.app, ["bench", "pull", "--check", "--rounds", "1"])
+    runner.invoke(cli.app, ["bench", "pull"])
+    runner.invoke(cli.app, ["bench", "pull", "--rounds", "5"])
+    assert seen == [3, 1, 1, 5]
+    refused = runner.invoke(cli.app, ["bench", "pull", "--rounds", "10"])
+    assert refused.exit_code == 2 and not seen[4:]

@@ -67,3 +67,23 @@ def test_a_send_only_bench_measures_no_consumer_row(tmp_path):
     assert {"plain-unary b10", "plain-unary b1", "plain-stream-publish b10"} <= set(report.references)
     assert not any(name.startswith(("plain-stream ", "grpc-stream")) for name in report.references)
     assert not children_running("harness.bench")
+
+
+def test_every_round_measures_its_rows_again_and_the_push_consumer_reads_everything_each_time(tmp_path):
+    # A push consumer starts from the first offset of a group with nothing committed: a later
+    # round that reused the first round's group would find every offset committed and read nothing.
+    config = BenchConfig(messages=200, body_bytes=100, queues=2, batches=(8,), consumers=(1,), seconds=0.3,
+                         windows=1, pull=False, send=False, rounds=2, time_scale=0.05, run_dir=tmp_path / "run")
+    stages: list[str] = []
+    report = run_bench(config, Hooks(stage=stages.append))
+    assert not report.problems, report.problems
+    assert [s for s in stages if s.startswith("round ")] == ["round 1 of 2", "round 2 of 2"]
+    assert len(report.rounds) == 2
+    for number, one in enumerate(report.rounds, 1):
+        assert [case.label for case in one.results] == ["push master b32"], number
+        assert one.results[0].measured.messages == 200, number
+        assert {"mmap-scan", "tcp", "plain-stream b32", "grpc-stream b32"} <= set(one.references), number
+    assert [case.label for case in report.results] == ["push master b32"]
+    data = report_json(report)
+    assert len(data["rounds"]) == 2 and data["results"][0]["ratios"]["plain-stream"] > 0
+    assert not children_running("harness.bench")
