@@ -50,7 +50,7 @@ def pull(
     queues: Annotated[int, typer.Option("--queues", min=1, max=1024, help="Queues of the benchmark topic.")] = 8,
     batches: Annotated[str, typer.Option("--batches", help="Pull batch sizes, comma-separated.")] = "32,1024",
     consumers: Annotated[str | None, typer.Option("--consumers", help="Consumer process counts, comma-separated (default 1,4; --quick 1).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Reduced matrix: 1 KiB bodies, batch 32 and 1024, master and slave, one consumer; under two minutes.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced matrix: 1 KiB bodies, batch 32 and 1024, master and slave, one consumer; two to six minutes on two cores (with --check, three rounds: about five).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON to FILE.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help=f"PNG bar plot (default: <run dir>/{PLOT_NAME}).")] = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Multiply every cluster timer by F.")] = 1.0,
