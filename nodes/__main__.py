@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nodes.common.allocator import tune_allocator
 from nodes.common.config import load_node_config
 from nodes.common.constants import EXIT_CONFIG, EXIT_OK
 from nodes.common.errors import ConfigError, DataDirError
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     _setup_logging(Path(config.run_dir), config.node_id)
+    logging.getLogger("nodes").info("allocator: %s", tune_allocator())
     try:
         return asyncio.run(_run(role, config))
     except (ConfigError, DataDirError) as exc:

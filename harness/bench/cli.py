@@ -63,7 +63,7 @@ def pull(
     send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
     send_batch: Annotated[str, typer.Option("--send-batch", help="Messages per send_batch call, comma-separated (one send case each).")] = ",".join(map(str, DEFAULT_SEND_BATCHES)),
     send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
-    tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run every process (nodes, clients, limits) with glibc's mmap threshold raised, so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
+    tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run the client and reference processes too with the allocator thresholds the nodes set for themselves (glibc's mmap threshold raised), so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
     peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
     clients: Annotated[str, typer.Option("--clients", help="Real RocketMQ clients measured beside mqlab's own rows, comma-separated: cpp (Apache's C++ client, PyPI rocketmq 0.4.4), ons (ali-ons 3.12.0 under node); installed by ./scripts/bootstrap.sh.")] = "",
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a target is missed or could not be judged (printed).")] = False,

@@ -40,10 +40,11 @@ TRANSFER_CAPS = {"transfer_count_max_in_memory": c.PULL_BATCH_COUNT_MAX,
                  "transfer_bytes_max_in_memory": 16 * 1024 * 1024}
 
 
-# --tune-malloc: glibc serves allocations of 128 KiB and more with a fresh mmap, so every ~1 MiB
-# pull buffer (records, protobuf fields, grpc frames) costs page faults and zeroing in the
-# kernel; raising the threshold keeps such buffers in the reused heap.
-MALLOC_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(256 * 1024 * 1024)}
+# --tune-malloc: every process of the run (the clients, the references' processes, the limits
+# server) gets the allocator thresholds the nodes always set for themselves
+# (nodes.common.allocator; the nodes then keep these, set by the same values in the environment).
+MALLOC_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(c.MALLOC_MMAP_THRESHOLD_BYTES),
+                 "MALLOC_TRIM_THRESHOLD_": str(c.MALLOC_TRIM_THRESHOLD_BYTES)}
 
 
 @dataclass(frozen=True)

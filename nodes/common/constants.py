@@ -200,6 +200,17 @@ EXIT_CRASH = 70  # EX_SOFTWARE: a broken invariant of the node's own
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is unusable
 
 # ---------------------------------------------------------------------------
+# The allocator of a node process (glibc malloc, set at start: nodes.common.allocator)
+# ---------------------------------------------------------------------------
+# glibc serves an allocation of 128 KiB or more with a fresh mmap and unmaps it on free (the
+# threshold then moves with the sizes freed), so every pull answer or replicated chunk of ~1 MiB
+# costs page faults and zeroing in the kernel, and how much depends on the order of earlier
+# frees. A fixed threshold above the largest in-memory transfer keeps such buffers in the
+# reused heap; the trim threshold keeps a freed top of the heap for the next one.
+MALLOC_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+MALLOC_TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
+
+# ---------------------------------------------------------------------------
 # Replication
 # ---------------------------------------------------------------------------
 # The most commitlog bytes in one replication chunk. RocketMQ's haTransferBatchSize is 32 KiB,

@@ -53,6 +53,9 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
     # the stores are gone (not kept by default); logs and configs stay
     run_dir = tmp_path / "run"
     assert not list(run_dir.glob("*/store")) and list(run_dir.glob("*/node.log"))
+    # the brokers fixed their allocator's thresholds at start (nodes.common.allocator)
+    for broker in ("broker-a-0", "broker-a-1"):
+        assert "allocator: mmap threshold 32 MiB" in (run_dir / broker / "node.log").read_text(), broker
 
 
 def test_a_send_only_bench_measures_no_consumer_row(tmp_path):
