@@ -31,8 +31,8 @@ from harness.cluster import LocalCluster
 from nodes.common import constants as c
 
 WORKER_READY_BUDGET_S = 60.0
-ROUNDS_MAX = 9
 WORKER_RESULT_SLACK_S = 60.0  # beyond the case's own seconds
+ROUNDS_MAX = 9  # --rounds: the whole matrix at most this many times in one run
 
 # Let one pull carry a whole batch of 1024 messages of up to ~16 KiB (RocketMQ's defaults cap a
 # pull at 32 messages / 256 KiB in memory: maxTransfer{Count,Bytes}OnMessageInMemory).
