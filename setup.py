@@ -6,8 +6,9 @@
   nodes/broker/ha_check.py's Python walk); links zlib for the record CRC.
 - nodes/store/_record_encode.c: a scanned batch body encoded into commitlog records (twin of
   nodes/store/record_batch.py's Python loop); links zlib for the record CRC.
-- nodes/store/_batch_body.c: the producer's batch body scanned (twin of
-  nodes/store/record_batch.py's Python scan).
+- nodes/store/_batch_body.c: the producer's batch body scanned on the master (_batch_scan.c, twin
+  of nodes/store/record_batch.py's Python scan) and encoded on the producer (_batch_encode.c, twin
+  of nodes/store/message_batch.py's Python encoder); their entry layout is _batch_entry.h.
 - nodes/store/_read_scan.c: the common case of a pull's scan loop (twin of
   nodes/store/read_scan.py's Python walk); links zlib for the CRCs. It shares a record's
   framing-and-CRC rules with _record_check.c (nodes/store/_record_rules.h).
@@ -30,5 +31,7 @@ setup(ext_modules=[
     Extension("nodes.store._read_scan", ["nodes/store/_read_scan.c"], libraries=["z"], optional=True,
               depends=RECORD_RULES),
     Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
-    Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c", "nodes/store/_batch_scan.c",
+                                          "nodes/store/_batch_encode.c"],
+              optional=True, depends=[*BYTE_ORDER, "nodes/store/_batch_entry.h"]),
 ])
