@@ -21,16 +21,19 @@ from setuptools import Extension, setup
 
 # big-endian field helpers every codec includes (a change rebuilds them all)
 BYTE_ORDER = ["nodes/common/_byte_order.h"]
+# a commitlog record's header layout, for every codec that reads or writes records
+RECORD_LAYOUT = [*BYTE_ORDER, "nodes/common/_record_layout.h"]
 # a record's framing-and-CRC rules, shared by the replica check and the read scan
-RECORD_RULES = [*BYTE_ORDER, "nodes/store/_record_rules.h"]
+RECORD_RULES = [*RECORD_LAYOUT, "nodes/store/_record_rules.h"]
 
 setup(ext_modules=[
-    Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.client._record_decode", ["nodes/client/_record_decode.c"], optional=True, depends=RECORD_LAYOUT),
     Extension("nodes.store._record_check", ["nodes/store/_record_check.c"], libraries=["z"], optional=True,
               depends=RECORD_RULES),
     Extension("nodes.store._read_scan", ["nodes/store/_read_scan.c"], libraries=["z"], optional=True,
               depends=RECORD_RULES),
-    Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True, depends=BYTE_ORDER),
+    Extension("nodes.store._record_encode", ["nodes/store/_record_encode.c"], libraries=["z"], optional=True,
+              depends=RECORD_LAYOUT),
     Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c", "nodes/store/_batch_scan.c",
                                           "nodes/store/_batch_encode.c"],
               optional=True, depends=[*BYTE_ORDER, "nodes/store/_batch_entry.h"]),

@@ -23,30 +23,14 @@
 #include <Python.h>
 
 #include "../common/_byte_order.h"
+#include "../common/_record_layout.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-/* The layout this file reads: nodes.store.record.HEADER, big-endian. */
-#define HEADER_FORMAT ">iIIiiqqiq4siq4siiqi"
-#define HEADER_BYTES 88
-#define POS_TOTAL_SIZE 0
-#define POS_MAGIC 4
-#define POS_QUEUE_ID 12
-#define POS_FLAG 16
-#define POS_QUEUE_OFFSET 20
-#define POS_PHYS_OFFSET 28
-#define POS_BORN_TIMESTAMP 40
-#define POS_STORE_TIMESTAMP 56
-#define POS_STORE_HOST 64 /* store ip (4) then store port (4): the offset message id's host part */
-#define POS_RECONSUME_TIMES 72
-#define POS_BODY_LEN 84
-#define STORE_HOST_BYTES 8
 #define MESSAGE_EXT_ARGS 14
 
-#define NAME_SEPARATOR 0x01 /* PROPERTY_NAME_SEPARATOR */
-#define PAIR_SEPARATOR 0x02 /* PROPERTY_SEPARATOR */
 
 /* Property names repeat from record to record: one str per name, kept for the life of the
  * process, so building a dict reuses names whose hashes are already computed. Bounded: a

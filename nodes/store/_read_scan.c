@@ -26,10 +26,9 @@
 
 #include "_record_rules.h"
 
-/* A consume-queue unit (nodes.store.consume_queue.CQ_UNIT ">qiq"), and the body fields a re-read
- * checks (nodes.store.read_check.BODY_FIELDS): the body CRC sits at 8 in the header. */
+/* A consume-queue unit (nodes.store.consume_queue.CQ_UNIT ">qiq"); a re-read checks the body
+ * fields (nodes.store.read_check.BODY_FIELDS), the body CRC at POS_BODY_CRC. */
 #define UNIT_BYTES 20
-#define POS_BODY_CRC 8
 
 static int64_t g_hole_size;
 

@@ -38,32 +38,12 @@
 #include <Python.h>
 
 #include "../common/_byte_order.h"
+#include "../common/_record_layout.h"
 
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
 
-/* The layout this file writes: nodes.store.record.HEADER, big-endian. */
-#define HEADER_FORMAT ">iIIiiqqiq4siq4siiqi"
-#define HEADER_BYTES 88
-#define POS_TOTAL_SIZE 0
-#define POS_MAGIC 4
-#define POS_BODY_CRC 8
-#define POS_QUEUE_ID 12
-#define POS_FLAG 16
-#define POS_QUEUE_OFFSET 20
-#define POS_PHYS_OFFSET 28 /* written as zeros by encode_scanned; place_batch writes it */
-#define POS_SYS_FLAG 36
-#define POS_BORN_TIMESTAMP 40
-#define POS_BORN_IP 48
-#define POS_BORN_PORT 52
-#define POS_STORE_TIMESTAMP 56
-#define POS_STORE_IP 64
-#define POS_STORE_PORT 68
-#define POS_RECONSUME_TIMES 72
-#define POS_PREPARED_TX_OFFSET 76 /* written as zeros: a scanned batch holds no transaction */
-#define POS_BODY_LEN 84
-#define IP_BYTES 4
 #define TOPIC_LEN_FORMAT ">B"
 #define PROPS_LEN_FORMAT ">h"
 #define PROPS_LEN_BYTES 2

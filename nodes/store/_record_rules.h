@@ -1,6 +1,7 @@
-/* A record's rules as a read or a replica checks them: the layout, the constants init() is
- * given, and the framing-and-CRC test every check applies (nodes.store.read_check's
- * record_checks and nodes.store.record's index_fields, which stay the references).
+/* A record's rules as a read or a replica checks them: the constants init() is given and the
+ * framing-and-CRC test every check applies (nodes.store.read_check's record_checks and
+ * nodes.store.record's index_fields, which stay the references). The header layout is
+ * ../common/_record_layout.h.
  *
  * Shared by the compiled record check (_record_check.c) and the compiled read scan
  * (_read_scan.c). Each includes it once: the g_ values are static, so each module holds its
@@ -14,27 +15,15 @@
 #include <Python.h>
 
 #include "../common/_byte_order.h"
+#include "../common/_record_layout.h"
 
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
 
-/* The layout these rules read: nodes.store.record.HEADER, big-endian. */
-#define HEADER_FORMAT ">iIIiiqqiq4siq4siiqi"
-#define HEADER_BYTES 88
-#define POS_TOTAL_SIZE 0
-#define POS_MAGIC 4
-#define POS_QUEUE_ID 12
-#define POS_QUEUE_OFFSET 20
-#define POS_PHYS_OFFSET 28
-#define POS_SYS_FLAG 36
-#define POS_STORE_TIMESTAMP 56
-#define POS_BODY_LEN 84
-#define PHYS_OFFSET_BYTES 8
 #define PROPS_LEN_FORMAT ">h" /* a Java short after the one-byte topic length */
 #define BLANK_BYTES 8         /* END_FILE_MIN_BLANK_BYTES: remaining_bytes (>i), BLANK_MAGIC (>I) */
 #define CRC_HEX_DIGITS 8
-#define PAIR_SEPARATOR 0x02   /* PROPERTY_SEPARATOR: ends the record CRC value, and the record */
 #define CRC_PREFIX_MAX 64
 
 
