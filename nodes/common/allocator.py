@@ -12,13 +12,9 @@ environment variables, when set, win: the node does not override a choice made f
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 import os
 
 from nodes.common.constants import MALLOC_MMAP_THRESHOLD_BYTES, MALLOC_TRIM_THRESHOLD_BYTES
-
-log = logging.getLogger(__name__)
 
 SWITCH_ENV = "MQLAB_MALLOC_TUNING"  # "0": leave glibc's defaults
 GLIBC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
@@ -34,10 +30,9 @@ def tune_allocator() -> str:
     chosen = [name for name in GLIBC_ENV if name in os.environ]
     if chosen:
         return f"left alone ({', '.join(chosen)} set in the environment)"
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        # the C library this process already runs on (no lookup: find_library would spawn ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return "left alone (no glibc mallopt)"
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
