@@ -267,11 +267,9 @@ def _run_stages(run: Run) -> None:
         hooks.stage(f"round {number} of {config.rounds}")
         run.report = BenchReport(references=dict(shared.references), record_bytes=shared.record_bytes)
         run.round_number = number
-        try:
-            _measure_round(run, stored, first_round=number == 1)
-        finally:
-            rounds.append(run.report)
-            run.report = shared
+        _measure_round(run, stored, first_round=number == 1)
+        rounds.append(run.report)
+    run.report = shared
     combined = combine_rounds(rounds)
     shared.results, shared.references, shared.rounds = combined.results, combined.references, rounds
     shared.problems.extend(f"round {i}: {problem}" for i, r in enumerate(rounds, 1) for problem in r.problems)
