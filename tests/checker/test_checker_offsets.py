@@ -66,6 +66,29 @@ def test_a_same_client_decrease_after_another_clients_lower_commit_is_a_hand_ove
     assert alone.parts["monotonic"] is False and alone.counts["decreases"]["unexplained"] >= 1
 
 
+def _same_client_lower_after_another_clients_pulls(lowering_client: str):
+    """c1 commits 10; the broker then stores 7 from a pull of `lowering_client` (the commit flag of a
+    pull, which no client journal logs as a commit); c1, handed the queue back, resumes there."""
+    run = Run().sends_for(0, 12).consume(0, range(12), t0=200, orderly=False)
+    run.commit(300, 10).event("offset-commit", 300, "broker-a-0", side="broker", group=G, topic=T, queue_id=0,
+                              offset=10, source="client", client_id="c1")
+    run.event("offset-commit", 320, "broker-a-0", side="broker", group=G, topic=T, queue_id=0, offset=7,
+              source="client", client_id=lowering_client)
+    return run.commit(400, 8)
+
+
+def test_a_same_client_decrease_after_a_lower_offset_another_client_pulled_with_is_a_hand_over(spark):
+    r = check_offset_resync(_same_client_lower_after_another_clients_pulls("c2").history(spark), config())
+    assert r.parts["monotonic"] is True, r.examples
+    assert r.counts["decreases"]["unexplained"] == 0
+    client_view = [e for e in r.examples if e.get("view") == "client commits"]
+    assert client_view == []
+    # the broker stored c1's own lower value: nothing explains c1 going from 10 to 8
+    own = check_offset_resync(_same_client_lower_after_another_clients_pulls("c1").history(spark), config())
+    assert own.parts["monotonic"] is False
+    assert any(e.get("view") == "client commits" and e["from"] == 10 and e["to"] == 8 for e in own.examples)
+
+
 def _restarted_consumer(resume_at):
     """c1 (concurrent) consumes 0..5, commits 6, is killed; its restart (client c3 on the same node) resumes."""
     run = Run().sends_for(0, 10).consume(0, range(6), t0=200, orderly=False).commit(270, 6)

@@ -132,9 +132,14 @@ def _client_decrease_candidates(h: History, slack_ms: int) -> DataFrame:
     # Commits are ordered by when each client saw its answer, not by when the broker applied them:
     # another client's commit of the lower value answered just before (or between) the pair may
     # have been applied after the higher one, and the same client, handed the queue back, then
-    # starts from it. Such a decrease is that other client's hand-over.
+    # starts from it. Such a decrease is that other client's hand-over. The other client's lower
+    # value may also reach the broker only with its pulls (FLAG_COMMIT_OFFSET), which its journal
+    # does not log as a commit: what a broker applied for another client counts the same.
+    applied = h.broker_offsets.filter((F.col("source") == "client") & F.col("client_id").isNotNull())
     others = c.select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
-                      F.col("t").alias("o_t"))
+                      F.col("t").alias("o_t")).unionByName(
+        applied.select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
+                       F.col("t").alias("o_t")))
     interleaved = (cands.join(others, GQ).filter(
         (F.col("o_client") != F.col("client_id")) & (F.col("o_offset") <= F.col("offset"))
         & (F.col("o_t") >= F.col("p_t") - slack_ms) & (F.col("o_t") <= F.col("t")))
