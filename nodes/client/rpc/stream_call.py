@@ -109,6 +109,9 @@ class StreamCall(Generic[PendingT]):
             log.warning("%s stream to %s broke; failing %d requests in flight", self.kind, self.addr,
                         len(session.pending))
         session.call.cancel()
+        # A call that already ended with an error ignores `cancel`, and gRPC's task feeding it our
+        # requests would wait on the feed until collected, pending: end the feed so it finishes.
+        session.feed.finish()
 
     # ---- the subclass's ----------------------------------------------------------------------
 

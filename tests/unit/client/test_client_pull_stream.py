@@ -269,3 +269,40 @@ def test_a_cancelled_pull_forgets_its_request():
         await stream.close()
 
     asyncio.run(scenario())
+
+
+# --- over real gRPC: a call the server ended leaves nothing running -----------------------
+
+def test_a_stream_the_server_ended_leaves_no_request_task_pending():
+    """gRPC's task that feeds a call's requests outlives a call that ended with an error (its
+    `cancel` does nothing then); left waiting on the feed, it was destroyed pending at the next
+    collection ("Task was destroyed but it is pending!" on stderr after every broken stream)."""
+    from proto import broker_pb2_grpc
+
+    async def abort_first(request_iterator, context):
+        async for _batch in request_iterator:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "going away (test)")
+
+    async def scenario():
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("mqlab.v1.Broker", {
+            "PullBatch": grpc.stream_stream_rpc_method_handler(
+                abort_first, request_deserializer=broker_pb2.PullRequestBatch.FromString,
+                response_serializer=broker_pb2.PullResponseBatch.SerializeToString)})])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        stream = PullStream(f"127.0.0.1:{port}", lambda: broker_pb2_grpc.BrokerStub(channel).PullBatch)
+        try:
+            with pytest.raises(TransportError):
+                await stream.pull(pull_fields(), 5000)
+            for _ in range(20):  # the feed's end reaches gRPC's task within a few loop turns
+                await asyncio.sleep(0.01)
+            feeding = [t for t in asyncio.all_tasks() if "_consume_request_iterator" in repr(t.get_coro())]
+            assert feeding == []
+        finally:
+            await stream.close()
+            await channel.close()
+            await server.stop(None)
+
+    asyncio.run(scenario())
