@@ -4,7 +4,7 @@ and isolation period, the longest stretch without an acknowledged send)."""
 
 from __future__ import annotations
 
-from chaos.checker.checks.availability import judge_window, max_in_flight, outage_group
+from chaos.checker.checks.availability import judge_window, max_in_flight, outage_group, windows_to_judge
 from chaos.checker.faults import FaultWindow
 
 
@@ -64,3 +64,25 @@ def test_failures_past_the_isolation_bound_or_a_long_gap_fail():
                          _sends([(0, "ok", 10), (9_000, "ok", 9_010)]), 2, 30_000, 3_450)
     assert quiet["failed"] == 0 and quiet["longest_gap_ms"] == 9_000 and not quiet["ok"]
 
+
+
+def test_an_outage_while_the_producer_may_still_avoid_the_other_group_is_not_judged():
+    """After group a's outage the producer may avoid a for I_p (from a failed attempt up to T_s after
+    the outage's end); an outage of b inside that stretch leaves both avoided, and pickOneAtLeast may
+    then name b: such a window is skipped. Once a is surely back in selection, b's outage is judged."""
+    t_s, i_p = 3_000, 30_000
+    a = _w("pause", ("broker-a-0",), start=10_000, end=18_000)
+    b_inside = _w("partition", ("producer-0", "broker-b-0", "broker-b-1"),
+                  "cut producer-0 from broker-b-0 broker-b-1 DROP: 2 links", start=19_700, end=27_700)
+    b_after = _w("kill", ("broker-b-0", "broker-b-1"), start=18_000 + t_s + i_p + 1, end=60_000)
+    b_before = _w("kill", ("broker-b-0", "broker-b-1"), start=1_000, end=9_000)
+    judged = windows_to_judge([(b_before, "broker-b"), (a, "broker-a"), (b_inside, "broker-b"),
+                               (b_after, "broker-b")], t_s + i_p)
+    why = {w.start_ms: reason for w, _, reason in judged}
+    assert why[b_inside.start_ms] is not None and "33000 ms" in why[b_inside.start_ms]
+    assert why[b_after.start_ms] is None
+    # a starts inside the stretch after b's first outage (9 s + T_s + I_p): skipped too; that first
+    # outage of b came before anything else and is judged
+    assert why[a.start_ms] is not None and why[b_before.start_ms] is None
+    alone = windows_to_judge([(b_after, "broker-b")], t_s + i_p)
+    assert alone == [(b_after, "broker-b", None)]

@@ -38,7 +38,9 @@ AVAILABILITY = (
     "in-flight being the most sends the producer had open at once and L the window's length - one failure per "
     "producer thread before latency fault tolerance avoids the broker for I_p; (2) the longest stretch in the "
     "window without an acknowledged send is at most T_s (one send timeout, every thread stuck on the silent "
-    "broker at once), plus slack. Windows that overlap an outage of another group are skipped (both groups out).")
+    "broker at once), plus slack. Windows that overlap an outage of another group, or the I_p after its end + T_s "
+    "during which the producer may still avoid that group, are skipped (both groups avoided: the producer then "
+    "picks the least bad broker, which may be the silent one).")
 
 _OUTAGE_OPS = ("kill", "stop", "pause")
 _FAILED = ("fail", "info")
@@ -92,6 +94,25 @@ def judge_window(w: FaultWindow, group: str, sends: Sequence[dict[str, Any]], in
             "ok": failed <= failed_max and gap_ms <= gap_limit_ms}
 
 
+def windows_to_judge(outages: Sequence[tuple[FaultWindow, str]], avoided_after_ms: int
+                     ) -> list[tuple[FaultWindow, str, str | None]]:
+    """Each outage with why it is skipped (None: judged): it overlaps another group's outage or the
+    `avoided_after_ms` (T_s + I_p) after that one's end.
+
+    A failed attempt at the other group, up to T_s after its outage ends, keeps that group out of
+    selection for I_p; with both groups avoided the producer picks the least bad broker
+    (pickOneAtLeast: by latency, then by which is available first), which may be the silent one,
+    so such a window says nothing about how the producer rides out this group's outage."""
+    out = []
+    for w, group in outages:
+        others = [o for o, g in outages
+                  if g != group and o.start_ms <= w.end_ms and w.start_ms <= o.end_ms + avoided_after_ms]
+        why = (f"overlaps an outage of another group, or the T_s + I_p ({avoided_after_ms} ms) after it "
+               f"({others[0].label})") if others else None
+        out.append((w, group, why))
+    return out
+
+
 def check_availability(h: History, cfg: CheckerConfig) -> CheckResult:
     if not h.has("sends"):
         return unknown("availability", AVAILABILITY, "no sends history in the run")
@@ -117,10 +138,9 @@ def check_availability(h: History, cfg: CheckerConfig) -> CheckResult:
     sends = list(by_op.values())
     gap_limit_ms = b.limit(b.run.ms("send_stall_ms"))
     measurements, skipped = [], {}
-    for w, group in outages:
-        others = [o for o, g in outages if g != group and o.start_ms <= w.end_ms and w.start_ms <= o.end_ms]
-        if others:
-            skipped[w.label] = f"overlaps an outage of another group ({others[0].label})"
+    for w, group, why_skipped in windows_to_judge(outages, b.T_s + b.I_p):
+        if why_skipped is not None:
+            skipped[w.label] = why_skipped
             continue
         m = judge_window(w, group, sends, in_flight, b.I_p, gap_limit_ms)
         m["t_s"] = s(h, w.start_ms)
