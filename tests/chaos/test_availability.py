@@ -33,6 +33,11 @@ def test_in_flight_counts_sends_open_at_once():
               (5, "fail", "c"), (6, "invoke", "d"), (7, "ok", "d")]
     assert max_in_flight(events) == 2
     assert max_in_flight([]) == 0
+    # a send answered within the ms it was invoked in is open for that instant, then closed: one
+    # thread sending back to back never counts as more than one in flight
+    quick = [(t, kind, f"op{t}") for t in range(100) for kind in ("invoke", "ok")]
+    assert max_in_flight(quick) == 1
+    assert max_in_flight(list(reversed(quick))) == 1
 
 
 def _sends(spec: list[tuple[int, str, int | None]]) -> list[dict]:

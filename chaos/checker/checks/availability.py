@@ -64,9 +64,20 @@ def outage_group(w: FaultWindow, is_broker: Callable[[str], bool] = lambda n: n.
 def max_in_flight(events: Iterable[tuple[int, str, str]]) -> int:
     """The most sends open at once: (mono_ms, type, op_id) lines, an invoke opening its op, its
     outcome closing it (an outcome at the same instant closes before the next invoke opens)."""
+    events = list(events)
+    invoked_ms = {op_id: t for t, kind, op_id in events if kind == "invoke"}
+
+    def order(e: tuple[int, str, str]) -> tuple[int, int]:
+        # an outcome in the same ms as its own invoke closes after it (the op was open for an
+        # instant); other outcomes at that instant close before the next invoke opens
+        t, kind, op_id = e
+        if kind == "invoke":
+            return t, 1
+        return t, 2 if invoked_ms.get(op_id) == t else 0
+
     open_ops: set[str] = set()
     most = 0
-    for _, kind, op_id in sorted(events, key=lambda e: (e[0], e[1] == "invoke")):
+    for _, kind, op_id in sorted(events, key=order):
         if kind == "invoke":
             open_ops.add(op_id)
             most = max(most, len(open_ops))
