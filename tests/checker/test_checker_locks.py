@@ -169,6 +169,22 @@ def test_a_later_fault_of_the_holder_does_not_reset_the_clock(spark):
     assert (m["cause_label"], m["verdict"]) == ("partition consumer-3,broker-a-0, after kill consumer-1", "ok")
 
 
+def test_the_holders_node_restarted_as_a_new_client_and_cut_off_is_another_silent_consumer(spark):
+    # c1 is killed at 400; its node starts c3 at 500, which the allocation may hand c1's queue but
+    # which cannot lock it (c1's lease) before it is cut off at 700: nobody may lock the queue until
+    # c3's channel expires, so c2's takeover at 2250 is due from the partition, as for any consumer
+    run = (_killed_holder(2250).event("consumer-start", 500, "consumer-1", group=G, client_id="c3")
+           .fault("partition", ["consumer-1", "broker-a-0"], 700, 2000))
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["cause_label"], m["verdict"]) == (
+        "partition", "partition consumer-1,broker-a-0, after kill consumer-1", "ok")
+    # without a new client on the node the partition is the dead holder's own later fault: no excuse
+    alone = _killed_holder(2250).fault("partition", ["consumer-1", "broker-a-0"], 700, 2000)
+    assert check_takeover(alone.history(spark), config()).counts["slow"] == 1
+
+
 def test_a_takeover_is_never_measured_from_after_it(spark):
     # a master down from 500 to 2000 would put the reference after c2's start at 1400 (-600 ms):
     # a wrong attribution, so the kill's reference stands

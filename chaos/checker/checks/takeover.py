@@ -26,7 +26,8 @@ TAKEOVER = (
     "taking it): U_d + R_b + W_p) plus slack; a holder killed, paused or cut off after dropping the queue but "
     "before its delayed unlock leaves its lease to run out (the kill bound from t_L). A's later faults never reset that clock (a queue still waiting "
     "waits from the first). Whatever else starts before that deadline can only push it out: A's later lock or "
-    "rebalance events, another consumer of the group going silent (its bound from then) or restarted (its warm-up "
+    "rebalance events, another consumer of the group - A's node restarted as a new client included - going "
+    "silent (its bound from then) or restarted (its warm-up "
     "N_r + R_b + R_l + W_p after the restart), the master down (N_r + H + R_b + R_l + W_p after its return), a lease "
     "granted to A again (the kill bound from that grant); never to a reference after B's start (a negative "
     "time is a wrong attribution: the earlier reference stands). "
@@ -50,6 +51,8 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
             *GQ, "t", "action", "client_id"),
         "rebalances": h.rebalances.filter(F.col("before").isNotNull() | F.col("after").isNotNull()
                                           | F.col("removed").isNotNull()),
+        "starts": h.ev.filter((F.col("event") == "consumer-start") & F.col("client_id").isNotNull()).select(
+            "node", "client_id", F.col("mono_ms").alias("t")),
     }
     holder_faults = [w for w in h.faults if w.op in ("kill", "stop", "pause", "partition")]
     if holder_faults and h.has("sends"):
@@ -63,12 +66,21 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
     changes = sorted(got["changes"], key=lambda r: r["start"])
     lock_rows = _loss_events(got["losses"])
     reb_rows = _rebalance_drops(got["rebalances"])
+    starts: dict[str, list[tuple[int, str]]] = {}
+    for row in got["starts"]:
+        starts.setdefault(row["node"], []).append((row["t"], row["client_id"]))
     measurements: list[dict[str, Any]] = []
     for r in changes:
         lo, hi = r["prev_last_t"], r["start"]
         causes: list[tuple[int, str, str]] = []  # (t, kind, label)
         t_L = r["t_L"]
+        # A's node back with another client (restarted after A's end): its faults from then on are
+        # that consumer's, not A's
+        reborn_ms = min((t for t, client in starts.get(r["prev_node"], ()) if client != r["prev_client"] and t >= lo),
+                        default=None)
         for w in h.node_faults(r["prev_node"], ("kill", "stop", "pause", "partition")):
+            if reborn_ms is not None and w.start_ms >= reborn_ms:
+                continue
             # a fault still open at A's last batch counts too: a partitioned holder goes on consuming
             # what it had cached until its client lease runs out, but the broker frees the queue only
             # after the channel expiry the fault started; so does one after A's last grant (the
@@ -89,9 +101,10 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
                 causes.append((t, "rebalance", f"rebalance of {client}"))
         # another consumer of the group going silent can hold the queue too: the allocation may
         # hand it to that consumer, which cannot lock it until its channel expires; one killed or
-        # stopped and restarted may be handed it after its warm-up
+        # stopped and restarted may be handed it after its warm-up; so can A's node restarted as a new client
         others = [w for w in h.faults if w.op in (*SILENT_OPS, "kill", "stop") and w.start_ms <= hi
-                  and w.end_ms >= lo and any(t != r["prev_node"] and not h.is_broker(t) for t in w.targets)]
+                  and w.end_ms >= lo and any(not h.is_broker(t) and (
+                      t != r["prev_node"] or (reborn_ms is not None and w.start_ms >= reborn_ms)) for t in w.targets)]
         m = _measure(h, cfg, r, causes, others)
         measurements.append(m)
     stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
