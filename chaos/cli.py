@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from chaos.checker.verdict import EXIT_UNKNOWN
 from chaos.judge import CheckerProcess
+from harness.terminal import make_console
 
 if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(name="chaos", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Chaos runs and their checker.")
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = make_console()
+err_console = make_console(stderr=True)
 
 _STYLE = {True: "[green]valid[/]", False: "[bold red]INVALID[/]"}
 

@@ -39,8 +39,21 @@ EXIT_PROBLEM = 1
 EXIT_CANNOT_RUN = 2
 EXIT_INTERRUPTED = 130
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Piped into a file, rich falls back to 80 columns and cuts wide tables (a matrix, a selftest, the
+# benchmark's) into columns of ellipses; a log file has room. COLUMNS, when set, still wins.
+PIPED_WIDTH_COLUMNS = 200
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console for CLI output: the terminal's width, or PIPED_WIDTH_COLUMNS when not a terminal."""
+    plain = Console(stderr=stderr, highlight=False)
+    if plain.is_terminal or os.environ.get("COLUMNS"):
+        return plain
+    return Console(stderr=stderr, highlight=False, width=PIPED_WIDTH_COLUMNS)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
 
 RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Cluster run dir (holds cluster.json).")]
 
