@@ -16,6 +16,23 @@
 
 #include "_batch_entry.h"
 
+#include <string.h>
+
+int
+batch_entry_check_layout(const char *entry_head_format, Py_ssize_t entry_bytes_min, Py_ssize_t props_bytes_max)
+{
+    if (strcmp(entry_head_format, ENTRY_HEAD_FORMAT) != 0 || entry_bytes_min != ENTRY_BYTES_MIN) {
+        PyErr_Format(PyExc_ValueError, "batch entry head %s (entries of %zd bytes at least) is not the layout "
+                     "compiled in: %s (%d)", entry_head_format, entry_bytes_min, ENTRY_HEAD_FORMAT, ENTRY_BYTES_MIN);
+        return -1;
+    }
+    if (props_bytes_max < 0 || props_bytes_max > PROPS_LEN_MAX) {
+        PyErr_Format(PyExc_ValueError, "props_bytes_max %zd is out of range 0..%d", props_bytes_max, PROPS_LEN_MAX);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"init_scan", (PyCFunction)batch_body_init_scan, METH_VARARGS,
      "init_scan(scanned_batch, entry_head_format, entry_bytes_min, props_bytes_max, tags_first, reserved_name, "

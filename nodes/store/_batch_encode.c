@@ -306,15 +306,12 @@ batch_body_init_encode(PyObject *Py_UNUSED(module), PyObject *args)
                           &props_bytes_max, &range_error)) {
         return NULL;
     }
-    if (strcmp(entry_head_format, ENTRY_HEAD_FORMAT) != 0 || entry_bytes_min != ENTRY_BYTES_MIN
-        || strcmp(props_len_format, PROPS_LEN_FORMAT) != 0) {
-        PyErr_Format(PyExc_ValueError, "batch entry head %s (entries of %zd bytes at least), properties length %s "
-                     "is not the layout compiled in: %s (%d), %s", entry_head_format, entry_bytes_min,
-                     props_len_format, ENTRY_HEAD_FORMAT, ENTRY_BYTES_MIN, PROPS_LEN_FORMAT);
+    if (batch_entry_check_layout(entry_head_format, entry_bytes_min, props_bytes_max) < 0) {
         return NULL;
     }
-    if (props_bytes_max < 0 || props_bytes_max > PROPS_LEN_MAX) {
-        PyErr_Format(PyExc_ValueError, "props_bytes_max %zd is out of range 0..%d", props_bytes_max, PROPS_LEN_MAX);
+    if (strcmp(props_len_format, PROPS_LEN_FORMAT) != 0) {
+        PyErr_Format(PyExc_ValueError, "properties length %s is not the layout compiled in: %s", props_len_format,
+                     PROPS_LEN_FORMAT);
         return NULL;
     }
     if (!PyExceptionClass_Check(range_error)) {

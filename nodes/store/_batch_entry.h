@@ -21,6 +21,10 @@
 #define ENTRY_BYTES_MIN (ENTRY_HEAD_BYTES + PROPS_LEN_BYTES)
 #define NAME_MAX_BYTES 64
 
+/* _batch_body.c: what both inits check of the layout Python hands them; 0, or -1 with
+ * ValueError set. */
+int batch_entry_check_layout(const char *entry_head_format, Py_ssize_t entry_bytes_min, Py_ssize_t props_bytes_max);
+
 /* _batch_scan.c */
 PyObject *batch_body_init_scan(PyObject *module, PyObject *args);
 PyObject *batch_body_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -245,13 +245,7 @@ batch_body_init_scan(PyObject *Py_UNUSED(module), PyObject *args)
                           &props_bytes_max, &tags_first, &reserved, &delay_name)) {
         return NULL;
     }
-    if (strcmp(entry_head_format, ENTRY_HEAD_FORMAT) != 0 || entry_bytes_min != ENTRY_BYTES_MIN) {
-        PyErr_Format(PyExc_ValueError, "batch entry head %s (entries of %zd bytes at least) is not the layout "
-                     "compiled in: %s (%d)", entry_head_format, entry_bytes_min, ENTRY_HEAD_FORMAT, ENTRY_BYTES_MIN);
-        return NULL;
-    }
-    if (props_bytes_max < 0 || props_bytes_max > PROPS_LEN_MAX) {
-        PyErr_Format(PyExc_ValueError, "props_bytes_max %zd is out of range 0..%d", props_bytes_max, PROPS_LEN_MAX);
+    if (batch_entry_check_layout(entry_head_format, entry_bytes_min, props_bytes_max) < 0) {
         return NULL;
     }
     if (!PyCallable_Check(scanned_batch)) {
