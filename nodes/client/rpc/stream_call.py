@@ -94,14 +94,14 @@ class StreamCall(Generic[PendingT]):
         session, self._session = self._session, None
         if session is None:
             return
+        self._cancel_call(session)
         self._fail_closed(session)
-        session.feed.finish()
         if session.reader is not None:
             session.reader.cancel()
             await asyncio.gather(session.reader, return_exceptions=True)
 
     def _cancel_call(self, session: Session[PendingT]) -> None:
-        """Mark the session closed and cancel its call (once)."""
+        """Mark the session closed, cancel its call and end its request feed (once)."""
         if session.closed:
             return
         session.closed = True
