@@ -136,10 +136,9 @@ def _client_decrease_candidates(h: History, slack_ms: int) -> DataFrame:
     # value may also reach the broker only with its pulls (FLAG_COMMIT_OFFSET), which its journal
     # does not log as a commit: what a broker applied for another client counts the same.
     applied = h.broker_offsets.filter((F.col("source") == "client") & F.col("client_id").isNotNull())
-    others = c.select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
-                      F.col("t").alias("o_t")).unionByName(
-        applied.select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
-                       F.col("t").alias("o_t")))
+    others = (c.select(*GQ, "client_id", "offset", "t").unionByName(applied.select(*GQ, "client_id", "offset", "t"))
+              .select(*GQ, F.col("client_id").alias("o_client"), F.col("offset").alias("o_offset"),
+                      F.col("t").alias("o_t")))
     interleaved = (cands.join(others, GQ).filter(
         (F.col("o_client") != F.col("client_id")) & (F.col("o_offset") <= F.col("offset"))
         & (F.col("o_t") >= F.col("p_t") - slack_ms) & (F.col("o_t") <= F.col("t")))

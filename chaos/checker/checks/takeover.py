@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,9 +78,9 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
         # A's node back with another client (restarted after A's end): its faults from then on are
         # that consumer's, not A's
         reborn_ms = min((t for t, client in starts.get(r["prev_node"], ()) if client != r["prev_client"] and t >= lo),
-                        default=None)
+                        default=math.inf)
         for w in h.node_faults(r["prev_node"], ("kill", "stop", "pause", "partition")):
-            if reborn_ms is not None and w.start_ms >= reborn_ms:
+            if w.start_ms >= reborn_ms:
                 continue
             # a fault still open at A's last batch counts too: a partitioned holder goes on consuming
             # what it had cached until its client lease runs out, but the broker frees the queue only
@@ -103,8 +104,8 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
         # hand it to that consumer, which cannot lock it until its channel expires; one killed or
         # stopped and restarted may be handed it after its warm-up; so can A's node restarted as a new client
         others = [w for w in h.faults if w.op in (*SILENT_OPS, "kill", "stop") and w.start_ms <= hi
-                  and w.end_ms >= lo and any(not h.is_broker(t) and (
-                      t != r["prev_node"] or (reborn_ms is not None and w.start_ms >= reborn_ms)) for t in w.targets)]
+                  and w.end_ms >= lo and any(not h.is_broker(t) and (t != r["prev_node"] or w.start_ms >= reborn_ms)
+                                             for t in w.targets)]
         m = _measure(h, cfg, r, causes, others)
         measurements.append(m)
     stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
