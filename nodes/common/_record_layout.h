@@ -20,8 +20,8 @@
 #define POS_BORN_IP 48
 #define POS_BORN_PORT 52
 #define POS_STORE_TIMESTAMP 56
-#define POS_STORE_HOST 64 /* store ip (4) then store port (4): the offset message id's host part */
 #define POS_STORE_IP 64
+#define POS_STORE_HOST POS_STORE_IP /* store ip (4) then store port (4): the offset message id's host part */
 #define POS_STORE_PORT 68
 #define POS_RECONSUME_TIMES 72
 #define POS_PREPARED_TX_OFFSET 76
@@ -30,8 +30,12 @@
 #define STORE_HOST_BYTES 8
 #define IP_BYTES 4
 
-/* properties: name \x01 value \x02, pair after pair */
+/* after the body: the topic length (one byte), the topic, the properties length (a Java short),
+ * the properties: name \x01 value \x02, pair after pair */
+#define PROPS_LEN_FORMAT ">h"
+#define PROPS_LEN_BYTES 2
+#define PROPS_LEN_MAX 32767
 #define NAME_SEPARATOR 0x01 /* PROPERTY_NAME_SEPARATOR */
-#define PAIR_SEPARATOR 0x02 /* PROPERTY_SEPARATOR: ends each pair, so the record CRC value and the record */
+#define PAIR_SEPARATOR 0x02 /* PROPERTY_SEPARATOR: ends each pair; the record CRC pair, last, ends the record */
 
 #endif

@@ -45,9 +45,6 @@
 #include <zlib.h>
 
 #define TOPIC_LEN_FORMAT ">B"
-#define PROPS_LEN_FORMAT ">h"
-#define PROPS_LEN_BYTES 2
-#define PROPS_LEN_MAX 32767 /* a Java short */
 #define RECORD_CRC_VALUE_BYTES 9 /* 8 upper-case hex digits, then the pair separator \x02 */
 #define RECORD_CRC_PREFIX_MAX 64
 #define ENTRY_FIELDS 6 /* a ScannedBatch entry: body start, body length, flag, props start, props length, tag code */

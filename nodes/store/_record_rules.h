@@ -21,7 +21,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#define PROPS_LEN_FORMAT ">h" /* a Java short after the one-byte topic length */
 #define BLANK_BYTES 8         /* END_FILE_MIN_BLANK_BYTES: remaining_bytes (>i), BLANK_MAGIC (>I) */
 #define CRC_HEX_DIGITS 8
 #define CRC_PREFIX_MAX 64
