@@ -1,7 +1,8 @@
-"""Same-run reference limits: a bare gRPC server with no storage, and a raw scan of the commitlog.
+"""Same-run reference limits: a bare gRPC server with no storage, a raw scan of the commitlog
+and raw appends into a fresh file.
 
 Owns the limits server (`python -m harness.bench.limits --record-bytes R`, one process, prints
-`READY <port>`, serves until stdin closes) and `scan_commitlog`. The server speaks the broker's
+`READY <port>`, serves until stdin closes), `scan_commitlog` and `append_fresh`. The server speaks the broker's
 own service with canned answers, so the limit clients (`harness.bench.worker`) send and receive
 exactly the message types and sizes the real path does:
 
@@ -23,6 +24,10 @@ and, for the plain references (`harness.bench.ref_workers`), raw-bytes methods w
 
 `scan_commitlog` walks the broker's segment files through read-only mappings by the records'
 framing (total size, magic) and copies each record out, as a reader that decodes nothing would.
+`append_fresh` copies records into a new sparse file through a shared mapping, a batch of them
+per copy, as a store appending to its newest segment does, with nothing else: what storing each
+message's bytes once costs this machine (the kernel finding a page-cache page for every new
+page written; on a virtual machine also the host backing it).
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
 SIZE_AND_MAGIC = struct.Struct(">iI")  # the first two fields of every commitlog record and blank marker
 SCAN_SECONDS_MIN = 0.5  # the scan repeats passes until it has run this long
+# The append stops at this many bytes if its time is not up first: the file is deleted right
+# after (before the kernel writes it back), and 512 MiB bounds the page cache it takes meanwhile.
+APPEND_BYTES_MAX = 512 * 1024 * 1024
+APPEND_BATCH_RECORDS = 32  # records per copy: a send of 32
 SEGMENT_NAME_DIGITS = 20
 TCP_BLOB_BYTES = 1 << 20  # what the TCP reference writes per call
 
@@ -217,6 +226,35 @@ def scan_commitlog(commitlog_dir: Path, *, seconds_min: float = SCAN_SECONDS_MIN
     mean_record_bytes = record_bytes // records if records else 0
     payload = records * body_bytes if body_bytes is not None else record_bytes
     return Measured(records, payload, elapsed), mean_record_bytes
+
+
+def append_fresh(directory: Path, record_bytes: int, *, seconds_min: float = SCAN_SECONDS_MIN,
+                 body_bytes: int | None = None) -> Measured:
+    """Append `record_bytes`-sized records, APPEND_BATCH_RECORDS per copy, into a new sparse
+    file in `directory` through a shared mapping, until `seconds_min` have passed or
+    APPEND_BYTES_MAX are written; the file is deleted after. Payload bytes count `body_bytes`
+    per record when given."""
+    blob = os.urandom(record_bytes) * APPEND_BATCH_RECORDS
+    path = Path(directory) / f"bench-append-{os.getpid()}.tmp"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    records = 0
+    try:
+        os.ftruncate(fd, APPEND_BYTES_MAX)
+        with mmap.mmap(fd, APPEND_BYTES_MAX, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+            pos, step = 0, len(blob)
+            start = time.monotonic()
+            while pos + step <= APPEND_BYTES_MAX:
+                mm[pos:pos + step] = blob
+                pos += step
+                records += APPEND_BATCH_RECORDS
+                if records % 1024 == 0 and time.monotonic() - start >= seconds_min:
+                    break
+            elapsed = time.monotonic() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    payload = records * (body_bytes if body_bytes is not None else record_bytes)
+    return Measured(records, payload, elapsed)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,7 +40,7 @@ def _range(low: float, high: float) -> str:
 # stream publish (the wire mqlab's send stream uses) when there is one
 RATIO_COLUMNS = (("plain", ("plain-stream", "plain-stream-publish", "plain-unary")),
                  ("redis", ("redis-ack", "redis-xadd")), ("redis noack", ("redis-noack",)), ("tcp", ("tcp",)),
-                 ("scan", ("mmap-scan",)))
+                 ("mmap", ("mmap-scan", "mmap-append")))
 
 
 def results_table(report: BenchReport) -> Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harness.bench.limits import scan_commitlog
+from harness.bench.limits import append_fresh, scan_commitlog
 from harness.bench.peers import REDIS_PULL_STREAM, REDIS_SEND_STREAM
 from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, CaseResult, Reference
 from harness.bench.run_state import WORKER_READY_BUDGET_S, Run
@@ -49,6 +49,13 @@ def measure_scan(run: Run) -> None:
     run.report.record_bytes = record_bytes
     rate = Measured(measured.messages, measured.payload_bytes, measured.seconds)
     run.report.add_reference(Reference("mmap-scan", 0, 1, rate))
+
+
+def measure_append(run: Run) -> None:
+    """The storage write ceiling, in the master's run dir (the stores' filesystem)."""
+    measured = append_fresh(run.cluster.node("broker-a-0").run_dir, run.report.record_bytes,
+                            seconds_min=min(1.0, run.config.seconds), body_bytes=run.config.body_bytes)
+    run.report.add_reference(Reference("mmap-append", 0, 1, measured))
 
 
 def start_limits_server(run: Run) -> None:

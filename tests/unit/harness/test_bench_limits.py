@@ -138,6 +138,18 @@ def test_scan_walks_every_segment_to_its_end(tmp_path):
     assert mean_record_bytes == sizes // 3
 
 
+def test_append_copies_batches_of_records_into_a_fresh_file_and_deletes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "APPEND_BYTES_MAX", 4 * 1024 * 1024)
+    measured = limits.append_fresh(tmp_path, 1000, seconds_min=60.0, body_bytes=7)
+    # the byte cap ends it long before its time: every whole batch of 32 records that fits
+    assert measured.messages == (4 * 1024 * 1024 // 32_000) * 32
+    assert measured.payload_bytes == measured.messages * 7 and measured.seconds > 0
+    assert list(tmp_path.iterdir()) == []
+    quick = limits.append_fresh(tmp_path, 1000, seconds_min=0.0)
+    assert quick.messages == 1024 and quick.payload_bytes == 1024 * 1000  # time is looked at every 1024
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_scan_of_an_empty_directory_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no commitlog segments"):
         limits.scan_commitlog(tmp_path)

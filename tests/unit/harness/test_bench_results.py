@@ -39,7 +39,7 @@ def report_with(*cases: CaseResult, redis: bool = True) -> BenchReport:
     report = BenchReport(results=list(cases), record_bytes=1190, machine={"cpus": 2})
     for r in (ref("plain-stream", 32, 200_000), ref("plain-stream", 1024, 1_000_000), ref("tcp", 0, 2_000_000),
               ref("mmap-scan", 0, 4_000_000), ref("plain-unary", 32, 50_000), ref("plain-unary", 1024, 300_000),
-              ref("plain-stream-publish", 32, 75_000)):
+              ref("plain-stream-publish", 32, 75_000), ref("mmap-append", 0, 450_000)):
         report.add_reference(r)
     if redis:
         for r in (ref("redis-ack", 32, 100_000), ref("redis-noack", 32, 150_000), ref("redis-ack", 1024, 250_000),
@@ -83,7 +83,9 @@ def test_ratios_use_the_references_of_the_same_batch():
     assert report.ratios(by_label["push master b32"])["redis-ack"] == pytest.approx(0.5)
     assert report.ratios(by_label["send batch b32"]) == {"plain-stream-publish": pytest.approx(0.6),
                                                          "plain-unary": pytest.approx(0.9),
-                                                         "redis-xadd": pytest.approx(0.5)}
+                                                         "redis-xadd": pytest.approx(0.5),
+                                                         "mmap-append": pytest.approx(0.1)}
+    assert report.ratios(by_label["send async b1"])["mmap-append"] == pytest.approx(70_000 / 450_000)  # no batch
     assert report.ratios(send("sync", 500))["plain-stream-publish"] is None  # b1 was not measured
     assert report.ratios(by_label["send async b1"])["redis-xadd"] == pytest.approx(0.5)  # its coalesced batch
     assert report.ratios(send("sync", 500))["plain-unary"] is None  # b1 was not measured

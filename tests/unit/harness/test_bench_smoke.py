@@ -31,7 +31,7 @@ def test_tiny_bench_runs_every_kind_of_case_and_leaves_nothing_behind(tmp_path):
         [(case.label, case.measured.spread) for case in report.results]
     first_reads = [c for c in report.results if c.mode == "first-read"]
     assert [c.measured.messages for c in first_reads] == [400, 400]  # one pass, every message once
-    assert set(report.references) == {"mmap-scan", "tcp", "plain-stream b8", "grpc-stream b8", "plain-stream b32",
+    assert set(report.references) == {"mmap-scan", "mmap-append", "tcp", "plain-stream b8", "grpc-stream b8", "plain-stream b32",
                                       "grpc-stream b32", "plain-unary b10", "plain-unary b1", "plain-unary b4",
                                       "plain-stream-publish b10", "plain-stream-publish b1", "plain-stream-publish b4"}
     assert report.record_bytes > 100
@@ -67,7 +67,9 @@ def test_a_send_only_bench_measures_no_consumer_row(tmp_path):
     assert not report.problems, report.problems
     assert [case.label for case in report.results] == ["send batch b10", "send sync b1", "send async b1"]
     assert not any("pull" in stage or "first read" in stage for stage in stages), stages
-    assert {"plain-unary b10", "plain-unary b1", "plain-stream-publish b10"} <= set(report.references)
+    assert {"plain-unary b10", "plain-unary b1", "plain-stream-publish b10", "mmap-append"} <= set(report.references)
+    assert report.references["mmap-append"].measured.messages > 0
+    assert not list((tmp_path / "run" / "broker-a-0").glob("bench-append-*"))  # its file is gone
     assert not any(name.startswith(("plain-stream ", "grpc-stream")) for name in report.references)
     assert not children_running("harness.bench")
 
