@@ -37,7 +37,8 @@ def _range(low: float, high: float) -> str:
 
 
 # a row's column shows the first of its kinds that was measured: a send's plain ratio is of the
-# stream publish (the wire mqlab's send stream uses) when there is one
+# stream publish (the wire mqlab's send stream uses) when there is one; the mmap column is a
+# consumer row's ratio of the scan (reading stored bytes) and a send row's of the append (storing them)
 RATIO_COLUMNS = (("plain", ("plain-stream", "plain-stream-publish", "plain-unary")),
                  ("redis", ("redis-ack", "redis-xadd")), ("redis noack", ("redis-noack",)), ("tcp", ("tcp",)),
                  ("mmap", ("mmap-scan", "mmap-append")))
