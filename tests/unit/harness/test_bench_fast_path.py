@@ -8,6 +8,7 @@ The last tests run a name server and broker in this process over real gRPC (supp
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import grpc
 import pytest
@@ -121,6 +122,28 @@ def test_broker_answers_a_request_batch_with_every_pull_named(cluster):
     assert sorted(answers) == [1, 2, 3, 4]
     assert [(answers[i].record_count, answers[i].next_begin_offset) for i in (1, 2, 3)] == [(2, 2), (2, 4), (2, 6)]
     assert answers[4].code == common_pb2.PULL_NOT_FOUND and answers[4].remark == "OFFSET_OVERFLOW_ONE"
+
+
+def test_a_held_pull_is_answered_after_the_client_half_closes_and_ends_the_call(cluster):
+    # The batch's first request is answered at once; its second waits at the queue's end (held)
+    # until a message comes, although the client has sent everything it will send.
+    create_topic(cluster, "Held", 1)
+    with Producer(cluster.namesrv_addr) as producer:
+        producer.send(Message("Held", b"first"))
+        requests = [broker_pb2.PullRequest(request_id=i + 1, consumer_group="g", topic="Held", queue_id=0,
+                                           queue_offset=offset, max_msg_nums=4, suspend=suspend,
+                                           suspend_timeout_ms=20_000, has_subscription=True,
+                                           subscription_expression="*")
+                    for i, (offset, suspend) in enumerate(((0, False), (1, True)))]
+        sent_late = threading.Timer(0.5, lambda: producer.send(Message("Held", b"late")))
+        with grpc.insecure_channel(cluster.broker_addr) as channel:
+            call = broker_pb2_grpc.BrokerStub(channel).PullBatch(
+                iter([broker_pb2.PullRequestBatch(requests=requests)]), timeout=15)
+            sent_late.start()
+            answers = [(r.request_id, r.record_count) for message in call for r in message.responses]
+        sent_late.join()
+    assert answers == [(1, 1), (2, 1)]  # the call ended once the held pull was answered
+    assert call.code() == grpc.StatusCode.OK
 
 
 def _max_offset(cluster, topic, queue_id):
