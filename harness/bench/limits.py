@@ -2,9 +2,9 @@
 and raw appends into a fresh file.
 
 Owns the limits server (`python -m harness.bench.limits --record-bytes R`, one process, prints
-`READY <port>`, serves until stdin closes), `scan_commitlog` and `append_fresh`. The server speaks the broker's
-own service with canned answers, so the limit clients (`harness.bench.worker`) send and receive
-exactly the message types and sizes the real path does:
+`READY <port>`, serves until stdin closes), `scan_commitlog` and `append_fresh`. The server
+speaks the broker's own service with canned answers, so the limit clients
+(`harness.bench.worker`) send and receive exactly the message types and sizes the real path does:
 
     Pull          every PullRequest answered at once with `max_msg_nums` records of
                   `record_bytes` each (prebuilt bytes): one stream message per pull
