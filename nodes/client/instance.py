@@ -209,6 +209,15 @@ class ClientInstance:
             raise ClientStateError(f"{what}: the client is {self.lifecycle.state.name}; call start() first")
         return self._loop
 
+    def call_in_loop(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """`fn(arg)` on the loop soon (from any thread); dropped once the client is stopping."""
+        loop = self._loop
+        if self.running and loop is not None:
+            try:
+                loop.call_soon_threadsafe(fn, arg)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
     def submit(self, coro: Coroutine[Any, Any, T], what: str = "call") -> concurrent.futures.Future[T]:
         """Schedule `coro` on the loop; the caller gets a concurrent future."""
         try:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 class PullApi:
     """PullAPIWrapper: routes a pull to the suggested broker and interprets the answer.
 
-    Loop-confined (runs on the `ClientInstance` loop).
+    Loop-confined (runs on the `ClientInstance` loop), except `pull_blocking`, which runs in
+    its caller's thread: it reads the route cache and writes one entry of the suggestion table
+    (each one dict operation, atomic under the GIL), and hands its routing event to the loop.
     """
 
     def __init__(self, instance: ClientInstance, group: str,
@@ -87,19 +89,26 @@ class PullApi:
         }, commit
 
     def _answered(self, mq: MessageQueue, queue_offset: int, requested_id: int, found: FoundBroker, commit: bool,
-                  result: PullResult, sent_mono_ms: int) -> PullResult:
-        """processPullResult's routing half: remember the suggestion, tell the routing listener."""
+                  result: PullResult, sent_mono_ms: int, *,
+                  tell: Callable[[Callable[[dict[str, Any]], None], dict[str, Any]], None] | None = None
+                  ) -> PullResult:
+        """processPullResult's routing half: remember the suggestion, tell the routing listener
+        (through `tell(listener, event)` when given: from another thread than the loop's)."""
         result.requested_broker_id = requested_id
         result.broker_id = found.broker_id
         self.update_pull_from_which_node(mq, result.suggest_which_broker_id)
         if self.on_routing_event is not None:
-            self.on_routing_event({
+            event = {
                 "event": "pull-route", "group": self.group, "client_id": self.client_id or None,
                 "topic": mq.topic, "broker_name": mq.broker_name,
                 "queue_id": mq.queue_id, "queue_offset": queue_offset, "requested_broker_id": requested_id,
                 "broker_id": found.broker_id, "addr": found.addr, "commit_flag": commit,
                 "status": result.status.value, "suggest_which_broker_id": result.suggest_which_broker_id,
-                "next_begin_offset": result.next_begin_offset, "sent_mono_ms": sent_mono_ms})
+                "next_begin_offset": result.next_begin_offset, "sent_mono_ms": sent_mono_ms}
+            if tell is None:
+                self.on_routing_event(event)
+            else:
+                tell(self.on_routing_event, event)
         return result
 
     async def pull_kernel(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
@@ -128,6 +137,27 @@ class PullApi:
         result = await self._instance.api.pull(found.addr, mq, fields, timeout_ms, tags=parse_subscription(expression),
                                                lazy=lazy)
         return self._answered(mq, queue_offset, requested_id, found, commit, result, sent_mono_ms)
+
+    def pull_blocking(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
+                      timeout_ms: int) -> PullResult | None:
+        """`pull_kernel` (no hold, no commit, records decoded on first use) in the caller's thread
+        over `ClientApi.blocking_pulls`; None when the queue's route or broker address is not
+        cached (the loop's path fetches them). Same answers, same errors.
+        """
+        routes = self._instance.routes
+        requested_id = self.recalculate_pull_from_which_node(mq)
+        found = routes.find_broker_address_in_subscribe(mq.broker_name, requested_id, False) \
+            if routes.route(mq.topic) is not None else None
+        if found is None:
+            return None
+        fields, commit = self._request(found, expression, mq, queue_offset, max_nums, suspend=False,
+                                       suspend_timeout_ms=0, commit_offset_value=None, commit_seq=0,
+                                       post_subscription=True, sub_version=0)
+        sent_mono_ms = time.monotonic_ns() // 1_000_000  # the events' clock (CLOCK_MONOTONIC)
+        response = self._instance.api.blocking_pulls.pull(found.addr, fields, timeout_ms)
+        return self._answered(mq, queue_offset, requested_id, found, commit,
+                              process_pull_response(response, mq, parse_subscription(expression), lazy=True),
+                              sent_mono_ms, tell=self._instance.call_in_loop)
 
     def start_pull(self, settle: Settle, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                    suspend: bool, suspend_timeout_ms: int, timeout_ms: int, lazy: bool = False) -> None:

@@ -162,6 +162,9 @@ class PullConsumer:
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*") -> PullResult:
         """Pull up to `max_nums` messages of `mq` from `offset`; answers at once.
 
+        Made in this thread, on a gRPC stream of its own to the broker, once the queue's route is
+        cached (the first pull of a topic goes through the client's loop, which fetches it).
+
         Raises:
             InvalidArgumentError: bad arguments (nothing is sent).
             RouteNotFoundError: unknown topic. BrokerNotFoundError: unknown broker name.
@@ -169,6 +172,15 @@ class PullConsumer:
         """
         expression = check_pull_args(mq, offset, max_nums, sub_expression)
         timeout_ms = self.pull_timeout_ms
+        if not self._attached:
+            raise ClientStateError(f"pull {mq}@{offset}: the consumer is not running; call start() first")
+        if not self._instance.in_loop_thread():
+            # In this thread, on a synchronous stream: no hand-off to the loop and back.
+            result = self._api.pull_blocking(mq, expression, offset, max_nums, timeout_ms=timeout_ms)
+            if result is not None:
+                return result
+        # The route or the broker's address is not cached yet (the loop fetches them), or the
+        # caller is the loop's own thread (a listener of a push consumer on the same client).
         return self._run_pull(lambda settle: self._api.start_pull(
             settle, mq, expression, offset, max_nums, suspend=False, suspend_timeout_ms=0, timeout_ms=timeout_ms,
             lazy=True), timeout_ms, "pull", mq, offset)

@@ -68,8 +68,8 @@ def make_channel(addr: str, overrides: Mapping[str, str] | None = None) -> grpc.
     return grpc.aio.insecure_channel(dial_address(addr, overrides), options=_CHANNEL_OPTIONS)
 
 
-def make_sync_channel(addr: str) -> grpc.Channel:
-    return grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+def make_sync_channel(addr: str, overrides: Mapping[str, str] | None = None) -> grpc.Channel:
+    return grpc.insecure_channel(dial_address(addr, overrides), options=_CHANNEL_OPTIONS)
 
 
 def ignore_grpc_poller_noise(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

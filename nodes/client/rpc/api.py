@@ -24,6 +24,7 @@ import grpc.aio
 
 from nodes.client.pull_decode import MessageBatch, decode_messages
 from nodes.client.routes import BrokerData, QueueData, RouteSnapshot
+from nodes.client.rpc.blocking_pull import BlockingPulls
 from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.client.rpc.pull_stream import PullStream
 from nodes.client.rpc.send_stream import SendStream
@@ -166,6 +167,8 @@ class ClientApi:
         self._stubs: dict[tuple[type, str], Any] = {}  # (stub class, addr) -> stub over that addr's channel
         self._pull_streams: dict[str, PullStream] = {}
         self._send_streams: dict[str, SendStream] = {}
+        # synchronous pulls made in their caller's thread (the one call not made on the loop)
+        self.blocking_pulls = BlockingPulls(lambda addr: rpc.make_sync_channel(addr, self.dial_overrides))
 
     # --- connections -----------------------------------------------------------------------
     def channel(self, addr: str) -> grpc.aio.Channel:
@@ -212,10 +215,12 @@ class ClientApi:
             for stream in list(streams.values()):
                 await stream.close()
             streams.clear()
+        self.blocking_pulls.close_calls()
 
     async def close(self) -> None:
         """Close the streams and every channel."""
         await self.close_streams()
+        self.blocking_pulls.close()
         for channel in list(self._channels.values()):
             await channel.close()
         self._channels.clear()

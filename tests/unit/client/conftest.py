@@ -118,6 +118,22 @@ class _FakeStream:
         return 0
 
 
+class _FakeBlockingPulls:
+    """ClientApi.blocking_pulls: a caller's synchronous pull answered by the handler in its thread."""
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner
+
+    def pull(self, addr: str, fields: dict[str, Any], timeout_ms: int) -> Any:
+        return self._owner.answer(addr, "Pull", fields)
+
+    def close_calls(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class _FakeSendStream:
     """The send stream's surface; its sends reach the handler as "SendMessage" (one semantics)."""
 
@@ -146,6 +162,7 @@ class FakeApi(ClientApi):
     def __init__(self, owner: _Answering) -> None:
         super().__init__()
         self._owner = owner
+        self.blocking_pulls = _FakeBlockingPulls(owner)  # type: ignore[assignment]
 
     def broker_stub(self, addr: str) -> Any:
         return _Stub(self._owner, addr)
