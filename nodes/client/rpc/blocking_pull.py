@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import queue
 import threading
 import time
@@ -36,8 +35,6 @@ from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.common import rpc
 from nodes.common.errors import RequestTimeoutError, TransportError
 from proto import broker_pb2, broker_pb2_grpc
-
-log = logging.getLogger(__name__)
 
 
 class _Call:
