@@ -17,7 +17,7 @@ from rich.table import Table
 
 from chaos.checker.verdict import EXIT_UNKNOWN
 from chaos.judge import CheckerProcess
-from harness.terminal import make_console
+from harness.terminal import console, err_console
 
 if TYPE_CHECKING:
     from chaos.checker.pipeline import CheckOutput
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(name="chaos", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Chaos runs and their checker.")
-console = make_console()
-err_console = make_console(stderr=True)
 
 _STYLE = {True: "[green]valid[/]", False: "[bold red]INVALID[/]"}
 
