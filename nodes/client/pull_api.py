@@ -138,16 +138,22 @@ class PullApi:
                                                lazy=lazy)
         return self._answered(mq, queue_offset, requested_id, found, commit, result, sent_mono_ms)
 
+    def _cached_broker(self, mq: MessageQueue) -> tuple[int, FoundBroker | None]:
+        """(the broker id to ask, its address) from the route cache alone; the address is None
+        when the topic's route or the broker is not cached."""
+        routes = self._instance.routes
+        requested_id = self.recalculate_pull_from_which_node(mq)
+        if routes.route(mq.topic) is None:
+            return requested_id, None
+        return requested_id, routes.find_broker_address_in_subscribe(mq.broker_name, requested_id, False)
+
     def pull_blocking(self, mq: MessageQueue, expression: str, queue_offset: int, max_nums: int, *,
                       timeout_ms: int) -> PullResult | None:
         """`pull_kernel` (no hold, no commit, records decoded on first use) in the caller's thread
         over `ClientApi.blocking_pulls`; None when the queue's route or broker address is not
         cached (the loop's path fetches them). Same answers, same errors.
         """
-        routes = self._instance.routes
-        requested_id = self.recalculate_pull_from_which_node(mq)
-        found = routes.find_broker_address_in_subscribe(mq.broker_name, requested_id, False) \
-            if routes.route(mq.topic) is not None else None
+        requested_id, found = self._cached_broker(mq)
         if found is None:
             return None
         fields, commit = self._request(found, expression, mq, queue_offset, max_nums, suspend=False,
@@ -167,10 +173,7 @@ class PullApi:
         queue's route or broker address is not cached it runs `pull_kernel` as a task instead
         (it fetches them); `settle` then gets that task's outcome. Same answers, same errors.
         """
-        routes = self._instance.routes
-        requested_id = self.recalculate_pull_from_which_node(mq)
-        found = routes.find_broker_address_in_subscribe(mq.broker_name, requested_id, False) \
-            if routes.route(mq.topic) is not None else None
+        requested_id, found = self._cached_broker(mq)
         if found is None:
             task = asyncio.get_running_loop().create_task(self.pull_kernel(
                 mq, expression, queue_offset, max_nums, suspend=suspend, suspend_timeout_ms=suspend_timeout_ms,

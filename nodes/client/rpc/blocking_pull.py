@@ -31,9 +31,9 @@ from typing import Any
 
 import grpc
 
-from nodes.client.rpc.grpc_errors import rpc_error
+from nodes.client.rpc.pull_stream import pull_stream_error, pull_timeout_error
 from nodes.common import rpc
-from nodes.common.errors import RequestTimeoutError, TransportError
+from nodes.common.errors import TransportError
 from proto import broker_pb2, broker_pb2_grpc
 
 
@@ -86,6 +86,8 @@ class _Watchdog:
 
     @staticmethod
     def answered(entry: _Watch) -> None:
+        # The entry stays in the heap until its deadline (cheaper than removing it now): at most
+        # the pulls of one timeout's span, each a push of O(log n).
         entry[_CALL] = None
 
     def _run(self) -> None:
@@ -148,13 +150,8 @@ class BlockingPulls:
                         return response
             error = TransportError(f"pull stream to {addr} ended by the broker")
         except grpc.RpcError as exc:
-            if watch[_EXPIRED]:
-                error = RequestTimeoutError(
-                    f"pull {fields.get('topic')}:{fields.get('queue_id')}@{fields.get('queue_offset')} "
-                    f"from {addr}: no answer within {timeout_ms} ms")
-            else:
-                mapped = rpc_error(exc, f"pull stream to {addr}")
-                error = mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
+            error = (pull_timeout_error(fields, addr, timeout_ms) if watch[_EXPIRED]
+                     else pull_stream_error(exc, addr))
         finally:
             self._watchdog.answered(watch)
         self._drop(call)

@@ -39,6 +39,19 @@ log = logging.getLogger(__name__)
 Settle = Callable[[broker_pb2.PullResponse | None, BaseException | None], None]
 
 
+def pull_timeout_error(fields: dict[str, Any], addr: str, timeout_ms: int) -> RequestTimeoutError:
+    """A pull (`fields` of its PullRequest) that got no answer within `timeout_ms`."""
+    return RequestTimeoutError(f"pull {fields.get('topic')}:{fields.get('queue_id')}@{fields.get('queue_offset')} "
+                               f"from {addr}: no answer within {timeout_ms} ms")
+
+
+def pull_stream_error(exc: grpc.RpcError, addr: str) -> TransportError:
+    """What a broken pull stream to `addr` fails its pulls with: a TransportError (what `rpc_error`
+    makes of the break, or one with its text), as for a lost connection."""
+    mapped = rpc_error(exc, f"pull stream to {addr}")
+    return mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
+
+
 class _BatchingFeed(RequestFeed[broker_pb2.PullRequest]):
     """One PullRequestBatch of every request `push` queued by the time grpc asks for the next."""
 
@@ -88,9 +101,7 @@ class PullStream(StreamCall[Settle]):
 
         def expire() -> None:
             if pending.pop(request_id, None) is not None:
-                settle(None, RequestTimeoutError(
-                    f"pull {fields.get('topic')}:{fields.get('queue_id')}@{fields.get('queue_offset')} "
-                    f"from {self.addr}: no answer within {timeout_ms} ms"))
+                settle(None, pull_timeout_error(fields, self.addr, timeout_ms))
 
         pending[request_id] = answered
         session.feed.push(broker_pb2.PullRequest(request_id=request_id, **fields))
@@ -148,8 +159,7 @@ class PullStream(StreamCall[Settle]):
                         except Exception:  # one caller's bug must not break everyone's stream
                             log.exception("settling the pull answer %d from %s failed", resp.request_id, self.addr)
         except grpc.RpcError as exc:
-            mapped = rpc_error(exc, f"pull stream to {self.addr}")
-            error = mapped if isinstance(mapped, TransportError) else TransportError(str(mapped))
+            error = pull_stream_error(exc, self.addr)
         except asyncio.CancelledError:
             error = TransportError(f"pull stream to {self.addr} closed")
             raise
