@@ -16,19 +16,26 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chaos import nemesis_storage
+from chaos.nemesis_gray import GrayFaults
 from chaos.nemesis_journal import Clock, NemesisJournal
 from chaos.nemesis_ops import (
+    GRAY_OPS,
     RECOVERY_OP,
+    ClockFault,
     Corrupt,
+    DiskFill,
     Heal,
     Kill,
+    LinkToxic,
     Op,
     Outcome,
     Partition,
     Pause,
     PowerLoss,
+    Starve,
     Stop,
     describe_op,
 )
@@ -54,6 +61,7 @@ class ActiveFault:
     started_mono_ms: int
     detail: str
     links: Mapping[tuple[str, str], LinkState] = field(default_factory=dict, hash=False)
+    undo: Mapping[str, Any] = field(default_factory=dict, hash=False)  # what a gray fault's undo needs
 
     def label(self, now_ms: int) -> str:
         return f"{self.op} {','.join(self.targets)} ({(now_ms - self.started_mono_ms) / 1000:.1f} s)"
@@ -76,6 +84,7 @@ class NemesisRunner:
         self._state_lock = threading.Lock()
         self._active: dict[str, ActiveFault] = {}
         self._seq = 0
+        self._gray = GrayFaults(self)
 
     def close(self) -> None:
         with self._act_lock:
@@ -114,6 +123,8 @@ class NemesisRunner:
                 return self._partition(op, fault_id, targets, note)
             if isinstance(op, PowerLoss | Corrupt):
                 return self._storage(op, fault_id, targets, note)
+            if isinstance(op, LinkToxic | ClockFault | Starve | DiskFill):
+                return self._gray.start(op, fault_id, targets, note)
             return self._signal_nodes(op, fault_id, targets, note)
 
     def recover(self, fault_id: str) -> Outcome | None:
@@ -126,17 +137,21 @@ class NemesisRunner:
             try:
                 if fault.op == "partition":
                     return self._heal_fault(fault)
+                if fault.op in GRAY_OPS:
+                    return self._gray.recover(fault)
                 return self._recover_nodes(fault)
             finally:
                 with self._state_lock:
                     self._active.pop(fault_id, None)
 
     def recover_all(self) -> list[Outcome]:
-        """Undo everything this runner started: resume what is paused, heal links, restart what was
-        killed or stopped (in that order: restarted nodes find their peers awake and reachable)."""
+        """Undo everything this runner started: free disks, reset clocks, feed starved CPUs and clear
+        link toxics, resume what is paused, heal links, restart what was killed or stopped (in that
+        order: restarted nodes find their peers awake, reachable and with room to write)."""
         outcomes: list[Outcome] = []
         with self._act_lock:
-            order = {"pause": 0, "partition": 1, "kill": 2, "stop": 2, "power-loss": 2}
+            order = {"disk-fill": 0, "clock": 0, "starve": 0, "link-toxic": 0, "pause": 1, "partition": 2, "kill": 3,
+                     "stop": 3, "power-loss": 3}
             for fault in sorted(self.faults(), key=lambda f: (order[f.op], f.started_mono_ms)):
                 try:
                     result = self.recover(fault.fault_id)
@@ -337,10 +352,11 @@ class NemesisRunner:
         return merged
 
     def _open(self, fault_id: str, op: str, targets: list[str], detail: str,
-              links: Mapping[tuple[str, str], LinkState] | None = None) -> None:
+              links: Mapping[tuple[str, str], LinkState] | None = None, *,
+              undo: Mapping[str, Any] | None = None) -> None:
         with self._state_lock:
             self._active[fault_id] = ActiveFault(fault_id, op, tuple(targets), self.clock.monotonic_ms(), detail,
-                                                 dict(links or {}))
+                                                 dict(links or {}), dict(undo or {}))
 
     def _failed(self, op: str, fault_id: str, targets: list[str], detail: str, error: str,
                 symbol: str | None = None) -> Outcome:

@@ -53,6 +53,7 @@ from chaos.topology import place_schedule
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.cluster import make_run_dir
+from harness.pids import signal_name
 from harness.topology import DEFAULT_TOPOLOGY, broker_groups
 from harness.waiting import WaitTimeout
 from nodes.common import constants as c
@@ -417,7 +418,8 @@ class ChaosRun:
             for e in cluster.unexpected_exits:
                 f.write(json.dumps({"node": e.node_id, "event": "exit", "wall_ms": e.at_wall_ms,
                                     "mono_ms": e.at_wall_ms - wall_minus_mono_ms, "expected": False,
-                                    "exit_code": e.exit_code, "pid": e.pid}) + "\n")
+                                    "exit_code": e.exit_code, "signal": signal_name(e.exit_code),
+                                    "pid": e.pid}) + "\n")
 
 
 def _default_out(options: RunOptions) -> Path:

@@ -25,13 +25,17 @@ from typing import Any, Protocol
 
 from chaos.bounds import Bounds
 from chaos.nemesis_ops import (
+    ClockFault,
     Corrupt,
+    DiskFill,
     Kill,
+    LinkToxic,
     Op,
     Outcome,
     Partition,
     Pause,
     PowerLoss,
+    Starve,
     Stop,
     describe_op,
     op_from_dict,
@@ -41,7 +45,8 @@ from chaos.nemesis_ops import (
 SCHEDULE_VERSION = 1
 # How often a waiting `play` reports progress: a display refresh rate, not a system timer.
 PROGRESS_TICK_MS = 250
-FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss", "corrupt")
+FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss", "corrupt", "link-toxic", "clock", "starve",
+             "disk-fill")
 
 
 class Clock(Protocol):
@@ -76,8 +81,13 @@ class FaultChoice:
     weight: float = 1.0
     duration_of: str = "L_c"
     duration_x: float = 1.5
-    partition: str | None = None  # the partition kind (chaos.nemesis_ops.PARTITION_KINDS)
+    partition: str | None = None  # the partition kind (chaos.nemesis_ops.PARTITION_KINDS); link-toxic's link set
     mode: str = "DROP"  # partitions: DROP or REJECT
+    # the gray ops' parameters: a literal, or (bound name, multiple) resolved against the run's
+    # bounds like the duration, so a latency or a clock step keeps its size against the timers at
+    # every time scale. link-toxic: `toxic` (a dict whose values may be such pairs) and `direction`;
+    # clock: `jump_ms`, `rate`; starve: `share`, `period_ms`; disk-fill: `ratio`.
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,34 @@ def choice_duration_ms(choice: ChoiceLike, bounds: Bounds) -> int:
     return max(1, round(choice.duration_x * bound_ms(bounds, choice.duration_of)))
 
 
-def op_for(choice: ChoiceLike, duration_ms: int) -> Op:
+def resolve_param(value: Any, bounds: Bounds | None) -> Any:
+    """A gray op's parameter: `(bound name, multiple)` becomes that many of the bound's ms (a whole
+    number, negative for a negative multiple); a dict is resolved value by value; anything else is
+    taken as it is."""
+    if isinstance(value, Mapping):
+        return {k: resolve_param(v, bounds) for k, v in value.items()}
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        if bounds is None:
+            return 1  # validation only (no bounds yet): any positive size
+        ms = round(value[1] * bound_ms(bounds, value[0]))
+        return ms or (1 if value[1] > 0 else -1)  # a step back stays a step back at the 5 ms floor
+    return value
+
+
+def op_for(choice: ChoiceLike, duration_ms: int, bounds: Bounds | None = None) -> Op:
+    params = resolve_param(dict(getattr(choice, "params", None) or {}), bounds)
+    if choice.op == "link-toxic":
+        return LinkToxic(choice.partition or "consumer-master", choice.target, toxic=params.get("toxic", {}),
+                         direction=params.get("direction", "both"), peer=params.get("peer"),
+                         duration_ms=duration_ms)
+    if choice.op == "clock":
+        return ClockFault(choice.target, jump_ms=int(params.get("jump_ms", 0)), rate=float(params.get("rate", 1.0)),
+                          duration_ms=duration_ms)
+    if choice.op == "starve":
+        return Starve(choice.target, share=float(params.get("share", 0.1)),
+                      period_ms=int(params.get("period_ms", 100)), duration_ms=duration_ms)
+    if choice.op == "disk-fill":
+        return DiskFill(choice.target, ratio=float(params.get("ratio", 0.95)), duration_ms=duration_ms)
     if choice.op == "kill":
         return Kill(choice.target, restart_after_ms=duration_ms)
     if choice.op == "stop":
@@ -217,7 +254,7 @@ def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: in
         i = rng.choices(fitting, weights=[choices[i].weight for i in fitting])[0]
         ch, dur = choices[i], durations[i]
         at_ms = max(round(at_units * ms_per_unit), earliest_ms)
-        entries.append(Entry(at_ms, op_for(ch, dur), f"{ch.duration_x:g} x {ch.duration_of}"))
+        entries.append(Entry(at_ms, op_for(ch, dur, bounds), f"{ch.duration_x:g} x {ch.duration_of}"))
         gap_units = rng.randint(unit_spacing // 2, unit_spacing * 3 // 2)
         at_units += gap_units if overlap else unit_durations[i] + gap_units
         earliest_ms = at_ms + (0 if overlap else dur) + round(gap_units * ms_per_unit)

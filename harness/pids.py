@@ -21,15 +21,21 @@ POLL_INTERVAL_S = 0.02
 KILL_REAP_BUDGET_MS = 5_000  # after SIGKILL the kernel needs a moment, never this long
 
 
+def signal_name(code: int | None) -> str | None:
+    """`SIGBUS` for an exit code of -7 (killed by a signal), None for a normal exit or a live process."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
 def describe_exit_code(code: int | None) -> str:
     if code is None:
         return "is still running"
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
+        return f"was killed by {signal_name(code)}"
     meaning = {c.EXIT_OK: "clean stop", c.EXIT_CRASH: "crash: broken invariant",
                c.EXIT_CONFIG: "bad config"}.get(code)
     return f"exited with code {code}" + (f" ({meaning})" if meaning else "")

@@ -1,7 +1,8 @@
 """Fault windows from the nemesis log, and process exits; small, so built on the driver.
 
 A window opens at a fault op's `start` and closes at the `end` of its recovery op
-(kill|stop|power-loss → restart, pause → resume, partition → heal); see `schemas`. A power loss
+(kill|stop|power-loss → restart, pause → resume, partition → heal, link-toxic → remove-toxic,
+clock → clock-reset, starve → unstarve, disk-fill → free-disk); see `schemas`. A power loss
 is a kill to every check that reasons about processes (its window's `op` is `kill`, its
 `storage` is `power-loss`); what it did to the store, and every `corrupt`, are `StorageFault`s.
 """
@@ -14,10 +15,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss")
-RECOVERY = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal", "power-loss": "restart"}
+FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss", "link-toxic", "clock", "starve", "disk-fill")
+RECOVERY = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal", "power-loss": "restart",
+            "link-toxic": "remove-toxic", "clock": "clock-reset", "starve": "unstarve", "disk-fill": "free-disk"}
 STORAGE_OPS = ("power-loss", "corrupt")
 SILENT_OPS = ("pause", "partition")  # the victim's sockets stay open: peers notice only by timeouts
+# What the checks that reason about processes and links take a gray fault for. A link made slow,
+# lossy or stalled can delay every message on it past any timer, which is all a partition of the
+# same links does to the protocol, so its liveness bounds are a partition's; a starved node runs
+# in bursts, which is what a pause does for longer. Neither excuses a safety violation: the lock,
+# loss, order and content checks look at what the brokers and consumers did, not at the faults.
+# Clock faults and full disks are judged by checks of their own and by their effects.
+GRAY_AS = {"link-toxic": "partition", "starve": "pause"}
 _BROKER_NODE = re.compile(r"^(?P<name>.+)-(?P<id>\d+)$")
 
 
@@ -30,11 +39,12 @@ class FaultWindow:
     recovered: bool
     detail: str | None = None
     storage: str | None = None  # "power-loss" for a power loss (op "kill")
+    gray: str | None = None  # the gray op behind a window whose `op` is what it counts as (GRAY_AS)
 
     @property
     def label(self) -> str:
         who = ",".join(self.targets) if self.targets else "all"
-        return f"{self.storage or self.op} {who}"
+        return f"{self.storage or self.gray or self.op} {who}"
 
     def covers(self, t_ms: float, *, before: float = 0, after: float = 0) -> bool:
         return self.start_ms - before <= t_ms <= self.end_ms + after
@@ -47,6 +57,8 @@ class FaultWindow:
                "recovered": self.recovered, "detail": self.detail}
         if self.storage:
             out["storage"] = self.storage
+        if self.gray:
+            out["gray"] = self.gray
         return out
 
 
@@ -152,9 +164,11 @@ def _window(fault: dict[str, Any], targets: tuple[str, ...], end: int, recovered
     if detail is not None and not isinstance(detail, str):
         detail = json.dumps(detail)
     power_loss = fault["op"] == "power-loss"
-    return FaultWindow(op="kill" if power_loss else fault["op"], targets=targets, start_ms=int(fault["start"]),
+    op = "kill" if power_loss else GRAY_AS.get(fault["op"], fault["op"])
+    return FaultWindow(op=op, targets=targets, start_ms=int(fault["start"]),
                        end_ms=int(end), recovered=recovered, detail=detail,
-                       storage="power-loss" if power_loss else None)
+                       storage="power-loss" if power_loss else None,
+                       gray=fault["op"] if fault["op"] in GRAY_AS else None)
 
 
 def process_exits(rows: Iterable[dict[str, Any]]) -> list[ProcessExit]:

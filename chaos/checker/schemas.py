@@ -199,6 +199,8 @@ EVENTS = _schema(
     ("after", _QUEUE_LIST),
     ("removed", _QUEUE_LIST),
     ("reason", StringType()),
+    # consumer-ids (also rebalance: the group's members the client allocated over)
+    ("cids", ArrayType(StringType())),
     # route
     ("queues", _QUEUE_LIST),
     ("namesrv", StringType()),

@@ -135,10 +135,16 @@ class PushRebalanceDeps:
         bd = self._rng.choice(brokers)
         addr = bd.addrs.get(c.MASTER_ID) or self._rng.choice(sorted(bd.addrs.values()))
         try:
-            return await self._instance.api.consumer_list(addr, group, c.CONSUMER_LIST_TIMEOUT_MS)
+            cids = await self._instance.api.consumer_list(addr, group, c.CONSUMER_LIST_TIMEOUT_MS)
         except MqError as err:
             log.warning("consumer list of %s from %s failed: %s", group, addr, err)
             return None
+        if self._on_event is not None:
+            # which broker answered matters: brokers may disagree on the members (one that expired a
+            # silent client, one that still hears from it), and a rebalance follows the one it asked
+            self._on_event({"event": "consumer-ids", "side": "client", "group": group, "client_id": self._client_id,
+                            "topic": topic, "broker_name": bd.broker_name, "addr": addr, "cids": list(cids)})
+        return cids
 
     async def queue_offset(self, mq: MessageQueue, kind: StartKind) -> int:
         if kind is StartKind.MAX_OFFSET:

@@ -125,7 +125,9 @@ class Run:
     # ---- harness ----------------------------------------------------------------------------
 
     def fault(self, op: str, targets: list[str], start: int, end: int | None = None) -> Run:
-        recovery = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal"}[op]
+        recovery = {"kill": "restart", "stop": "restart", "pause": "resume", "partition": "heal",
+                    "link-toxic": "remove-toxic", "clock": "clock-reset", "starve": "unstarve",
+                    "disk-fill": "free-disk"}[op]
         self.nemesis += [{"node": "harness", "event": "nemesis", "mono_ms": start, "op": op, "phase": "start", "targets": targets},
                          {"node": "harness", "event": "nemesis", "mono_ms": start + 1, "op": op, "phase": "end", "targets": targets}]
         if end is not None:

@@ -307,3 +307,26 @@ def test_queue_never_taken_over(spark):
 def test_takeover_unknown_without_orderly_consumption(spark):
     run = Run().sends_for(0, 3).consume(0, range(3), t0=200, orderly=False)
     assert check_takeover(run.history(spark), config()).valid == "unknown"
+
+
+def test_member_lists_still_naming_a_silent_holder_each_cost_the_taker_a_rebalance(spark):
+    # c1 is cut from the master at 360 (bound max(L_b, X_c + K_c) + R_b + W_p = 1510, limit 1681).
+    # c2 takes q0 at 2300: too late, unless the brokers c2 asked at its rebalances after the expiry
+    # (360 + 1300 = 1660) still named c1, as one that still hears c1's heartbeats does. Each such
+    # answer costs one rebalance (R_b 200); one given before the expiry costs nothing.
+    def run_with(answers: list[tuple[int, list[str]]]) -> Run:
+        run = Run().sends_for(0, 10)
+        run.lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+        run.consume(0, range(3), t0=200).fault("partition", ["consumer-1", "broker-a-0"], 360, 2500)
+        for t, cids in answers:
+            run.event("consumer-ids", t, "consumer-2", group=G, client_id="c2", topic=T, cids=cids)
+        return run.consume(0, range(3, 10), t0=2300, client="c2")
+
+    alone = check_takeover(run_with([(1500, ["c1", "c2"]), (2100, ["c2"])]).history(spark), config())
+    assert alone.counts["slow"] == 1, alone.measurements
+    stale = check_takeover(run_with([(1500, ["c1", "c2"]), (1700, ["c1", "c2"]), (1900, ["c1", "c2"]),
+                                     (2100, ["c2"])]).history(spark), config())
+    assert stale.valid is True, stale.examples
+    m = stale.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("partition", 1940, 1910)
+    assert "2 member list(s)" in m["cause_label"]

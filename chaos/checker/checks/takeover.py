@@ -23,7 +23,9 @@ TAKEOVER = (
     "lease). The time from the cause (for a kill: from A's last lock grant or renewal t_L) "
     "to B's first delivery, less any wait for that message to be sent, must stay within the bound for the "
     "cause (kill: L_b + max(R_b, R_l) + W_p from t_L; stop or release: R_b + W_p; pause/partition: "
-    "max(L_b, X_c + K_c) + R_b + W_p; lost lock: R_b + R_l + W_p; rebalance (A dropping the queue or B "
+    "max(L_b, X_c + K_c) + R_b + W_p, plus R_b for every member list B was given after that expiry that still named A "
+    "(each rebalance asks one random broker, and brokers expire a silent client each on its own); lost lock: "
+    "R_b + R_l + W_p; rebalance (A dropping the queue or B "
     "taking it): U_d + R_b + W_p) plus slack; a holder killed, paused or cut off after dropping the queue but "
     "before its delayed unlock leaves its lease to run out (the kill bound from t_L). A's later faults never reset that clock (a queue still waiting "
     "waits from the first). Whatever else starts before that deadline can only push it out: A's later lock or "
@@ -54,6 +56,8 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
                                           | F.col("removed").isNotNull()),
         "starts": h.ev.filter((F.col("event") == "consumer-start") & F.col("client_id").isNotNull()).select(
             "node", "client_id", F.col("mono_ms").alias("t")),
+        "members": h.ev.filter((F.col("event") == "consumer-ids") & F.col("client_id").isNotNull()).select(
+            "client_id", "topic", F.col("mono_ms").alias("t"), "cids"),
     }
     holder_faults = [w for w in h.faults if w.op in ("kill", "stop", "pause", "partition")]
     if holder_faults and h.has("sends"):
@@ -70,6 +74,9 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
     starts: dict[str, list[tuple[int, str]]] = {}
     for row in got["starts"]:
         starts.setdefault(row["node"], []).append((row["t"], row["client_id"]))
+    members: dict[tuple[str, str], list[tuple[int, frozenset[str]]]] = {}
+    for row in got["members"]:
+        members.setdefault((row["client_id"], row["topic"]), []).append((row["t"], frozenset(row["cids"] or ())))
     measurements: list[dict[str, Any]] = []
     for r in changes:
         lo, hi = r["prev_last_t"], r["start"]
@@ -106,7 +113,7 @@ def check_takeover(h: History, cfg: CheckerConfig) -> CheckResult:
         others = [w for w in h.faults if w.op in (*SILENT_OPS, "kill", "stop") and w.start_ms <= hi
                   and w.end_ms >= lo and any(not h.is_broker(t) and (t != r["prev_node"] or w.start_ms >= reborn_ms)
                                              for t in w.targets)]
-        m = _measure(h, cfg, r, causes, others)
+        m = _measure(h, cfg, r, causes, others, members.get((r["client_id"], r["topic"]), ()))
         measurements.append(m)
     stuck = _stuck_queues(h, cfg, holder_faults, got.get("epochs", []), got.get("acked", []))
     slow = [m for m in measurements if m["verdict"] == "slow"]
@@ -175,7 +182,8 @@ def _rebalance_drops(reb: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[tu
 
 
 def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tuple[int, str, str]],
-             others: Sequence[FaultWindow] = ()) -> dict[str, Any]:
+             others: Sequence[FaultWindow] = (), taker_members: Sequence[tuple[int, frozenset[str]]] = (),
+             ) -> dict[str, Any]:
     b = cfg.bounds
     out: dict[str, Any] = {"queue": queue_name(r), "group": r["group"], "from": r["prev_client"], "to": r["client_id"],
                            "taken_over_s": s(h, r["start"])}
@@ -226,6 +234,8 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         # earlier reference stands
         if t2 <= ref + bound + b.slack(bound) and ref2 + bound2 > ref + bound and ref2 <= r["start"]:
             ref, bound, kind, label = ref2, bound2, kind2, label2
+    if kind in SILENT_OPS:
+        bound, label = _stale_member_lists(b, r, ref, bound, label, taker_members)
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None and avail <= r["start"] else ref
     judged = b.judge("takeover", r["start"] - start_from, bound)
@@ -237,6 +247,23 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         judged["judged"] = f"takeover {r['start'] - r['t_L']:,} ms after the lease began < L_b {b.L_b:,} ms"
     out.update(cause=kind, cause_label=label, cause_s=s(h, ref), **judged, t_L_s=s(h, r["t_L"]))
     return out
+
+
+def _stale_member_lists(b: Bounds, r: dict[str, Any], ref: int, bound: int, label: str,
+                        taker_members: Sequence[tuple[int, frozenset[str]]]) -> tuple[int, str]:
+    """A silent holder leaves the group when a broker's scan expires its channel, but brokers do not
+    expire it together: one cut from the holder expires it while another still hears its heartbeats
+    (a partition of part of the cluster), or a second broker's scan comes later. Each rebalance asks
+    one random broker for the members (RocketMQ's findConsumerIdList) and allocates over its answer,
+    so the taker keeps A's queue allocated to A for every answer that still names A: each such answer
+    after the brokers could first have expired A costs the takeover one more rebalance, R_b."""
+    expired_by_ms = ref + max(b.L_b, b.X_c + b.K_c)
+    stale = sum(1 for t, cids in taker_members if expired_by_ms <= t <= r["start"] and r["prev_client"] in cids)
+    if not stale:
+        return bound, label
+    return (bound + stale * b.R_b,
+            f"{label}; {stale} member list(s) {r['client_id']} got since still named {r['prev_client']} "
+            f"(+{stale} x R_b)")
 
 
 def _silenced_before_unlock(b: Bounds, t_L: int | None, t: int, label: str,
