@@ -11,6 +11,10 @@ proxy's port with `dial_overrides`). Each link has a mode per direction of its b
 one-way partition. Changing a link's mode applies to its live connections too, so a
 long-lived replication or pull stream is cut like a new connection would be.
 
+Toxics (`harness.toxics`: latency, bandwidth, slicer, stall, reset, loss-like) sit on a
+direction beside its mode; a mode other than OPEN wins over them (a DROP link drops whatever
+toxics it has). `heal()` resets modes only; toxics are cleared with `clear_toxics()`.
+
 Everything runs on one asyncio loop in a harness thread; the public API is synchronous and
 thread-safe. The harness's own control plane (Admin calls) never goes through a proxy.
 """
@@ -18,19 +22,39 @@ thread-safe. The harness's own control plane (Admin calls) never goes through a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import itertools
 import logging
+import random
 import socket
 import struct
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.toxics import (
+    DIRECTIONS,
+    ActiveToxic,
+    DirectionState,
+    Toxic,
+    as_toxic,
+    directions_of,
+    flushed,
+    in_order,
+    plan_hold,
+    send_chunk,
+    stall_of,
+    toxic_to_dict,
+)
 
 log = logging.getLogger(__name__)
 
 _READ_BYTES = 64 * 1024
+# chunks a direction may hold (latency, loss-like) before its reader stops and the sender feels
+# backpressure; Toxiproxy buffers as many
+_QUEUE_CHUNKS = 1024
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
@@ -48,17 +72,32 @@ class LinkStats:
     backward_bytes: int = 0
     dropped_bytes: int = 0
     rejected: int = 0
+    # the longest a chunk spent inside the proxy, read to written: what the endpoints felt of
+    # the toxics (and of the proxy's own loop), so a checker can tell a fault really applied
+    forward_max_hold_ms: float = 0.0
+    backward_max_hold_ms: float = 0.0
 
 
 @dataclass
 class _Conn:
     client: asyncio.StreamWriter
+    opened_at: float
     upstream: asyncio.StreamWriter | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    states: dict[str, DirectionState] = field(default_factory=dict)
+
+
+_EOF = None  # queued after a direction's last chunk: its close passes once the chunks before it are out
 
 
 class LinkProxy:
-    """The proxy of one directed link `src -> dst` (loop-confined)."""
+    """The proxy of one directed link `src -> dst` (loop-confined).
+
+    Each direction of a connection is a reader and a writer with a queue between them: the
+    reader stamps each chunk with the time it may leave (latency, loss-like holds) and keeps
+    reading, so holding chunks never caps the throughput; the writer waits for that time,
+    slices, paces and writes. Toxics are looked up per chunk, so adding or removing one acts on
+    live connections at once."""
 
     def __init__(self, src: str, dst: str, target_addr: str) -> None:
         self.src = src
@@ -71,6 +110,9 @@ class LinkProxy:
         # optional: a fresh `bytes -> bytes` filter per connection for the backward bytes
         # (harness.remoting_rewrite: a real client's route answers name its own link proxies)
         self.backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None
+        self.toxics: dict[str, ActiveToxic] = {}  # in force
+        self.applied: dict[str, ActiveToxic] = {}  # every toxic this link ever had, for its stats
+        self._changed = asyncio.Event()  # set (and replaced) on every mode or toxic change
         self._server: Any = None
         self._conns: dict[int, _Conn] = {}
         self._ids = itertools.count(1)
@@ -95,11 +137,32 @@ class LinkProxy:
     def set_mode(self, forward: LinkMode, backward: LinkMode) -> None:
         was_dropping = LinkMode.DROP in (self.forward, self.backward)
         self.forward, self.backward = forward, backward
+        self._notify()
         # REJECT resets live connections; so does healing a blackholed link, because bytes it
         # swallowed mid-stream leave the HTTP/2 framing of those connections unusable.
         if LinkMode.REJECT in (forward, backward) or (was_dropping and LinkMode.DROP not in (forward, backward)):
             for conn_id in list(self._conns):
                 self._reset(conn_id)
+
+    def add_toxic(self, active: ActiveToxic) -> None:
+        self.toxics[active.toxic_id] = active
+        self.applied[active.toxic_id] = active
+        self._notify()
+
+    def remove_toxic(self, toxic_id: str) -> bool:
+        active = self.toxics.pop(toxic_id, None)
+        if active is None:
+            return False
+        active.removed = True
+        self._notify()
+        return True
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _mode(self, direction: str) -> LinkMode:
+        return self.forward if direction == "forward" else self.backward
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
@@ -108,7 +171,8 @@ class LinkProxy:
             _reset_writer(writer)
             return
         conn_id = next(self._ids)
-        conn = _Conn(writer)
+        now = asyncio.get_running_loop().time()
+        conn = _Conn(writer, now, states={d: DirectionState(now) for d in DIRECTIONS})
         self._conns[conn_id] = conn
         self.stats.live += 1
         try:
@@ -121,38 +185,120 @@ class LinkProxy:
             return
         conn.upstream = up_writer
         back_filter = self.backward_filter() if self.backward_filter is not None else None
+        fwd_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
+        back_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         conn.tasks = [
-            asyncio.create_task(self._pipe(conn_id, reader, up_writer, forward=True), name=f"{self.name}-fwd"),
-            asyncio.create_task(self._pipe(conn_id, up_reader, writer, forward=False, transform=back_filter),
-                                name=f"{self.name}-back"),
+            asyncio.create_task(self._read(conn_id, "forward", reader, fwd_queue), name=f"{self.name}-fwd-read"),
+            asyncio.create_task(self._write(conn_id, "forward", up_writer, fwd_queue), name=f"{self.name}-fwd"),
+            asyncio.create_task(self._read(conn_id, "backward", up_reader, back_queue, back_filter),
+                                name=f"{self.name}-back-read"),
+            asyncio.create_task(self._write(conn_id, "backward", writer, back_queue), name=f"{self.name}-back"),
         ]
 
-    async def _pipe(self, conn_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                    forward: bool, transform: Callable[[bytes], bytes] | None = None) -> None:
+    async def _read(self, conn_id: int, direction: str, reader: asyncio.StreamReader,
+                    queue: asyncio.Queue[Any], transform: Callable[[bytes], bytes] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        state = self._conns[conn_id].states[direction]
         try:
-            while True:
+            while await self._gate(conn_id, direction):
                 data = await reader.read(_READ_BYTES)
                 if not data:
                     break
-                mode = self.forward if forward else self.backward
-                if mode is LinkMode.OPEN and transform is not None:
-                    data = transform(data)
-                if mode is LinkMode.OPEN:
-                    # count before writing: the receiver may act on the bytes before drain() returns
-                    if forward:
-                        self.stats.forward_bytes += len(data)
-                    else:
-                        self.stats.backward_bytes += len(data)
-                    writer.write(data)
-                    await writer.drain()
-                else:
+                read_at = loop.time()
+                if self._mode(direction) is not LinkMode.OPEN:
                     self.stats.dropped_bytes += len(data)  # blackholed: read and forget
-        except (ConnectionError, OSError, asyncio.CancelledError):
+                    continue
+                if transform is not None:
+                    data = transform(data)
+                toxics = in_order(self.toxics.values(), direction)
+                if toxics:
+                    deadline = plan_hold(toxics, state, read_at)
+                else:
+                    deadline = state.last_deadline = max(read_at, state.last_deadline)
+                await queue.put((read_at, deadline, data))  # a full queue stops the reading: backpressure
+        except (ConnectionError, OSError):
             pass
-        finally:
-            # One side ended: end the other too (unless the link is blackholing: then stay silent).
-            if self.forward is LinkMode.OPEN and self.backward is LinkMode.OPEN:
-                self._close(conn_id)
+        except asyncio.CancelledError:
+            return
+        await queue.put(_EOF)
+
+    async def _write(self, conn_id: int, direction: str, writer: asyncio.StreamWriter,
+                     queue: asyncio.Queue[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        state = self._conns[conn_id].states[direction]
+        try:
+            while (item := await queue.get()) is not _EOF:
+                read_at, deadline, data = item
+                if (wait_s := deadline - loop.time()) > 0:
+                    await asyncio.sleep(wait_s)
+                if not await self._gate(conn_id, direction):
+                    return
+                if self._mode(direction) is not LinkMode.OPEN:
+                    self.stats.dropped_bytes += len(data)  # cut while held: a DROP wins over toxics
+                    continue
+                if not await self._send(conn_id, direction, writer, state, data):
+                    return
+                hold_ms = (loop.time() - read_at) * 1000
+                if direction == "forward":
+                    self.stats.forward_max_hold_ms = max(self.stats.forward_max_hold_ms, hold_ms)
+                else:
+                    self.stats.backward_max_hold_ms = max(self.stats.backward_max_hold_ms, hold_ms)
+        except (ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:
+            return
+        # One side ended: end the other too (unless the link is blackholing: then stay silent).
+        if self.forward is LinkMode.OPEN and self.backward is LinkMode.OPEN:
+            self._close(conn_id)
+
+    async def _gate(self, conn_id: int, direction: str) -> bool:
+        """Return once no stall toxic holds this direction (at once on a DROP or REJECT link);
+        False when the connection is gone (a stall with close_after_ms closed it)."""
+        loop = asyncio.get_running_loop()
+        while (conn := self._conns.get(conn_id)) is not None:
+            changed = self._changed
+            state = conn.states[direction]
+            stall = stall_of(in_order(self.toxics.values(), direction))
+            if stall is None or self._mode(direction) is not LinkMode.OPEN:
+                state.stalled = False
+                return True
+            if not state.stalled:
+                state.stalled = True
+                stall.stats.stalls += 1
+            timeout_s = None
+            close_after_ms = stall.toxic.close_after_ms  # type: ignore[union-attr]
+            if close_after_ms is not None:
+                timeout_s = max(stall.added_at, state.opened_at) + close_after_ms / 1000 - loop.time()
+                if timeout_s <= 0:
+                    stall.stats.closes += 1
+                    self._close(conn_id)
+                    return False
+            try:
+                await asyncio.wait_for(changed.wait(), timeout_s)
+            except TimeoutError:
+                pass
+        return False
+
+    async def _send(self, conn_id: int, direction: str, writer: asyncio.StreamWriter, state: DirectionState,
+                    data: bytes) -> bool:
+        """Write one chunk through the slicer, bandwidth and reset toxics; False once reset."""
+        async def write(piece: bytes) -> None:
+            # count before writing: the receiver may act on the bytes before drain() returns
+            if direction == "forward":
+                self.stats.forward_bytes += len(piece)
+            else:
+                self.stats.backward_bytes += len(piece)
+            state.forwarded_bytes += len(piece)
+            writer.write(piece)
+            await writer.drain()
+
+        async def reset(cut_by: ActiveToxic) -> None:
+            await flushed(writer)  # the receiver gets exactly the budget, then the reset
+            if conn_id in self._conns:
+                cut_by.stats.resets += 1
+            self._reset(conn_id)
+
+        return await send_chunk(in_order(self.toxics.values(), direction), state, data, write, reset)
 
     def _close(self, conn_id: int) -> None:
         conn = self._forget(conn_id)
@@ -193,7 +339,10 @@ def _reset_writer(writer: asyncio.StreamWriter) -> None:
 class NetProxy:
     """All link proxies of a cluster, on one harness-owned event loop thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random | None = None) -> None:
+        # each toxic draws (jitter, loss, slice sizes) from its own Random seeded from this one
+        self._rng = rng if rng is not None else random.Random()
+        self._toxic_ids = itertools.count(1)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mqlab-netproxy", daemon=True)
         self._thread.start()
@@ -236,15 +385,78 @@ class NetProxy:
         """Set one directed link; `backward` defaults to the same mode as `forward`."""
         fwd = LinkMode(forward)
         back = LinkMode(backward) if backward is not None else fwd
-        link = self._links[(src, dst)]
+        link = self._link(src, dst)
 
         async def apply() -> None:
             link.set_mode(fwd, back)
 
         self._call(apply())
         log.info("link %s: forward %s, backward %s", link.name, fwd.value, back.value)
+        self._report({"link": link.name, "forward": fwd.value, "backward": back.value})
+
+    def _report(self, change: dict[str, Any]) -> None:
         if self.on_change is not None:
-            self.on_change({"link": link.name, "forward": fwd.value, "backward": back.value})
+            self.on_change(change)
+
+    def _link(self, src: str, dst: str) -> LinkProxy:
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            names = ", ".join(f"{a}->{b}" for a, b in self.links())
+            raise KeyError(f"no link {src}->{dst}; links are {names}") from None
+
+    # ---- toxics (see harness.toxics) ------------------------------------------------------
+
+    def add_toxic(self, src: str, dst: str, toxic: Toxic | Mapping[str, Any], direction: str = "both", *,
+                  rng: random.Random | None = None) -> str:
+        """Put a toxic (or its dict) on link `src -> dst`, on live and new connections at once.
+
+        `direction`: "forward" (src->dst requests), "backward" (answers) or "both". `rng` feeds
+        its draws; by default a Random seeded from the proxy's. Returns the toxic's id."""
+        toxic = as_toxic(toxic)
+        directions = directions_of(direction)
+        link = self._link(src, dst)
+        toxic_id = f"{toxic.kind}-{next(self._toxic_ids)}"
+        draws = rng if rng is not None else random.Random(self._rng.getrandbits(64))
+
+        async def apply() -> None:
+            link.add_toxic(ActiveToxic(toxic_id, toxic, directions, draws, self._loop.time()))
+
+        self._call(apply())
+        log.info("link %s: toxic %s on %s: %s", link.name, toxic_id, direction, toxic_to_dict(toxic))
+        self._report({"link": link.name, "change": "toxic-added", "toxic_id": toxic_id, "direction": direction,
+                      "toxic": toxic_to_dict(toxic)})
+        return toxic_id
+
+    def remove_toxic(self, src: str, dst: str, toxic_id: str) -> None:
+        """Take a toxic off: held chunks leave on their schedule, a stall resumes the same bytes."""
+        link = self._link(src, dst)
+        if not self._call(self._async(link.remove_toxic, toxic_id)):
+            raise KeyError(f"no toxic {toxic_id} on {link.name}; in force there: {sorted(link.toxics) or 'none'}")
+        log.info("link %s: toxic %s removed", link.name, toxic_id)
+        self._report({"link": link.name, "change": "toxic-removed", "toxic_id": toxic_id})
+
+    def clear_toxics(self, src: str | None = None, dst: str | None = None) -> list[str]:
+        """Remove every toxic, or those of links from `src` and/or to `dst`; returns their ids."""
+        removed = []
+        for a, b in self.links():
+            if src in (None, a) and dst in (None, b):
+                for toxic_id in sorted(self._links[(a, b)].toxics):
+                    self.remove_toxic(a, b, toxic_id)
+                    removed.append(toxic_id)
+        return removed
+
+    def toxics(self) -> list[dict[str, Any]]:
+        """The toxics in force: `{"link", "toxic_id", "direction", "kind", <parameters>}` each."""
+        async def collect() -> list[dict[str, Any]]:
+            return [{"link": link.name, **active.describe()}
+                    for link in self._links.values() for active in link.toxics.values()]
+
+        return self._call(collect())  # type: ignore[no-any-return]
+
+    @staticmethod
+    async def _async(fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
 
     def cut(self, pairs: Iterable[tuple[str, str]], mode: LinkMode | str = LinkMode.DROP) -> list[str]:
         """Cut every listed directed link that exists; returns the names of the links cut."""
@@ -256,14 +468,24 @@ class NetProxy:
         return cut
 
     def heal(self) -> None:
+        """Every link's modes back to OPEN. Toxics stay: whoever added them removes them."""
         for src, dst in self.links():
             link = self._links[(src, dst)]
             if link.forward is not LinkMode.OPEN or link.backward is not LinkMode.OPEN:
                 self.set_link(src, dst, LinkMode.OPEN)
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        return {link.name: {"forward": link.forward.value, "backward": link.backward.value,
-                            **link.stats.__dict__} for link in self._links.values()}
+        """Per link: modes, byte counts, the longest hold, and under "toxics" every toxic the link
+        ever had (parameters, `active`, and what it did: `ToxicStats`)."""
+        async def collect() -> dict[str, dict[str, Any]]:
+            return {link.name: {"forward": link.forward.value, "backward": link.backward.value,
+                                **dataclasses.asdict(link.stats),
+                                "toxics": {tid: {**a.describe(), "active": not a.removed,
+                                                 **dataclasses.asdict(a.stats)}
+                                           for tid, a in link.applied.items()}}
+                    for link in self._links.values()}
+
+        return self._call(collect())  # type: ignore[no-any-return]
 
     def close(self) -> None:
         async def close_all() -> None:
