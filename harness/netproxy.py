@@ -147,6 +147,8 @@ class LinkProxy:
     def add_toxic(self, active: ActiveToxic) -> None:
         self.toxics[active.toxic_id] = active
         self.applied[active.toxic_id] = active
+        for conn_id in self._conns:
+            self._arm_stall_close(conn_id, active)
         self._notify()
 
     def remove_toxic(self, toxic_id: str) -> bool:
@@ -175,6 +177,8 @@ class LinkProxy:
         conn = _Conn(writer, now, states={d: DirectionState(now) for d in DIRECTIONS})
         self._conns[conn_id] = conn
         self.stats.live += 1
+        for active in self.toxics.values():
+            self._arm_stall_close(conn_id, active)
         try:
             host, _, port = self.target_addr.rpartition(":")
             up_reader, up_writer = await asyncio.open_connection(host, int(port))
@@ -183,19 +187,22 @@ class LinkProxy:
             self._forget(conn_id)
             _reset_writer(writer)
             return
+        if conn_id not in self._conns:  # reset or closed while connecting (REJECT, a stall's close)
+            up_writer.close()
+            return
         conn.upstream = up_writer
         back_filter = self.backward_filter() if self.backward_filter is not None else None
         fwd_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         back_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         conn.tasks = [
-            asyncio.create_task(self._read(conn_id, "forward", reader, fwd_queue), name=f"{self.name}-fwd-read"),
+            asyncio.create_task(self._read(conn_id, "forward", reader, up_writer, fwd_queue), name=f"{self.name}-fwd-read"),
             asyncio.create_task(self._write(conn_id, "forward", up_writer, fwd_queue), name=f"{self.name}-fwd"),
-            asyncio.create_task(self._read(conn_id, "backward", up_reader, back_queue, back_filter),
+            asyncio.create_task(self._read(conn_id, "backward", up_reader, writer, back_queue, back_filter),
                                 name=f"{self.name}-back-read"),
             asyncio.create_task(self._write(conn_id, "backward", writer, back_queue), name=f"{self.name}-back"),
         ]
 
-    async def _read(self, conn_id: int, direction: str, reader: asyncio.StreamReader,
+    async def _read(self, conn_id: int, direction: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     queue: asyncio.Queue[Any], transform: Callable[[bytes], bytes] | None = None) -> None:
         loop = asyncio.get_running_loop()
         state = self._conns[conn_id].states[direction]
@@ -211,10 +218,11 @@ class LinkProxy:
                 if transform is not None:
                     data = transform(data)
                 toxics = in_order(self.toxics.values(), direction)
-                if toxics:
-                    deadline = plan_hold(toxics, state, read_at)
-                else:
-                    deadline = state.last_deadline = max(read_at, state.last_deadline)
+                if not toxics and not state.writing and queue.empty():
+                    # nothing held or toxic: write it here and spare the hand-off to the writer
+                    await self._send(conn_id, direction, writer, state, data)
+                    continue
+                deadline = plan_hold(toxics, state, read_at)
                 await queue.put((read_at, deadline, data))  # a full queue stops the reading: backpressure
         except (ConnectionError, OSError):
             pass
@@ -229,15 +237,18 @@ class LinkProxy:
         try:
             while (item := await queue.get()) is not _EOF:
                 read_at, deadline, data = item
+                state.writing = True  # until this chunk is out, the reader queues behind it
                 if (wait_s := deadline - loop.time()) > 0:
                     await asyncio.sleep(wait_s)
                 if not await self._gate(conn_id, direction):
                     return
                 if self._mode(direction) is not LinkMode.OPEN:
                     self.stats.dropped_bytes += len(data)  # cut while held: a DROP wins over toxics
+                    state.writing = False
                     continue
                 if not await self._send(conn_id, direction, writer, state, data):
                     return
+                state.writing = False
                 hold_ms = (loop.time() - read_at) * 1000
                 if direction == "forward":
                     self.stats.forward_max_hold_ms = max(self.stats.forward_max_hold_ms, hold_ms)
@@ -253,8 +264,7 @@ class LinkProxy:
 
     async def _gate(self, conn_id: int, direction: str) -> bool:
         """Return once no stall toxic holds this direction (at once on a DROP or REJECT link);
-        False when the connection is gone (a stall with close_after_ms closed it)."""
-        loop = asyncio.get_running_loop()
+        False when the connection is gone."""
         while (conn := self._conns.get(conn_id)) is not None:
             changed = self._changed
             state = conn.states[direction]
@@ -265,19 +275,25 @@ class LinkProxy:
             if not state.stalled:
                 state.stalled = True
                 stall.stats.stalls += 1
-            timeout_s = None
-            close_after_ms = stall.toxic.close_after_ms  # type: ignore[union-attr]
-            if close_after_ms is not None:
-                timeout_s = max(stall.added_at, state.opened_at) + close_after_ms / 1000 - loop.time()
-                if timeout_s <= 0:
-                    stall.stats.closes += 1
-                    self._close(conn_id)
-                    return False
-            try:
-                await asyncio.wait_for(changed.wait(), timeout_s)
-            except TimeoutError:
-                pass
+            await changed.wait()
         return False
+
+    def _arm_stall_close(self, conn_id: int, active: ActiveToxic) -> None:
+        """A stall with close_after_ms closes the connection that long after it began on it,
+        whether or not bytes were waiting (an idle timeout fires on idle connections too)."""
+        close_after_ms = getattr(active.toxic, "close_after_ms", None)
+        if close_after_ms is None:
+            return
+        loop = asyncio.get_running_loop()
+        at = max(active.added_at, self._conns[conn_id].opened_at) + close_after_ms / 1000
+        loop.call_at(at, self._stall_close, conn_id, active)
+
+    def _stall_close(self, conn_id: int, active: ActiveToxic) -> None:
+        if active.removed or conn_id not in self._conns:
+            return
+        if any(self._mode(d) is LinkMode.OPEN for d in active.directions):  # a mode wins over a stall
+            active.stats.closes += 1
+            self._close(conn_id)
 
     async def _send(self, conn_id: int, direction: str, writer: asyncio.StreamWriter, state: DirectionState,
                     data: bytes) -> bool:
@@ -298,7 +314,11 @@ class LinkProxy:
                 cut_by.stats.resets += 1
             self._reset(conn_id)
 
-        return await send_chunk(in_order(self.toxics.values(), direction), state, data, write, reset)
+        toxics = in_order(self.toxics.values(), direction)
+        if not toxics:
+            await write(data)
+            return True
+        return await send_chunk(toxics, state, data, write, reset)
 
     def _close(self, conn_id: int) -> None:
         conn = self._forget(conn_id)
@@ -439,11 +459,11 @@ class NetProxy:
     def clear_toxics(self, src: str | None = None, dst: str | None = None) -> list[str]:
         """Remove every toxic, or those of links from `src` and/or to `dst`; returns their ids."""
         removed = []
-        for a, b in self.links():
+        for toxic in self.toxics():
+            a, _, b = toxic["link"].partition("->")
             if src in (None, a) and dst in (None, b):
-                for toxic_id in sorted(self._links[(a, b)].toxics):
-                    self.remove_toxic(a, b, toxic_id)
-                    removed.append(toxic_id)
+                self.remove_toxic(a, b, toxic["toxic_id"])
+                removed.append(toxic["toxic_id"])
         return removed
 
     def toxics(self) -> list[dict[str, Any]]:

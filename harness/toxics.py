@@ -232,10 +232,12 @@ class DirectionState:
     forwarded_bytes: int = 0
     pace_free_at: dict[str, float] = field(default_factory=dict)  # bandwidth toxic id -> loop time
     stalled: bool = False
+    writing: bool = False  # the writer holds a chunk: later ones queue behind it
 
 
 def plan_hold(toxics: list[ActiveToxic], state: DirectionState, read_at: float) -> float:
-    """The loop time a chunk read at `read_at` may leave: latency and loss-like holds, order kept."""
+    """The loop time a chunk read at `read_at` may leave: latency and loss-like holds (none without
+    them), order kept."""
     hold_s = 0.0
     for active in toxics:
         toxic = active.toxic

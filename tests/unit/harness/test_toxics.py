@@ -201,15 +201,23 @@ def test_stall_blocks_the_sender_and_removal_delivers_every_byte_without_reset(p
     assert next(iter(proxy.stats()["a->b"]["toxics"].values()))["stalls"] == 1
 
 
-def test_stall_with_close_after_closes_the_connection(proxy, echo_server):
+def test_stall_with_close_after_closes_busy_and_idle_connections(proxy, echo_server):
     port = proxy.add_link("a", "b", echo_server)
-    proxy.add_toxic("a", "b", Stall(close_after_ms=200))
+    toxic_id = proxy.add_toxic("a", "b", Stall(close_after_ms=200))
     with _connect(port) as sock:
         start = time.monotonic()
         sock.sendall(b"never answered")
         assert sock.recv(100) == b""  # closed, not reset
         assert 0.2 <= time.monotonic() - start < 2
-    assert next(iter(proxy.stats()["a->b"]["toxics"].values()))["closes"] == 1
+    proxy.remove_toxic("a", "b", toxic_id)
+    with _connect(port) as idle:
+        _round_trip_s(idle)
+        start = time.monotonic()
+        idle_id = proxy.add_toxic("a", "b", Stall(close_after_ms=200), direction="backward")
+        assert idle.recv(100) == b""  # an idle timeout fires with no bytes waiting
+        assert 0.2 <= time.monotonic() - start < 2
+    toxics = proxy.stats()["a->b"]["toxics"]
+    assert toxics[toxic_id]["closes"] == 1 and toxics[idle_id]["closes"] == 1
 
 
 def test_reset_peer_after_bytes_delivers_exactly_n_then_resets(proxy, echo_server, sink):
