@@ -55,6 +55,12 @@ class NetProxy:
     def _call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
+    def _read(self, collect: Callable[[], Any]) -> Any:
+        """Run a read-only snapshot on the loop (consistent with it); after close(), directly."""
+        if self._loop.is_closed():
+            return collect()
+        return self._call(self._async(collect))
+
     def add_link(self, src: str, dst: str, target_addr: str, port: int = 0) -> int:
         """Create the proxy of `src -> dst`; returns its local port (dial it instead of target)."""
         link = LinkProxy(src, dst, target_addr)
@@ -150,11 +156,11 @@ class NetProxy:
 
     def toxics(self) -> list[dict[str, Any]]:
         """The toxics in force: `{"link", "toxic_id", "direction", "kind", <parameters>}` each."""
-        async def collect() -> list[dict[str, Any]]:
+        def collect() -> list[dict[str, Any]]:
             return [{"link": link.name, **active.describe()}
                     for link in self._links.values() for active in link.toxics.values()]
 
-        return self._call(collect())  # type: ignore[no-any-return]
+        return self._read(collect)  # type: ignore[no-any-return]
 
     @staticmethod
     async def _async(fn: Callable[..., Any], *args: Any) -> Any:
@@ -179,7 +185,7 @@ class NetProxy:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per link: modes, byte counts, the longest hold, and under "toxics" every toxic the link
         ever had (parameters, `active`, and what it did: `ToxicStats`)."""
-        async def collect() -> dict[str, dict[str, Any]]:
+        def collect() -> dict[str, dict[str, Any]]:
             return {link.name: {"forward": link.forward.value, "backward": link.backward.value,
                                 **dataclasses.asdict(link.stats),
                                 "toxics": {tid: {**a.describe(), "active": not a.removed,
@@ -187,7 +193,7 @@ class NetProxy:
                                            for tid, a in link.applied.items()}}
                     for link in self._links.values()}
 
-        return self._call(collect())  # type: ignore[no-any-return]
+        return self._read(collect)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         async def close_all() -> None:

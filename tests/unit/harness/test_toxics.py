@@ -29,7 +29,7 @@ def _server(handle):
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), type("H", (socketserver.BaseRequestHandler,),
                                                                      {"handle": handle}))
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server
 
 
@@ -287,3 +287,14 @@ def test_a_mode_wins_over_toxics_and_heal_keeps_them(proxy, echo_server):
     assert changes[-1] == {"link": "a->b", "change": "toxic-removed", "toxic_id": toxic_id}
     with pytest.raises(KeyError, match="no toxic"):
         proxy.remove_toxic("a", "b", toxic_id)
+
+
+def test_what_a_link_applied_stays_readable_after_close(echo_server):
+    proxy = NetProxy()
+    port = proxy.add_link("a", "b", echo_server)
+    toxic_id = proxy.add_toxic("a", "b", Latency(20), direction="forward")
+    with _connect(port) as sock:
+        assert _round_trip_s(sock) >= 0.02
+    proxy.close()
+    assert proxy.stats()["a->b"]["toxics"][toxic_id]["delayed_chunks"] == 1
+    assert [t["toxic_id"] for t in proxy.toxics()] == [toxic_id]
