@@ -169,7 +169,8 @@ class LinkProxy:
         fwd_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         back_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         conn.tasks = [
-            asyncio.create_task(self._read(conn_id, "forward", reader, up_writer, fwd_queue), name=f"{self.name}-fwd-read"),
+            asyncio.create_task(self._read(conn_id, "forward", reader, up_writer, fwd_queue),
+                                name=f"{self.name}-fwd-read"),
             asyncio.create_task(self._write(conn_id, "forward", up_writer, fwd_queue), name=f"{self.name}-fwd"),
             asyncio.create_task(self._read(conn_id, "backward", up_reader, writer, back_queue, back_filter),
                                 name=f"{self.name}-back-read"),
