@@ -115,17 +115,17 @@ def test_toxics_round_trip_through_dicts_and_bad_ones_say_what_to_fix():
 def test_latency_added_to_a_live_connection_slows_it_and_removal_restores_it(proxy, echo_server):
     port = proxy.add_link("a", "b", echo_server)
     with _connect(port) as sock:
-        assert _round_trip_s(sock) < 0.1
+        assert _round_trip_s(sock) < 0.15
         toxic_id = proxy.add_toxic("a", "b", Latency(100))  # both directions: +200 ms a round trip
         assert _round_trip_s(sock) >= 0.2
         proxy.remove_toxic("a", "b", toxic_id)
-        assert _round_trip_s(sock) < 0.1
+        assert _round_trip_s(sock) < 0.15
         forward_only = proxy.add_toxic("a", "b", {"kind": "latency", "latency_ms": 100}, direction="forward")
-        assert 0.1 <= _round_trip_s(sock) < 0.2
+        assert _round_trip_s(sock) >= 0.1
     stats = proxy.stats()["a->b"]
     assert stats["forward_max_hold_ms"] >= 100 and stats["backward_max_hold_ms"] >= 100
     assert stats["toxics"][toxic_id]["active"] is False and stats["toxics"][toxic_id]["delayed_chunks"] == 2
-    assert stats["toxics"][forward_only]["max_delay_ms"] == 100
+    assert stats["toxics"][forward_only]["delayed_chunks"] == 1  # the request only, not the answer
     assert [t["toxic_id"] for t in proxy.toxics()] == [forward_only]
 
 
@@ -247,9 +247,10 @@ def test_loss_like_with_p_1_stalls_by_rto_then_doubles(proxy, echo_server):
     toxic_id = proxy.add_toxic("a", "b", LossLike(1.0, rto_ms=100), direction="forward")
     with _connect(port) as sock:
         first, second, third = (_round_trip_s(sock, b"x") for _ in range(3))
-    assert 0.1 <= first < 0.2 and 0.2 <= second < 0.35 and 0.4 <= third < 0.6, (first, second, third)
+    assert first >= 0.1 and second >= 0.2 and third >= 0.4, (first, second, third)
+    assert third - first >= 0.2  # the backoff doubles, it does not stay at one RTO
     stats = proxy.stats()["a->b"]["toxics"][toxic_id]
-    assert stats["losses"] == 3 and stats["max_delay_ms"] == 400
+    assert stats["losses"] == 3 and stats["max_delay_ms"] == 400 and stats["total_delay_ms"] == 700
 
 
 def test_several_toxics_at_once_compose(proxy, echo_server):
