@@ -152,10 +152,25 @@ class LocalCluster:
         self._require_links().cut(src, dst, mode, backward)
 
     def heal(self) -> None:
+        """Every link back to OPEN; toxics stay in force (`clear_toxics` removes them)."""
         self._require_links().heal()
 
     def link_stats(self) -> dict[str, dict[str, Any]]:
         return self._require_links().proxy.stats()
+
+    def add_toxic(self, src: str, dst: str, toxic: Any, direction: str = "both", *, rng: Any = None) -> str:
+        """Slow, stall or cut link `src -> dst` with a `harness.toxics` toxic or its dict, on live
+        and new connections; direction "forward" (src->dst), "backward" or "both"; `rng` (a
+        random.Random) feeds its draws. Returns its id. `heal()` leaves toxics in force: remove
+        them with `remove_toxic` / `clear_toxics`."""
+        return self._require_links().add_toxic(src, dst, toxic, direction, rng=rng)
+
+    def remove_toxic(self, src: str, dst: str, toxic_id: str) -> None:
+        self._require_links().remove_toxic(src, dst, toxic_id)
+
+    def clear_toxics(self, src: str | None = None, dst: str | None = None) -> list[str]:
+        """Remove every toxic, or those on links from src and/or to dst; returns their ids."""
+        return self._require_links().clear_toxics(src, dst)
 
     # ---- lifecycle ------------------------------------------------------------------
 

@@ -9,9 +9,12 @@ faulted.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from harness.netproxy import LinkMode, NetProxy, complete_grudge, isolate
+from harness.toxics import Toxic
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +22,8 @@ DIALED_ROLES = frozenset({"namesrv", "broker"})  # what other processes connect 
 
 
 class ClusterLinks:
-    def __init__(self) -> None:
-        self.proxy = NetProxy()
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.proxy = NetProxy(rng)
         self._members: set[str] = set()
 
     def overrides_for(self, src: str, peers: Mapping[str, str]) -> dict[str, str]:
@@ -53,7 +56,22 @@ class ClusterLinks:
         self.proxy.set_link(src, dst, mode, backward)
 
     def heal(self) -> None:
+        """Every link's modes back to OPEN; toxics stay (see `clear_toxics`)."""
         self.proxy.heal()
+
+    def add_toxic(self, src: str, dst: str, toxic: Toxic | Mapping[str, Any], direction: str = "both", *,
+                  rng: random.Random | None = None) -> str:
+        """A toxic on one directed link (see `NetProxy.add_toxic`); returns its id."""
+        return self.proxy.add_toxic(src, dst, toxic, direction, rng=rng)
+
+    def remove_toxic(self, src: str, dst: str, toxic_id: str) -> None:
+        self.proxy.remove_toxic(src, dst, toxic_id)
+
+    def clear_toxics(self, src: str | None = None, dst: str | None = None) -> list[str]:
+        return self.proxy.clear_toxics(src, dst)
+
+    def toxics(self) -> list[dict[str, Any]]:
+        return self.proxy.toxics()
 
     def close(self) -> None:
         self.proxy.close()

@@ -11,6 +11,10 @@ proxy's port with `dial_overrides`). Each link has a mode per direction of its b
 one-way partition. Changing a link's mode applies to its live connections too, so a
 long-lived replication or pull stream is cut like a new connection would be.
 
+Toxics (`harness.toxics`: latency, bandwidth, slicer, stall, reset, loss-like) sit on a
+direction beside its mode; a mode other than OPEN wins over them (a DROP link drops whatever
+toxics it has). `heal()` resets modes only; toxics are cleared with `clear_toxics()`.
+
 Everything runs on one asyncio loop in a harness thread; the public API is synchronous and
 thread-safe. The harness's own control plane (Admin calls) never goes through a proxy.
 """
@@ -18,182 +22,29 @@ thread-safe. The harness's own control plane (Admin calls) never goes through a 
 from __future__ import annotations
 
 import asyncio
-import enum
+import dataclasses
 import itertools
 import logging
-import socket
-import struct
+import random
 import threading
-from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
+from harness.link_proxy import LinkMode, LinkProxy, LinkStats
+from harness.toxics import ActiveToxic, Toxic, as_toxic, directions_of, toxic_to_dict
+
+__all__ = ["LinkMode", "LinkProxy", "LinkStats", "NetProxy", "complete_grudge", "isolate"]
+
 log = logging.getLogger(__name__)
-
-_READ_BYTES = 64 * 1024
-_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
-
-
-class LinkMode(enum.Enum):
-    OPEN = "OPEN"
-    DROP = "DROP"
-    REJECT = "REJECT"
-
-
-@dataclass
-class LinkStats:
-    connections: int = 0
-    live: int = 0
-    forward_bytes: int = 0
-    backward_bytes: int = 0
-    dropped_bytes: int = 0
-    rejected: int = 0
-
-
-@dataclass
-class _Conn:
-    client: asyncio.StreamWriter
-    upstream: asyncio.StreamWriter | None = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-
-class LinkProxy:
-    """The proxy of one directed link `src -> dst` (loop-confined)."""
-
-    def __init__(self, src: str, dst: str, target_addr: str) -> None:
-        self.src = src
-        self.dst = dst
-        self.target_addr = target_addr
-        self.forward = LinkMode.OPEN
-        self.backward = LinkMode.OPEN
-        self.stats = LinkStats()
-        self.port = 0
-        # optional: a fresh `bytes -> bytes` filter per connection for the backward bytes
-        # (harness.remoting_rewrite: a real client's route answers name its own link proxies)
-        self.backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None
-        self._server: Any = None
-        self._conns: dict[int, _Conn] = {}
-        self._ids = itertools.count(1)
-
-    @property
-    def name(self) -> str:
-        return f"{self.src}->{self.dst}"
-
-    async def start(self, port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for conn_id in list(self._conns):
-            self._reset(conn_id)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    def set_mode(self, forward: LinkMode, backward: LinkMode) -> None:
-        was_dropping = LinkMode.DROP in (self.forward, self.backward)
-        self.forward, self.backward = forward, backward
-        # REJECT resets live connections; so does healing a blackholed link, because bytes it
-        # swallowed mid-stream leave the HTTP/2 framing of those connections unusable.
-        if LinkMode.REJECT in (forward, backward) or (was_dropping and LinkMode.DROP not in (forward, backward)):
-            for conn_id in list(self._conns):
-                self._reset(conn_id)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.stats.connections += 1
-        if LinkMode.REJECT in (self.forward, self.backward):
-            self.stats.rejected += 1
-            _reset_writer(writer)
-            return
-        conn_id = next(self._ids)
-        conn = _Conn(writer)
-        self._conns[conn_id] = conn
-        self.stats.live += 1
-        try:
-            host, _, port = self.target_addr.rpartition(":")
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            # The peer is down: behave like it (a refused connection), whatever the mode.
-            self._forget(conn_id)
-            _reset_writer(writer)
-            return
-        conn.upstream = up_writer
-        back_filter = self.backward_filter() if self.backward_filter is not None else None
-        conn.tasks = [
-            asyncio.create_task(self._pipe(conn_id, reader, up_writer, forward=True), name=f"{self.name}-fwd"),
-            asyncio.create_task(self._pipe(conn_id, up_reader, writer, forward=False, transform=back_filter),
-                                name=f"{self.name}-back"),
-        ]
-
-    async def _pipe(self, conn_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                    forward: bool, transform: Callable[[bytes], bytes] | None = None) -> None:
-        try:
-            while True:
-                data = await reader.read(_READ_BYTES)
-                if not data:
-                    break
-                mode = self.forward if forward else self.backward
-                if mode is LinkMode.OPEN and transform is not None:
-                    data = transform(data)
-                if mode is LinkMode.OPEN:
-                    # count before writing: the receiver may act on the bytes before drain() returns
-                    if forward:
-                        self.stats.forward_bytes += len(data)
-                    else:
-                        self.stats.backward_bytes += len(data)
-                    writer.write(data)
-                    await writer.drain()
-                else:
-                    self.stats.dropped_bytes += len(data)  # blackholed: read and forget
-        except (ConnectionError, OSError, asyncio.CancelledError):
-            pass
-        finally:
-            # One side ended: end the other too (unless the link is blackholing: then stay silent).
-            if self.forward is LinkMode.OPEN and self.backward is LinkMode.OPEN:
-                self._close(conn_id)
-
-    def _close(self, conn_id: int) -> None:
-        conn = self._forget(conn_id)
-        if conn is None:
-            return
-        for w in (conn.client, conn.upstream):
-            if w is not None:
-                w.close()
-
-    def _reset(self, conn_id: int) -> None:
-        conn = self._forget(conn_id)
-        if conn is None:
-            return
-        for w in (conn.client, conn.upstream):
-            if w is not None:
-                _reset_writer(w)
-
-    def _forget(self, conn_id: int) -> _Conn | None:
-        conn = self._conns.pop(conn_id, None)
-        if conn is not None:
-            self.stats.live -= 1
-            for task in conn.tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
-        return conn
-
-
-def _reset_writer(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    try:
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-    except OSError:
-        pass
-    writer.close()
 
 
 class NetProxy:
     """All link proxies of a cluster, on one harness-owned event loop thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random | None = None) -> None:
+        # each toxic draws (jitter, loss, slice sizes) from its own Random seeded from this one
+        self._rng = rng if rng is not None else random.Random()
+        self._toxic_ids = itertools.count(1)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mqlab-netproxy", daemon=True)
         self._thread.start()
@@ -203,6 +54,12 @@ class NetProxy:
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def _read(self, collect: Callable[[], Any]) -> Any:
+        """Run a read-only snapshot on the loop (consistent with it); after close(), directly."""
+        if self._loop.is_closed():
+            return collect()
+        return self._call(self._async(collect))
 
     def add_link(self, src: str, dst: str, target_addr: str, port: int = 0) -> int:
         """Create the proxy of `src -> dst`; returns its local port (dial it instead of target)."""
@@ -236,15 +93,78 @@ class NetProxy:
         """Set one directed link; `backward` defaults to the same mode as `forward`."""
         fwd = LinkMode(forward)
         back = LinkMode(backward) if backward is not None else fwd
-        link = self._links[(src, dst)]
+        link = self._link(src, dst)
 
         async def apply() -> None:
             link.set_mode(fwd, back)
 
         self._call(apply())
         log.info("link %s: forward %s, backward %s", link.name, fwd.value, back.value)
+        self._report({"link": link.name, "forward": fwd.value, "backward": back.value})
+
+    def _report(self, change: dict[str, Any]) -> None:
         if self.on_change is not None:
-            self.on_change({"link": link.name, "forward": fwd.value, "backward": back.value})
+            self.on_change(change)
+
+    def _link(self, src: str, dst: str) -> LinkProxy:
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            names = ", ".join(f"{a}->{b}" for a, b in self.links())
+            raise KeyError(f"no link {src}->{dst}; links are {names}") from None
+
+    # ---- toxics (see harness.toxics) ------------------------------------------------------
+
+    def add_toxic(self, src: str, dst: str, toxic: Toxic | Mapping[str, Any], direction: str = "both", *,
+                  rng: random.Random | None = None) -> str:
+        """Put a toxic (or its dict) on link `src -> dst`, on live and new connections at once.
+
+        `direction`: "forward" (src->dst requests), "backward" (answers) or "both". `rng` feeds
+        its draws; by default a Random seeded from the proxy's. Returns the toxic's id."""
+        toxic = as_toxic(toxic)
+        directions = directions_of(direction)
+        link = self._link(src, dst)
+        toxic_id = f"{toxic.kind}-{next(self._toxic_ids)}"
+        draws = rng if rng is not None else random.Random(self._rng.getrandbits(64))
+
+        async def apply() -> None:
+            link.add_toxic(ActiveToxic(toxic_id, toxic, directions, draws, self._loop.time()))
+
+        self._call(apply())
+        log.info("link %s: toxic %s on %s: %s", link.name, toxic_id, direction, toxic_to_dict(toxic))
+        self._report({"link": link.name, "change": "toxic-added", "toxic_id": toxic_id, "direction": direction,
+                      "toxic": toxic_to_dict(toxic)})
+        return toxic_id
+
+    def remove_toxic(self, src: str, dst: str, toxic_id: str) -> None:
+        """Take a toxic off: held chunks leave on their schedule, a stall resumes the same bytes."""
+        link = self._link(src, dst)
+        if not self._call(self._async(link.remove_toxic, toxic_id)):
+            raise KeyError(f"no toxic {toxic_id} on {link.name}; in force there: {sorted(link.toxics) or 'none'}")
+        log.info("link %s: toxic %s removed", link.name, toxic_id)
+        self._report({"link": link.name, "change": "toxic-removed", "toxic_id": toxic_id})
+
+    def clear_toxics(self, src: str | None = None, dst: str | None = None) -> list[str]:
+        """Remove every toxic, or those of links from `src` and/or to `dst`; returns their ids."""
+        removed = []
+        for toxic in self.toxics():
+            a, _, b = toxic["link"].partition("->")
+            if src in (None, a) and dst in (None, b):
+                self.remove_toxic(a, b, toxic["toxic_id"])
+                removed.append(toxic["toxic_id"])
+        return removed
+
+    def toxics(self) -> list[dict[str, Any]]:
+        """The toxics in force: `{"link", "toxic_id", "direction", "kind", <parameters>}` each."""
+        def collect() -> list[dict[str, Any]]:
+            return [{"link": link.name, **active.describe()}
+                    for link in self._links.values() for active in link.toxics.values()]
+
+        return self._read(collect)  # type: ignore[no-any-return]
+
+    @staticmethod
+    async def _async(fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
 
     def cut(self, pairs: Iterable[tuple[str, str]], mode: LinkMode | str = LinkMode.DROP) -> list[str]:
         """Cut every listed directed link that exists; returns the names of the links cut."""
@@ -256,14 +176,24 @@ class NetProxy:
         return cut
 
     def heal(self) -> None:
+        """Every link's modes back to OPEN. Toxics stay: whoever added them removes them."""
         for src, dst in self.links():
             link = self._links[(src, dst)]
             if link.forward is not LinkMode.OPEN or link.backward is not LinkMode.OPEN:
                 self.set_link(src, dst, LinkMode.OPEN)
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        return {link.name: {"forward": link.forward.value, "backward": link.backward.value,
-                            **link.stats.__dict__} for link in self._links.values()}
+        """Per link: modes, byte counts, the longest hold, and under "toxics" every toxic the link
+        ever had (parameters, `active`, and what it did: `ToxicStats`)."""
+        def collect() -> dict[str, dict[str, Any]]:
+            return {link.name: {"forward": link.forward.value, "backward": link.backward.value,
+                                **dataclasses.asdict(link.stats),
+                                "toxics": {tid: {**a.describe(), "active": not a.removed,
+                                                 **dataclasses.asdict(a.stats)}
+                                           for tid, a in link.applied.items()}}
+                    for link in self._links.values()}
+
+        return self._read(collect)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         async def close_all() -> None:
