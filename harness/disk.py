@@ -267,7 +267,7 @@ def unmount_store(mount: StoreMount) -> None:
     log.info("%s: unmounted its store filesystem %s", mount.node_id, mount.mount_point)
 
 
-def unmount_all(mounts: Iterable[StoreMount], run_dir: str | Path | None = None) -> list[str]:
+def unmount_stores(mounts: Iterable[StoreMount], run_dir: str | Path | None = None) -> list[str]:
     """Unmount every given mount, then anything still mounted under `run_dir`; the errors, as text."""
     errors = []
     for mount in mounts:
@@ -365,7 +365,7 @@ class StoreMounts:
                     self._mounted[node_id] = mount
                 made.append(mount)
         except BaseException:
-            unmount_all(made)
+            unmount_stores(made)
             with self._lock:
                 for mount in made:
                     self._mounted.pop(mount.node_id, None)
@@ -376,7 +376,7 @@ class StoreMounts:
         """Unmount every store filesystem (the nodes must be stopped); the errors, as text."""
         with self._lock:
             mounts, self._mounted = list(self._mounted.values()), {}
-        return unmount_all(mounts)
+        return unmount_stores(mounts)
 
     def mounts(self) -> list[StoreMount]:
         with self._lock:
