@@ -148,9 +148,10 @@ def down(run_dir: RunDirOpt = None) -> None:
     for node in data["nodes"]:
         table.add_row(node["id"], node["role"], str(node["pid"] or "-"), results[node["id"]])
         node["pid"] = None
-    # the store filesystems `up --store-size` mounted, and any other mount left under the run dir
+    # the store filesystems `up --store-size` mounted, and any broker store a dead harness left mounted
     mounts = [StoreMount.from_dict(m) for m in data.pop("store_mounts", [])]
-    errors = unmount_stores(mounts, run_dir=path)
+    errors = unmount_stores(mounts, also=[Path(n["run_dir"]) / STORE_DIR_NAME for n in data["nodes"]
+                                          if n["role"] == "broker"])
     write_json_atomic(Path(path) / CLUSTER_JSON, data)
     terminal.console.print(table)
     for mount in mounts:

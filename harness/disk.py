@@ -22,8 +22,8 @@ The filler is `<store>/.mqlab-filler`, beside the store's own dirs, allocated wi
 `posix_fallocate` so its blocks are really taken (a sparse file would take none).
 
 Mounting needs root and `mount`; without them `HarnessError` says so (`check_can_mount`). A harness
-that dies with mounts in place leaves them: `mqlab down --run-dir DIR` unmounts every mount under
-the run dir, or `umount <run dir>/<node>/store` by hand.
+that dies with mounts in place leaves them: `mqlab down --run-dir DIR` unmounts the store of every
+broker cluster.json lists, or `umount <run dir>/<node>/store` by hand.
 """
 
 from __future__ import annotations
@@ -267,20 +267,22 @@ def unmount_store(mount: StoreMount) -> None:
     log.info("%s: unmounted its store filesystem %s", mount.node_id, mount.mount_point)
 
 
-def unmount_stores(mounts: Iterable[StoreMount], run_dir: str | Path | None = None) -> list[str]:
-    """Unmount every given mount, then anything still mounted under `run_dir`; the errors, as text."""
+def unmount_stores(mounts: Iterable[StoreMount], also: Iterable[str | Path] = ()) -> list[str]:
+    """Unmount every given mount, then each of the mount points `also` names that still has a
+    filesystem mounted (a store a dead harness left behind); the errors, as text."""
     errors = []
     for mount in mounts:
         try:
             unmount_store(mount)
         except HarnessError as exc:
             errors.append(str(exc))
-    if run_dir is not None:
-        for point in mounts_under(run_dir):
-            try:
-                _run(["umount", point], f"unmount {point}")
-            except HarnessError as exc:
-                errors.append(str(exc))
+    for point in also:
+        if mounted_at(point) is None:
+            continue
+        try:
+            _run(["umount", str(point)], f"unmount {point}")
+        except HarnessError as exc:
+            errors.append(str(exc))
     return errors
 
 

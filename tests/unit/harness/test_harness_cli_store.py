@@ -68,6 +68,10 @@ def test_status_shows_store_usage_and_down_unmounts_a_detached_clusters_stores(r
         # a cell per broker: "90.0% (7.2 MiB of 8.0 MiB)", wrapped by the table
         assert "store" in status.output and "90.0%" in status.output and "(7.2" in status.output, status.output
 
+        # as if broker-a-1's store had been mounted by a harness that died before recording it
+        data = json.loads((run_dir / "cluster.json").read_text())
+        data["store_mounts"] = [m for m in data["store_mounts"] if m["node_id"] != "broker-a-1"]
+        (run_dir / "cluster.json").write_text(json.dumps(data))
         down = runner.invoke(cli.app, ["down", "--run-dir", str(run_dir)], terminal_width=250)
         assert down.exit_code == 0, down.output
         assert "broker-a-0: unmounted its tmpfs store" in down.output
