@@ -23,13 +23,15 @@ new process is a child of the harness, which is never throttled, and the duty th
 signalling as soon as the node's pid changes. `unstarve` then still removes the (empty) cgroup and
 reports the part of the fault the old process lived through.
 
-A harness that dies without undoing a starvation leaves the cgroup dir behind; it is empty once the
-node's processes are gone, and `rmdir /sys/fs/cgroup/cpu/mqlab-*` removes every such leftover
-(rmdir refuses a cgroup that still holds processes).
+A harness that exits without undoing a starvation undoes it at exit (an atexit hook, which runs
+before the one that kills the nodes). Only a harness killed outright (SIGKILL) leaves the cgroup dir
+behind; it is empty once the node's processes are gone, and `rmdir /sys/fs/cgroup/cpu/mqlab-*`
+removes every such leftover (rmdir refuses a cgroup that still holds processes).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import hashlib
@@ -38,6 +40,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,7 @@ class CpuStarver:
         self._v2_roots = v2_roots
         self._lock = threading.Lock()
         self._active: dict[str, _Starvation] = {}
+        _LIVE_STARVERS.add(self)
 
     def starved(self) -> list[str]:
         with self._lock:
@@ -431,3 +435,15 @@ class _DutyCycle:
             self.stop_cycles += 1
             if self._done.wait(self._stop_s):
                 return
+
+
+_LIVE_STARVERS: weakref.WeakSet[CpuStarver] = weakref.WeakSet()
+
+
+def _unstarve_all_at_exit() -> None:
+    for starver in list(_LIVE_STARVERS):
+        starver.unstarve_all()
+
+
+# registered after harness.exits' hook (this module imports it), so it runs before the nodes are killed
+atexit.register(_unstarve_all_at_exit)
