@@ -358,7 +358,7 @@ class LocalCluster:
             return self._starver, self._store_fs
 
     def _undo_starvations(self) -> list[str]:
-        """Unstarve every node (before they stop: a stopped duty cycle must not hold a SIGTERM back)."""
+        """Unstarve every node before they stop: a node a duty cycle left SIGSTOPped cannot act on SIGTERM."""
         undone = self._resources()[0].unstarve_all()
         return [f"{node_id}: {result}" for node_id, result in undone.items() if isinstance(result, str)]
 

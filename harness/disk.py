@@ -51,6 +51,7 @@ STORE_DIR_NAME = "store"  # the broker keeps its store in <node run dir>/store
 IMAGE_NAME = "store.ext4"  # beside the store dir, never inside the filesystem it holds
 FILLER_NAME = ".mqlab-filler"
 MIB = 1024 * 1024
+STORE_FS_DEFAULT_BYTES = 64 * MIB  # ClusterSpec.with_store_filesystem's size when none is given
 STORE_FS_MIN_BYTES = 4 * MIB  # below this mkfs.ext4 and the broker's first segments do not fit
 MOUNT_COMMAND_TIMEOUT_S = 30
 STORE_SEGMENT_MIN_BYTES = 512 * 1024  # store_options_for: commitlog segments on a small disk

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.disk import StoreFilesystem
+from harness.disk import STORE_FS_DEFAULT_BYTES, StoreFilesystem
 from harness.errors import HarnessError, SpecError
 from harness.ports import LOCALHOST
 from nodes.common import constants as c
@@ -228,7 +228,7 @@ class ClusterSpec:
 
     # ---- store filesystems (harness.disk) -------------------------------------------------
 
-    def with_store_filesystem(self, node_ids: str | Iterable[str] = "brokers", size_bytes: int = 64 * 1024 * 1024,
+    def with_store_filesystem(self, node_ids: str | Iterable[str] = "brokers", size_bytes: int = STORE_FS_DEFAULT_BYTES,
                               kind: str = "tmpfs") -> ClusterSpec:
         """A copy in which each broker of `node_ids` ("brokers": every broker) keeps its store on a
         filesystem of its own: a tmpfs or a loop-mounted ext4 image of `size_bytes` (needs root)."""
