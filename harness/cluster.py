@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cpu import CpuStarver, StarvationProof
+from harness.disk import DiskFill, StoreMount, StoreMounts
 from harness.errors import HarnessError, NamesrvUnreachable
 from harness.exits import UnexpectedExit
 from harness.links import DIALED_ROLES, ClusterLinks
@@ -182,6 +184,7 @@ class LocalCluster:
         everything started so far is killed before the error propagates.
         """
         try:
+            self._resources()[1].mount_all()  # before any broker first opens its store
             for tier in self.spec.tiers():
                 procs = [self._nodes[n.id] for n in tier]
                 for proc in procs:
@@ -205,7 +208,7 @@ class LocalCluster:
             if self._closed:
                 return
             self._closed = True
-        errors: list[str] = []
+        errors: list[str] = self._undo_starvations()
         try:
             if graceful:
                 if self.links is not None:
@@ -218,6 +221,7 @@ class LocalCluster:
                     proc.close()
                 except HarnessError as exc:
                     errors.append(str(exc))
+            errors += self._resources()[1].unmount_all()  # every node is gone: nothing holds a store
             self._namesrv.close()
             self._ports.release()
             if self.links is not None:
@@ -337,6 +341,41 @@ class LocalCluster:
         if exits:
             details = "\n\n".join(f"{e}\n{e.log_tail}" for e in exits)
             raise AssertionError(f"{len(exits)} node(s) exited unexpectedly:\n{details}")
+
+    # ---- resource faults: starved CPUs (harness.cpu), full store disks (harness.disk) ----
+
+    def starve(self, node_id: str, share: float, period_ms: int = 100, *, mechanism: str = "auto") -> str:
+        """Cap a node's process group at `share` of a core; returns the mechanism used
+        (cgroup-v1, cgroup-v2 or duty-cycle: see `harness.cpu`). `close()` undoes it."""
+        return self._resources()[0].starve(self.node(node_id), share, period_ms, mechanism=mechanism)
+
+    def unstarve(self, node_id: str) -> StarvationProof:
+        """Lift a node's CPU cap; the proof holds cpu.stat deltas and the measured CPU share."""
+        return self._resources()[0].unstarve(node_id)
+
+    def fill_disk(self, node_id: str, target_ratio: float) -> DiskFill:
+        """Fill a broker's store filesystem to `target_ratio` (used / (used + available))."""
+        return self._resources()[1].fill(node_id, target_ratio)
+
+    def free_disk(self, node_id: str) -> DiskFill:
+        """Remove what `fill_disk` put on a broker's store filesystem."""
+        return self._resources()[1].free(node_id)
+
+    def store_mounts(self) -> list[StoreMount]:
+        """The store filesystems mounted for this cluster (`ClusterSpec.with_store_filesystem`)."""
+        return self._resources()[1].mounts()
+
+    def _resources(self) -> tuple[CpuStarver, StoreMounts]:
+        with self._lock:
+            if not hasattr(self, "_starver"):  # made at first use: start() and close() reach them too
+                self._starver = CpuStarver(self.run_dir)
+                self._store_fs = StoreMounts(self.run_dir, self.spec.store_filesystems)
+            return self._starver, self._store_fs
+
+    def _undo_starvations(self) -> list[str]:
+        """Unstarve every node before they stop: a node a duty cycle left SIGSTOPped cannot act on SIGTERM."""
+        undone = self._resources()[0].unstarve_all()
+        return [f"{node_id}: {result}" for node_id, result in undone.items() if isinstance(result, str)]
 
     # ---- observation ----------------------------------------------------------------
 

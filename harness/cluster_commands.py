@@ -6,6 +6,7 @@ they also reach a cluster another `mqlab up --detach` left running.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -19,6 +20,16 @@ from rich.table import Table
 from harness import terminal
 from harness.admin import credential_of, describe_addr
 from harness.cluster import CLUSTER_JSON, LATEST_RUN_DIR, LocalCluster, read_cluster_json, write_json_atomic
+from harness.disk import (
+    KINDS,
+    STORE_DIR_NAME,
+    StoreMount,
+    disk_usage,
+    mounted_at,
+    parse_size,
+    store_options_for,
+    unmount_stores,
+)
 from harness.errors import HarnessError
 from harness.pids import KILL_REAP_BUDGET_MS, is_node_process, pid_alive, session_pids, wait_gone
 from harness.spec import ClusterSpec
@@ -39,12 +50,21 @@ def up(
     topology: Annotated[str | None, typer.Option(
         "--topology", help="single (namesrv-0 + broker-a, the default) or 2x2 (namesrv-0/1, broker-a and "
         "broker-b, each master + slave); not with --spec.")] = None,
+    store_size: Annotated[str | None, typer.Option(
+        "--store-size", help="Put every broker's store on a filesystem of its own of SIZE (e.g. 64MiB; "
+        "needs root); segments are sized to fit.")] = None,
+    store_fs: Annotated[str, typer.Option("--store-fs", help="tmpfs or ext4 (a loop-mounted image), with "
+                                          "--store-size.")] = "tmpfs",
 ) -> None:
     """Start a local cluster; stays up until Ctrl-C unless --detach."""
     console, err_console = terminal.console, terminal.err_console
     if spec is not None and topology is not None:
         raise CliError("--spec and --topology both name the nodes; pass one of them")
     cluster_spec = ClusterSpec.from_toml(spec) if spec is not None else topology_spec(topology or DEFAULT_TOPOLOGY)
+    if store_size is not None:
+        cluster_spec = with_store_size(cluster_spec, parse_size(store_size), store_fs)
+    elif store_fs != "tmpfs":
+        raise CliError("--store-fs picks the kind of --store-size's filesystem; pass --store-size too")
     if run_dir is not None:
         _refuse_live_cluster(run_dir)
     with console.status("starting cluster…"):
@@ -54,6 +74,7 @@ def up(
                   f"[bold]{cluster.namesrv_remoting_addr}[/]   time scale: {cluster.spec.time_scale:g}")
     if detach:
         cluster.detach()
+        record_store_mounts(cluster)
         console.print(f"left running. `mqlab status --run-dir {cluster.run_dir}`; "
                       f"stop it with `mqlab down --run-dir {cluster.run_dir}`")
         return
@@ -81,7 +102,10 @@ def status(run_dir: RunDirOpt = None) -> None:
     data = read_cluster_json(path)
     caption = f"time scale {data['time_scale']:g}" if "time_scale" in data else None
     table = Table(title=f"cluster in {path}", caption=caption)
-    for col in ("id", "role", "state", "addr", "remoting", "pid", "alive", "status"):
+    stores = {n["id"]: store_usage(n) for n in data["nodes"] if n["role"] == "broker"}
+    columns = ("id", "role", "state", "addr", "remoting", "pid", "alive", *(("store",) if any(stores.values()) else ()),
+               "status")
+    for col in columns:
         table.add_column(col)
     down = 0
     for node in data["nodes"]:
@@ -97,9 +121,10 @@ def status(run_dir: RunDirOpt = None) -> None:
                 state = "UNREACHABLE"
         healthy = alive and state != "UNREACHABLE"
         down += not healthy
+        store = (stores.get(node["id"]) or "-",) if "store" in columns else ()
         table.add_row(node["id"], node["role"], f"[{'green' if healthy else 'red'}]{state}[/]", node["addr"],
                       node.get("remoting_addr") or "-", str(pid or "-"), "yes" if alive else "[red]no[/]",
-                      escape(line))
+                      *store, escape(line))
     terminal.console.print(table)
     if down:
         terminal.console.print(f"[red]{down} of {len(data['nodes'])} node(s) down[/]")
@@ -123,8 +148,47 @@ def down(run_dir: RunDirOpt = None) -> None:
     for node in data["nodes"]:
         table.add_row(node["id"], node["role"], str(node["pid"] or "-"), results[node["id"]])
         node["pid"] = None
+    # the store filesystems `up --store-size` mounted, and any broker store a dead harness left mounted
+    mounts = [StoreMount.from_dict(m) for m in data.pop("store_mounts", [])]
+    errors = unmount_stores(mounts, also=[Path(n["run_dir"]) / STORE_DIR_NAME for n in data["nodes"]
+                                          if n["role"] == "broker"])
     write_json_atomic(Path(path) / CLUSTER_JSON, data)
     terminal.console.print(table)
+    for mount in mounts:
+        terminal.console.print(f"{mount.node_id}: unmounted its {mount.kind} store {mount.mount_point}")
+    if errors:
+        raise CliError("; ".join(errors) + f"; stop what still uses them, then `mqlab down --run-dir {path}` again")
+
+
+def record_store_mounts(cluster: LocalCluster) -> None:
+    """Note a detached cluster's store filesystems in its cluster.json (`store_mounts`), for `mqlab down`,
+    which unmounts them after the brokers stopped."""
+    if cluster.store_mounts():
+        data = read_cluster_json(cluster.run_dir)
+        data["store_mounts"] = [m.as_dict() for m in cluster.store_mounts()]
+        write_json_atomic(cluster.run_dir / CLUSTER_JSON, data)
+
+
+def with_store_size(spec: ClusterSpec, size_bytes: int, kind: str) -> ClusterSpec:
+    """Every broker's store on a filesystem of its own of `size_bytes`, with segments that fit it
+    (store settings the spec gives itself win)."""
+    if kind not in KINDS:
+        raise CliError(f"--store-fs must be one of {', '.join(KINDS)}, got {kind!r}")
+    broker = dict(spec.defaults.get("broker", {}))
+    broker["store"] = {**store_options_for(size_bytes)["store"], **broker.get("store", {})}
+    spec = dataclasses.replace(spec, defaults={**spec.defaults, "broker": broker})
+    return spec.with_store_filesystem("brokers", size_bytes, kind)
+
+
+def store_usage(node: dict[str, Any]) -> str | None:
+    """`87.5% (28.0 MiB of 32.0 MiB)` for a broker whose store has a filesystem of its own, else None."""
+    store = Path(node["run_dir"]) / STORE_DIR_NAME
+    if mounted_at(store) is None:
+        return None
+    try:
+        return disk_usage(store).describe()
+    except OSError:
+        return None
 
 
 def nodes_table(nodes: list[dict[str, Any]], *, title: str) -> Table:

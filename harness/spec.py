@@ -46,12 +46,13 @@ import dataclasses
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
+from harness.disk import STORE_FS_DEFAULT_BYTES, StoreFilesystem
+from harness.errors import HarnessError, SpecError
 from harness.ports import LOCALHOST
 from nodes.common import constants as c
 from nodes.common.config import BrokerConfig, ConsumerConfig, NamesrvConfig, StoreConfig, Timing
@@ -126,6 +127,8 @@ class ClusterSpec:
         cluster_name: the brokers' cluster name.
         timing: `Timing` fields set to absolute ms after scaling, for every node.
         defaults: role -> options applied to every node of that role (node options win).
+        store_filesystems: broker id -> the filesystem of its own its store gets
+            (`with_store_filesystem`, mounted by the cluster before the broker first starts).
     """
 
     nodes: tuple[NodeSpec, ...] = DEFAULT_NODES
@@ -133,6 +136,7 @@ class ClusterSpec:
     cluster_name: str = c.DEFAULT_CLUSTER_NAME
     timing: Mapping[str, int] = field(default_factory=dict, hash=False)
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    store_filesystems: Mapping[str, StoreFilesystem] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -221,6 +225,32 @@ class ClusterSpec:
             if node_id not in taken:
                 extra.append(NodeSpec(node_id, "consumer", options=dict(options)))
         return self.with_nodes(*extra)
+
+    # ---- store filesystems (harness.disk) -------------------------------------------------
+
+    def with_store_filesystem(self, node_ids: str | Iterable[str] = "brokers", size_bytes: int = STORE_FS_DEFAULT_BYTES,
+                              kind: str = "tmpfs") -> ClusterSpec:
+        """A copy in which each broker of `node_ids` ("brokers": every broker) keeps its store on a
+        filesystem of its own: a tmpfs or a loop-mounted ext4 image of `size_bytes` (needs root)."""
+        ids = [n.id for n in self.broker_nodes()] if node_ids == "brokers" else (
+            [node_ids] if isinstance(node_ids, str) else list(node_ids))
+        fs = StoreFilesystem(size_bytes, kind)
+        return dataclasses.replace(self, store_filesystems={**self.store_filesystems, **dict.fromkeys(ids, fs)})
+
+    def _validate_store_filesystems(self) -> None:
+        if not isinstance(self.store_filesystems, Mapping):
+            raise SpecError("store_filesystems must map broker ids to StoreFilesystem; use with_store_filesystem")
+        brokers = {n.id for n in self.broker_nodes()}
+        for node_id, fs in self.store_filesystems.items():
+            if node_id not in brokers:
+                raise SpecError(f"store filesystem for {node_id!r}: only a broker has a store; brokers are "
+                                f"{', '.join(sorted(brokers))}")
+            if not isinstance(fs, StoreFilesystem):
+                raise SpecError(f"store filesystem for {node_id}: expected a StoreFilesystem, got {fs!r}")
+            try:
+                fs.validate(f"store filesystem for {node_id}")
+            except HarnessError as exc:
+                raise SpecError(str(exc)) from None
 
     # ---- queries --------------------------------------------------------------------
 
@@ -335,6 +365,7 @@ class ClusterSpec:
             raise SpecError(f"cluster_name must match {BROKER_NAME_RE.pattern}, got {self.cluster_name!r}")
         self._validate_topology()
         self._validate_timing()
+        self._validate_store_filesystems()
         if not isinstance(self.defaults, Mapping):
             raise SpecError("[defaults] must hold tables named after roles, e.g. [defaults.broker]")
         for role, options in self.defaults.items():
