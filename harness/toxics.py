@@ -15,8 +15,8 @@ this fixed order, whatever order they were added in:
     bandwidth                pace each piece at the rate (carrying timing error over)
     reset_peer_after_bytes   forward the first N bytes, then reset both sockets
 
-Two toxics of one kind on a direction both act: holds add up, the slowest rate wins, the
-smallest byte budget cuts first. Durations are real milliseconds: scaling them with the time
+Two toxics of one kind on a direction: holds add up, the slowest rate wins, the smallest byte
+budget cuts first, the first slicer slices, any stall stalls. Durations are real milliseconds: scaling them with the time
 knob is the caller's business (a chaos schedule scales its own durations).
 """
 
