@@ -56,6 +56,11 @@ class CorruptRecordError(StoreError):
     pass
 
 
+class DiskFullError(StoreError):
+    """A store file could not be allocated: its filesystem is full (ENOSPC). Nothing was written;
+    the caller refuses the write (or retries it later) and the store stays up."""
+
+
 class DataDirError(StoreError):
     pass
 

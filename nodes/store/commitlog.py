@@ -91,9 +91,9 @@ class AppendedRun(Sequence[AppendResult]):
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, *, preallocate: bool = True) -> None:
         self.segment_bytes = segment_bytes
-        self._files = MappedFileQueue(directory, segment_bytes)
+        self._files = MappedFileQueue(directory, segment_bytes, preallocate=preallocate)
 
     def load(self) -> None:
         """Map the existing segments (all counted as full until recovery sets the end)."""
@@ -152,16 +152,19 @@ class CommitLog:
 
         Raises:
             ValueError: the batch cannot fit in one segment.
+            DiskFullError: a new segment cannot be allocated; nothing was written.
         """
         total_bytes = len(blob)
         if total_bytes + c.END_FILE_MIN_BLANK_BYTES > self.segment_bytes:
             raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
         mapped = self._files.writable_file()
         if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
+            # The next segment first: on a full disk the current one stays open, unchanged.
+            following = self._files.create(mapped.end_offset)
             # The rest of this segment is already zero, so the marker alone closes it.
             mapped.append(blank_marker(mapped.remaining_bytes))
             mapped.mark_full()
-            mapped = self._files.writable_file()
+            mapped = following
         positions = place_batch(blob, sizes, mapped.wrote_offset)
         mapped.append(blob)
         return positions
@@ -170,6 +173,7 @@ class CommitLog:
         """Append raw commitlog bytes copied from a master (a replica's write path).
 
         Raises:
+            DiskFullError: a new segment cannot be allocated; nothing was written.
             StoreError: `phys_offset` is not the current end (or, on an empty log, not a
                 segment start), or `data` crosses a segment end.
         """
@@ -186,6 +190,11 @@ class CommitLog:
         if len(data) > mapped.remaining_bytes:
             raise StoreError(f"raw append of {len(data)} bytes at {phys_offset} crosses a segment end")
         mapped.append(data)
+
+    def delete_first_segment(self) -> MappedFile | None:
+        """Retention: unmap and delete the oldest segment (never the only one); None if it is
+        still being read."""
+        return self._files.delete_first()
 
     def truncate_after(self, phys_offset: int) -> int:
         """Discard every byte from `phys_offset` on; returns the bytes of data discarded."""

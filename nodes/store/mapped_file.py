@@ -1,7 +1,8 @@
 """Memory-mapped segment files: `MappedFile` (one fixed-size file) and `MappedFileQueue`
 (a directory of them named by their 20-digit start offset).
 
-Owns: creating files at full size (sparse), write and flush positions, syncing to disk,
+Owns: creating files at full size with their blocks allocated (so a full filesystem is an
+error at creation, never a SIGBUS on a later write through the map), write and flush positions, syncing to disk,
 zeroing a torn tail, rolling to a new segment, deleting segments. Does not know what the
 bytes mean; the commitlog and the consume queues give them meaning.
 
@@ -23,7 +24,7 @@ import os
 from pathlib import Path
 
 from nodes.common import constants as c
-from nodes.common.errors import DataDirError, StoreError
+from nodes.common.errors import DataDirError, DiskFullError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,38 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{c.SEGMENT_NAME_DIGITS}d}"
 
 
+def _allocate(fd: int, path: Path, size_bytes: int) -> None:
+    """Give a new, empty file all its blocks before it is mapped.
+
+    A sparse file on a full filesystem maps fine and then kills the process with SIGBUS at the
+    first write into a page the filesystem cannot back; posix_fallocate turns that into ENOSPC
+    here. On failure the file is truncated and removed: ext4 keeps a partial allocation, which
+    would leave the disk full and a short file that the next open refuses.
+
+    Raises:
+        DiskFullError: ENOSPC or EDQUOT (the caller's fd is still open; the caller closes it).
+    """
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            path.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no room for segment {path} ({size_bytes} bytes): {exc.strerror}") from exc
+        raise
+
+
 class MappedFile:
     """One segment file mapped whole; bytes [0, wrote_position) hold data."""
 
-    def __init__(self, path: Path, start_offset: int, size_bytes: int) -> None:
-        """Open `path`, creating it at `size_bytes` (sparse) if it does not exist.
+    def __init__(self, path: Path, start_offset: int, size_bytes: int, *, preallocate: bool = True) -> None:
+        """Open `path`, creating it at `size_bytes` if it does not exist, its blocks allocated
+        (`preallocate`; False only for the sparse-segments fault switch).
 
         Raises:
+            DiskFullError: the filesystem has no room for a new file (it is removed again).
             DataDirError: the file exists with another size, or cannot be opened.
         """
         self.path = path
@@ -53,7 +79,12 @@ class MappedFile:
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:
-                os.ftruncate(fd, size_bytes)
+                if preallocate:
+                    _allocate(fd, path, size_bytes)
+                else:
+                    # FAULT SWITCH sparse-segments: breaks "no write dies of SIGBUS": a write into
+                    # a page the full filesystem cannot back kills the process.
+                    os.ftruncate(fd, size_bytes)
             elif actual != size_bytes:
                 raise DataDirError(
                     f"segment {path} is {actual} bytes but the configured segment size is {size_bytes}: "
@@ -112,7 +143,7 @@ class MappedFile:
         os.fdatasync releases it. On Linux both write back the pages dirtied through the map.
         """
         wrote = self.wrote_position
-        if wrote > self.flushed_position:
+        if wrote > self.flushed_position and not self._mm.closed:  # closed: deleted by retention
             os.fdatasync(self._fd)
             self.flushed_position = wrote
         return self.flushed_position
@@ -199,10 +230,12 @@ class MappedFileQueue:
     there reports OFFSET_FOUND_NULL) instead of refusing to load (commitlog).
     """
 
-    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False) -> None:
+    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False,
+                 preallocate: bool = True) -> None:
         self.directory = directory
         self.file_size_bytes = file_size_bytes
         self.allow_gaps = allow_gaps
+        self.preallocate = preallocate
         self.files: list[MappedFile] = []
 
     def load(self) -> None:
@@ -268,8 +301,43 @@ class MappedFileQueue:
         if self.files and start_offset < self.files[-1].end_offset:
             raise StoreError(f"segment start {start_offset} overlaps {self.files[-1].path.name}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes)
+        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes,
+                            preallocate=self.preallocate)
         self.files.append(mapped)
+        return mapped
+
+    def ensure_room(self, size_bytes: int) -> None:
+        """Create the segments an append of `size_bytes` will need, before any byte is written,
+        so a full disk fails the append whole (DiskFullError) instead of half-way through it.
+        Segments created here are removed again when a later one cannot be."""
+        last = self.last()
+        room = last.remaining_bytes if last is not None else 0
+        next_start = last.end_offset if last is not None else 0
+        created: list[MappedFile] = []
+        try:
+            while room < size_bytes:
+                created.append(self.create(next_start))
+                room += self.file_size_bytes
+                next_start += self.file_size_bytes
+        except DiskFullError:
+            for mapped in created:
+                self.files.remove(mapped)
+                mapped.destroy()
+            raise
+
+    def delete_first(self) -> MappedFile | None:
+        """Unmap and delete the oldest segment (retention); None, keeping it, when a reader
+        still holds a view into its map (mmap refuses to close then: tried again next pass)."""
+        if len(self.files) < 2:
+            return None
+        mapped = self.files[0]
+        try:
+            mapped.close()
+        except BufferError:
+            log.warning("segment %s is still being read; deleting it on a later pass", mapped.path)
+            return None
+        del self.files[0]
+        mapped.path.unlink(missing_ok=True)
         return mapped
 
     def writable_file(self) -> MappedFile:
