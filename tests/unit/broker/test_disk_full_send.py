@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from test_disk_full, then named as arguments)
 """A broker on a full disk answers sends SERVICE_NOT_AVAILABLE (14) with RocketMQ's disk-full
 remark, on the handler and in the remoting answer; reads go on; the client's error names it."""
 
@@ -32,7 +33,7 @@ def _send(handler: SendHandler, body: bytes) -> object:
                                                   default_topic_queue_nums=4)))
 
 
-def test_a_full_disk_answers_14_with_the_disk_remark_and_sends_resume_after(tmpfs):  # noqa: F811
+def test_a_full_disk_answers_14_with_the_disk_remark_and_sends_resume_after(tmpfs):
     fs = tmpfs(1024 * 1024)
     clock = FakeClock()
     store = MessageStore(fs / "store", TINY, clock=clock)
