@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nodes.common.config import StoreConfig
 from nodes.store.disk_guard import measure
-from nodes.store.message_store import PutStatus
+from nodes.store.message_store import MessageStore, PutStatus
 from nodes.store.read_path import GetStatus
 from nodes.store.retention import CleanMode, clean_mode, segments_to_delete
 from tests.unit.store.conftest import msg
@@ -126,3 +126,32 @@ def test_a_segment_with_a_live_view_is_kept_for_a_later_pass(tmpfs, store_on):
     view.release()
     deleted = store.clean_files(int(time.time() * 1000), 72 * HOUR_MS)
     assert deleted[0]["phys_offset"] == 0 and not first.path.exists()
+
+
+def test_a_store_reopens_after_retention_deleted_its_first_segments(tmp_path, clock):
+    root = tmp_path / "store"
+    store = MessageStore(root, TINY, clock=clock)
+    store.open()
+    for i in range(300):
+        assert store.put_messages([msg(body=f"m{i}:".encode().ljust(1000, b"."))]).status is PutStatus.PUT_OK
+    with store._files.lock:  # what a pass does once the disk asks for it (this disk never does)
+        for _ in range(2):
+            store._files.commitlog.delete_first_segment()
+        for queue in store._files.consume_queues.values():
+            queue.delete_files_below(store.min_phys_offset)
+    kept = bodies(store, "T", 0)
+    min_queue_offset = store.min_queue_offset("T", 0)
+    store.close()
+    for clean in (True, False):
+        if not clean:
+            (root / "abort").write_bytes(b"")
+        reopened = MessageStore(root, TINY, clock=clock)
+        reopened.open()
+        try:
+            assert reopened.min_phys_offset == 2 * TINY.commitlog_segment_bytes
+            assert reopened.min_queue_offset("T", 0) == min_queue_offset
+            assert bodies(reopened, "T", 0) == kept
+            assert reopened.put_messages([msg(body=b"after")]).status is PutStatus.PUT_OK
+            kept.append(b"after")
+        finally:
+            reopened.close()
