@@ -45,6 +45,10 @@ DISK_CHECK_FIRST_MS = 1_000  # ... and its first run after start
 CLEAN_RESOURCE_INTERVAL_MS = 10_000  # cleanResourceInterval: one retention pass ...
 CLEAN_FIRST_DELAY_MS = 60_000  # ... the first 60 s after start
 FILE_RESERVED_TIME_MS = 72 * 3_600_000  # fileReservedTime (72 h): a segment older than this is expired
+# Blocks are allocated this far ahead of a segment's write position (posix_fallocate), so no
+# write through a map meets a page the filesystem cannot back (SIGBUS), while a segment costs
+# disk only as it fills (a default commitlog segment is 1 GiB).
+SEGMENT_ALLOCATE_STEP_BYTES = 1024 * 1024
 DISK_FULL_REFUSAL_LOG_EVERY = 50_000  # a full disk's refused puts are logged once per this many
 DELETE_FILES_BATCH_MAX = 10  # DELETE_FILES_BATCH_MAX: segments one retention pass deletes at most
 CHECKED_EXTENTS_MAX = 100_000  # ranges of read-checked records a store remembers (~7 MB) before starting over

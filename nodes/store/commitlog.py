@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import overload
 
 from nodes.common import constants as c
-from nodes.common.errors import StoreError
+from nodes.common.errors import DiskFullError, StoreError
 from nodes.store.mapped_file import MappedFile, MappedFileQueue
 from nodes.store.record import (
     MessageToStore,
@@ -159,8 +159,15 @@ class CommitLog:
             raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
         mapped = self._files.writable_file()
         if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
-            # The next segment first: on a full disk the current one stays open, unchanged.
+            # Room for the marker here and the records there before writing either: on a full
+            # disk the current segment stays open, unchanged.
+            mapped.reserve(mapped.wrote_position + c.END_FILE_MIN_BLANK_BYTES)
             following = self._files.create(mapped.end_offset)
+            try:
+                following.reserve(total_bytes)
+            except DiskFullError:
+                self._files.drop(following)
+                raise
             # The rest of this segment is already zero, so the marker alone closes it.
             mapped.append(blank_marker(mapped.remaining_bytes))
             mapped.mark_full()
@@ -179,6 +186,7 @@ class CommitLog:
         """
         if not data:
             return
+        created = not self._files.files or self._files.files[-1].is_full
         if not self._files.files:
             if phys_offset % self.segment_bytes:
                 raise StoreError(f"an empty commitlog must start at a segment boundary, not {phys_offset}")
@@ -189,7 +197,12 @@ class CommitLog:
             mapped = self._files.writable_file()
         if len(data) > mapped.remaining_bytes:
             raise StoreError(f"raw append of {len(data)} bytes at {phys_offset} crosses a segment end")
-        mapped.append(data)
+        try:
+            mapped.append(data)
+        except DiskFullError:
+            if created:  # an empty segment would move the log's start or end
+                self._files.drop(mapped)
+            raise
 
     def delete_first_segment(self) -> MappedFile | None:
         """Retention: unmap and delete the oldest segment (never the only one); None if it is

@@ -1,10 +1,18 @@
 """Memory-mapped segment files: `MappedFile` (one fixed-size file) and `MappedFileQueue`
 (a directory of them named by their 20-digit start offset).
 
-Owns: creating files at full size with their blocks allocated (so a full filesystem is an
-error at creation, never a SIGBUS on a later write through the map), write and flush positions, syncing to disk,
-zeroing a torn tail, rolling to a new segment, deleting segments. Does not know what the
-bytes mean; the commitlog and the consume queues give them meaning.
+Owns: creating files at full size, allocating their blocks ahead of every write through the
+map, write and flush positions, syncing to disk, zeroing a torn tail, rolling to a new segment,
+deleting segments.
+
+No write dies of SIGBUS: a file is created sparse (a 1 GiB segment costs no disk until it is
+written) but no byte is written through the map before `posix_fallocate` gave its blocks, in
+steps of SEGMENT_ALLOCATE_STEP_BYTES ahead of the write position. A page the filesystem cannot
+back would otherwise kill the process with SIGBUS at the write (Python cannot catch it: a
+handler never runs, the write faults again forever); allocated first, a full filesystem is
+ENOSPC from the allocation, raised as DiskFullError before anything is written.
+
+Does not know what the bytes mean; the commitlog and the consume queues give them meaning.
 
 Offsets named `*_offset` here are byte offsets in the logical stream the queue of files
 holds (the commitlog's phys offsets, or a consume queue's `queue_offset * 20`); positions
@@ -35,26 +43,18 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{c.SEGMENT_NAME_DIGITS}d}"
 
 
-def _allocate(fd: int, path: Path, size_bytes: int) -> None:
-    """Give a new, empty file all its blocks before it is mapped.
-
-    A sparse file on a full filesystem maps fine and then kills the process with SIGBUS at the
-    first write into a page the filesystem cannot back; posix_fallocate turns that into ENOSPC
-    here. On failure the file is truncated and removed: ext4 keeps a partial allocation, which
-    would leave the disk full and a short file that the next open refuses.
+def _fallocate(fd: int, path: Path, offset: int, length: int) -> None:
+    """Allocate the blocks of [offset, offset + length) of an open file.
 
     Raises:
-        DiskFullError: ENOSPC or EDQUOT (the caller's fd is still open; the caller closes it).
+        DiskFullError: ENOSPC or EDQUOT. Blocks ext4 allocated before it gave up stay with the
+            file; they lie where its next writes go, so nothing is wasted.
     """
     try:
-        os.posix_fallocate(fd, 0, size_bytes)
+        os.posix_fallocate(fd, offset, length)
     except OSError as exc:
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            path.unlink(missing_ok=True)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"no room for segment {path} ({size_bytes} bytes): {exc.strerror}") from exc
+            raise DiskFullError(f"no room for {length} bytes at {offset} of {path}: {exc.strerror}") from exc
         raise
 
 
@@ -62,16 +62,19 @@ class MappedFile:
     """One segment file mapped whole; bytes [0, wrote_position) hold data."""
 
     def __init__(self, path: Path, start_offset: int, size_bytes: int, *, preallocate: bool = True) -> None:
-        """Open `path`, creating it at `size_bytes` if it does not exist, its blocks allocated
-        (`preallocate`; False only for the sparse-segments fault switch).
+        """Open `path`, creating it at `size_bytes` (sparse) if it does not exist. Writes
+        allocate their blocks first unless `preallocate` is False (the sparse-segments fault
+        switch only).
 
         Raises:
-            DiskFullError: the filesystem has no room for a new file (it is removed again).
             DataDirError: the file exists with another size, or cannot be opened.
         """
         self.path = path
         self.start_offset = start_offset
         self.size_bytes = size_bytes
+        # FAULT SWITCH sparse-segments (preallocate False): breaks "no write dies of SIGBUS":
+        # writes go into pages nothing allocated, and a full filesystem kills the process.
+        self.preallocate = preallocate
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -79,12 +82,7 @@ class MappedFile:
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:
-                if preallocate:
-                    _allocate(fd, path, size_bytes)
-                else:
-                    # FAULT SWITCH sparse-segments: breaks "no write dies of SIGBUS": a write into
-                    # a page the full filesystem cannot back kills the process.
-                    os.ftruncate(fd, size_bytes)
+                os.ftruncate(fd, size_bytes)
             elif actual != size_bytes:
                 raise DataDirError(
                     f"segment {path} is {actual} bytes but the configured segment size is {size_bytes}: "
@@ -96,6 +94,28 @@ class MappedFile:
         self._fd = fd  # kept for fdatasync (see flush)
         self.wrote_position = 0
         self.flushed_position = 0
+        # Every page below max(this, wrote_position) has its blocks: allocated here, or written.
+        self.allocated_position = 0
+
+    def reserve(self, end_position: int) -> None:
+        """Make sure the blocks up to `end_position` are allocated before anything writes there:
+        a step ahead when the disk has room, exactly what is asked when it has only that.
+
+        Raises:
+            DiskFullError: not even [write position, end_position) fits; nothing was written.
+        """
+        backed = max(self.allocated_position, self.wrote_position)
+        if end_position <= backed or not self.preallocate:
+            return
+        ahead = min(self.size_bytes, max(end_position, backed + c.SEGMENT_ALLOCATE_STEP_BYTES))
+        try:
+            _fallocate(self._fd, self.path, backed, ahead - backed)
+        except DiskFullError:
+            if ahead == end_position:
+                raise
+            _fallocate(self._fd, self.path, backed, end_position - backed)
+            ahead = end_position
+        self.allocated_position = ahead
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -124,6 +144,7 @@ class MappedFile:
         end = position + len(data)
         if end > self.size_bytes:
             raise StoreError(f"{self.path.name}: {len(data)} bytes do not fit at {position}")
+        self.reserve(end)  # DiskFullError before a byte is written
         self._mm[position:end] = data
         self.wrote_position = end
         return position
@@ -169,7 +190,13 @@ class MappedFile:
         return start
 
     def _zero(self, start: int, end: int) -> None:
-        """Write zeros over [start, end), chunk by chunk, skipping chunks already zero."""
+        """Write zeros over [start, end), chunk by chunk, skipping chunks already zero.
+
+        Raises:
+            DiskFullError: a chunk to zero spans pages with no blocks and the disk has none to give.
+        """
+        if self.preallocate and end > start:
+            _fallocate(self._fd, self.path, start, end - start)  # a chunk may span a hole
         position = start
         while position < end:
             stop = min(end, position + _SCAN_CHUNK_BYTES)
@@ -307,23 +334,35 @@ class MappedFileQueue:
         return mapped
 
     def ensure_room(self, size_bytes: int) -> None:
-        """Create the segments an append of `size_bytes` will need, before any byte is written,
-        so a full disk fails the append whole (DiskFullError) instead of half-way through it.
-        Segments created here are removed again when a later one cannot be."""
+        """Create the segments an append of `size_bytes` at the end will need and allocate the
+        blocks it will write, before any byte is written, so a full disk fails the append whole
+        (DiskFullError) instead of half-way through it. Segments created here are removed again
+        when the room cannot be had."""
         last = self.last()
-        room = last.remaining_bytes if last is not None else 0
+        remaining = size_bytes
         next_start = last.end_offset if last is not None else 0
         created: list[MappedFile] = []
         try:
-            while room < size_bytes:
-                created.append(self.create(next_start))
-                room += self.file_size_bytes
+            if last is not None and not last.is_full:
+                take = min(remaining, last.remaining_bytes)
+                last.reserve(last.wrote_position + take)
+                remaining -= take
+            while remaining > 0:
+                mapped = self.create(next_start)
+                created.append(mapped)
+                take = min(remaining, mapped.size_bytes)
+                mapped.reserve(take)
+                remaining -= take
                 next_start += self.file_size_bytes
         except DiskFullError:
             for mapped in created:
-                self.files.remove(mapped)
-                mapped.destroy()
+                self.drop(mapped)
             raise
+
+    def drop(self, mapped: MappedFile) -> None:
+        """Remove a segment created for a write that could not be made (it holds nothing)."""
+        self.files.remove(mapped)
+        mapped.destroy()
 
     def delete_first(self) -> MappedFile | None:
         """Unmap and delete the oldest segment (retention); None, keeping it, when a reader

@@ -1,4 +1,4 @@
-"""A full filesystem under the store: segments cannot be allocated (no SIGBUS), the disk guard
+"""A full filesystem under the store: a segment's blocks cannot be allocated (DiskFullError, no SIGBUS), the disk guard
 refuses puts, dispatch waits for room, and everything acknowledged stays readable.
 
 The filesystems are small tmpfs mounts made here (the tests run as root); writes that could
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from nodes.common import constants as c
 from nodes.common.config import StoreConfig
 from nodes.common.errors import DiskFullError
 from nodes.store.disk_guard import DiskGuard, disk_full_remark, is_over, measure, used_ratio
@@ -96,13 +97,26 @@ _WRITE_SEGMENT = """
 """
 
 
-def test_a_segment_too_big_for_the_filesystem_is_a_disk_full_error_not_a_sigbus(tmpfs):
+def test_writing_a_segment_past_the_filesystem_is_a_disk_full_error_not_a_sigbus(tmpfs):
     fs = tmpfs(1024 * 1024)
     done = run_python(_WRITE_SEGMENT.format(dir=str(fs / "commitlog"), preallocate=True))
     assert done.returncode == 0, done.stderr
-    assert "no room for segment" in json.loads(done.stdout)["disk_full"]
-    assert list((fs / "commitlog").iterdir()) == []  # the partial file is gone
-    assert os.statvfs(fs).f_bfree == os.statvfs(fs).f_blocks  # and so is its allocation
+    assert "no room for 2097152 bytes at 0" in json.loads(done.stdout)["disk_full"]
+    segment = fs / "commitlog" / "00000000000000000000"
+    assert segment.stat().st_size == 2 * 1024 * 1024 and segment.stat().st_blocks == 0  # nothing written
+
+
+def test_blocks_are_allocated_a_step_ahead_of_the_writes_not_for_the_whole_segment(tmp_path):
+    queue = MappedFileQueue(tmp_path / "commitlog", 64 * 1024 * 1024)
+    mapped = queue.create(0)
+    assert mapped.path.stat().st_blocks == 0  # a new segment costs no disk
+    mapped.append(b"x" * 100)
+    assert mapped.allocated_position == c.SEGMENT_ALLOCATE_STEP_BYTES
+    assert mapped.path.stat().st_blocks * 512 >= c.SEGMENT_ALLOCATE_STEP_BYTES
+    mapped.append(b"y" * c.SEGMENT_ALLOCATE_STEP_BYTES)
+    assert mapped.allocated_position == 2 * c.SEGMENT_ALLOCATE_STEP_BYTES  # the next step from the last
+    assert mapped.path.stat().st_blocks * 512 < 4 * c.SEGMENT_ALLOCATE_STEP_BYTES
+    queue.close()
 
 
 def test_the_sparse_segments_switch_brings_the_sigbus_back(tmpfs):
