@@ -1,6 +1,7 @@
 # ruff: noqa: F811  (pytest fixtures imported from test_disk_full, then named as arguments)
 """A broker on a full disk answers sends SERVICE_NOT_AVAILABLE (14) with RocketMQ's disk-full
-remark, on the handler and in the remoting answer; reads go on; the client's error names it."""
+remark, on the handler and in the remoting answer; reads go on; the client's error names it.
+Consumer offsets the disk refused to persist are kept and written once there is room."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import pytest
 
 from nodes.broker.ha_master import ReplicationState
+from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.send import SendHandler, SendProcessor, SendRequest
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.broker.transport.remoting_send import send_answer
@@ -17,8 +19,10 @@ from nodes.common import errors
 from nodes.common.clock import FakeClock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
+from nodes.common.errors import StoreError
 from nodes.remoting.command import RemotingCommand
 from nodes.store.message_store import MessageStore
+from nodes.store.metadata import MetadataStore
 from tests.unit.store.test_disk_full import TINY, fill, tmpfs  # noqa: F401  (tmpfs is a fixture)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -60,3 +64,23 @@ def test_a_full_disk_answers_14_with_the_disk_remark_and_sends_resume_after(tmpf
         assert _send(handler, b"after").code == ResponseCode.SUCCESS
     finally:
         store.close()
+
+
+def test_offsets_a_full_disk_refused_to_persist_stay_dirty_and_are_written_later(tmpfs):
+    fs = tmpfs(1024 * 1024)
+    metadata = MetadataStore(fs / "metadata")
+    try:
+        table = ConsumerOffsetTable(metadata)
+        for i in range(5_000):
+            table.commit(f"group-{i}", "T", 0, i)
+        service = OffsetPersistService(table, 1_000, on_crash=lambda exc: pytest.fail(f"crashed: {exc}"))
+        assert StoreError in service.expected_errors
+        filler = fill(fs)
+        with pytest.raises(StoreError):
+            asyncio.run(service.tick())
+        assert metadata.get_all("consumer_offsets") == {}
+        filler.unlink()
+        asyncio.run(service.tick())  # the entries were kept dirty: all of them are written now
+        assert len(metadata.get_all("consumer_offsets")) == 5_000
+    finally:
+        metadata.close()

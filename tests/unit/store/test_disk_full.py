@@ -21,10 +21,11 @@ import pytest
 
 from nodes.common import constants as c
 from nodes.common.config import StoreConfig
-from nodes.common.errors import DiskFullError
+from nodes.common.errors import DiskFullError, StoreError
 from nodes.store.disk_guard import DiskGuard, disk_full_remark, is_over, measure, used_ratio
 from nodes.store.mapped_file import MappedFileQueue
 from nodes.store.message_store import MessageStore, PutStatus
+from nodes.store.metadata import MetadataStore
 from nodes.store.read_path import GetStatus
 from nodes.store.record import decode_record
 from tests.unit.store.conftest import SMALL, msg
@@ -281,3 +282,17 @@ def test_checkpoint_and_flushed_positions_survive_a_full_disk(tmpfs, store_on):
     filler.unlink()
     store.flush()
     assert (fs / "store" / "flushed.json").read_text() != before
+
+
+def test_a_metadata_write_on_a_full_disk_is_a_store_error_and_changes_nothing(tmpfs):
+    fs = tmpfs(1024 * 1024)
+    metadata = MetadataStore(fs / "metadata")
+    try:
+        metadata.put("topics", "kept", {"queues": 4})
+        fill(fs)
+        with pytest.raises(StoreError, match=r"metadata write to .* failed"):
+            metadata.put_many("consumer_offsets", {f"group-{i}": {"0": i} for i in range(20_000)})
+        assert metadata.get_all("topics") == {"kept": {"queues": 4}}
+        assert metadata.get_all("consumer_offsets") == {}
+    finally:
+        metadata.close()
