@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from harness.spec import ClusterSpec
 from nodes.client import Producer, PullConsumer
 from nodes.common import constants as c
 from nodes.common.config import Timing
-from nodes.common.errors import RemoteError, ServiceNotAvailableError
+from nodes.common.errors import MqError, RemoteError, ServiceNotAvailableError
 from nodes.common.types import Message, SendResult, SendStatus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
@@ -194,3 +195,18 @@ def test_a_slave_whose_disk_fills_stops_acknowledging_and_catches_up_after(tmp_p
             assert producer.send_batch(_batch("synced", 1)).status is SendStatus.SEND_OK
         _alive(cluster)
         assert [e["state"] for e in _events(cluster, "broker-a-1", "disk-guard")][:2] == ["on", "off"]
+
+
+def test_the_sparse_segments_switch_lets_a_full_disk_kill_the_broker_with_sigbus(tmp_path, time_scale, store_fs):
+    """The switch a no-SIGBUS check is proven with: writes into pages nothing allocated."""
+    store = store_fs("broker-a-0")
+    spec = _spec(time_scale, master_switches=(c.FAULT_SPARSE_SEGMENTS, c.FAULT_IGNORE_DISK_FULL))
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        with Producer(cluster.namesrv_addr, send_timeout_ms=2_000, retry_times=0) as producer:
+            assert producer.send_batch(_batch("before", 0)).status is SendStatus.SEND_OK
+            fill(store)
+            with pytest.raises(MqError):  # the broker dies under the send: no answer
+                for n in range(2_000):
+                    producer.send_batch(_batch("full", n))
+        exits = wait_for(lambda: cluster.unexpected_exits, 10, "the master to die")
+        assert [(e.node_id, e.exit_code) for e in exits] == [("broker-a-0", -signal.SIGBUS)], exits
