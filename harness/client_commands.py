@@ -71,6 +71,14 @@ def produce(
         ("failed", stats.failed), ("msgs/s", f"{stats.msgs_per_s:,.0f}"), ("MB/s", f"{stats.mb_per_s:.2f}"),
         ("seconds", f"{stats.elapsed_s:.2f}")]))
     print_errors(stats.errors)
+    refused = sum(n for text, n in stats.errors.items() if "SERVICE_NOT_AVAILABLE" in text)
+    if refused:
+        # the error lines are cut short: say plainly what code 14 means and what to do
+        terminal.err_console.print(
+            f"[bold red]{refused} message(s) refused with SERVICE_NOT_AVAILABLE (code 14)[/] by every broker tried: "
+            "a broker refuses writes while its store's disk is used above its warning level (the remark names the "
+            "CL/CQ ratios) or while it is not a master. Free space on that broker's store filesystem (writes "
+            "resume within its disk check period) or send to another broker group.")
     if stats.failed:
         raise typer.Exit(EXIT_PROBLEM)
 

@@ -35,6 +35,7 @@ from nodes.broker.schedule import ScheduleMessageService
 from nodes.broker.send import SendHandler, SendProcessor
 from nodes.broker.send_back import SendBackProcessor
 from nodes.broker.slave_sync import SlaveSyncService
+from nodes.broker.store_services import CleanService, DiskCheckService
 from nodes.broker.topic_admin import TopicAdminHandler
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.broker.transport.broker_servicer import BrokerServicer
@@ -45,6 +46,7 @@ from nodes.broker.transport.replication_servicer import ReplicationServicer
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import BrokerConfig, store_config_with_switches
+from nodes.common.errors import StoreError
 from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving, warn_fault_switches
 from nodes.common.rpc import bind, make_server
@@ -160,6 +162,8 @@ class BrokerController:
         self._services = [
             self._registration,
             FlushService(self.store, timing.flush_commitlog_ms),
+            DiskCheckService(self.store, timing, crash_node),
+            CleanService(self.store, timing, self._clock, crash_node),
             OffsetPersistService(self.offsets, timing.consumer_offset_persist_ms, crash_node),
             self.pull_hold,
             ClientHousekeepingService(self.consumers, self._clock.monotonic_ms, timing.client_housekeeping_ms,
@@ -312,7 +316,10 @@ class BrokerController:
         await asyncio.gather(*self._background, return_exceptions=True)
         for service in self._services:
             await service.stop()
-        self.offsets.persist()
+        try:
+            self.offsets.persist()
+        except StoreError as exc:  # a full disk: the store still closes cleanly
+            log.error("consumer offsets not persisted at stop: %s", exc)
         self.store.close()
         self.events.close()
         self.lifecycle.transition(Lifecycle.STOPPED)

@@ -20,6 +20,7 @@ import json
 import logging
 from typing import Any
 
+from nodes.common.errors import StoreError
 from nodes.common.events import EventLog
 from nodes.common.service import Service
 
@@ -154,6 +155,10 @@ class ConsumerOffsetTable:
         dirty, self._dirty = self._dirty, set()
         return {encode_key(key): {str(qid): v for qid, v in self.offsets[key].items()} for key in dirty}
 
+    def mark_dirty(self, snapshot: dict[str, dict[str, int]]) -> None:
+        """Put the entries of a snapshot that could not be written back among the dirty ones."""
+        self._dirty.update(key for key in map(decode_key, snapshot) if key in self.offsets)
+
     def write(self, snapshot: dict[str, dict[str, int]]) -> None:
         """Persist a snapshot; safe to run on a worker thread (the LMDB thread does the I/O)."""
         if snapshot:
@@ -183,8 +188,22 @@ class OffsetPersistService(Service):
         super().__init__(interval_ms, on_crash=on_crash)
         self._table = table
 
+    # a metadata write a full disk refused: logged, and the entries stay dirty for the next tick
+    expected_errors = (StoreError,)
+
     async def tick(self) -> None:
-        await asyncio.to_thread(self._table.write, self._table.take_dirty())
+        await self._write()
 
     async def on_stop(self) -> None:
-        await asyncio.to_thread(self._table.write, self._table.take_dirty())
+        try:
+            await self._write()
+        except StoreError as exc:
+            log.error("consumer offsets not persisted at stop: %s", exc)
+
+    async def _write(self) -> None:
+        snapshot = self._table.take_dirty()
+        try:
+            await asyncio.to_thread(self._table.write, snapshot)
+        except StoreError:
+            self._table.mark_dirty(snapshot)
+            raise

@@ -47,6 +47,7 @@ _CODE_BY_PUT_STATUS = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
 
@@ -150,10 +151,14 @@ class SendProcessor:
 
         topic = self.topics.get(req.topic)
         if topic is None:
-            topic = self.topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
-            if topic is None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
-                # msgCheck creates a retry topic even when auto-creation is off
-                topic = create_topic_in_send_back(self.topics, req.topic, 1, c.PERM_DEFAULT, self._clock.wall_ms())
+            try:
+                topic = self.topics.create_in_send(req.topic, req.default_topic_queue_nums, self._clock.wall_ms())
+                if topic is None and req.topic.startswith(c.RETRY_GROUP_TOPIC_PREFIX):
+                    # msgCheck creates a retry topic even when auto-creation is off
+                    topic = create_topic_in_send_back(self.topics, req.topic, 1, c.PERM_DEFAULT,
+                                                      self._clock.wall_ms())
+            except StoreError as exc:  # the topic table could not be written (a full disk)
+                return _reply(ResponseCode.SYSTEM_ERROR, f"cannot create topic {req.topic!r}: {exc}")
             if topic is None:
                 return _reply(ResponseCode.TOPIC_NOT_EXIST,
                               f"topic {req.topic!r} does not exist on {self._config.broker_name} and "

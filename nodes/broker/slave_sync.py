@@ -18,6 +18,7 @@ from typing import Any
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common.config import BrokerConfig
+from nodes.common.errors import StoreError, TransportError
 from nodes.common.service import Service
 from nodes.common.types import TopicConfig
 from nodes.store.message_store import MessageStore
@@ -46,6 +47,8 @@ class SlaveSyncService(Service):
     """SlaveSynchronize#syncAll on a timer, while the master's address is known."""
 
     name = "slave-sync"
+    # the master unreachable, or a metadata write a full disk refused: tried again next interval
+    expected_errors = (TransportError, StoreError)
 
     def __init__(self, *, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, master_addr: Callable[[], str],

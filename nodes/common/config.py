@@ -91,6 +91,14 @@ class Timing:
     orderly_resubmit_ms: int = c.ORDERLY_RESUBMIT_MS
     orderly_lock_failed_retry_ms: int = c.ORDERLY_LOCK_FAILED_RETRY_MS
     broker_lock_expiry_scan_ms: int = c.BROKER_LOCK_EXPIRY_SCAN_MS
+    # full disks and retention (the store's disk check and clean service)
+    disk_check_interval_ms: int = c.DISK_CHECK_INTERVAL_MS
+    disk_check_first_ms: int = c.DISK_CHECK_FIRST_MS
+    clean_resource_interval_ms: int = c.CLEAN_RESOURCE_INTERVAL_MS
+    clean_first_delay_ms: int = c.CLEAN_FIRST_DELAY_MS
+    # fileReservedTime: a store rule, but a duration, so it scales with the time knob like the
+    # clean service that applies it (a scaled run would otherwise never see a segment expire)
+    file_reserved_time_ms: int = c.FILE_RESERVED_TIME_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.
@@ -152,11 +160,20 @@ class StoreConfig:
     # flushDiskType (constants.FLUSH_DISK_TYPES) and, for SYNC_FLUSH, how long a send waits for its fsync
     flush_disk_type: str = "ASYNC_FLUSH"
     sync_flush_timeout_ms: int = c.SYNC_FLUSH_TIMEOUT_MS
+    # Full disks (diskMaxUsedSpaceRatio, diskSpaceCleanForciblyRatio, diskSpaceWarningLevelRatio):
+    # retention deletes expired segments above the first, any sealed segment above the second,
+    # and puts are refused above the third.
+    disk_max_used_space_ratio: float = c.DISK_MAX_USED_SPACE_RATIO
+    disk_space_clean_forcibly_ratio: float = c.DISK_SPACE_CLEAN_FORCIBLY_RATIO
+    disk_space_warning_level_ratio: float = c.DISK_SPACE_WARNING_LEVEL_RATIO
     # Test-only fault switches, set by the broker from its fault_switches (never directly):
-    # recovery-trust-checkpoint, recovery-keep-torn-tail, read-skip-crc.
+    # recovery-trust-checkpoint, recovery-keep-torn-tail, read-skip-crc, sparse-segments,
+    # ignore-disk-full.
     recovery_trust_checkpoint: bool = False
     recovery_keep_torn_tail: bool = False
     read_skip_crc: bool = False
+    sparse_segments: bool = False
+    ignore_disk_full: bool = False
 
     @property
     def sync_flush(self) -> bool:
@@ -179,6 +196,11 @@ class StoreConfig:
                               f"got {self.flush_disk_type!r}")
         if self.sync_flush_timeout_ms <= 0:
             raise ConfigError("store.sync_flush_timeout_ms must be positive")
+        ratios = (self.disk_max_used_space_ratio, self.disk_space_clean_forcibly_ratio,
+                  self.disk_space_warning_level_ratio)
+        if not all(isinstance(r, (int, float)) and 0.1 <= r <= 0.99 for r in ratios) or sorted(ratios) != list(ratios):
+            raise ConfigError("store.disk_max_used_space_ratio <= disk_space_clean_forcibly_ratio <= "
+                              f"disk_space_warning_level_ratio, each in [0.10, 0.99]; got {ratios}")
 
 
 @dataclass(frozen=True)
@@ -267,6 +289,8 @@ _STORE_FAULT_SWITCHES = {
     "recovery_trust_checkpoint": c.FAULT_RECOVERY_TRUST_CHECKPOINT,
     "recovery_keep_torn_tail": c.FAULT_RECOVERY_KEEP_TORN_TAIL,
     "read_skip_crc": c.FAULT_READ_SKIP_CRC,
+    "sparse_segments": c.FAULT_SPARSE_SEGMENTS,
+    "ignore_disk_full": c.FAULT_IGNORE_DISK_FULL,
 }
 
 

@@ -35,6 +35,22 @@ CHECKPOINT_SAFETY_MS = 3_000  # abnormal recovery starts 3 s before the checkpoi
 MEMORY_RATIO_PERCENT = 40  # accessMessageInMemoryMaxRatio: "in memory" = last 40% of RAM
 CQ_HOLE_SIZE_MARK = 0x7FFFFFFF  # the size field of a hole unit: Integer.MAX_VALUE, as RocketMQ's fillPreBlank writes
 METADATA_MAP_SIZE_BYTES = 1024**3  # LMDB address space reserved for the metadata; the file grows only as data does
+# Full disks and retention (RocketMQ's DefaultMessageStore disk rules). Ratios are used / (used +
+# available) of the filesystem holding the store path, rounded up to a whole percent.
+DISK_MAX_USED_SPACE_RATIO = 0.75  # diskMaxUsedSpaceRatio: above it, expired segments are deleted
+DISK_SPACE_CLEAN_FORCIBLY_RATIO = 0.85  # diskSpaceCleanForciblyRatio: above it, sealed segments of any age
+DISK_SPACE_WARNING_LEVEL_RATIO = 0.90  # diskSpaceWarningLevelRatio: above it, puts are refused (disk full)
+DISK_CHECK_INTERVAL_MS = 10_000  # the disk check's period (isSpaceFull) ...
+DISK_CHECK_FIRST_MS = 1_000  # ... and its first run after start
+CLEAN_RESOURCE_INTERVAL_MS = 10_000  # cleanResourceInterval: one retention pass ...
+CLEAN_FIRST_DELAY_MS = 60_000  # ... the first 60 s after start
+FILE_RESERVED_TIME_MS = 72 * 3_600_000  # fileReservedTime (72 h): a segment older than this is expired
+# Blocks are allocated this far ahead of a segment's write position (posix_fallocate), so no
+# write through a map meets a page the filesystem cannot back (SIGBUS), while a segment costs
+# disk only as it fills (a default commitlog segment is 1 GiB).
+SEGMENT_ALLOCATE_STEP_BYTES = 1024 * 1024
+DISK_FULL_REFUSAL_LOG_EVERY = 50_000  # a full disk's refused puts are logged once per this many
+DELETE_FILES_BATCH_MAX = 10  # DELETE_FILES_BATCH_MAX: segments one retention pass deletes at most
 CHECKED_EXTENTS_MAX = 100_000  # ranges of read-checked records a store remembers (~7 MB) before starting over
 
 # Pull batch limits (DefaultMessageStore#isTheBatchFull)
@@ -375,6 +391,8 @@ FAULT_REDELIVER_TIMES = 3  # redeliver-consumed-batch: a successful batch goes t
 FAULT_PULL_FLIP_BODY_BYTE = "pull-flip-body-byte"
 FAULT_PRODUCER_LATENCY_FAULT_OFF = "producer-latency-fault-off"
 FAULT_REBALANCE_IGNORE_RETURNED = "rebalance-ignore-returned-queues"
+FAULT_SPARSE_SEGMENTS = "sparse-segments"
+FAULT_IGNORE_DISK_FULL = "ignore-disk-full"
 # switches of an in-harness client (the chaos producer workload), not of a node process
 PRODUCER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_PRODUCER_LATENCY_FAULT_OFF: "a producer avoids a broker that failed or was slow: latency fault tolerance "
@@ -394,6 +412,10 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_RECOVERY_KEEP_TORN_TAIL: "recovery never serves a torn tail: the garbled bytes after the last valid "
                                    "record are kept and dispatched as a record",
     FAULT_READ_SKIP_CRC: "a pull never serves a record that fails its checks: records are served unchecked",
+    FAULT_SPARSE_SEGMENTS: "no write dies of SIGBUS: segments are created sparse (no fallocate), so a write "
+                           "into a page a full filesystem cannot back kills the broker with SIGBUS",
+    FAULT_IGNORE_DISK_FULL: "a full disk refuses puts with SERVICE_NOT_AVAILABLE: the disk guard is off, puts go "
+                            "on until a segment cannot be allocated (ENOSPC, answered SYSTEM_ERROR)",
     FAULT_LOCK_SLOW_TAKEOVER: "timely takeover: a lapsed lease of another client is taken over only after "
                               f"{FAULT_SLOW_TAKEOVER_LEASES} leases",
 }

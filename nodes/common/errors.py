@@ -5,6 +5,7 @@
     ├── InvariantViolation          our own broken invariant: the node exits 70
     ├── StoreError                  the message store cannot do what was asked
     │   ├── CorruptRecordError      a record failed its magic/size/CRC checks
+    │   ├── DiskFullError           a store file could not be allocated (ENOSPC): refuse, retry later
     │   └── DataDirError            the data dir is missing, unreadable or not ours
     ├── ClientError                 a caller's mistake found before anything was sent
     │   ├── InvalidMessageError     bad topic name, empty or oversize body
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from nodes.common.codes import ResponseCode
+
 
 class MqError(Exception):
     retriable: ClassVar[bool] = False
@@ -54,6 +57,11 @@ class StoreError(MqError):
 
 class CorruptRecordError(StoreError):
     pass
+
+
+class DiskFullError(StoreError):
+    """A store file could not be allocated: its filesystem is full (ENOSPC). Nothing was written;
+    the caller refuses the write (or retries it later) and the store stays up."""
 
 
 class DataDirError(StoreError):
@@ -86,7 +94,10 @@ class RemoteError(MqError):
         self.remark = remark
         if code is not None:
             self.code = code  # type: ignore[misc]
-        super().__init__(f"{self.code}: {remark}" if remark else self.code)
+        # the number too: RocketMQ's tools and logs name codes by number (14, not its name)
+        number = ResponseCode.__members__.get(self.code)
+        named = f"{self.code} (code {int(number)})" if number is not None else self.code
+        super().__init__(f"{named}: {remark}" if remark else named)
 
 
 class SystemError_(RemoteError):

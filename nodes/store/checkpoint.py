@@ -50,11 +50,20 @@ def read_checkpoint(path: Path) -> Checkpoint:
 
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
-    """Replace the checkpoint atomically (write a temp file, fsync, rename)."""
+    """Replace the checkpoint atomically (write a temp file, fsync, rename).
+
+    Raises:
+        OSError: the temp file could not be written (a full disk); it is removed and the old
+            checkpoint is left as it was.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(CHECKPOINT.pack(checkpoint.physic_msg_timestamp_ms, checkpoint.logics_msg_timestamp_ms,
-                                checkpoint.index_msg_timestamp_ms))
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(CHECKPOINT.pack(checkpoint.physic_msg_timestamp_ms, checkpoint.logics_msg_timestamp_ms,
+                                    checkpoint.index_msg_timestamp_ms))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import overload
 
 from nodes.common import constants as c
-from nodes.common.errors import StoreError
+from nodes.common.errors import DiskFullError, StoreError
 from nodes.store.mapped_file import MappedFile, MappedFileQueue
 from nodes.store.record import (
     MessageToStore,
@@ -91,9 +91,9 @@ class AppendedRun(Sequence[AppendResult]):
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, *, preallocate: bool = True) -> None:
         self.segment_bytes = segment_bytes
-        self._files = MappedFileQueue(directory, segment_bytes)
+        self._files = MappedFileQueue(directory, segment_bytes, preallocate=preallocate)
 
     def load(self) -> None:
         """Map the existing segments (all counted as full until recovery sets the end)."""
@@ -152,16 +152,26 @@ class CommitLog:
 
         Raises:
             ValueError: the batch cannot fit in one segment.
+            DiskFullError: a new segment cannot be allocated; nothing was written.
         """
         total_bytes = len(blob)
         if total_bytes + c.END_FILE_MIN_BLANK_BYTES > self.segment_bytes:
             raise ValueError(f"{total_bytes} bytes of records do not fit in a {self.segment_bytes}-byte segment")
         mapped = self._files.writable_file()
         if total_bytes + c.END_FILE_MIN_BLANK_BYTES > mapped.remaining_bytes:
+            # Room for the marker here and the records there before writing either: on a full
+            # disk the current segment stays open, unchanged.
+            mapped.reserve(mapped.wrote_position + c.END_FILE_MIN_BLANK_BYTES)
+            following = self._files.create(mapped.end_offset)
+            try:
+                following.reserve(total_bytes)
+            except DiskFullError:
+                self._files.drop(following)
+                raise
             # The rest of this segment is already zero, so the marker alone closes it.
             mapped.append(blank_marker(mapped.remaining_bytes))
             mapped.mark_full()
-            mapped = self._files.writable_file()
+            mapped = following
         positions = place_batch(blob, sizes, mapped.wrote_offset)
         mapped.append(blob)
         return positions
@@ -170,11 +180,13 @@ class CommitLog:
         """Append raw commitlog bytes copied from a master (a replica's write path).
 
         Raises:
+            DiskFullError: a new segment cannot be allocated; nothing was written.
             StoreError: `phys_offset` is not the current end (or, on an empty log, not a
                 segment start), or `data` crosses a segment end.
         """
         if not data:
             return
+        created = not self._files.files or self._files.files[-1].is_full
         if not self._files.files:
             if phys_offset % self.segment_bytes:
                 raise StoreError(f"an empty commitlog must start at a segment boundary, not {phys_offset}")
@@ -185,7 +197,17 @@ class CommitLog:
             mapped = self._files.writable_file()
         if len(data) > mapped.remaining_bytes:
             raise StoreError(f"raw append of {len(data)} bytes at {phys_offset} crosses a segment end")
-        mapped.append(data)
+        try:
+            mapped.append(data)
+        except DiskFullError:
+            if created:  # an empty segment would move the log's start or end
+                self._files.drop(mapped)
+            raise
+
+    def delete_first_segment(self) -> MappedFile | None:
+        """Retention: unmap and delete the oldest segment (never the only one); None if it is
+        still being read."""
+        return self._files.delete_first()
 
     def truncate_after(self, phys_offset: int) -> int:
         """Discard every byte from `phys_offset` on; returns the bytes of data discarded."""

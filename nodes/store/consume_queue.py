@@ -40,12 +40,13 @@ def is_hole(phys_offset: int, size: int) -> bool:
 
 
 class ConsumeQueue:
-    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int, *, preallocate: bool = True) -> None:
         """`root` is the store's `consumequeue/` directory. Call `load()` before use."""
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
-        self._files = MappedFileQueue(root / topic / str(queue_id), units_per_file * _UNIT, allow_gaps=True)
+        self._files = MappedFileQueue(root / topic / str(queue_id), units_per_file * _UNIT, allow_gaps=True,
+                                      preallocate=preallocate)
         self._min_queue_offset = 0
         # The commitlog end of the last real unit: a unit ending at or before it is already here.
         self.max_phys_end = 0
@@ -166,13 +167,22 @@ class ConsumeQueue:
         return range(len(units))
 
     def _append(self, units: bytes) -> None:
-        """Append whole units, which never straddle a file (file size is a multiple of 20)."""
+        """Append whole units, which never straddle a file (file size is a multiple of 20).
+
+        Raises:
+            DiskFullError: a file the units need cannot be allocated; nothing was written.
+        """
+        files = self._files.files
+        last = self._files.last()
+        index = len(files) - 1 if last is not None and not last.is_full else len(files)  # where the units start
+        self._files.ensure_room(len(units))
         view = memoryview(units)
         while view:
-            mapped = self._files.writable_file()
+            mapped = files[index]
             chunk = view[:mapped.remaining_bytes]
             mapped.append(chunk)
             view = view[len(chunk):]
+            index += 1
 
     def _fill_holes(self, from_queue_offset: int, to_queue_offset: int) -> None:
         if not self._files.files:
@@ -202,6 +212,25 @@ class ConsumeQueue:
             log.warning("%s-%d: dropped %d units past commitlog offset %d",
                         self.topic, self.queue_id, dropped, phys_end)
         return dropped
+
+    def delete_files_below(self, min_phys_offset: int) -> list[str]:
+        """Retention (CleanConsumeQueueService): delete the files, oldest first and never the
+        last, whose every unit points below the commitlog's `min_phys_offset`, then move the
+        min offset past units pointing there; returns the names of the files deleted."""
+        deleted = []
+        files = self._files.files
+        while len(files) > 1:
+            first = files[0]
+            phys_offset, size, _tag = CQ_UNIT.unpack(first.read(first.size_bytes - _UNIT, _UNIT))
+            if not is_hole(phys_offset, size) and phys_offset + size > min_phys_offset:
+                break
+            if self._files.delete_first() is None:
+                break
+            deleted.append(first.path.name)
+        if files:
+            self._min_queue_offset = max(self._min_queue_offset, files[0].start_offset // _UNIT)
+        self.correct_min_offset(min_phys_offset)
+        return deleted
 
     def truncate_to(self, queue_offset: int) -> None:
         """Drop every unit from `queue_offset` on (recovery: units that match no record)."""

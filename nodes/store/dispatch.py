@@ -10,6 +10,10 @@ A walk never trusts a position blindly: each record is checked (magic, sizes, it
 PHYSICALOFFSET field, body CRC) before it is indexed. Bytes that fail are skipped only when a
 valid record (or blank marker) follows them; otherwise the walk waits there, since on a
 replica the bytes may simply not have arrived yet, and in recovery that is the torn tail.
+
+A consume-queue file that cannot be allocated (DiskFullError) stops the walk AT the record it
+could not index: the position goes back to it, and the error goes to the caller, which retries
+later (a consume-queue write is all or nothing, so the retry writes each unit once).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from nodes.common import constants as c
+from nodes.common.errors import DiskFullError
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.record import (
@@ -117,7 +122,11 @@ class Dispatcher:
             step, value = scan_step(self._commitlog, position, end_phys_offset)
             if step is Step.RECORD:
                 self.reput_from_phys_offset = position + value
-                self._dispatch_record(position, value)
+                try:
+                    self._dispatch_record(position, value)
+                except DiskFullError:
+                    self.reput_from_phys_offset = position
+                    raise
                 walked += 1
             elif step is Step.ROLL:
                 self.reput_from_phys_offset = value
@@ -155,7 +164,11 @@ class Dispatcher:
         queue = self._consume_queue_for(topic, queue_id)
         if queue is None:
             return True
-        written = queue.put_run(first_queue_offset, units)
+        try:
+            written = queue.put_run(first_queue_offset, units)
+        except DiskFullError:
+            self.reput_from_phys_offset = start_phys_offset
+            raise
         on_arrival = self.on_arrival
         if on_arrival is not None:
             for i in written:
@@ -228,8 +241,12 @@ class Dispatcher:
                 size, topic, queue_id, queue_offset, store_timestamp_ms, properties = fields
                 # The reput position moves first, so a listener that raises leaves the walk consistent.
                 self.reput_from_phys_offset = base + pos + size
-                self._index(base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
-                            decode_properties(properties))
+                try:
+                    self._index(base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                                decode_properties(properties))
+                except DiskFullError:
+                    self.reput_from_phys_offset = base + pos
+                    raise
                 pos += size
                 indexed += 1
         finally:
@@ -253,7 +270,11 @@ class Dispatcher:
             return
         units = [(phys_offset, size, self._tag_hash_of(topic, decode_properties(properties), store_timestamp_ms))
                  for phys_offset, size, _topic, _queue_id, _queue_offset, store_timestamp_ms, properties in run]
-        written = queue.put_run(first_queue_offset, units)
+        try:
+            written = queue.put_run(first_queue_offset, units)
+        except DiskFullError:
+            self.reput_from_phys_offset = run[0][0]
+            raise
         on_arrival = self.on_arrival
         if on_arrival is not None:
             for i in written:

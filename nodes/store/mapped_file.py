@@ -1,9 +1,18 @@
 """Memory-mapped segment files: `MappedFile` (one fixed-size file) and `MappedFileQueue`
 (a directory of them named by their 20-digit start offset).
 
-Owns: creating files at full size (sparse), write and flush positions, syncing to disk,
-zeroing a torn tail, rolling to a new segment, deleting segments. Does not know what the
-bytes mean; the commitlog and the consume queues give them meaning.
+Owns: creating files at full size, allocating their blocks ahead of every write through the
+map, write and flush positions, syncing to disk, zeroing a torn tail, rolling to a new segment,
+deleting segments.
+
+No write dies of SIGBUS: a file is created sparse (a 1 GiB segment costs no disk until it is
+written) but no byte is written through the map before `posix_fallocate` gave its blocks, in
+steps of SEGMENT_ALLOCATE_STEP_BYTES ahead of the write position. A page the filesystem cannot
+back would otherwise kill the process with SIGBUS at the write (Python cannot catch it: a
+handler never runs, the write faults again forever); allocated first, a full filesystem is
+ENOSPC from the allocation, raised as DiskFullError before anything is written.
+
+Does not know what the bytes mean; the commitlog and the consume queues give them meaning.
 
 Offsets named `*_offset` here are byte offsets in the logical stream the queue of files
 holds (the commitlog's phys offsets, or a consume queue's `queue_offset * 20`); positions
@@ -23,7 +32,7 @@ import os
 from pathlib import Path
 
 from nodes.common import constants as c
-from nodes.common.errors import DataDirError, StoreError
+from nodes.common.errors import DataDirError, DiskFullError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +43,28 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{c.SEGMENT_NAME_DIGITS}d}"
 
 
+def _fallocate(fd: int, path: Path, offset: int, length: int) -> None:
+    """Allocate the blocks of [offset, offset + length) of an open file.
+
+    Raises:
+        DiskFullError: ENOSPC or EDQUOT. Blocks ext4 allocated before it gave up stay with the
+            file; they lie where its next writes go, so nothing is wasted.
+    """
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no room for {length} bytes at {offset} of {path}: {exc.strerror}") from exc
+        raise
+
+
 class MappedFile:
     """One segment file mapped whole; bytes [0, wrote_position) hold data."""
 
-    def __init__(self, path: Path, start_offset: int, size_bytes: int) -> None:
-        """Open `path`, creating it at `size_bytes` (sparse) if it does not exist.
+    def __init__(self, path: Path, start_offset: int, size_bytes: int, *, preallocate: bool = True) -> None:
+        """Open `path`, creating it at `size_bytes` (sparse) if it does not exist. Writes
+        allocate their blocks first unless `preallocate` is False (the sparse-segments fault
+        switch only).
 
         Raises:
             DataDirError: the file exists with another size, or cannot be opened.
@@ -46,6 +72,9 @@ class MappedFile:
         self.path = path
         self.start_offset = start_offset
         self.size_bytes = size_bytes
+        # FAULT SWITCH sparse-segments (preallocate False): breaks "no write dies of SIGBUS":
+        # writes go into pages nothing allocated, and a full filesystem kills the process.
+        self.preallocate = preallocate
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -65,6 +94,28 @@ class MappedFile:
         self._fd = fd  # kept for fdatasync (see flush)
         self.wrote_position = 0
         self.flushed_position = 0
+        # Every page below max(this, wrote_position) has its blocks: allocated here, or written.
+        self.allocated_position = 0
+
+    def reserve(self, end_position: int) -> None:
+        """Make sure the blocks up to `end_position` are allocated before anything writes there:
+        a step ahead when the disk has room, exactly what is asked when it has only that.
+
+        Raises:
+            DiskFullError: not even [write position, end_position) fits; nothing was written.
+        """
+        backed = max(self.allocated_position, self.wrote_position)
+        if end_position <= backed or not self.preallocate:
+            return
+        ahead = min(self.size_bytes, max(end_position, backed + c.SEGMENT_ALLOCATE_STEP_BYTES))
+        try:
+            _fallocate(self._fd, self.path, backed, ahead - backed)
+        except DiskFullError:
+            if ahead == end_position:
+                raise
+            _fallocate(self._fd, self.path, backed, end_position - backed)
+            ahead = end_position
+        self.allocated_position = ahead
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -93,6 +144,7 @@ class MappedFile:
         end = position + len(data)
         if end > self.size_bytes:
             raise StoreError(f"{self.path.name}: {len(data)} bytes do not fit at {position}")
+        self.reserve(end)  # DiskFullError before a byte is written
         self._mm[position:end] = data
         self.wrote_position = end
         return position
@@ -112,7 +164,7 @@ class MappedFile:
         os.fdatasync releases it. On Linux both write back the pages dirtied through the map.
         """
         wrote = self.wrote_position
-        if wrote > self.flushed_position:
+        if wrote > self.flushed_position and not self._mm.closed:  # closed: deleted by retention
             os.fdatasync(self._fd)
             self.flushed_position = wrote
         return self.flushed_position
@@ -138,7 +190,13 @@ class MappedFile:
         return start
 
     def _zero(self, start: int, end: int) -> None:
-        """Write zeros over [start, end), chunk by chunk, skipping chunks already zero."""
+        """Write zeros over [start, end), chunk by chunk, skipping chunks already zero.
+
+        Raises:
+            DiskFullError: a chunk to zero spans pages with no blocks and the disk has none to give.
+        """
+        if self.preallocate and end > start:
+            _fallocate(self._fd, self.path, start, end - start)  # a chunk may span a hole
         position = start
         while position < end:
             stop = min(end, position + _SCAN_CHUNK_BYTES)
@@ -199,10 +257,12 @@ class MappedFileQueue:
     there reports OFFSET_FOUND_NULL) instead of refusing to load (commitlog).
     """
 
-    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False) -> None:
+    def __init__(self, directory: Path, file_size_bytes: int, *, allow_gaps: bool = False,
+                 preallocate: bool = True) -> None:
         self.directory = directory
         self.file_size_bytes = file_size_bytes
         self.allow_gaps = allow_gaps
+        self.preallocate = preallocate
         self.files: list[MappedFile] = []
 
     def load(self) -> None:
@@ -268,8 +328,55 @@ class MappedFileQueue:
         if self.files and start_offset < self.files[-1].end_offset:
             raise StoreError(f"segment start {start_offset} overlaps {self.files[-1].path.name}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes)
+        mapped = MappedFile(self.directory / segment_name(start_offset), start_offset, self.file_size_bytes,
+                            preallocate=self.preallocate)
         self.files.append(mapped)
+        return mapped
+
+    def ensure_room(self, size_bytes: int) -> None:
+        """Create the segments an append of `size_bytes` at the end will need and allocate the
+        blocks it will write, before any byte is written, so a full disk fails the append whole
+        (DiskFullError) instead of half-way through it. Segments created here are removed again
+        when the room cannot be had."""
+        last = self.last()
+        remaining = size_bytes
+        next_start = last.end_offset if last is not None else 0
+        created: list[MappedFile] = []
+        try:
+            if last is not None and not last.is_full:
+                take = min(remaining, last.remaining_bytes)
+                last.reserve(last.wrote_position + take)
+                remaining -= take
+            while remaining > 0:
+                mapped = self.create(next_start)
+                created.append(mapped)
+                take = min(remaining, mapped.size_bytes)
+                mapped.reserve(take)
+                remaining -= take
+                next_start += self.file_size_bytes
+        except DiskFullError:
+            for mapped in created:
+                self.drop(mapped)
+            raise
+
+    def drop(self, mapped: MappedFile) -> None:
+        """Remove a segment created for a write that could not be made (it holds nothing)."""
+        self.files.remove(mapped)
+        mapped.destroy()
+
+    def delete_first(self) -> MappedFile | None:
+        """Unmap and delete the oldest segment (retention); None, keeping it, when a reader
+        still holds a view into its map (mmap refuses to close then: tried again next pass)."""
+        if len(self.files) < 2:
+            return None
+        mapped = self.files[0]
+        try:
+            mapped.close()
+        except BufferError:
+            log.warning("segment %s is still being read; deleting it on a later pass", mapped.path)
+            return None
+        del self.files[0]
+        mapped.path.unlink(missing_ok=True)
         return mapped
 
     def writable_file(self) -> MappedFile:

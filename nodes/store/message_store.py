@@ -25,7 +25,8 @@ from nodes.store.read_path import GetResult, GetStatus, StoreReader
 from nodes.store.record import CheckedRecord, MessageToStore, Record
 from nodes.store.record_batch import ScannedBatch
 from nodes.store.recovery import RecoveryReport
-from nodes.store.store_events import Reporter
+from nodes.store.retention import clean_pass
+from nodes.store.store_events import Reporter, safe_report
 from nodes.store.store_files import StoreFiles
 from nodes.store.write_path import PutResult, PutStatus, StoreWriter
 
@@ -113,6 +114,26 @@ class MessageStore:
     def flush(self) -> None:
         """Sync the files to disk and write the checkpoint; callable from any thread."""
         self._files.flush()
+
+    # --- full disks and retention ------------------------------------------------------------
+
+    def check_disk(self) -> None:
+        """The periodic disk check (every disk_check_interval_ms): measure the filesystems, set or
+        clear disk-full (a `disk-guard` event when it flips), retry a dispatch a full disk stopped."""
+        self._files.check_disk()
+
+    @property
+    def disk_full(self) -> bool:
+        return self._files.disk.full
+
+    def clean_files(self, now_ms: int, reserved_ms: int) -> list[dict[str, Any]]:
+        """One retention pass (retention.py); its `retention-delete` events, also reported."""
+        if not self._files.running:
+            return []
+        events = clean_pass(self._files, now_ms=now_ms, reserved_ms=reserved_ms)
+        for event in events:
+            safe_report(self._files.reporter, event)
+        return events
 
     def wait_flushed(self, end_phys_offset: int) -> Future[None]:
         """SYNC_FLUSH: a future completed once the commitlog is fsync'd through `end_phys_offset`
@@ -262,4 +283,5 @@ class MessageStore:
             "flush_disk_type": self.config.flush_disk_type,
             "damaged_ranges": [list(r) for r in self._files.dispatcher.damaged_ranges],
             "is_slave": self.is_slave,
+            "disk": self._files.disk.describe(),
         }

@@ -57,6 +57,19 @@ class MetadataStore:
             raise StoreError(f"the metadata store at {self.directory} is closed")
         return self._executor.submit(fn).result()
 
+    def _write(self, fn: Callable[[], None]) -> None:
+        """Run a write transaction; LMDB refusing it (a full disk: MDB_MAP_FULL or ENOSPC from its
+        writes) is a StoreError for the caller to answer or retry, never a dead broker.
+
+        Raises:
+            StoreError: the write did not happen; the table is as it was.
+        """
+        try:
+            self._call(fn)
+        except (lmdb.Error, OSError) as exc:
+            raise StoreError(f"metadata write to {self.directory} failed ({exc}); if its disk is full, free "
+                             "space there: the write is retried by whoever asked for it") from exc
+
     def _db(self, table: str) -> Any:
         try:
             return self._dbs[table]
@@ -82,7 +95,7 @@ class MetadataStore:
             with self._env.begin(db=db, write=True) as txn:
                 for key, value in encoded:
                     txn.put(key, value)
-        self._call(write)
+        self._write(write)
 
     def replace_all(self, table: str, mapping: Mapping[str, Any]) -> None:
         """Make the table hold exactly `mapping`, in one transaction (a replica's copy)."""
@@ -94,7 +107,7 @@ class MetadataStore:
                 txn.drop(db, delete=False)
                 for key, value in encoded:
                     txn.put(key, value)
-        self._call(write)
+        self._write(write)
 
     def delete(self, table: str, key: str) -> None:
         db = self._db(table)
@@ -102,7 +115,7 @@ class MetadataStore:
         def write() -> None:
             with self._env.begin(db=db, write=True) as txn:
                 txn.delete(key.encode())
-        self._call(write)
+        self._write(write)
 
     def close(self) -> None:
         if self._executor is None:

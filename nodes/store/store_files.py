@@ -31,11 +31,12 @@ from pathlib import Path
 
 from nodes.common import constants as c
 from nodes.common.config import StoreConfig
-from nodes.common.errors import DataDirError, StoreError
+from nodes.common.errors import DataDirError, DiskFullError, StoreError
 from nodes.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from nodes.store.commitlog import CommitLog
 from nodes.store.consume_queue import ConsumeQueue
 from nodes.store.delay import schedule_tag_code_of
+from nodes.store.disk_guard import DiskGuard
 from nodes.store.dispatch import ArrivalListener, Dispatcher
 from nodes.store.group_commit import GroupCommitService
 from nodes.store.metadata import MetadataStore
@@ -56,7 +57,9 @@ class StoreFiles:
         self.config = config
         # A slave's commitlog is written only by replication (append_commitlog), never by put.
         self.is_slave = is_slave
-        self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes)
+        self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes,
+                                   preallocate=not config.sparse_segments)
+        self.disk = DiskGuard(root, config)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queue_for,
                                      tag_code=lambda topic, properties, store_timestamp_ms: schedule_tag_code_of(
@@ -65,7 +68,7 @@ class StoreFiles:
         self.lock = threading.Lock()
         self.running = False
         self._consume_queue_root = root / "consumequeue"
-        self._flush_lock = threading.Lock()
+        self.flush_lock = threading.Lock()  # held through a flush's syncs (a retention pass skips while it is)
         self._opened = False
         # Bad records found by reads and dispatch, each reported once (store_events.py).
         self.bad_records = BadRecordReporter(config.commitlog_segment_bytes)
@@ -94,10 +97,14 @@ class StoreFiles:
             checkpoint = read_checkpoint(self.root / "checkpoint")
             self.commitlog.load()
             self._load_consume_queues()
-            report = recover(self.commitlog, self.consume_queues, self.dispatcher,
-                             clean_shutdown=clean_shutdown, checkpoint=checkpoint,
-                             trust_checkpoint=self.config.recovery_trust_checkpoint,
-                             keep_torn_tail=self.config.recovery_keep_torn_tail)
+            try:
+                report = recover(self.commitlog, self.consume_queues, self.dispatcher,
+                                 clean_shutdown=clean_shutdown, checkpoint=checkpoint,
+                                 trust_checkpoint=self.config.recovery_trust_checkpoint,
+                                 keep_torn_tail=self.config.recovery_keep_torn_tail)
+            except DiskFullError as exc:
+                raise DataDirError(f"recovery of the store at {self.root} needs a new file and the disk is full "
+                                   f"({exc}): free space on that filesystem and start again") from exc
             self.metadata = MetadataStore(self.root / "metadata")
             self._carry_flushed_over()
         except OSError as exc:
@@ -156,7 +163,7 @@ class StoreFiles:
                     log.warning("ignoring %s: not a queue id directory", queue_dir)
                     continue
                 queue = ConsumeQueue(self._consume_queue_root, topic_dir.name, int(queue_dir.name),
-                                     self.config.cq_units_per_file)
+                                     self.config.cq_units_per_file, preallocate=not self.config.sparse_segments)
                 queue.load()
                 self.consume_queues[(topic_dir.name, int(queue_dir.name))] = queue
 
@@ -169,9 +176,49 @@ class StoreFiles:
             if not is_path_safe(topic) or queue_id < 0:
                 log.error("not indexing a record of topic %r queue %d: not a valid queue name", topic, queue_id)
                 return None
-            queue = ConsumeQueue(self._consume_queue_root, topic, queue_id, self.config.cq_units_per_file)
+            queue = ConsumeQueue(self._consume_queue_root, topic, queue_id, self.config.cq_units_per_file,
+                                 preallocate=not self.config.sparse_segments)
             self.consume_queues[key] = queue
         return queue
+
+    # --- full disks ------------------------------------------------------------------------------
+
+    def note_disk_full(self, exc: DiskFullError) -> None:
+        """A file could not be allocated: the guard marks the disk full at once."""
+        event = self.disk.note_enospc(str(exc))
+        if event is not None:
+            safe_report(self.reporter, event)
+
+    def dispatch_failed(self, exc: DiskFullError) -> None:
+        """A consume-queue file could not be allocated: the records stay in the commitlog, not yet
+        indexed; puts wait (logic-queue error) until `retry_dispatch` indexed them."""
+        if not self.disk.logic_queue_error:
+            log.error("dispatch stopped at phys offset %d: %s; indexing resumes once there is room",
+                      self.dispatcher.reput_from_phys_offset, exc)
+        self.disk.logic_queue_error = True
+        self.note_disk_full(exc)
+
+    def retry_dispatch(self) -> bool:
+        """Index what a failed consume-queue write left behind (call under `lock`); whether
+        dispatch is caught up now."""
+        if not self.disk.logic_queue_error:
+            return True
+        try:
+            self.dispatcher.dispatch_until(self.commitlog.max_phys_offset)
+        except DiskFullError:
+            return False
+        self.disk.logic_queue_error = False
+        log.warning("dispatch caught up at phys offset %d after a full disk", self.dispatcher.reput_from_phys_offset)
+        return True
+
+    def check_disk(self) -> None:
+        """The periodic disk check: measure, flip the disk-full flag, retry a stopped dispatch."""
+        event = self.disk.check()
+        if event is not None:
+            safe_report(self.reporter, event)
+        if self.disk.logic_queue_error and self.running:
+            with self.lock:
+                self.retry_dispatch()
 
     def check_open(self) -> None:
         if not self.running:
@@ -179,7 +226,7 @@ class StoreFiles:
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, close the files and remove the abort file."""
-        with self._flush_lock:
+        with self.flush_lock:
             if not self.running:
                 return
             with self.lock:
@@ -196,7 +243,7 @@ class StoreFiles:
 
     def flush(self) -> None:
         """Sync the commitlog and consume queues to disk, then write the checkpoint (any thread)."""
-        with self._flush_lock:
+        with self.flush_lock:
             if self.running:
                 self._flush_files()
 
@@ -212,7 +259,11 @@ class StoreFiles:
         for queue in queues:
             queue.flush()
         if store_timestamp_ms:
-            write_checkpoint(self.root / "checkpoint", Checkpoint(store_timestamp_ms, store_timestamp_ms, 0))
+            try:
+                write_checkpoint(self.root / "checkpoint", Checkpoint(store_timestamp_ms, store_timestamp_ms, 0))
+            except OSError as exc:  # a full disk: the old checkpoint stays, older but still a lower bound
+                log.error("could not write the checkpoint (%s); keeping the previous one, trying again at the next "
+                          "flush", exc)
         self._note_flushed(commitlog_end, queue_ends)
 
     def flush_commitlog(self) -> int:
@@ -267,6 +318,11 @@ class StoreFiles:
                     flushed_queues[key] = queue_offset
             path = self.root / c.FLUSHED_POSITIONS_FILE
             tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps({"commitlog": self._flushed_commitlog, "consume_queues": flushed_queues},
-                                      sort_keys=True, separators=(",", ":")))
-            os.replace(tmp, path)
+            try:
+                tmp.write_text(json.dumps({"commitlog": self._flushed_commitlog, "consume_queues": flushed_queues},
+                                          sort_keys=True, separators=(",", ":")))
+                os.replace(tmp, path)
+            except OSError as exc:  # a full disk: the old file understates what is durable, never overstates
+                tmp.unlink(missing_ok=True)
+                log.error("could not write %s (%s); keeping the previous one, trying again at the next flush",
+                          path, exc)

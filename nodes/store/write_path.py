@@ -9,16 +9,20 @@ after the put, so a listener may call back into the store.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from nodes.common import constants as c
 from nodes.common.clock import Clock
+from nodes.common.errors import DiskFullError
 from nodes.store.commitlog import AppendedRun
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
 from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
 from nodes.store.record_batch import ScannedBatch, encode_scanned
 from nodes.store.store_files import StoreFiles, is_path_safe
+
+log = logging.getLogger(__name__)
 
 # (topic, queue_id, max_queue_offset, tag_hash) of a newly indexed record
 Arrival = tuple[str, int, int, int]
@@ -31,6 +35,7 @@ class PutStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"  # ENOSPC with the disk guard off
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
@@ -111,11 +116,36 @@ class StoreWriter:
         return self._append_dispatch(topic, queue_id, append, tag_codes)
 
     def _refuse_unless_writable(self) -> PutResult | None:
+        """RocketMQ's checkStoreStatus: not open, a slave, the disk full, or dispatch stopped by
+        a consume-queue file it could not allocate (retried here first)."""
         files = self._files
         if not files.running or files.is_slave:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="the store is a slave" if files.is_slave else "the store is not open")
+        disk = files.disk
+        if disk.full:
+            return self._disk_refusal()
+        if disk.logic_queue_error:
+            with files.lock:
+                caught_up = files.retry_dispatch()
+            if not caught_up:
+                return self._disk_refusal()
         return None
+
+    def _disk_refusal(self) -> PutResult:
+        disk = self._files.disk
+        disk.refusals += 1
+        if disk.refusals % c.DISK_FULL_REFUSAL_LOG_EVERY == 1:
+            log.warning("refusing puts: the disk is full (%d refusals so far)", disk.refusals)
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=disk.remark())
+
+    def _disk_full(self, exc: DiskFullError) -> PutResult:
+        """A put whose segment could not be allocated: nothing was written."""
+        self._files.note_disk_full(exc)
+        if not self._files.disk.enabled:  # the guard is off: RocketMQ's CREATE_MAPEDFILE_FAILED
+            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED,
+                             remark=f"create mapped file failed, server is busy or broken: {exc}")
+        return self._disk_refusal()
 
     def _append_dispatch(self, topic: str, queue_id: int, append: _Append,
                          tag_codes: Callable[[int], list[int]]) -> PutResult:
@@ -133,15 +163,22 @@ class StoreWriter:
             store_timestamp_ms = self._clock.wall_ms()
             try:
                 appended = append(first_queue_offset, store_timestamp_ms)
+            except DiskFullError as exc:
+                return self._disk_full(exc)
             except PropertiesTooLargeError as exc:
                 return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, remark=str(exc))
             except ValueError as exc:  # encoding refused it (host, topic, separators, segment size)
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
             end_phys_offset = commitlog.max_phys_offset
             units = list(zip(appended.phys_offsets, appended.sizes, tag_codes(store_timestamp_ms), strict=True))
-            if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
-                                                      first_queue_offset, units, store_timestamp_ms):
-                self._dispatcher.dispatch_until(end_phys_offset)
+            try:
+                if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
+                                                          first_queue_offset, units, store_timestamp_ms):
+                    self._dispatcher.dispatch_until(end_phys_offset)
+            except DiskFullError as exc:
+                # Stored in the commitlog, not yet indexed: PUT_OK (as RocketMQ, whose dispatch runs
+                # after the answer anyway); later puts wait until dispatch caught up.
+                files.dispatch_failed(exc)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
         return PutResult(PutStatus.PUT_OK, appended)
@@ -181,13 +218,25 @@ class StoreWriter:
         files = self._files
         with files.lock:
             files.check_open()
+            if files.disk.full:
+                # A slave keeps the guard's headroom too: it stops appending (and so acknowledging)
+                # until a check finds room; its master's sends then wait for it or time out.
+                raise DiskFullError(f"not appending replicated bytes at {phys_offset}: {files.disk.remark()}")
             was_empty = not self._commitlog.segments
-            self._commitlog.append_bytes(phys_offset, data)
+            try:
+                self._commitlog.append_bytes(phys_offset, data)
+            except DiskFullError as exc:
+                files.note_disk_full(exc)
+                raise
             if was_empty:
                 self._dispatcher.reput_from_phys_offset = phys_offset
-            if checked:
-                self._dispatcher.dispatch_checked(phys_offset, checked)
-            self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+            try:
+                if checked and not files.disk.logic_queue_error:
+                    self._dispatcher.dispatch_checked(phys_offset, checked)
+                self._dispatcher.dispatch_until(self._commitlog.max_phys_offset)
+                files.disk.logic_queue_error = False
+            except DiskFullError as exc:  # the bytes are stored (and acknowledged); indexing resumes later
+                files.dispatch_failed(exc)
             self.reset_put_only()
             arrivals = self._take_arrivals()
         self._fire(arrivals)
