@@ -207,6 +207,15 @@ class ClusterSpec:
             for n in self.nodes)
         return dataclasses.replace(self, nodes=nodes)
 
+    def with_clock_control(self, *node_ids: str) -> ClusterSpec:
+        """A copy whose named nodes start with clock control (`clock_control`): libfaketime
+        preloaded for wall-clock jumps and a SkewedClock for rate skew (harness.clockfault).
+        Off for every other node, which keeps the system clock and pays nothing."""
+        spec = self
+        for node_id in node_ids:
+            spec = spec.with_node_options(node_id, clock_control=True)
+        return spec
+
     def with_nodes(self, *extra: NodeSpec) -> ClusterSpec:
         return dataclasses.replace(self, nodes=(*self.nodes, *extra))
 

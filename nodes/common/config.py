@@ -190,6 +190,9 @@ class NamesrvConfig:
     remoting_port: int = 0
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
+    # tests only: lease and timer code on a SkewedClock driven by <run_dir>/clock.json, and the
+    # harness preloads libfaketime for wall-clock jumps (harness.clockfault); off in production
+    clock_control: bool = False
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
@@ -228,6 +231,9 @@ class BrokerConfig:
     notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
     # tests only: rules to break on purpose (constants.BROKER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # tests only: lease and timer code on a SkewedClock driven by <run_dir>/clock.json, and the
+    # harness preloads libfaketime for wall-clock jumps (harness.clockfault); off in production
+    clock_control: bool = False
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
@@ -381,6 +387,9 @@ class ConsumerConfig:
     orderly: bool = False
     # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # tests only: lease and timer code on a SkewedClock driven by <run_dir>/clock.json, and the
+    # harness preloads libfaketime for wall-clock jumps (harness.clockfault); off in production
+    clock_control: bool = False
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
