@@ -1,8 +1,9 @@
 """Clock faults on one node: wall-clock jumps (libfaketime) and rate skew (the node's SkewedClock).
 
 Only a node whose config has `clock_control` (spec: `ClusterSpec.with_clock_control`) can take
-them. Such a node is started with libfaketime preloaded (`faketime_env`), its wall clock read
-from `<node run dir>/faketime.rc` on every call and its monotonic clock left real, and runs its
+them: "rate" for skew, "wall+rate" for both. The latter is started with libfaketime preloaded
+(`faketime_env`; it costs the node CPU, hence apart), its wall clock read
+from `<node run dir>/faketime.rc` (re-read every FAKETIME_CACHE_S) and its monotonic clock left real, and runs its
 lease and timer code on a SkewedClock that follows `<node run dir>/clock.json`
 (nodes.common.clock_control). Both files are the state: what is in force survives a restart
 of the node and of the harness, and `clock_state` reads it back.
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 LIBFAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
                      "/usr/local/lib/faketime/libfaketime.so.1")
 FAULT_LOG_NAME = "clock-faults.jsonl"
+# libfaketime re-reads faketime.rc at most this often, so a jump applies within it. Not
+# FAKETIME_NO_CACHE: that reads the file on every wall-clock call (17 us each, measured), and an
+# idle broker then burnt half a core (gRPC reads the wall clock constantly).
+FAKETIME_CACHE_S = 1
 APPLY_BUDGET_MS = 3_000  # the node polls every CLOCK_CONTROL_POLL_MS; this covers a loaded machine
 _FAKETIME_OFFSET = re.compile(r"^\s*([+-]\d+(?:\.\d+)?)\s*$")
 
@@ -64,7 +69,7 @@ def find_libfaketime() -> Path:
 
 def faketime_env(run_dir: Path, env: dict[str, str]) -> dict[str, str]:
     """`env` for a node with clock control: libfaketime preloaded, the monotonic clock left real
-    (CPython 3.11's timed waits hang otherwise), the offset read from faketime.rc on every call.
+    (CPython 3.11's timed waits hang otherwise), the offset read from faketime.rc.
     Creates faketime.rc holding "+0" when the node has none yet (a restart keeps the jump)."""
     lib = find_libfaketime()
     rc = run_dir / c.FAKETIME_FILE
@@ -72,7 +77,7 @@ def faketime_env(run_dir: Path, env: dict[str, str]) -> dict[str, str]:
         _write_atomic(rc, "+0\n")
     preload = env.get("LD_PRELOAD", "")
     return {**env, "LD_PRELOAD": f"{lib} {preload}".strip(), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_NO_CACHE": "1", "FAKETIME_TIMESTAMP_FILE": str(rc)}
+            "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_TIMESTAMP_FILE": str(rc)}
 
 
 def remove_faketime_files(pids: list[int], shm: Path = Path("/dev/shm")) -> int:
@@ -102,10 +107,14 @@ def parse_faketime_spec(text: str) -> int:
 
 # --- the state and its changes -------------------------------------------------------------------
 
-def _require_control(proc: NodeProcess) -> None:
-    if not getattr(proc.config, "clock_control", False):
+def _require_control(proc: NodeProcess, *, wall: bool = False) -> None:
+    mode = getattr(proc.config, "clock_control", "")
+    if not mode:
         raise HarnessError(f"{proc.node_id} was not started with clock control; start it with "
                            f"ClusterSpec.with_clock_control({proc.node_id!r})")
+    if wall and mode != c.CLOCK_CONTROL_WALL:
+        raise HarnessError(f"{proc.node_id} was started with rate control only; for wall-clock jumps start it "
+                           f"with ClusterSpec.with_clock_control({proc.node_id!r}, wall=True)")
 
 
 def clock_state(proc: NodeProcess) -> ClockState:
@@ -125,6 +134,7 @@ def clock_state(proc: NodeProcess) -> ClockState:
 
 def clock_jump(proc: NodeProcess, delta_ms: int, *, log_dir: Path | None = None) -> ClockState:
     """Step the node's wall clock by `delta_ms` (added to any jump in force)."""
+    _require_control(proc, wall=True)
     state = clock_state(proc)
     new = ClockState(proc.node_id, state.wall_offset_ms + int(delta_ms), state.rate, state.offset_ms)
     return _apply(proc, state, new, "jump", log_dir)

@@ -214,7 +214,7 @@ class NodeProcess:
                     raise NodeStartError(f"{self.node_id}: cannot run {self._command()[0]}: {exc}",
                                          node_id=self.node_id, exit_code=None, log_tail="") from exc
             self._proc = proc
-            if getattr(self.config, "clock_control", False):
+            if getattr(self.config, "clock_control", "") == c.CLOCK_CONTROL_WALL:
                 self._faked_pids.append(proc.pid)  # libfaketime leaves files in /dev/shm per pid
             self.starts += 1
             mark_live(self)
@@ -370,7 +370,7 @@ class NodeProcess:
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = f"{PROJECT_ROOT}{os.pathsep}{path}" if path else str(PROJECT_ROOT)
         env["PYTHONUNBUFFERED"] = "1"  # the READY line must not sit in a buffer
-        if getattr(self.config, "clock_control", False):
+        if getattr(self.config, "clock_control", "") == c.CLOCK_CONTROL_WALL:
             env = faketime_env(self.run_dir, env)  # wall-clock jumps (harness.clockfault)
         return env
 

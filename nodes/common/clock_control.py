@@ -1,6 +1,6 @@
 """Run-time control of a node's clock: the control file, its polling, and the `clock` events.
 
-A node started with `clock_control` reads `<run_dir>/clock.json` (constants.CLOCK_CONTROL_FILE)
+A node started with `clock_control` ("rate" or "wall+rate") reads `<run_dir>/clock.json` (constants.CLOCK_CONTROL_FILE)
 every CLOCK_CONTROL_POLL_MS on its event loop. The file holds `{"rate": 2.0, "offset_ms": 0}`;
 the writer (harness.clockfault) replaces it atomically, so a half-written file is a writer's bug,
 and like any unusable file it is logged once and ignored: the clock keeps its setting. A missing
@@ -170,7 +170,7 @@ class NodeClocks:
 def node_clocks(config: Any) -> NodeClocks:
     """The clocks a node config asks for: a SkewedClock only with `clock_control`."""
     history = history_clock()
-    if not getattr(config, "clock_control", False):
+    if not getattr(config, "clock_control", ""):
         return NodeClocks(SYSTEM_CLOCK, history)
     clock = SkewedClock()
     return NodeClocks(clock, history, ClockControl(clock, Path(config.run_dir), history))

@@ -185,6 +185,6 @@ def test_control_loop_polls_on_the_running_loop(tmp_path):
 def test_only_a_node_with_clock_control_gets_a_skewed_clock(tmp_path):
     plain = node_clocks(BrokerConfig(run_dir=str(tmp_path), namesrv_addrs=("x:1",)))
     assert plain.timers is SYSTEM_CLOCK and plain.control is None
-    controlled = node_clocks(BrokerConfig(run_dir=str(tmp_path), namesrv_addrs=("x:1",), clock_control=True))
+    controlled = node_clocks(BrokerConfig(run_dir=str(tmp_path), namesrv_addrs=("x:1",), clock_control="rate"))
     assert isinstance(controlled.timers, SkewedClock) and controlled.control is not None
     assert controlled.history is SYSTEM_CLOCK  # no libfaketime in this process: the system clock is real
