@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,15 @@ def test_a_skewed_consumer_renews_at_its_rate():
         return broker.calls
 
     assert asyncio.run(run()) >= 4  # about 6; at rate 1 it would be 2
+
+
+def test_a_skewed_consumers_client_lease_runs_out_at_its_rate():
+    clock = SkewedClock(ClockSetting(2.0))
+    state = ConsumerState(group=G, message_model=MessageModel.CLUSTERING, clock=clock, client_lock_lease_ms=200,
+                          orderly=True)
+    pq = ProcessQueue(now_ms=0)
+    pq.locked, pq.last_lock_timestamp_ms = True, clock.monotonic_ms()
+    time.sleep(0.06)
+    assert state.lock_valid(pq)  # 120 of its 200 ms
+    time.sleep(0.06)
+    assert not state.lock_valid(pq)  # 240 ms of its clock after 120 real ms
