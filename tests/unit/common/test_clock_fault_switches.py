@@ -176,12 +176,16 @@ def test_a_skewed_consumer_renews_at_its_rate():
 
 
 def test_a_skewed_consumers_client_lease_runs_out_at_its_rate():
-    clock = SkewedClock(ClockSetting(2.0))
-    state = ConsumerState(group=G, message_model=MessageModel.CLUSTERING, clock=clock, client_lock_lease_ms=200,
-                          orderly=True)
-    pq = ProcessQueue(now_ms=0)
-    pq.locked, pq.last_lock_timestamp_ms = True, clock.monotonic_ms()
-    time.sleep(0.06)
-    assert state.lock_valid(pq)  # 120 of its 200 ms
-    time.sleep(0.06)
-    assert not state.lock_valid(pq)  # 240 ms of its clock after 120 real ms
+    def stamped(rate: float) -> tuple[ConsumerState, ProcessQueue]:
+        clock = SkewedClock(ClockSetting(rate))
+        state = ConsumerState(group=G, message_model=MessageModel.CLUSTERING, clock=clock,
+                              client_lock_lease_ms=400, orderly=True)
+        pq = ProcessQueue(now_ms=0)
+        pq.locked, pq.last_lock_timestamp_ms = True, clock.monotonic_ms()
+        return state, pq
+
+    (fast, fast_pq), (normal, normal_pq) = stamped(2.0), stamped(1.0)
+    assert fast.lock_valid(fast_pq)
+    time.sleep(0.21)
+    assert not fast.lock_valid(fast_pq)  # 400 ms of its clock in 200 real ms
+    assert normal.lock_valid(normal_pq)
