@@ -211,6 +211,16 @@ class ClusterSpec:
             for n in self.nodes)
         return dataclasses.replace(self, nodes=nodes)
 
+    def with_clock_control(self, *node_ids: str, wall: bool = False) -> ClusterSpec:
+        """A copy whose named nodes start with clock control (`clock_control`): a SkewedClock for
+        rate skew and steps, and with `wall` libfaketime preloaded for wall-clock jumps
+        (harness.clockfault). Off for every other node, which keeps the system clock and pays nothing."""
+        mode = c.CLOCK_CONTROL_WALL if wall else c.CLOCK_CONTROL_RATE
+        spec = self
+        for node_id in node_ids:
+            spec = spec.with_node_options(node_id, clock_control=mode)
+        return spec
+
     def with_nodes(self, *extra: NodeSpec) -> ClusterSpec:
         return dataclasses.replace(self, nodes=(*self.nodes, *extra))
 

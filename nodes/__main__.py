@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.common.allocator import tune_allocator
+from nodes.common.clock_control import NodeClocks, node_clocks
 from nodes.common.config import load_node_config
 from nodes.common.constants import EXIT_CONFIG, EXIT_OK
 from nodes.common.errors import ConfigError, DataDirError
@@ -51,18 +52,18 @@ def _setup_logging(run_dir: Path, node_id: str) -> None:
     install_peer_gone_filter()
 
 
-def _make_app(role: str, config: Any, shutdown_requested: asyncio.Event) -> Any:
+def _make_app(role: str, config: Any, shutdown_requested: asyncio.Event, clocks: NodeClocks) -> Any:
     if role == "namesrv":
         from nodes.namesrv.app import NamesrvApp
 
-        return NamesrvApp(config, shutdown_requested)
+        return NamesrvApp(config, shutdown_requested, clocks.timers, clocks.history)
     if role == "consumer":
         from nodes.consumer.app import ConsumerApp
 
-        return ConsumerApp(config, shutdown_requested)
+        return ConsumerApp(config, shutdown_requested, clocks.timers, clocks.history)
     from nodes.broker.controller import BrokerController
 
-    return BrokerController(config, shutdown_requested)
+    return BrokerController(config, shutdown_requested, clocks.timers, clocks.history)
 
 
 async def _run(role: str, config: Any) -> int:
@@ -73,7 +74,11 @@ async def _run(role: str, config: Any) -> int:
     loop.set_exception_handler(lambda _loop, ctx: logging.getLogger("nodes").error(
         "unhandled in event loop: %s", ctx.get("message"), exc_info=ctx.get("exception")))
 
-    app = _make_app(role, config, shutdown_requested)
+    clocks = node_clocks(config)
+    app = _make_app(role, config, shutdown_requested, clocks)
+    if clocks.control is not None:
+        clocks.control.set_sink(app.events.record)
+        clocks.control.start()
     addr = await app.start()
     port = addr.rpartition(":")[2]
     ready = {"node_id": app.node_id, "role": role, "addr": addr, "port": int(port), "pid": os.getpid()}
@@ -84,6 +89,8 @@ async def _run(role: str, config: Any) -> int:
     logging.getLogger("nodes").info("READY %s", ready)
     await shutdown_requested.wait()
     logging.getLogger("nodes").info("stopping on request")
+    if clocks.control is not None:
+        await clocks.control.stop()  # before the app closes the event log it records to
     await app.stop()
     return EXIT_OK
 

@@ -62,6 +62,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "mqlab: no redis-server on PATH; bench --peers redis needs it: apt-get install -y redis-server" >&2
   fi
 fi
+# Wall-clock jumps on one node (clock_control "wall+rate", harness/clockfault.py) preload
+# Debian's libfaketime into that node; the `faketime` wrapper comes with it for manual use.
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mqlab: installing faketime and libfaketime for the wall-clock faults (apt-get)..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime libfaketime; } >&2 \
+      || echo "mqlab: apt-get could not install faketime libfaketime; wall-clock jumps need them" >&2
+  else
+    echo "mqlab: no libfaketime; wall-clock jumps need it: apt-get install -y faketime libfaketime" >&2
+  fi
+fi
 # ali-ons, a RocketMQ client written in JavaScript, runs under node as a real-client consumer in
 # `mqlab chaos run SUITE --client ons` and in the interop tests; its exact version is pinned by
 # chaos/real_clients/js/package-lock.json and installed beside it (npm ci).

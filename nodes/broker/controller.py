@@ -28,7 +28,12 @@ from nodes.broker.offset_requests import OffsetRequestHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import PullProcessor
 from nodes.broker.pull_hold import PullRequestHoldService
-from nodes.broker.queue_locks import LockExpiryScanService, QueueLockHandler, QueueLockManager
+from nodes.broker.queue_locks import (
+    LockExpiryScanService,
+    QueueLockHandler,
+    QueueLockManager,
+    wall_lease_to_mono,
+)
 from nodes.broker.registrar import NamesrvRegistrar, RegistrationService
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.schedule import ScheduleMessageService
@@ -75,8 +80,10 @@ class FlushService(Service):
 class BrokerController:
     role = "broker"
 
-    def __init__(self, config: BrokerConfig, shutdown_requested: asyncio.Event, clock: Clock = SYSTEM_CLOCK
-                 ) -> None:
+    def __init__(self, config: BrokerConfig, shutdown_requested: asyncio.Event, clock: Clock = SYSTEM_CLOCK,
+                 history_clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: leases, timers and store timestamps (a SkewedClock under clock control);
+        `history_clock`: the real clocks of the event log."""
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
@@ -84,7 +91,7 @@ class BrokerController:
         self.lifecycle = LifecycleState(f"broker {config.node_id}", clock)
         warn_fault_switches(config.node_id, config.fault_switches, c.BROKER_FAULT_SWITCHES)
         store_config = store_config_with_switches(config.store, config.fault_switches)
-        self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, clock)
+        self.events = EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, history_clock)
         # store-error and store-recovered events go to the broker's event log
         self.store = MessageStore(Path(config.run_dir) / "store", store_config, is_slave=not config.is_master,
                                   offset_check_in_slave=config.offset_check_in_slave, clock=clock,
@@ -108,10 +115,14 @@ class BrokerController:
         self.client_manage: ClientManageHandler | None = None
         self.table = RequestTable()
         # orderly consumers' queue locks: masters only, in memory only (a restart frees them all)
+        # FAULT SWITCH lease-wall-clock: leases measured on the wall clock, as RocketMQ does
+        wall_leases = c.FAULT_LEASE_WALL_CLOCK in config.fault_switches
+        self._lock_now_ms = clock.wall_ms if wall_leases else clock.monotonic_ms
         self.queue_locks = QueueLockManager(
             lease_ms=config.timing.broker_lock_lease_ms, events=self.events,
             no_exclusion=c.FAULT_LOCK_NO_EXCLUSION in config.fault_switches,
-            slow_takeover=c.FAULT_LOCK_SLOW_TAKEOVER in config.fault_switches) if config.is_master else None
+            slow_takeover=c.FAULT_LOCK_SLOW_TAKEOVER in config.fault_switches,
+            lease_to_mono=wall_lease_to_mono(clock) if wall_leases else None) if config.is_master else None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)
@@ -181,8 +192,9 @@ class BrokerController:
                 self._background.append(asyncio.create_task(self._start_when_writable(self.schedule),
                                                             name="schedule-after-restore"))
         if self.queue_locks is not None:
-            self._services.append(LockExpiryScanService(self.queue_locks, self._clock.monotonic_ms,
-                                                        timing.broker_lock_expiry_scan_ms, on_crash=crash_node))
+            self._services.append(LockExpiryScanService(self.queue_locks, self._lock_now_ms,
+                                                        timing.broker_lock_expiry_scan_ms, on_crash=crash_node,
+                                                        clock=self._clock))
         if not self.config.is_master:
             master_link = GrpcMasterLink(self.config)
             self.slave_sync = SlaveSyncService(
@@ -242,7 +254,7 @@ class BrokerController:
                                                  topics=self.topics, clock=clock, on_topics_changed=self._register_now)
         send_back = SendBackProcessor(config, self.store, self.topics, self.groups, clock,
                                       on_put=self.replication.log_grew, on_topics_changed=self._register_now)
-        locks = QueueLockHandler(self.queue_locks, clock.monotonic_ms, config.node_id)
+        locks = QueueLockHandler(self.queue_locks, self._lock_now_ms, config.node_id)
         master = None
         if config.is_master:
             assert self.recovery is not None
@@ -347,7 +359,7 @@ class BrokerController:
             "notification_streams": self.client_manage.open_channels() if self.client_manage else 0,
             "remoting": self.remoting_adapter.describe() if self.remoting_adapter else None,
             "schedule": self.schedule.describe() if self.schedule else None,
-            "queue_locks": self.queue_locks.describe(self._clock.monotonic_ms()) if self.queue_locks else None,
+            "queue_locks": self.queue_locks.describe(self._lock_now_ms()) if self.queue_locks else None,
         }
         role = "M" if self.config.is_master else "S"
         if self.ha_client is not None and running:

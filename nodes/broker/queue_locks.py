@@ -4,14 +4,22 @@ Owns the master's lock table `group -> queue -> (holder client id, lease end)`: 
 unlock in batches, the lease (`broker_lock_lease_ms`, 60 s unscaled) renewed by any lock call
 from the holder, takeover of an expired lease by whoever asks first, unlock only by the
 holder, and one `lock` event per grant, renewal, denial, expiry and release (with the lease
-end on the node's CLOCK_MONOTONIC, so the chaos checker can line it up with the clients').
+end on the node's lease clock, CLOCK_MONOTONIC unless the node runs with clock control, whose
+`clock` events map it back, so the chaos checker can line it up with the clients').
 
 In memory only: a restarted master starts with no locks and the first client to ask wins.
 There is no link to consumer liveness: a dead client's lock lives until its
 lease ends. Slaves hold no locks and refuse lock calls (`QueueLockHandler` with no manager).
 
-Pure apart from the event log: every time is a `now_ms` argument (monotonic). Loop-confined
-(the broker's request handlers run on one event loop), so no mutex is needed.
+Pure apart from the event log: every time is a `now_ms` argument, read from the broker's
+lease clock (`monotonic_ms` of its `Clock`: a node with clock control runs it at its rate, so
+leases last lease / rate real ms). Loop-confined (the broker's request handlers run on one
+event loop), so no mutex is needed.
+
+Fault switch lease-wall-clock (constants.FAULT_LEASE_WALL_CLOCK): the controller hands the
+wall clock instead, as RocketMQ's RebalanceLockManager measures leases, and `lease_to_mono`
+translates lease ends into the monotonic clock for the events at the moment each is recorded,
+so a wall step between a grant and its expiry shows as a lease end that moved.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any, ClassVar
 
 from nodes.broker import validation
 from nodes.common import constants as c
+from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
 from nodes.common.service import CrashHandler, Service
@@ -60,13 +69,15 @@ class QueueLockManager:
     """
 
     def __init__(self, *, lease_ms: int, events: EventLog | None = None, no_exclusion: bool = False,
-                 slow_takeover: bool = False) -> None:
+                 slow_takeover: bool = False, lease_to_mono: Callable[[int], int] | None = None) -> None:
         """`no_exclusion` and `slow_takeover` are the test-only fault switches lock-no-exclusion and
-        lock-slow-takeover (constants.FAULT_LOCK_NO_EXCLUSION, FAULT_LOCK_SLOW_TAKEOVER)."""
+        lock-slow-takeover (constants.FAULT_LOCK_NO_EXCLUSION, FAULT_LOCK_SLOW_TAKEOVER);
+        `lease_to_mono` comes with lease-wall-clock (`wall_lease_to_mono`)."""
         if lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         self.lease_ms = lease_ms
         self._events = events
+        self._lease_to_mono = lease_to_mono
         self.no_exclusion = no_exclusion
         # FAULT SWITCH lock-slow-takeover: another client's lapsed lease blocks a takeover for several leases
         self._takeover_after_ms = lease_ms * (c.FAULT_SLOW_TAKEOVER_LEASES if slow_takeover else 1)
@@ -177,9 +188,20 @@ class QueueLockManager:
     def _record(self, action: str, group: str, mq: MessageQueue, client_id: str, lease_end_ms: int | None,
                 **extra: Any) -> None:
         if self._events is not None:
+            if self._lease_to_mono is not None:
+                if lease_end_ms is not None:
+                    lease_end_ms = self._lease_to_mono(lease_end_ms)
+                for key in ("previous_lease_end_mono_ms", "holder_lease_end_mono_ms", "held_until_mono_ms"):
+                    if key in extra:
+                        extra[key] = self._lease_to_mono(extra[key])
             self._events.record({"event": "lock", "side": "broker", "action": action, "group": group,
                                  "client_id": client_id, "topic": mq.topic, "broker_name": mq.broker_name,
                                  "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
+
+
+def wall_lease_to_mono(clock: Clock) -> Callable[[int], int]:
+    """lease-wall-clock: a wall-clock time as the monotonic clock reads it now."""
+    return lambda wall_ms: wall_ms - clock.wall_ms() + clock.monotonic_ms()
 
 
 # --- the requests --------------------------------------------------------------------------------
@@ -250,8 +272,8 @@ class LockExpiryScanService(Service):
     name: ClassVar[str] = "queue-lock-expiry-scan"
 
     def __init__(self, locks: QueueLockManager, monotonic_ms: Callable[[], int], interval_ms: int, *,
-                 on_crash: CrashHandler | None = None) -> None:
-        super().__init__(interval_ms, on_crash=on_crash)
+                 on_crash: CrashHandler | None = None, clock: Clock | None = None) -> None:
+        super().__init__(interval_ms, on_crash=on_crash, clock=clock)
         self._locks = locks
         self._monotonic_ms = monotonic_ms
 

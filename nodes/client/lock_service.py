@@ -5,8 +5,9 @@ Owns RocketMQ's `RebalanceImpl#lock / lockAll / unlock / unlockAll` and the dela
 master of each queue's broker only (never a slave: with the master gone, lock calls fail and
 the client lock ages out), the `locked` flag and lock timestamp of each ProcessQueue, and one
 `lock` event per queue for every request and outcome as the client sees it (requested,
-granted, renewed, denied, lost, expired, released) with the lease end it believes, on this
-process's CLOCK_MONOTONIC in ms (the clock of the event lines' `mono_ms`). A lock or unlock
+granted, renewed, denied, lost, expired, released) with the lease end it believes, on the
+consumer's lease clock in ms: CLOCK_MONOTONIC (the clock of the event lines' `mono_ms`) unless
+the node runs with clock control, whose `clock` events map it back. A lock or unlock
 call that got no answer changes nothing the client believes: it is recorded as a separate
 `lock-failed` event (`call` lock or unlock), outside the `lock` actions the checker reads.
 
@@ -72,7 +73,8 @@ class QueueLocker:
 
     def __init__(self, instance: ClientInstance, state: ConsumerState, client_id: str, *,
                  on_event: EventSink | None = None, on_regained: OnRegained | None = None,
-                 timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS) -> None:
+                 timeout_ms: int = c.LOCK_BATCH_TIMEOUT_MS, renew_gives_up: bool = False) -> None:
+        """`renew_gives_up`: the test-only fault switch renew-gives-up (constants.FAULT_RENEW_GIVES_UP)."""
         self._instance = instance
         self.state = state
         self.group = state.group
@@ -84,6 +86,8 @@ class QueueLocker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._later: set[asyncio.TimerHandle] = set()
         self.stats = {"lock_calls": 0, "lock_failures": 0, "unlock_calls": 0, "regained": 0}
+        self.renew_gives_up = renew_gives_up
+        self.renewal_abandoned: set[str] = set()  # broker names (renew-gives-up only)
 
     # --- addresses -----------------------------------------------------------------------------
     def master_addr(self, broker_name: str) -> str | None:
@@ -135,11 +139,21 @@ class QueueLocker:
         await asyncio.gather(*(self._lock_all_of(name, mqs) for name, mqs in by_broker.items()))
 
     async def _lock_all_of(self, broker_name: str, mqs: list[MessageQueue]) -> None:
+        if broker_name in self.renewal_abandoned:
+            return
         table = self.state.process_queue_table
         asked = {mq: table.get(mq) for mq in mqs}
         held_before = {mq for mq, pq in asked.items() if pq is not None and self.state.lock_valid(pq)}
         locked, sent_ms = await self._lock_batch(broker_name, mqs, reason="renew", held_before=held_before)
         if locked is None:
+            # A failed or timed-out renewal is retried at the next interval, while the client
+            # lease (renewal interval < lease) still runs.
+            if self.renew_gives_up:
+                # FAULT SWITCH renew-gives-up: no next attempt; the client leases of this
+                # broker's queues run out and are only taken again by the consume path's re-lock
+                self.renewal_abandoned.add(broker_name)
+                log.warning("%s: lock renewal on %s given up after one failed call (fault switch %s)",
+                            self.group, broker_name, c.FAULT_RENEW_GIVES_UP)
             return
         table = self.state.process_queue_table
         for mq in mqs:
@@ -280,7 +294,8 @@ class LockRenewalService(Service):
 
     def __init__(self, locker: QueueLocker, interval_ms: int, first_ms: int, *,
                  on_crash: CrashHandler | None = None) -> None:
-        super().__init__(interval_ms, on_crash=on_crash, initial_delay_ms=first_ms)
+        # paced by the consumer's clock, as its lease is: a skewed client renews at interval / rate
+        super().__init__(interval_ms, on_crash=on_crash, initial_delay_ms=first_ms, clock=locker.state.clock)
         self._locker = locker
 
     async def tick(self) -> None:

@@ -282,7 +282,8 @@ class PushConsumer:
         if orderly and self.message_model is MessageModel.CLUSTERING:
             self._locker = QueueLocker(instance, state, self.client_id, on_event=self._on_event,
                                        on_regained=lambda mq, pq, sent_ms: self._rebalance.resume_regained(
-                                           mq, pq, sent_ms))
+                                           mq, pq, sent_ms),
+                                       renew_gives_up=c.FAULT_RENEW_GIVES_UP in self.fault_switches)
         self._sender = MessageSender(instance, self.group, max_reconsume_times=self.effective_max_reconsume_times,
                                      on_event=self._on_event)
         assert self._listener is not None

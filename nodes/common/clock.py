@@ -2,14 +2,23 @@
 
 Pure logic takes `now_ms` as an argument; services and clients take a `Clock` so unit
 tests can drive them with `FakeClock`.
+
+A node started with clock control runs its lease and timer code on a `SkewedClock`: our
+monotonic clock at a rate (fake ms per real ms) plus an optional step, moved at run time by
+`nodes.common.clock_control`. Its histories (events, journals) stay on the real clocks,
+`history_clock()`, so the checker's timeline never skews.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import math
+import os
+import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class Clock(Protocol):
@@ -30,6 +39,154 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_SYS_CLOCK_GETTIME = 228  # x86-64; libfaketime wraps libc's clock_gettime, not the raw syscall
+_CLOCK_REALTIME = 0
+
+
+class RealWallClock(SystemClock):
+    """The kernel's wall clock read past libfaketime (a raw syscall), for histories of a node
+    whose libc wall clock is faked. The monotonic clock is left real by the harness
+    (FAKETIME_DONT_FAKE_MONOTONIC), so `monotonic_ms` stays `SystemClock`'s."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._syscall = libc.syscall
+        self._ts = _Timespec()
+        self._ts_lock = threading.Lock()
+        self.wall_ms()  # fail here, at start, if the syscall is unusable
+
+    def wall_ms(self) -> int:
+        with self._ts_lock:
+            if self._syscall(_SYS_CLOCK_GETTIME, _CLOCK_REALTIME, ctypes.byref(self._ts)) != 0:
+                raise OSError(ctypes.get_errno(), "clock_gettime(CLOCK_REALTIME) failed")
+            return self._ts.tv_sec * 1000 + self._ts.tv_nsec // 1_000_000
+
+
+def libfaketime_preloaded() -> bool:
+    return "faketime" in os.environ.get("LD_PRELOAD", "")
+
+
+def history_clock() -> Clock:
+    """The clock of a node's histories: the real wall and monotonic clocks, whatever is faked."""
+    return RealWallClock() if libfaketime_preloaded() else SYSTEM_CLOCK
+
+
+class ClockSetting(NamedTuple):
+    """What a `SkewedClock` runs at: `rate` fake ms per real ms, plus a step of `offset_ms`."""
+
+    rate: float = 1.0
+    offset_ms: int = 0
+
+
+CLOCK_RATE_MIN = 0.01  # a slower clock would stall every timer of the node for good
+CLOCK_RATE_MAX = 100.0
+
+
+def check_setting(setting: ClockSetting) -> ClockSetting:
+    """`setting` if usable; ValueError saying what is wrong otherwise."""
+    rate, offset_ms = setting
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) \
+            or not CLOCK_RATE_MIN <= rate <= CLOCK_RATE_MAX:
+        raise ValueError(f"rate must be a number in [{CLOCK_RATE_MIN}, {CLOCK_RATE_MAX}], got {rate!r}")
+    if isinstance(offset_ms, bool) or not isinstance(offset_ms, int):
+        raise ValueError(f"offset_ms must be an integer, got {offset_ms!r}")
+    return ClockSetting(float(rate), offset_ms)
+
+
+class _Anchor(NamedTuple):
+    real_mono_ns: int  # the real monotonic time the rate was set
+    base_ms: float  # our monotonic clock (without the step) at that moment
+    setting: ClockSetting
+
+
+class SkewedClock:
+    """Our monotonic clock at a rate, continuous across rate changes, plus a step.
+
+    `monotonic_ms()` = base + `offset_ms`, where base advances `rate` ms per real ms from the
+    moment the rate was set; at rate 1 and no step it reads the real monotonic clock. A new
+    rate never makes base jump; a new `offset_ms` steps the clock by the difference (backwards
+    too: a monotonic step back is a fault of its own). `wall_ms()` is the process's wall clock
+    (a libfaketime jump shows) plus the drift the rate has built up, without the step.
+    `sleep_ms(ms)` lasts until our clock has advanced by `ms`: ms / rate real ms, re-planned
+    when the setting changes meanwhile.
+
+    Thread-safe: readers take one immutable snapshot; `set` runs on any thread and wakes the
+    sleepers of every event loop.
+    """
+
+    def __init__(self, setting: ClockSetting = ClockSetting()) -> None:
+        now_ns = time.monotonic_ns()
+        self._anchor = _Anchor(now_ns, now_ns / 1e6, check_setting(setting))
+        self._lock = threading.Lock()
+        self._sleepers: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+
+    @property
+    def setting(self) -> ClockSetting:
+        return self._anchor.setting
+
+    def _base_ms(self, anchor: _Anchor, real_mono_ns: int) -> float:
+        return anchor.base_ms + (real_mono_ns - anchor.real_mono_ns) / 1e6 * anchor.setting.rate
+
+    def _now(self) -> tuple[float, int]:
+        """(our monotonic ms as a float, the real monotonic ns it was read at)."""
+        anchor = self._anchor
+        real_ns = time.monotonic_ns()
+        return self._base_ms(anchor, real_ns) + anchor.setting.offset_ms, real_ns
+
+    def monotonic_ms(self) -> int:
+        return int(self._now()[0])
+
+    def wall_ms(self) -> int:
+        anchor = self._anchor
+        real_ns = time.monotonic_ns()
+        drift_ms = self._base_ms(anchor, real_ns) - real_ns / 1e6
+        return time.time_ns() // 1_000_000 + int(drift_ms)
+
+    def set(self, setting: ClockSetting) -> ClockSetting:
+        """Run at `setting` from now on; returns the setting it replaced."""
+        setting = check_setting(setting)
+        with self._lock:
+            old = self._anchor
+            now_ns = time.monotonic_ns()
+            self._anchor = _Anchor(now_ns, self._base_ms(old, now_ns), setting)
+            sleepers = list(self._sleepers)
+        for loop, fut in sleepers:
+            # a sleeper re-plans its real wait at the new rate
+            try:
+                loop.call_soon_threadsafe(_wake, fut)
+            except RuntimeError:  # that loop is closed
+                pass
+        return old.setting
+
+    async def sleep_ms(self, ms: float) -> None:
+        target_ms = self._now()[0] + max(0.0, ms)
+        loop = asyncio.get_running_loop()
+        while True:
+            wake: asyncio.Future[None] = loop.create_future()
+            entry = (loop, wake)
+            with self._lock:  # read and register together, so no `set` falls between them
+                now_ms = self._now()[0]
+                if now_ms >= target_ms:
+                    return
+                self._sleepers.add(entry)
+                real_s = (target_ms - now_ms) / self._anchor.setting.rate / 1000.0
+            try:
+                await asyncio.wait((wake,), timeout=real_s)
+            finally:
+                with self._lock:
+                    self._sleepers.discard(entry)
+                wake.cancel()
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class FakeClock:

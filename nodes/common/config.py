@@ -212,11 +212,16 @@ class NamesrvConfig:
     remoting_port: int = 0
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
+    # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
+    clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
     def validate(self) -> None:
         self.timing.validate()
+        _check_clock_control(self.clock_control)
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,10 @@ class BrokerConfig:
     notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
     # tests only: rules to break on purpose (constants.BROKER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
+    clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
@@ -279,6 +288,7 @@ class BrokerConfig:
         if self.ha_transfer_batch_bytes < 1024:
             raise ConfigError("ha_transfer_batch_bytes must be at least 1024")
         _check_fault_switches(self.fault_switches, c.BROKER_FAULT_SWITCHES, "broker")
+        _check_clock_control(self.clock_control)
         for field_name, switch in _STORE_FAULT_SWITCHES.items():
             if getattr(self.store, field_name):
                 raise ConfigError(f"store.{field_name} is not set directly: put {switch!r} in fault_switches")
@@ -306,6 +316,11 @@ def _check_fault_switches(switches: Any, known: dict[str, str], role: str) -> No
     unknown = sorted(set(switches) - set(known))
     if unknown:
         raise ConfigError(f"unknown {role} fault switch(es) {unknown}; known: {sorted(known)}")
+
+
+def _check_clock_control(mode: Any) -> None:
+    if mode not in c.CLOCK_CONTROL_MODES:
+        raise ConfigError(f"clock_control must be one of {c.CLOCK_CONTROL_MODES}, got {mode!r}")
 
 
 _NESTED: dict[str, type] = {"timing": Timing, "store": StoreConfig}
@@ -405,6 +420,10 @@ class ConsumerConfig:
     orderly: bool = False
     # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
+    # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
+    clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
     cluster_credential: str = field(default="", repr=False)
 
@@ -439,6 +458,7 @@ class ConsumerConfig:
         if self.fail_times < 0 or self.sleep_ms < 0 or self.await_termination_ms < 0:
             raise ConfigError("fail_times, sleep_ms and await_termination_ms must be >= 0")
         _check_fault_switches(self.fault_switches, c.CONSUMER_FAULT_SWITCHES, "consumer")
+        _check_clock_control(self.clock_control)
 
 
 ROLE_CONFIGS["consumer"] = ConsumerConfig

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import ClassVar
 
-from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.clock import SYSTEM_CLOCK, Clock, SkewedClock
 from nodes.common.errors import InvariantViolation, TransportError
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,11 @@ class Service:
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (TransportError,)
 
     def __init__(self, interval_ms: int, *, on_crash: CrashHandler | None = None,
-                 initial_delay_ms: int | None = None) -> None:
+                 initial_delay_ms: int | None = None, clock: Clock | None = None) -> None:
+        """`clock`: a node's SkewedClock paces the intervals (they last interval / rate real ms);
+        any other clock leaves them on the event loop's real time (FakeClock-driven tests too)."""
         self.interval_ms = interval_ms
+        self._pace = clock if isinstance(clock, SkewedClock) else None
         self._initial_delay_ms = interval_ms if initial_delay_ms is None else initial_delay_ms
         self._wakeup = asyncio.Event()
         self._stopping = False
@@ -84,10 +87,23 @@ class Service:
         """A last flush after the loop ended (e.g. persist offsets)."""
 
     async def _wait(self, ms: int) -> None:
+        if self._pace is not None:
+            await self._paced_wait(self._pace, ms)
+            return
         try:
             await asyncio.wait_for(self._wakeup.wait(), timeout=ms / 1000.0)
         except TimeoutError:
             pass
+        self._wakeup.clear()
+
+    async def _paced_wait(self, clock: SkewedClock, ms: int) -> None:
+        pending = {asyncio.ensure_future(clock.sleep_ms(ms)), asyncio.ensure_future(self._wakeup.wait())}
+        try:
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         self._wakeup.clear()
 
     async def _run(self) -> None:

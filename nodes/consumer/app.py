@@ -74,7 +74,10 @@ class ConsumerApp:
 
     role = "consumer"
 
-    def __init__(self, config: ConsumerConfig, shutdown_requested: asyncio.Event, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: ConsumerConfig, shutdown_requested: asyncio.Event, clock: Clock = SYSTEM_CLOCK,
+                 history_clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: the push consumer's leases and timers (a SkewedClock under clock control);
+        `history_clock`: the real clocks of the event log and the delivery journal."""
         self.config = config
         self.node_id = config.node_id
         self._shutdown_requested = shutdown_requested
@@ -82,11 +85,14 @@ class ConsumerApp:
         self.lifecycle = LifecycleState(f"consumer {config.node_id}", clock)
         warn_fault_switches(config.node_id, config.fault_switches, c.CONSUMER_FAULT_SWITCHES)
         run_dir = Path(config.run_dir)
-        self.events = EventLog(run_dir / EVENTS_FILE_NAME, config.node_id, clock)
-        self.journal = DeliveryJournal(run_dir / JOURNAL_FILE_NAME, config.node_id, config.group, clock)
+        self.events = EventLog(run_dir / EVENTS_FILE_NAME, config.node_id, history_clock)
+        self.journal = DeliveryJournal(run_dir / JOURNAL_FILE_NAME, config.node_id, config.group, history_clock)
         self.consumer = build_push_consumer(config, on_event=self.events.record, on_crash=crash_node, clock=clock)
         if config.orderly:
-            self.listener: WorkloadListener = OrderlyWorkloadListener(config, self.journal, clock=clock)
+            # the journal's consume times on the real clock: the consumer's own start stamp is on
+            # `clock`, usable only when that is the real one too
+            self.listener: WorkloadListener = OrderlyWorkloadListener(
+                config, self.journal, clock=history_clock, ctx_start_on_clock=clock is history_clock)
             self.consumer.register_orderly_listener(self.listener)
         else:
             self.listener = WorkloadListener(config, self.journal)

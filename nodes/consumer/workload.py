@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -35,6 +34,15 @@ ORDERLY_SUCCESS = ConsumeOrderlyStatus.SUCCESS.value
 ORDERLY_SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT.value
 
 
+_NEVER_SET = threading.Event()
+
+
+def _work(seconds: float) -> None:
+    """The listener's simulated work. Not `time.sleep`: under libfaketime with the monotonic
+    clock left real (clock faults) that raises EINVAL, while a timed Event wait is correct."""
+    _NEVER_SET.wait(seconds)
+
+
 class WorkloadError(Exception):
     """Raised by the `raise` workload: the push consumer turns it into RECONSUME_LATER."""
 
@@ -43,10 +51,10 @@ class WorkloadListener:
     """`listener(msgs, ctx)` for `PushConsumer.register_listener`; thread-safe."""
 
     def __init__(self, config: ConsumerConfig, journal: DeliveryJournal, *,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.config = config
         self.journal = journal
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else _work
         self._rng = random.Random(config.seed)
         self._fail_keys = frozenset(config.fail_keys)
         self._failures: Counter[str] = Counter()
@@ -98,12 +106,17 @@ class OrderlyWorkloadListener(WorkloadListener):
     """
 
     def __init__(self, config: ConsumerConfig, journal: DeliveryJournal, *,
-                 sleep: Callable[[float], None] = time.sleep, clock: Clock = SYSTEM_CLOCK) -> None:
+                 sleep: Callable[[float], None] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 ctx_start_on_clock: bool = True) -> None:
+        """`ctx_start_on_clock`: the context's consume start is on `clock` (not so when the
+        consumer runs on a skewed clock and `clock` is the journal's real one)."""
         super().__init__(config, journal, sleep=sleep)
         self._clock = clock
+        self._ctx_start_on_clock = ctx_start_on_clock
 
     def __call__(self, msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:  # type: ignore[override]
-        start_ms = ctx.consume_start_mono_ms or self._clock.monotonic_ms()
+        ctx_start_ms = ctx.consume_start_mono_ms if self._ctx_start_on_clock else 0
+        start_ms = ctx_start_ms or self._clock.monotonic_ms()
         if self.config.sleep_ms > 0:
             self._sleep(self.config.sleep_ms * len(msgs) / 1000)
         with self._lock:

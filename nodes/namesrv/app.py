@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import grpc.aio
 
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import NamesrvConfig
+from nodes.common.events import EventLog
 from nodes.common.node import NodeStatus, add_control_plane, crash_node, set_serving
 from nodes.common.rpc import bind, make_server
 from nodes.common.service import Lifecycle, LifecycleState, Service
@@ -36,7 +38,7 @@ class BrokerExpiryService(Service):
     name = "broker-expiry"
 
     def __init__(self, table: RouteTable, clock: Clock, scan_ms: int, expiry_ms: int) -> None:
-        super().__init__(scan_ms)
+        super().__init__(scan_ms, clock=clock)
         self._table = table
         self._clock = clock
         self._expiry_ms = expiry_ms
@@ -49,10 +51,14 @@ class NamesrvApp:
     role = "namesrv"
 
     def __init__(self, config: NamesrvConfig, shutdown_requested: asyncio.Event,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, history_clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: broker expiry (a SkewedClock under clock control); `history_clock`: the event log's."""
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
+        # an event log only under clock control: its `clock` events are all a name server records
+        self.events = (EventLog(Path(config.run_dir) / "events.jsonl", config.node_id, history_clock)
+                       if config.clock_control else None)
         self._shutdown_requested = shutdown_requested
         self.table = RouteTable()
         self.lifecycle = LifecycleState(f"namesrv {config.node_id}", clock)
@@ -90,6 +96,8 @@ class NamesrvApp:
         await self._remoting.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
+        if self.events is not None:
+            self.events.close()
         self.lifecycle.transition(Lifecycle.STOPPED)
 
     def status(self) -> NodeStatus:

@@ -7,6 +7,7 @@ from nodes.common import constants as c
 from nodes.common.config import (
     BrokerConfig,
     ConsumerConfig,
+    NamesrvConfig,
     StoreConfig,
     Timing,
     load_node_config,
@@ -85,3 +86,14 @@ def test_every_fault_switch_has_a_description():
     names = {v for k, v in vars(c).items() if k.startswith("FAULT_") and isinstance(v, str)}
     assert set(switches) == names and len(switches) >= 4  # every switch name is registered for a role
     assert all(text.strip() for text in switches.values())
+
+
+def test_clock_control_takes_one_of_its_modes():
+    base = BrokerConfig(namesrv_addrs=("127.0.0.1:1",))
+    assert base.clock_control == ""  # off unless a test asks
+    for mode in c.CLOCK_CONTROL_MODES:
+        dataclasses.replace(base, clock_control=mode).validate()
+    with pytest.raises(ConfigError, match="clock_control must be one of"):
+        dataclasses.replace(base, clock_control="fast").validate()
+    with pytest.raises(ConfigError, match="clock_control"):
+        NamesrvConfig(clock_control=True).validate()  # type: ignore[arg-type]
