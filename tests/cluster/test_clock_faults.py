@@ -180,6 +180,7 @@ def test_a_broker_wall_clock_jump_moves_store_timestamps_and_not_leases(tmp_path
     assert "Errno 22" not in node_log and "Invalid argument" not in node_log
 
 
+@pytest.mark.slow  # the switch's logic is covered fast in tests/unit/common/test_clock_fault_switches.py
 @needs_libfaketime
 def test_lease_wall_clock_lets_a_backward_jump_keep_a_dead_holders_lock(tmp_path, time_scale):
     """The selftest switch with a real jump: leases on the wall clock (RocketMQ's way) outlive

@@ -90,7 +90,7 @@ def test_a_sleeper_is_replanned_when_the_rate_changes():
     assert 180 <= took <= 300, took  # not the 1 000 ms it was planned as
 
 
-def test_a_skewed_clock_paces_service_intervals_and_a_fake_one_does_not():
+def test_a_skewed_clock_paces_service_intervals_and_the_system_one_does_not():
     ticks: list[float] = []
 
     class Ticker(Service):
