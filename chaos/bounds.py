@@ -66,6 +66,7 @@ class Bounds:
     A_h: int  # ha_reconnect_max_ms
     T_s: int = c.SEND_TIMEOUT_MS  # send_timeout_ms (an RPC budget: never scaled)
     I_p: int = c.SEND_NOT_AVAILABLE_MS[-1]  # send_not_available_max_ms
+    D_c: int = c.DISK_CHECK_INTERVAL_MS  # disk_check_interval_ms: a full disk is refused, a freed one written, within it
 
     # ---- lock takeover (docs/chaos.md) ---------------------------------------------
 
@@ -263,7 +264,7 @@ _TIMER_FIELD: dict[str, str] = {
     "K_c": "client_housekeeping_ms", "N_r": "route_poll_ms", "X_b": "broker_expiry_ms",
     "K_b": "broker_expiry_scan_ms", "G_r": "register_interval_ms", "W_p": "pull_delay_when_exception_ms",
     "U_d": "unlock_delay_ms", "A_h": "ha_reconnect_max_ms",
-    "T_s": "send_timeout_ms", "I_p": "send_not_available_max_ms",
+    "T_s": "send_timeout_ms", "I_p": "send_not_available_max_ms", "D_c": "disk_check_interval_ms",
 }
 # timers that are RPC budgets, not RocketMQ timers: the time scale leaves them alone
 _UNSCALED_SYMBOLS = ("T_s",)

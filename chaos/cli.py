@@ -109,6 +109,9 @@ def run(
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the check.")] = None,
     topology: Annotated[str, typer.Option("--topology", help="single (namesrv-0, broker-a) or 2x2 (two name "
                                           "servers, broker groups a and b).")] = "single",
+    faults: Annotated[str | None, typer.Option("--faults", help="gray: mix the gray faults (slow, stalled and lossy "
+                                               "links, clock jumps and skew, starved CPUs) into the suite's own "
+                                               "(the suite runs as <suite>+gray).")] = None,
     broken: Annotated[bool, typer.Option("--broken", hidden=True,
                                          help="Turn on the suite's test-only fault switch (the run must fail).")] = False,
 ) -> None:
@@ -118,13 +121,21 @@ def run(
     from chaos.runner import ChaosRun, RunOptions, plan, show_plan
     from chaos.suites import mode as find_mode
     from chaos.suites import suite as find_suite
+    from chaos.suites import with_gray_faults
 
     try:
         chosen = find_suite(suite)
+        if faults not in (None, "gray"):
+            raise KeyError(f"--faults takes gray (the gray faults mixed into the suite's), not {faults!r}")
+        if faults == "gray":
+            chosen = with_gray_faults(chosen)
         if mode is not None:
             find_mode(mode)
         _check_topology(chosen, topology)
         real = real_client(client)
+        if real is not None and chosen.clock_control:
+            raise KeyError(f"{chosen.name} moves the consumers' clocks through mqlab's own Clock, which a real "
+                           f"client does not read: run it with the mqlab consumers (no --client)")
         if real is not None:
             real.check_suite(chosen.name, chosen.orderly, topology)
             real.check_installed()

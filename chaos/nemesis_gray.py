@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +53,6 @@ class GrayFaults:
             def act(t: str) -> Any:
                 return cluster.starve(t, op.share, period_ms=op.period_ms)
         else:
-            targets = targets[:1]  # one broker's disk: a group's are filled by two ops
-
             def act(t: str) -> Any:
                 return cluster.fill_disk(t, op.ratio)
         return self._per_node(op.op, fault_id, targets, describe_op(op) + (f"; {note}" if note else ""), act,
@@ -86,11 +85,13 @@ class GrayFaults:
         if note:
             detail += f"; {note}"
         added: list[tuple[str, str, Any]] = []
+        # seeded: a replay draws the same jitter and losses
+        rng = random.Random(runner.resolver.rng.getrandbits(64))
         with runner._journal.action(op.op, fault_id, involved, detail, symbol=op.target) as result:
             try:
                 for src, dst in sorted(links):
-                    added.append((src, dst, runner.cluster.add_toxic(src, dst, dict(op.toxic),
-                                                                     direction=op.direction)))
+                    added.append((src, dst, runner.cluster.add_toxic(src, dst, dict(op.toxic), direction=op.direction,
+                                                                     rng=random.Random(rng.getrandbits(64)))))
                 result["detail"] = json.dumps({"toxic": dict(op.toxic), "direction": op.direction,
                                                "links": [f"{a}->{b}" for a, b, _ in added], "what": what},
                                               sort_keys=True)
@@ -112,10 +113,10 @@ class GrayFaults:
                     runner.cluster.remove_toxic(src, dst, toxic_id)
                 except (HarnessError, KeyError) as exc:
                     errors.append(f"{src}->{dst}: {exc}")
-            try:
+            try:  # what each toxic did while it was on (the proof that it applied)
                 link_stats = runner.cluster.link_stats()
-                stats = {f"{src}->{dst}": link_stats.get(f"{src}->{dst}", {}).get("toxics_applied")
-                         for src, dst, _ in added}
+                stats = {f"{src}->{dst}": (link_stats.get(f"{src}->{dst}", {}).get("toxics") or {}).get(toxic_id)
+                         for src, dst, toxic_id in added}
             except HarnessError:
                 pass
             result["detail"] = json.dumps({"removed": len(added) - len(errors), "applied": stats}, sort_keys=True,

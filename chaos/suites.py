@@ -12,12 +12,14 @@ A run also has a durability mode (`MODES`: flush type x replication role, `--mod
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.bounds import Bounds
 from chaos.schedule import FaultChoice, bound_ms
+from harness.disk import CQ_UNITS_SMALL_DISK
 from harness.spec import ClusterSpec
 from harness.topology import DEFAULT_TOPOLOGY, TOPOLOGIES, TWO_BY_TWO, topology_spec
 from nodes.common import constants as c
@@ -100,6 +102,11 @@ class Suite:
     topologies: tuple[str, ...] = TOPOLOGY_NAMES  # the topologies it runs on (harness.topology)
     # the producer workload: send_orderly by key (True) or send() with queue selection and retries
     producer_orderly: bool = True
+    # gray faults: brokers and consumers started with clock control (our Clock's rate and, with
+    # libfaketime, their wall clocks movable at run time), and each broker's store on a filesystem
+    # of its own of this many bytes (a disk-fill op fills it)
+    clock_control: bool = False
+    store_fs_bytes: int | None = None
 
     def fault_phase_ms(self, bounds: Bounds) -> int:
         """The length of the fault phase under `bounds` (a run's, or time scale 1's for timer units)."""
@@ -133,7 +140,18 @@ class Suite:
             "consume_from_where": "CONSUME_FROM_FIRST_OFFSET", **self.consumer_options}
         if switches.get("consumer"):
             consumer_options["fault_switches"] = list(switches["consumer"])
-        return spec.with_consumers(self.consumers, **consumer_options)
+        spec = spec.with_consumers(self.consumers, **consumer_options)
+        if self.clock_control:
+            # our own Clock (rate and steps) on every broker and consumer; libfaketime (wall-clock
+            # jumps) only where a jump is aimed, the masters and consumer-0: it costs a preloaded
+            # node real CPU on every clock read, and two cores carry the whole cluster
+            walled = [n.id for n in spec.broker_nodes() if n.broker_id == 0] + [WALL_CLOCK_CONSUMER]
+            spec = spec.with_clock_control(*walled, wall=True)
+            spec = spec.with_clock_control(*(n.id for n in spec.nodes
+                                             if n.role in ("broker", "consumer") and n.id not in walled))
+        if self.store_fs_bytes is not None:
+            spec = spec.with_store_filesystem("brokers", self.store_fs_bytes)
+        return spec
 
     def switch_map(self) -> dict[str, tuple[str, ...]]:
         """The `fault_switches` argument that turns this suite's breaking switch on."""
@@ -145,6 +163,42 @@ class Suite:
 
 
 _ORDERLY_CONSUMER = {"sleep_ms": 2}
+WALL_CLOCK_CONSUMER = "consumer-0"  # the consumer whose wall clock gray faults step (libfaketime)
+_LATENCY = {"kind": "latency", "latency_ms": ("L_c", 0.1), "jitter_ms": ("L_c", 0.05)}
+
+# The gray faults: every process stays up and every link connected, only worse. Sizes are given in
+# bounds so each keeps its place against the protocol's margins at every time scale. A latency of
+# 0.1 x L_c (+ 0.05 jitter) keeps 2 delta far below L_c - R_l (the renewal's slack) and T_s: nothing
+# may move. A stall is a silent holder (the partition's bounds). Clock rates stay inside RocketMQ's
+# margin: a client lease of L_c at rate r_c against a broker lease of L_b at rate r_b stays exclusive
+# while r_c / r_b > L_c / L_b (0.5) plus the longest batch; 1.5 (a fast holder) and 1 / 0.75 (a slow
+# master) both do. Wall-clock steps move store timestamps only: leases run on the monotonic clock.
+GRAY_FAULTS: tuple[FaultChoice, ...] = (
+    FaultChoice("link-toxic", "lock-holder", 1.0, "X_c", 1.5, partition="consumer-master",
+                params={"toxic": _LATENCY}),
+    FaultChoice("link-toxic", "lock-holder", 1.0, "X_c", 1.5, partition="consumer-master",
+                params={"toxic": {"kind": "stall"}}),
+    # lossy replication and a lossy consumer link: stalls of RTO x 2^k, never a lost byte
+    FaultChoice("link-toxic", "master", 0.5, "N_r", 2.0, partition="master-slave",
+                params={"toxic": {"kind": "loss_like", "probability": 0.3, "rto_ms": ("W_p", 2.0)}}),
+    FaultChoice("link-toxic", "random-consumer", 0.5, "N_r", 2.0, partition="consumer-master",
+                params={"toxic": {"kind": "loss_like", "probability": 0.2, "rto_ms": ("W_p", 2.0)}}),
+    FaultChoice("link-toxic", "random-consumer", 0.5, "N_r", 2.0, partition="consumer-master",
+                params={"toxic": {"kind": "bandwidth", "rate_bytes_per_s": 32 * 1024}}),
+    # connections cut mid-message, again and again while it lasts
+    FaultChoice("link-toxic", "random-consumer", 0.5, "N_r", 2.0, partition="consumer-master",
+                params={"toxic": {"kind": "reset_peer_after_bytes", "bytes": 16 * 1024}}),
+    FaultChoice("clock", "master", 1.0, "L_b", 1.5, params={"jump_ms": ("L_b", -2.0)}),
+    FaultChoice("clock", "master", 0.5, "L_b", 1.5, params={"jump_ms": ("X_c", 2.0)}),
+    FaultChoice("clock", WALL_CLOCK_CONSUMER, 0.5, "L_b", 1.5, params={"jump_ms": ("L_b", -2.0)}),
+    FaultChoice("clock", "lock-holder", 1.0, "L_b", 1.5, params={"rate": 1.5}),
+    FaultChoice("clock", "master", 1.0, "L_b", 1.5, params={"rate": 0.75}),
+    # alive on a tenth of a core: a holder's renewals and batches run late; a master answers late
+    FaultChoice("starve", "lock-holder", 1.0, "L_c", 2.0, params={"share": 0.1}),
+    FaultChoice("starve", "master", 0.5, "N_r", 2.0, params={"share": 0.2}),
+)
+_DISK_FULL_SEGMENT_BYTES = 256 * 1024
+_DISK_FULL_STORE_BYTES = 48 * 1024 * 1024
 _DURABILITY_SEGMENT_BYTES = 256 * 1024
 _SLAVE_READS = {"slave_read_enable": True}
 
@@ -273,11 +327,55 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                                   "message_body_bytes_max": 64 * 1024}},
         rate_per_s=200.0,
     ),
+    Suite(
+        name="gray",
+        summary="slow, stalled, lossy and cut-mid-message links on lock holders and the master, wall-clock "
+                "jumps and clock skew on brokers and consumers, starved nodes: nothing stops, nothing is cut",
+        checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover", "offset-resync", "read-routing"),
+        faults=GRAY_FAULTS,
+        breaking_switch=BreakingSwitch("broker", c.FAULT_LEASE_WALL_CLOCK, "lock-exclusivity", masters_only=True),
+        orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS, clock_control=True,
+    ),
+    Suite(
+        name="disk-full",
+        summary="the store filesystem of the master, the slave or both filled past the disk guard, or to the "
+                "last byte, then freed: writes refused with the disk-full answer, reads go on, nothing dies",
+        checks=(*QUEUE_CHECKS, "disk-full"),
+        faults=(
+            FaultChoice("disk-fill", "master", 2.0, "N_r", 3.0, params={"ratio": 0.95}),
+            FaultChoice("disk-fill", "master", 1.0, "N_r", 3.0, params={"ratio": 1.0}),
+            FaultChoice("disk-fill", "slave", 1.0, "N_r", 3.0, params={"ratio": 1.0}),
+            FaultChoice("disk-fill", "group", 1.0, "N_r", 3.0, params={"ratio": 0.95}),
+        ),
+        breaking_switch=BreakingSwitch("broker", c.FAULT_IGNORE_DISK_FULL, "disk-full", masters_only=True),
+        consumers=2, consumer_options={"sleep_ms": 1},
+        # small segments: a new one is allocated every second or two, so a full disk meets one soon
+        broker_options={"store": {"commitlog_segment_bytes": _DISK_FULL_SEGMENT_BYTES,
+                                  "message_body_bytes_max": 64 * 1024, "cq_units_per_file": CQ_UNITS_SMALL_DISK}},
+        store_fs_bytes=_DISK_FULL_STORE_BYTES, fault_spacing_x=4.0,
+    ),
 )}
 
 
+GRAY_SUFFIX = "+gray"
+
+
+def with_gray_faults(base: Suite) -> Suite:
+    """`base` with the gray faults mixed into its own (`--faults gray`): the same checks, workload and
+    cluster, its nodes under clock control, and every gray fault drawn beside the suite's at half
+    its weight. Named `<suite>+gray`, which `suite()` finds again (a replay or a matrix cell)."""
+    if base.name.endswith(GRAY_SUFFIX):
+        return base
+    mixed = tuple(dataclasses.replace(ch, weight=ch.weight / 2) for ch in GRAY_FAULTS)
+    return dataclasses.replace(base, name=base.name + GRAY_SUFFIX, summary=f"{base.summary}; with gray faults",
+                               faults=(*base.faults, *mixed), clock_control=True)
+
+
 def suite(name: str) -> Suite:
+    if name.endswith(GRAY_SUFFIX) and name != GRAY_SUFFIX:
+        return with_gray_faults(suite(name[: -len(GRAY_SUFFIX)]))
     try:
         return SUITES[name]
     except KeyError:
-        raise KeyError(f"no suite {name!r}; suites are {', '.join(SUITES)} (see `mqlab chaos list`)") from None
+        raise KeyError(f"no suite {name!r}; suites are {', '.join(SUITES)}, each also as <suite>{GRAY_SUFFIX} "
+                       "(see `mqlab chaos list`)") from None

@@ -35,6 +35,7 @@ TIMERS: dict[str, str] = {
     "W_p": "pull retry after an error / not locked", "U_d": "delayed unlock of a dropped orderly queue",
     "A_h": "slave reconnect backoff ceiling",
     "T_s": "producer send timeout (unscaled)", "I_p": "producer's longest avoidance of a failed broker",
+    "D_c": "broker's disk check period (refuse above 90 %, write again below)",
 }
 
 

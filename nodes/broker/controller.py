@@ -32,7 +32,7 @@ from nodes.broker.queue_locks import (
     LockExpiryScanService,
     QueueLockHandler,
     QueueLockManager,
-    wall_lease_to_mono,
+    lease_to_real_mono,
 )
 from nodes.broker.registrar import NamesrvRegistrar, RegistrationService
 from nodes.broker.request_table import RequestKind, RequestTable
@@ -122,7 +122,7 @@ class BrokerController:
             lease_ms=config.timing.broker_lock_lease_ms, events=self.events,
             no_exclusion=c.FAULT_LOCK_NO_EXCLUSION in config.fault_switches,
             slow_takeover=c.FAULT_LOCK_SLOW_TAKEOVER in config.fault_switches,
-            lease_to_mono=wall_lease_to_mono(clock) if wall_leases else None) if config.is_master else None
+            lease_to_mono=lease_to_real_mono(clock, wall_leases=wall_leases)) if config.is_master else None
 
     async def start(self) -> str:
         self.lifecycle.transition(Lifecycle.STARTING)

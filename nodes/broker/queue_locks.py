@@ -4,8 +4,9 @@ Owns the master's lock table `group -> queue -> (holder client id, lease end)`: 
 unlock in batches, the lease (`broker_lock_lease_ms`, 60 s unscaled) renewed by any lock call
 from the holder, takeover of an expired lease by whoever asks first, unlock only by the
 holder, and one `lock` event per grant, renewal, denial, expiry and release (with the lease
-end on the node's lease clock, CLOCK_MONOTONIC unless the node runs with clock control, whose
-`clock` events map it back, so the chaos checker can line it up with the clients').
+end as the real CLOCK_MONOTONIC of the event lines reads it: a broker under clock control, or
+measuring leases on the wall clock, converts its own deadline, so the chaos checker can line it
+up with the clients').
 
 In memory only: a restarted master starts with no locks and the first client to ask wins.
 There is no link to consumer liveness: a dead client's lock lives until its
@@ -31,7 +32,7 @@ from typing import Any, ClassVar
 
 from nodes.broker import validation
 from nodes.common import constants as c
-from nodes.common.clock import Clock
+from nodes.common.clock import Clock, real_mono_converter
 from nodes.common.codes import ResponseCode
 from nodes.common.events import EventLog
 from nodes.common.service import CrashHandler, Service
@@ -197,6 +198,17 @@ class QueueLockManager:
             self._events.record({"event": "lock", "side": "broker", "action": action, "group": group,
                                  "client_id": client_id, "topic": mq.topic, "broker_name": mq.broker_name,
                                  "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})
+
+
+def lease_to_real_mono(clock: Clock, *, wall_leases: bool = False) -> Callable[[int], int] | None:
+    """How this broker's lease ends become the real CLOCK_MONOTONIC times its events carry: a wall
+    time through the monotonic clock (lease-wall-clock), then a skewed clock's reading through its
+    rate (clock control); None when the leases already run on the real monotonic clock."""
+    wall = wall_lease_to_mono(clock) if wall_leases else None
+    skewed = real_mono_converter(clock)
+    if wall is None or skewed is None:
+        return wall or skewed
+    return lambda ms: skewed(wall(ms))
 
 
 def wall_lease_to_mono(clock: Clock) -> Callable[[int], int]:

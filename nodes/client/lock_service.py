@@ -5,9 +5,9 @@ Owns RocketMQ's `RebalanceImpl#lock / lockAll / unlock / unlockAll` and the dela
 master of each queue's broker only (never a slave: with the master gone, lock calls fail and
 the client lock ages out), the `locked` flag and lock timestamp of each ProcessQueue, and one
 `lock` event per queue for every request and outcome as the client sees it (requested,
-granted, renewed, denied, lost, expired, released) with the lease end it believes, on the
-consumer's lease clock in ms: CLOCK_MONOTONIC (the clock of the event lines' `mono_ms`) unless
-the node runs with clock control, whose `clock` events map it back. A lock or unlock
+granted, renewed, denied, lost, expired, released) with the lease end it believes, as the real
+CLOCK_MONOTONIC of the event lines' `mono_ms` reads it (a client under clock control converts its
+skewed deadline at the rate in force). A lock or unlock
 call that got no answer changes nothing the client believes: it is recorded as a separate
 `lock-failed` event (`call` lock or unlock), outside the `lock` actions the checker reads.
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from nodes.client.consumer_state import ConsumerState
 from nodes.client.process_queue import ProcessQueue
 from nodes.common import constants as c
+from nodes.common.clock import real_mono_converter
 from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
@@ -275,6 +276,12 @@ class QueueLocker:
 
     def _emit(self, action: str, mq: MessageQueue, lease_end_ms: int | None, **extra: Any) -> None:
         if self._on_event is not None:
+            # a skewed client's deadline, as the real monotonic clock of the event lines will read it
+            to_real = real_mono_converter(self.state.clock)
+            if to_real is not None:
+                lease_end_ms = None if lease_end_ms is None else to_real(lease_end_ms)
+                if extra.get("sent_mono_ms") is not None:
+                    extra["sent_mono_ms"] = to_real(extra["sent_mono_ms"])
             self._on_event({"event": "lock", "side": "client", "action": action, "group": self.group,
                             "client_id": self.client_id, "topic": mq.topic, "broker_name": mq.broker_name,
                             "queue_id": mq.queue_id, "lease_end_mono_ms": lease_end_ms, **extra})

@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -182,6 +183,22 @@ class SkewedClock:
                 with self._lock:
                     self._sleepers.discard(entry)
                 wake.cancel()
+
+
+def real_mono_converter(clock: Clock) -> Callable[[int], int] | None:
+    """For a `SkewedClock`: a function mapping one of its readings (ms, e.g. a lease's end) to the
+    real CLOCK_MONOTONIC ms at which the clock reads it, at the rate in force now; None for any other
+    clock, whose monotonic readings already are real. Events carry real times (the checker's
+    timeline), so a skewed node converts the deadlines it records."""
+    if not isinstance(clock, SkewedClock):
+        return None
+    skewed = clock
+
+    def convert(ms: int) -> int:
+        now_ms, real_ns = skewed._now()
+        return int(real_ns / 1e6 + (ms - now_ms) / skewed.setting.rate)
+
+    return convert
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

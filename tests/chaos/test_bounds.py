@@ -13,7 +13,8 @@ from nodes.common.config import Timing
 # RocketMQ's defaults (ms) as the bounds table reads them at time scale 1
 DEFAULTS = {"L_b": 60_000, "L_c": 30_000, "R_l": 20_000, "R_b": 20_000, "P_c": 5_000, "F_b": 5_000,
             "S_s": 10_000, "H": 30_000, "X_c": 120_000, "K_c": 10_000, "N_r": 30_000, "X_b": 120_000,
-            "K_b": 10_000, "G_r": 30_000, "W_p": 1_000, "U_d": 20_000, "A_h": 5_000, "T_s": 3_000, "I_p": 600_000}
+            "K_b": 10_000, "G_r": 30_000, "W_p": 1_000, "U_d": 20_000, "A_h": 5_000, "T_s": 3_000, "I_p": 600_000,
+            "D_c": 10_000}
 UNSCALED = ("T_s",)  # an RPC budget, not a timer
 
 

@@ -330,3 +330,31 @@ def test_member_lists_still_naming_a_silent_holder_each_cost_the_taker_a_rebalan
     m = stale.measurements[0]
     assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("partition", 1940, 1910)
     assert "2 member list(s)" in m["cause_label"]
+
+
+def test_a_broker_that_ends_a_lease_before_its_recorded_end_breaks_lease_expiry(spark):
+    # the broker granted c1 until 750; declaring it expired at 400 is what a lease on the wall clock
+    # does at a forward step; at 760 it is on time
+    def run_with(expired_at: int) -> Run:
+        run = Run().sends_for(0, 3).lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+        return run.consume(0, range(3), t0=200).lock(expired_at, "expired", side="broker", lease=750)
+
+    early = check_lock_exclusivity(run_with(400).history(spark), config())
+    assert early.parts["lease-expiry"] is False and early.counts["leases_expired_early"] == 1
+    ex = next(e for e in early.examples if e["anomaly"] == "lease declared expired before its end")
+    assert ex["early_ms"] == 350
+    on_time = check_lock_exclusivity(run_with(760).history(spark), config())
+    assert on_time.parts["lease-expiry"] is True, on_time.examples
+
+
+def test_a_client_lease_lapsing_with_no_fault_breaks_lease_renewal(spark):
+    # c1's lease (to 451) lapses: a renewal every R_l 200 keeps it unless a fault held one back
+    def run_with(fault: bool) -> Run:
+        run = Run().sends_for(0, 3).lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+        run.consume(0, range(3), t0=200).lock(460, "expired", lease=451)
+        return run.fault("link-toxic", ["consumer-1", "broker-a-0"], 250, 500) if fault else run
+
+    bare = check_lock_exclusivity(run_with(False).history(spark), config())
+    assert bare.parts["lease-renewal"] is False and bare.counts["client_leases_lapsed_without_fault"] == 1
+    slow_link = check_lock_exclusivity(run_with(True).history(spark), config())
+    assert slow_link.parts["lease-renewal"] is True, slow_link.examples

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from chaos.checker.checks.availability import AVAILABILITY, check_availability
 from chaos.checker.checks.content import INTEGRITY, REPLICATION, check_integrity, check_replication
 from chaos.checker.checks.deaths import DEATHS, check_deaths
+from chaos.checker.checks.disk import DISK_FULL, check_disk_full
 from chaos.checker.checks.locks import LOCK, check_lock_exclusivity
 from chaos.checker.checks.offsets import RESYNC, check_offset_resync
 from chaos.checker.checks.order import ORDER, check_order
@@ -44,8 +45,9 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "availability": (AVAILABILITY, check_availability),
     "rebalance": (REBALANCE, check_rebalance),
     "deaths": (DEATHS, check_deaths),
+    "disk-full": (DISK_FULL, check_disk_full),
 }
 
-__all__ = ["CHECKS", "CheckFn", "check_availability", "check_deaths", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
+__all__ = ["CHECKS", "CheckFn", "check_availability", "check_deaths", "check_disk_full", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
            "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_rebalance", "check_replication",
            "check_store_health", "check_takeover", "check_unexpected"]

@@ -27,7 +27,11 @@ LOCK = (
     "deadline not yet passed, and a client's believed deadline never exceeds the broker's lease; (3) no "
     "offset commit for a queue, decided (its lock checked) after the queue's lock was granted to another client, "
     "from a client other than the one most recently granted it; a commit is timed by when it was decided "
-    "(decided_mono_ms), not by when its answer was logged.")
+    "(decided_mono_ms), not by when its answer was logged; (4) lease expiry - a broker never declares a lease "
+    "expired before the end it recorded at that client's last grant or renewal (a lease measured on the wall "
+    "clock does, at a forward step); (5) lease renewal - a client's lease lapses only when a fault on it, on a "
+    "broker or on one of its links falls within the lease before the lapse (a holder renews every R_l, L_c - R_l "
+    "before its lease ends).")
 
 def _batches(h: History) -> DataFrame:
     d = h.deliv.filter(F.col("orderly") & F.col("consume_start_mono_ms").isNotNull() & F.col("group").isNotNull()
@@ -54,6 +58,9 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
             *GQ, "client_id", "t", rel_s(h, "t").alias("t_s"), rel_s(h, "lease_end_mono_ms").alias("client_deadline_s"),
             rel_s(h, "b_lease").alias("broker_lease_s")),
     }
+    parts["early"] = _early_expiries(h, slack)
+    parts["lapses"] = h.locks.filter((F.col("side") == "client") & (F.col("action") == "expired")).select(
+        *GQ, "client_id", "node", "t", "lease_end_mono_ms")
     has_commits = bool(h.stats["event_kinds"].get("offset-commit"))
     if has_commits:
         for side in ("broker", "client"):
@@ -105,6 +112,31 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
         result["lease-client"] = None
         skipped["lease-client"] = "needs client lock events and orderly consume intervals"
 
+    if lock_sides.get("broker"):
+        # a broker must never end a lease before its own recorded end: a lease on the wall clock
+        # (RocketMQ's) does, at a forward step of the broker's wall clock
+        early = got["early"]
+        counts["leases_expired_early"] = len(early)
+        result["lease-expiry"] = not early
+        examples += [{"anomaly": "lease declared expired before its end", "queue": queue_name(r), "group": r["group"],
+                      "client_id": r["client_id"], "expired_s": s(h, r["t"]), "lease_end_s": s(h, r["p_lease"]),
+                      "early_ms": r["p_lease"] - r["t"]} for r in early[:n]]
+    else:
+        result["lease-expiry"] = None
+        skipped["lease-expiry"] = "no broker-side lock events"
+    if lock_sides.get("client"):
+        # a holder renews every R_l, so its lease (L_c) lapses only when something kept a renewal
+        # from the broker for L_c - R_l: a fault on the holder, on a broker, or on one of its links
+        # (the renewal walks the brokers one after another, so a slow one delays the others')
+        unexplained = _unexplained_lapses(h, cfg, got["lapses"])
+        counts["client_leases_lapsed"] = len(got["lapses"])
+        counts["client_leases_lapsed_without_fault"] = len(unexplained)
+        result["lease-renewal"] = not unexplained
+        examples += unexplained[:n]
+    else:
+        result["lease-renewal"] = None
+        skipped["lease-renewal"] = "no client-side lock events"
+
     # (3) no stale-owner commits
     if not has_commits or not lock_sides:
         result["stale-commit"] = None
@@ -119,6 +151,38 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
     failed = [k for k, v in result.items() if v is False]
     return CheckResult("lock-exclusivity", combine_parts(result), LOCK, counts=counts, examples=examples[:n],
                        parts=result, skipped=skipped, reason=", ".join(failed) or None)
+
+
+def _early_expiries(h: History, slack: int) -> DataFrame:
+    """Broker `expired` events before the lease end the same broker recorded at that client's last
+    grant or renewal of the queue (all on the real monotonic timeline)."""
+    bl = h.locks.filter(F.col("side") == "broker")
+    keys = ["node", *GQ, "client_id"]
+    expired = bl.filter(F.col("action") == "expired").select(*keys, "t")
+    held = bl.filter(F.col("action").isin(*LOCK_HELD_ACTIONS) & F.col("lease_end_mono_ms").isNotNull()).select(
+        *keys, F.col("t").alias("p_t"), F.col("lease_end_mono_ms").alias("p_lease"))
+    joined = expired.join(held, keys).filter(F.col("p_t") <= F.col("t"))
+    w = Window.partitionBy(*keys, "t").orderBy(F.col("p_t").desc())
+    last = joined.withColumn("rank", F.row_number().over(w)).filter(F.col("rank") == 1)
+    return last.filter(F.col("p_lease") > F.col("t") + slack).select(*keys, "t", "p_t", "p_lease")
+
+
+def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Client lease lapses (`expired` on the client side) with no fault on the holder's node, on a
+    broker, or on a link of the holder within the lease before the lapse."""
+    b = cfg.bounds
+    out = []
+    for r in lapses:
+        end = r["lease_end_mono_ms"] if r["lease_end_mono_ms"] is not None else r["t"]
+        lo, hi = end - b.L_c - b.slack(b.L_c), max(end, r["t"]) + cfg.clock_slack_ms
+        faults = [w for w in h.faults if w.start_ms <= hi and w.end_ms >= lo
+                  and (not w.targets or r["node"] in w.targets or any(h.is_broker(t) for t in w.targets))]
+        exits = [e for e in h.exits if lo <= e.t_ms <= hi and (e.node == r["node"] or h.is_broker(e.node))]
+        if not faults and not exits:
+            out.append({"anomaly": "client lease lapsed with no fault to explain it", "queue": queue_name(r),
+                        "group": r["group"], "client_id": r["client_id"], "lease_end_s": s(h, end),
+                        "renewal_margin_ms": b.L_c - b.R_l})
+    return out
 
 
 def _overlap_candidates(batches: DataFrame, slack: int) -> DataFrame:
