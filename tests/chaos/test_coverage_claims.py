@@ -128,3 +128,13 @@ def test_the_matrix_command_prints_unreached_claims_and_fails_on_them_only_when_
     strict = CliRunner().invoke(app, [*args, "--require-coverage", "--out", str(tmp_path / "b")])
     assert strict.exit_code == 1, strict.output
     assert json.loads((tmp_path / "b" / MATRIX_JSON).read_text())["require_coverage"] is True
+
+
+def test_the_coverage_section_of_the_docs_lists_every_path_and_every_suites_claims():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "chaos.md").read_text()
+    section = doc[doc.index("## Coverage"):]
+    section = section[:section.index("\n## ")]
+    for name in PATH_NAMES:
+        assert f"| `{name}` |" in section, name
+    for suite in SUITES.values():
+        assert f"| `{suite.name}` | " + ", ".join(f"`{c}`" for c in suite.claims) + " |" in section, suite.name
