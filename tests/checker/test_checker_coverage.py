@@ -111,26 +111,39 @@ def test_lock_and_rebalance_walks_on_their_own():
     assert moved_queues(rebalances) == 1  # c2 keeping the queue it took moves nothing more
 
 
-def test_claimed_paths_never_reached_are_listed_but_leave_the_verdict_alone(spark, tmp_path):
-    from chaos.checker.pipeline import check_run
+def test_every_check_run_writes_the_coverage_beside_the_verdict(clean_output):
+    saved = json.loads(clean_output.verdict_path.read_text())
+    assert list(saved["coverage"]) == list(PATH_NAMES)
+    assert saved["coverage"]["lock-taken-over"] == 0 and saved["coverage_missing"] == []  # a suite of no claims
+    assert "coverage" in saved["seconds"]
+    report = clean_output.report_path.read_text()
+    assert '<h2 id="coverage">coverage</h2>' in report and "the suite claims no path" in report
 
-    run = Run().store_recovered(1000, truncated=26).store_error(1000, "torn-tail", n=26).sends_for(0, 2)
-    run.consume(0, range(2), t0=200)
-    run_dir = run.write(tmp_path / "run")
-    (run_dir / "run.json").write_text(json.dumps({"suite": "unit", "seed": 7,
-                                                  "claims": ["torn-tail-cut", "replica-cut-back"]}))
-    out = check_run(run_dir, spark=spark, names=["unexpected"])
-    saved = json.loads((run_dir / "verdict.json").read_text())
-    assert saved["valid"] is True and out.verdict.exit_code == 0
-    assert saved["coverage"]["torn-tail-cut"] == 1 and saved["coverage"]["replica-cut-back"] == 0
-    assert saved["coverage_claims"] == ["torn-tail-cut", "replica-cut-back"]
-    assert saved["coverage_missing"] == ["replica-cut-back"]
-    report = (run_dir / "report.html").read_text()
-    assert '<h2 id="coverage">coverage</h2>' in report
-    assert '<tr class="missing"><td>replica-cut-back</td>' in report  # claimed, not reached
-    assert '<tr class="zero"><td>lock-taken-over</td>' in report  # not claimed, zero: greyed
-    assert '<tr class=""><td>torn-tail-cut</td>' in report
-    assert "1 of 2 claimed paths reached; not reached: replica-cut-back" in report
+
+def test_claimed_paths_never_reached_are_marked_in_the_report_but_leave_the_verdict_alone():
+    from chaos.checker.report import _coverage_line, _coverage_section
+    from chaos.checker.verdict import CheckResult, Verdict
+
+    counts = dict.fromkeys(PATH_NAMES, 0) | {"torn-tail-cut": 3}
+    verdict = Verdict.of([CheckResult("lost", True, "d")], info={
+        "coverage": counts, "coverage_claims": ["torn-tail-cut", "replica-cut-back"],
+        "coverage_missing": ["replica-cut-back"]})
+    assert verdict.valid is True and verdict.exit_code == 0
+    section = _coverage_section(verdict)
+    assert '<tr class="missing"><td>replica-cut-back</td>' in section and "NOT REACHED" in section
+    assert '<tr class="zero"><td>lock-taken-over</td>' in section  # not claimed, zero: greyed
+    assert '<tr class=""><td>torn-tail-cut</td>' in section
+    assert "1 of 2 claimed paths reached; not reached: replica-cut-back" in _coverage_line(verdict)
+    assert json.loads(json.dumps(verdict.to_json()))["coverage_missing"] == ["replica-cut-back"]
+    failed = Verdict.of([], info={"coverage": None, "coverage_error": "coverage could not be counted: boom"})
+    assert "boom" in _coverage_section(failed) and _coverage_line(failed) == ""
+
+
+def test_run_json_claims_reach_the_config(tmp_path):
+    from chaos.checker.config import CheckerConfig
+
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "durability", "claims": ["torn-tail-cut"]}))
+    assert CheckerConfig.from_run_dir(tmp_path).claims == ("torn-tail-cut",)
 
 
 def test_a_suite_run_takes_its_claims_from_the_suite_and_unknown_claims_are_named(spark):
