@@ -4,10 +4,10 @@
     info = coverage_info(history, config)           # what verdict.json gets: coverage, claims, missing
 
 Counts come from the loaded histories in a few small Spark jobs: one conditional aggregation
-each over the events, the sends and the nemesis history, the first pull per client and queue,
-the slave pulls inside master outages, and two collections that are small by construction (the
-brokers' lock grants and expiries without renewals, the clients' rebalances, written only when
-something changed) walked on the driver.
+each over the events, the sends and the nemesis history, one pass over the pulls (the first pull
+per client and queue, the slave answers inside master outages), and two collections that are
+small by construction (the brokers' lock grants and expiries without renewals, the clients'
+rebalances, written only when something changed) walked on the driver.
 """
 
 from __future__ import annotations
@@ -133,12 +133,6 @@ def _rebalance_lines(h: History) -> list[dict[str, Any]]:
             .filter(F.col("t").isNotNull()).collect()]
 
 
-def _resynced(h: History) -> int:
-    first = h.pulls.filter(F.col("queue_offset").isNotNull()).groupBy("client_id", *GQ).agg(
-        F.min_by("queue_offset", F.struct("sent_t", "t")).alias("first_offset"))
-    return int(first.filter(F.col("first_offset") > 0).count())
-
-
 def outage_windows(h: History, cfg: CheckerConfig) -> list[tuple[str | None, str | None, int, int]]:
     """(broker group, client node, from, to): when a group's master was down or unreachable (a fault
     on it), or a client was cut off (a partition of it), to N_r + W_p after (the client's route
@@ -158,16 +152,24 @@ def outage_windows(h: History, cfg: CheckerConfig) -> list[tuple[str | None, str
     return out
 
 
-def _fallbacks(h: History, cfg: CheckerConfig) -> int:
-    windows = outage_windows(h, cfg)
-    if not windows:
-        return 0
-    wdf = h.spark.createDataFrame(windows, "w_broker STRING, w_node STRING, w_from LONG, w_to LONG")
-    slave = h.pulls.filter(F.coalesce("broker_id", F.lit(0)) != 0)
-    hit = ((F.col("w_broker").isNull() | (F.col("w_broker") == F.col("broker_name")))
-           & (F.col("w_node").isNull() | (F.col("w_node") == F.col("node")))
-           & F.col("sent_t").between(F.col("w_from"), F.col("w_to")))
-    return int(slave.join(F.broadcast(wdf), hit, "left_semi").count())
+def _pull_paths(h: History, cfg: CheckerConfig) -> tuple[int, int]:
+    """(first pulls of a client on a queue above offset 0, slave answers inside an outage window) in
+    one pass over the pulls: the windows are few, so each pull is tested against all of them in one
+    expression instead of a join."""
+    inside = F.lit(False)
+    for broker, node, lo, hi in outage_windows(h, cfg):
+        match = F.col("sent_t").between(lo, hi)
+        if broker is not None:
+            match = match & (F.col("broker_name") == broker)
+        if node is not None:
+            match = match & (F.col("node") == node)
+        inside = inside | match
+    fallback = (F.coalesce("broker_id", F.lit(0)) != 0) & inside
+    per_queue = h.pulls.groupBy("client_id", *GQ).agg(
+        F.min_by("queue_offset", F.struct("sent_t", "t")).alias("first_offset"),
+        F.sum(F.when(fallback, 1).otherwise(0)).alias("fallbacks"))
+    got = _one_row(per_queue, _n(F.col("first_offset") > 0, "resynced"), F.sum("fallbacks").alias("fallbacks"))
+    return got["resynced"], got["fallbacks"]
 
 
 def coverage_counts(h: History, cfg: CheckerConfig) -> dict[str, int]:
@@ -176,6 +178,7 @@ def coverage_counts(h: History, cfg: CheckerConfig) -> dict[str, int]:
     s = _send_signals(h)
     n = _nemesis_signals(h)
     lease_expired, taken_over = lock_paths(_lock_lines(h))
+    resynced, fallbacks = _pull_paths(h, cfg)
     counts = {
         "torn-tail-cut": max(e["recovered_truncated"], e["torn_tail_errors"]),
         "cq-rebuilt": max(e["cq_truncated_errors"], e["recovered_cq_dropped"]),
@@ -186,9 +189,9 @@ def coverage_counts(h: History, cfg: CheckerConfig) -> dict[str, int]:
         "lock-lease-expired": lease_expired,
         "lock-taken-over": taken_over,
         "client-lease-lapsed": e["client_lapsed"],
-        "slave-fallback": _fallbacks(h, cfg),
+        "slave-fallback": fallbacks,
         "slave-suggested": e["slave_suggested"],
-        "offset-resynced": _resynced(h),
+        "offset-resynced": resynced,
         "consumer-channel-expired": e["channel_expired"],
         "rebalance-moved": moved_queues(_rebalance_lines(h)),
         "producer-retry": s["retried_sends"],
