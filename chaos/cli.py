@@ -176,9 +176,12 @@ def matrix(
     spark_master: Annotated[str | None, typer.Option("--spark-master", help="Spark master URL for the checks.")] = None,
     topologies: Annotated[str, typer.Option("--topologies", help="Comma-separated topologies, e.g. single,2x2 "
                                             "(a suite runs only on the topologies it supports).")] = "single",
+    require_coverage: Annotated[bool, typer.Option(
+        "--require-coverage", help="Exit 1 when a path a suite claims was reached by none of its runs.")] = False,
 ) -> None:
     """Run suites x seeds (x time scales x topologies) one after another; summary table, matrix.json and
-    index.html (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged)."""
+    index.html (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged; with
+    --require-coverage also 1 when a suite's claimed path was reached by no run)."""
     from chaos.matrix import chaos_run_one, with_topologies
 
     cells, out_dir = _matrix_plan(suites, seeds, time_scales, out, "matrix")
@@ -188,7 +191,7 @@ def matrix(
         _fail(str(exc))
     with CheckerProcess(spark_master=spark_master) as checker:  # one warm checker judges every run
         result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration,
-                                                          checker=checker))
+                                                          checker=checker), require_coverage=require_coverage)
     raise typer.Exit(result.exit_code)
 
 
@@ -270,12 +273,13 @@ def _out_dir(out: Path | None, kind: str) -> Path:
     return (out if out is not None else Path("runs") / f"{stamp}-{kind}").absolute()
 
 
-def _run_cells(cells: list[Cell], out_dir: Path, run_one: RunOne) -> MatrixResult:
-    """Run the cells under one progress bar, then print the summary and write matrix.json and index.html."""
+def _run_cells(cells: list[Cell], out_dir: Path, run_one: RunOne, *, require_coverage: bool = False) -> MatrixResult:
+    """Run the cells under one progress bar, then print the summary, the claimed coverage paths no
+    run reached, and write matrix.json and index.html."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from chaos.matrix import MATRIX_JSON, run_matrix
-    from chaos.matrix_report import disagreement_lines, summary_table, write_index
+    from chaos.matrix_report import disagreement_lines, summary_table, unreached_lines, write_index
 
     console.print(f"{len(cells)} runs into {out_dir}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -291,10 +295,13 @@ def _run_cells(cells: list[Cell], out_dir: Path, run_one: RunOne) -> MatrixResul
                               + (f" ({', '.join(row.failing_checks)})" if row.failing_checks else "")
                               + (f" - {escape(row.error)}" if row.error and row.verdict != "valid" else ""))
 
-        result = run_matrix(cells, out_dir, run_one, on_row)
+        result = run_matrix(cells, out_dir, run_one, on_row, require_coverage=require_coverage)
     console.print(summary_table(result))
     for line in disagreement_lines(result):
         console.print(f"[bold yellow]flag:[/] {escape(line)}")
+    style = "[bold red]coverage:[/]" if require_coverage else "[bold yellow]coverage:[/]"
+    for line in unreached_lines(result):
+        console.print(f"{style} {escape(line)}")
     console.print(f"summary: {out_dir / MATRIX_JSON}")
     console.print(f"index:   {write_index(result, out_dir)}")
     return result

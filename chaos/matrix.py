@@ -10,8 +10,13 @@ saw something the other did not, or a check's timing is wrong.
     result = run_matrix(cells, out_dir, run_one)        # run_one: (Cell, Path) -> exit code
     print(result.exit_code)
 
-Exit code: 1 if any run is invalid, else 2 if any run could not run or be judged, else 0 (130
-when interrupted, with the rows so far written).
+Each row also carries its run's coverage (`verdict.json` `coverage`: path -> count) and the paths
+its suite claims; `unreached_claims` lists, per suite, the claimed paths no judged run of the
+matrix reached.
+
+Exit code: 1 if any run is invalid (or, with `require_coverage`, a suite's claimed path was
+reached by none of its runs), else 2 if any run could not run or be judged, else 0 (130 when
+interrupted, with the rows so far written).
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class Row:
     error: str | None = None
     report: str | None = None  # report.html relative to the matrix dir
     topology: str = "single"
+    coverage: dict[str, int] | None = None  # path -> count, from verdict.json (None: not counted)
+    claims: list[str] = field(default_factory=list)  # the paths the run's suite claims
 
 
 @dataclass
@@ -77,6 +84,11 @@ class MatrixResult:
     rows: list[Row]
     scale_disagreements: list[dict[str, Any]]
     interrupted: bool = False
+    require_coverage: bool = False  # a claimed path no run reached makes the matrix exit 1
+
+    @property
+    def unreached_claims(self) -> dict[str, list[str]]:
+        return unreached_claims(self.rows)
 
     @property
     def exit_code(self) -> int:
@@ -84,13 +96,16 @@ class MatrixResult:
             return EXIT_INTERRUPTED
         if any(r.verdict == "INVALID" for r in self.rows):
             return EXIT_INVALID
+        if self.require_coverage and self.unreached_claims:
+            return EXIT_INVALID
         if any(r.verdict != "valid" for r in self.rows):
             return EXIT_UNKNOWN
         return EXIT_VALID
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, "interrupted": self.interrupted,
-                "runs": [asdict(r) for r in self.rows], "scale_disagreements": self.scale_disagreements}
+                "runs": [asdict(r) for r in self.rows], "scale_disagreements": self.scale_disagreements,
+                "unreached_claims": self.unreached_claims, "require_coverage": self.require_coverage}
 
 
 RunOne = Callable[[Cell, Path], int]  # runs one cell into the given run dir; returns the run's exit code
@@ -152,11 +167,13 @@ def with_topologies(cells: Sequence[Cell], topologies: Sequence[str]) -> list[Ce
 
 
 def run_matrix(cells: Sequence[Cell], out_dir: Path, run_one: RunOne,
-               on_row: Callable[[Cell, Row | None], object] | None = None) -> MatrixResult:
+               on_row: Callable[[Cell, Row | None], object] | None = None, *,
+               require_coverage: bool = False) -> MatrixResult:
     """Run every cell one after another, read its row back, and write matrix.json after each run
-    (a matrix stopped half way still has its summary). `on_row(cell, None)` is called before a run."""
+    (a matrix stopped half way still has its summary). `on_row(cell, None)` is called before a run.
+    `require_coverage`: a claimed path that no run of its suite reached makes the exit code 1."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = MatrixResult(rows=[], scale_disagreements=[])
+    result = MatrixResult(rows=[], scale_disagreements=[], require_coverage=require_coverage)
     for cell in cells:
         if on_row is not None:
             on_row(cell, None)
@@ -238,6 +255,10 @@ def read_row(cell: Cell, run_dir: Path, out_dir: Path, exit_code: int, duration_
         checks = verdict.get("checks") or {}
         row.failing_checks = sorted(n for n, c in checks.items() if isinstance(c, dict) and c.get("valid") is False)
         row.allowed_loss, row.unallowed_loss = _losses(verdict)
+        counts = verdict.get("coverage")
+        if isinstance(counts, dict):
+            row.coverage = {str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
+        row.claims = [str(c) for c in verdict.get("coverage_claims") or ()]
     counts = run.get("counts") or {}
     row.acked = counts.get("acked")
     row.faults_injected = count_faults(run_dir)
@@ -274,6 +295,23 @@ def _losses(verdict: dict[str, Any]) -> tuple[int | None, int | None]:
     if "lost_unallowed" in counts or "lost_allowed" in counts:
         return counts.get("lost_allowed"), counts.get("lost_unallowed")
     return (0, counts["lost"]) if isinstance(counts.get("lost"), int) else (None, None)
+
+
+def unreached_claims(rows: Iterable[Row]) -> dict[str, list[str]]:
+    """Per suite, the claimed paths that no run of it counted (in claim order). Only runs whose
+    coverage was counted take part; a suite none of whose runs was counted is left out (it has
+    nothing to show either way: its runs' own errors say why)."""
+    claims: dict[str, list[str]] = {}
+    reached: dict[str, set[str]] = {}
+    for r in rows:
+        if r.coverage is None:
+            continue
+        for c in r.claims:
+            if c not in claims.setdefault(r.suite, []):
+                claims[r.suite].append(c)
+        reached.setdefault(r.suite, set()).update(p for p, n in r.coverage.items() if n > 0)
+    out = {suite: [c for c in cs if c not in reached.get(suite, set())] for suite, cs in claims.items()}
+    return {suite: cs for suite, cs in out.items() if cs}
 
 
 def scale_disagreements(rows: Iterable[Row]) -> list[dict[str, Any]]:

@@ -48,6 +48,12 @@ def disagreement_lines(result: MatrixResult) -> list[str]:
             for d in result.scale_disagreements]
 
 
+def unreached_lines(result: MatrixResult) -> list[str]:
+    """One line per suite whose claimed paths no run of the matrix reached."""
+    return [f"{suite}: claimed but reached by no run: {', '.join(paths)}"
+            for suite, paths in result.unreached_claims.items()]
+
+
 def write_index(result: MatrixResult, out_dir: Path) -> Path:
     """index.html: the summary table, each row linking its run's report (or its run dir)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
@@ -59,6 +65,7 @@ def write_index(result: MatrixResult, out_dir: Path) -> Path:
         cls = {"valid": "ok", "INVALID": "bad"}.get(r.verdict, "unknown")
         rows.append(f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     flags = "".join(f"<li>{html.escape(line)}</li>" for line in disagreement_lines(result))
+    unreached = "".join(f"<li>{html.escape(line)}</li>" for line in unreached_lines(result))
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>chaos matrix</title>
 <style>
@@ -70,6 +77,7 @@ tr.unknown td:nth-child(5) {{ color: #a60; }}
 <h1>chaos matrix</h1>
 <p>{len(result.rows)} runs; exit code {result.exit_code}{" (interrupted)" if result.interrupted else ""}.</p>
 {f"<h2>verdicts that differ between time scales</h2><ul>{flags}</ul>" if flags else ""}
+{f"<h2>claimed coverage paths no run reached</h2><ul>{unreached}</ul>" if unreached else ""}
 <table><tr>{head}</tr>
 {chr(10).join(rows)}
 </table></body></html>

@@ -161,7 +161,8 @@ def plan(options: RunOptions) -> tuple[Schedule, Bounds]:
     else:
         duration_ms, unit_duration_ms = suite.fault_phase_ms(bounds), suite.fault_phase_ms(unit_bounds)
     schedule = generate_schedule(suite, bounds, seed=options.seed, duration_ms=duration_ms, unit_bounds=unit_bounds,
-                                 unit_duration_ms=unit_duration_ms, spacing_ms=suite.fault_spacing_ms(bounds))
+                                 unit_duration_ms=unit_duration_ms, spacing_ms=suite.fault_spacing_ms(bounds),
+                                 lead=suite.lead_for(options.mode_name))
     # several broker groups: each fault pinned to one, drawn from the seed (one group: unchanged)
     return place_schedule(schedule, broker_groups(spec), options.seed, len(spec.namesrv_nodes())), bounds
 

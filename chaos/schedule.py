@@ -211,7 +211,7 @@ def op_for(choice: ChoiceLike, duration_ms: int, bounds: Bounds | None = None) -
 
 def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: int, spacing_ms: int | None = None,
                       overlap: bool = False, unit_bounds: Bounds | None = None,
-                      unit_duration_ms: int | None = None) -> Schedule:
+                      unit_duration_ms: int | None = None, lead: Sequence[ChoiceLike] = ()) -> Schedule:
     """Draw faults from `faults` (a suite with `.faults`, or a sequence of `FaultChoice`-like
     choices) over a fault phase of `duration_ms`.
 
@@ -223,6 +223,11 @@ def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: in
     scale 1) over a phase of `unit_duration_ms` units, then mapped onto this run's `bounds`. So a
     seed draws the same faults, in the same order, each lasting the same multiple of its bound, at
     every time scale; only the milliseconds differ. Without `unit_bounds` the units are `bounds`.
+
+    `lead` is a composite fault every seed plays first: its choices all start together (in
+    order, so a later one lands on what an earlier one left) half a spacing into the phase. The
+    drawn faults follow it, each drawn exactly as without a lead and shifted by the lead's end,
+    and the phase grows by as much: a lead changes no draw of the seed, only when they happen.
     """
     choices: Sequence[ChoiceLike] = tuple(getattr(faults, "faults", faults))
     if not choices:
@@ -245,8 +250,22 @@ def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: in
     unit_durations = [choice_duration_ms(ch, units) for ch in choices]
     durations = [choice_duration_ms(ch, bounds) for ch in choices]
     entries: list[Entry] = []
-    at_units = rng.randint(unit_spacing // 2, unit_spacing)
+    lead_units = 0  # where the drawn faults' timeline begins: after the lead fault ends
     earliest_ms = 0  # where the next fault may start in this run's ms (floors can stretch a timer)
+    if lead:
+        lead_at_units = unit_spacing // 2
+        lead_at_ms = round(lead_at_units * ms_per_unit)
+        for ch in lead:
+            entries.append(Entry(lead_at_ms, op_for(ch, choice_duration_ms(ch, bounds)),
+                                 f"{ch.duration_x:g} x {ch.duration_of}, lead"))
+        lead_units = lead_at_units + max(choice_duration_ms(ch, units) for ch in lead)
+        earliest_ms = lead_at_ms + max(choice_duration_ms(ch, bounds) for ch in lead)
+        length_units += lead_units
+        duration_ms += round(lead_units * ms_per_unit)
+    first_gap = rng.randint(unit_spacing // 2, unit_spacing)
+    at_units = lead_units + first_gap
+    if lead:
+        earliest_ms += round(first_gap * ms_per_unit)
     while True:
         fitting = [i for i, d in enumerate(unit_durations) if at_units + d <= length_units]
         if not fitting:

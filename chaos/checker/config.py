@@ -172,6 +172,8 @@ class CheckerConfig:
     store_modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the checks the run asked for (run.json "checks"); None: every check
     checks: tuple[str, ...] | None = None
+    # the coverage paths the run's suite claims (run.json "claims"); None: the suite's own (chaos.suites)
+    claims: tuple[str, ...] | None = None
     # overlapping orderly consumers caused by a holder paused past L_b - L_c mid-batch are
     # RocketMQ's design (no fencing); True makes them failures
     fail_expected_overlaps: bool = False
@@ -235,6 +237,8 @@ class CheckerConfig:
                 values.update({k: raw[k] for k in ("suite", "seed") if k in raw})
                 if isinstance(raw.get("checks"), list):
                     values["checks"] = tuple(str(x) for x in raw["checks"])
+                if isinstance(raw.get("claims"), list):
+                    values["claims"] = tuple(str(x) for x in raw["claims"])
                 known = {f.name for f in dataclasses.fields(cls)}
                 values.update({k: v for k, v in (raw.get("checker") or {}).items() if k in known})
         values.update(overrides)

@@ -111,6 +111,9 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
         t = time.monotonic()
         verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
         seconds["findings"] = time.monotonic() - t
+        t = time.monotonic()
+        verdict.info.update(coverage_safe(h, cfg))  # which paths the run reached: never part of the verdict
+        seconds["coverage"] = time.monotonic() - t
         verdict_path = verdict.write(out / VERDICT_JSON)
         report_path = None
         if report:
@@ -137,6 +140,13 @@ def findings_safe(h: History, cfg: CheckerConfig) -> dict[str, Any]:
     except Exception as exc:  # findings are advisory: they must not cost the run its verdict
         return {"count": 0, "by_kind": {}, "findings": [], "kinds": KINDS,
                 "error": f"findings could not be computed: {type(exc).__name__}: {exc}"[:2000]}
+
+
+def coverage_safe(h: History, cfg: CheckerConfig) -> dict[str, Any]:
+    """verdict.json's coverage keys (chaos.checker.coverage); a failure to count is reported, never raised."""
+    from chaos.checker.coverage import coverage_info
+
+    return coverage_info(h, cfg)
 
 
 def input_bytes(run_dir: str | Path) -> int:

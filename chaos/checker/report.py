@@ -25,6 +25,7 @@ vertical-align:top;font-size:12.5px}th{background:#f4f4f4}
 .def{background:#f7f7fa;border-left:3px solid #99a;padding:6px 10px;margin:6px 0;font-size:13px}
 img{max-width:100%;border:1px solid #eee;margin:6px 0}code,pre{font-size:12px}
 pre{background:#f7f7f7;padding:8px;overflow-x:auto}.muted{color:#777}
+tr.zero td{color:#999;background:#fafafa}tr.missing td{color:#8a1212;background:#fff1cc}
 """
 
 
@@ -97,6 +98,39 @@ def _findings_section(verdict: Verdict) -> str:
             f'<h3>evidence (first {_e(len(found.get("findings", [])))})</h3>{_table(found.get("findings", []))}')
 
 
+def _coverage_line(verdict: Verdict) -> str:
+    counts = verdict.info.get("coverage")
+    claims = verdict.info.get("coverage_claims") or []
+    if not isinstance(counts, dict):
+        return ""
+    missing = verdict.info.get("coverage_missing") or []
+    what = (f"{len(claims) - len(missing)} of {len(claims)} claimed paths reached"
+            + (f"; not reached: {', '.join(missing)}" if missing else "")) if claims else "the suite claims no path"
+    return (f'<p><b><a href="#coverage">coverage</a>: {_e(what)}</b> '
+            f"(coverage never changes the verdict)</p>")
+
+
+def _coverage_section(verdict: Verdict) -> str:
+    """Every path with its meaning and count; zero rows greyed, a claimed path never reached marked."""
+    from chaos.checker.coverage_paths import PATHS
+
+    counts = verdict.info.get("coverage")
+    error = verdict.info.get("coverage_error")
+    note = f"<p><b>{_e(error)}</b></p>" if error else ""
+    if not isinstance(counts, dict):
+        return f'<h2 id="coverage">coverage</h2>{note}'
+    claims = set(verdict.info.get("coverage_claims") or [])
+    rows = []
+    for p in PATHS:
+        n = counts.get(p.name, 0)
+        cls = "missing" if n == 0 and p.name in claims else ("zero" if n == 0 else "")
+        claimed = "claimed" + (", NOT REACHED" if n == 0 else "") if p.name in claims else ""
+        rows.append(f'<tr class="{cls}"><td>{_e(p.name)}</td><td>{_e(p.meaning)}</td><td>{n:,}</td>'
+                    f"<td>{_e(claimed)}</td><td>{_e(p.counted)}</td></tr>")
+    head = "<tr><th>path</th><th>meaning</th><th>count</th><th>suite</th><th>counted from</th></tr>"
+    return f'<h2 id="coverage">coverage</h2>{note}<table>{head}{"".join(rows)}</table>'
+
+
 def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
     from chaos.checker import plot_routes, plots
 
@@ -130,10 +164,11 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
     title = f"mqlab chaos check: {verdict.suite or (h.run_dir.name if h.run_dir else 'history')}"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_e(title)}</title>
 <style>{_CSS}</style></head><body>
-<h1>{_e(title)} {_v(verdict.valid)}</h1>{_findings_line(verdict)}
+<h1>{_e(title)} {_v(verdict.valid)}</h1>{_findings_line(verdict)}{_coverage_line(verdict)}
 <p class="muted">run dir {_e(verdict.run_dir)} · suite {_e(verdict.suite)} · seed {_e(verdict.seed)} ·
 span {(h.t_end - h.t0) / 1000:.1f} s · time scale x{b.scale:g} · slack {b.slack_ms} ms + {b.slack_ratio:g} x bound</p>
 <h2>summary</h2>{summary}
+{_coverage_section(verdict)}
 <h2>plots</h2>{"".join(f"<h3>{_e(name)}</h3>{_img(png, name)}" for name, png in figures)}
 <h3>latency overall</h3>{_table([{"kind": k, **v} for k, v in overall.items()])}
 <h2>faults</h2>{faults}<h3>storage faults (power loss: the store cut; corrupt: the record flipped)</h3>{storage}

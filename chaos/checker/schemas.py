@@ -109,6 +109,7 @@ from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     DataType,
+    DoubleType,
     IntegerType,
     LongType,
     StringType,
@@ -142,6 +143,7 @@ SENDS = _schema(
     ("queue_offset", LongType()),
     ("broker_name", StringType()),
     ("body_crc32", LongType()),
+    ("attempts", IntegerType()),  # optional: the producer's attempts for this send (coverage only)
 )
 
 DELIVERIES = _schema(
@@ -218,6 +220,9 @@ EVENTS = _schema(
     ("truncated_bytes", LongType()),
     ("damaged_ranges", IntegerType()),
     ("cq_units_dropped", LongType()),
+    # disk-guard (state on|off) and clock (rate): counted by the coverage table only
+    ("state", StringType()),
+    ("rate", DoubleType()),
 )
 
 NEMESIS = _schema(
