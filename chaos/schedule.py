@@ -256,7 +256,7 @@ def generate_schedule(faults: Any, bounds: Bounds, *, seed: int, duration_ms: in
         lead_at_units = unit_spacing // 2
         lead_at_ms = round(lead_at_units * ms_per_unit)
         for ch in lead:
-            entries.append(Entry(lead_at_ms, op_for(ch, choice_duration_ms(ch, bounds)),
+            entries.append(Entry(lead_at_ms, op_for(ch, choice_duration_ms(ch, bounds), bounds),
                                  f"{ch.duration_x:g} x {ch.duration_of}, lead"))
         lead_units = lead_at_units + max(choice_duration_ms(ch, units) for ch in lead)
         earliest_ms = lead_at_ms + max(choice_duration_ms(ch, bounds) for ch in lead)

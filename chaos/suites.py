@@ -364,6 +364,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 "jumps and clock skew on brokers and consumers, starved nodes: nothing stops, nothing is cut",
         checks=(*QUEUE_CHECKS, "order", "lock-exclusivity", "takeover", "offset-resync", "read-routing"),
         faults=GRAY_FAULTS,
+        # every seed opens with a skewed lock holder and a starved master at once, so each run reaches
+        # the clock and CPU paths whatever it draws after (every seed draws a link toxic)
+        lead=(FaultChoice("clock", "lock-holder", 1.0, "L_b", 1.0, params={"rate": 1.5}),
+              FaultChoice("starve", "master", 1.0, "L_b", 1.0, params={"share": 0.2})),
+        claims=("link-toxic", "clock-skewed", "cpu-starved"),
         breaking_switch=BreakingSwitch("broker", c.FAULT_LEASE_WALL_CLOCK, "lock-exclusivity", masters_only=True),
         orderly=True, consumer_options=_ORDERLY_CONSUMER, broker_options=_SLAVE_READS, clock_control=True,
     ),
@@ -384,6 +389,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         broker_options={"store": {"commitlog_segment_bytes": _DISK_FULL_SEGMENT_BYTES,
                                   "message_body_bytes_max": 64 * 1024, "cq_units_per_file": CQ_UNITS_SMALL_DISK}},
         store_fs_bytes=_DISK_FULL_STORE_BYTES, fault_spacing_x=4.0,
+        claims=("disk-guard-on", "disk-guard-off", "send-refused-disk-full", "retention-delete"),
     ),
 )}
 

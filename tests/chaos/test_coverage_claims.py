@@ -157,6 +157,18 @@ _OPENS = {
     ("durability", "cq-rebuilt"): {("power-loss", "", "master")},
     ("durability", "replica-refused"): {("partition", "master-slave", "master")},
     ("durability", "replica-cut-back"): {("partition", "master-slave", "master")},
+    # gray: every seed draws a toxic; its lead skews the holder's clock and starves the master
+    ("gray", "link-toxic"): {("link-toxic", "consumer-master", "lock-holder"),
+                             ("link-toxic", "consumer-master", "random-consumer"),
+                             ("link-toxic", "master-slave", "master")},
+    ("gray", "clock-skewed"): {("clock", "", "lock-holder")},
+    ("gray", "cpu-starved"): {("starve", "", "master")},
+    # disk-full: a master filled past the guard refuses, is freed, and forced cleaning deletes
+    ("disk-full", "disk-guard-on"): {("disk-fill", "", "master"), ("disk-fill", "", "group")},
+    ("disk-full", "disk-guard-off"): {("disk-fill", "", "master"), ("disk-fill", "", "group")},
+    ("disk-full", "send-refused-disk-full"): {("disk-fill", "", "master"), ("disk-fill", "", "group")},
+    ("disk-full", "retention-delete"): {("disk-fill", "", "master"), ("disk-fill", "", "group"),
+                                        ("disk-fill", "", "slave")},
 }
 
 

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from chaos.checker.checks._common import collect_parts, examples_of, rel_s, tally
 from chaos.checker.config import CheckerConfig
+from chaos.checker.faults import broker_identity
 from chaos.checker.loader import History
 from chaos.checker.storage import allowed_loss
 from chaos.checker.verdict import CheckResult, Valid, combine_parts, unknown
@@ -23,7 +24,9 @@ REPLICATION = (
     "From the end-of-run read-back (after the faults were recovered and the consumers drained): every replica "
     "of every broker group reached its master's commitlog end (caught_up), and every acknowledged message "
     "still stored - read back from at least one replica at its queue offset - reads back from each replica of "
-    "its group at that queue offset with the same msg_id and the body_crc32 it was sent with.")
+    "its group at that queue offset with the same msg_id and the body_crc32 it was sent with - except below the "
+    "first offset a replica still reads back on that queue when its own retention deleted files (each replica "
+    "cleans its own disk).")
 
 
 def check_integrity(h: History, cfg: CheckerConfig) -> CheckResult:
@@ -62,6 +65,17 @@ def check_integrity(h: History, cfg: CheckerConfig) -> CheckResult:
 EXCUSED = "excused by a storage fault"
 
 
+RETAINED_AWAY = "deleted by the replica's retention"
+
+
+def _retention_replicas(h: History) -> list[str]:
+    """`broker_name/broker_id` of every broker node that recorded a retention deletion."""
+    if not h.stats["event_kinds"].get("retention-delete"):
+        return []
+    nodes = [r["node"] for r in h.ev.filter(F.col("event") == "retention-delete").select("node").distinct().collect()]
+    return [f"{ident[0]}/{ident[1]}" for node in nodes if (ident := broker_identity(node)) is not None]
+
+
 def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
     if not h.has("readback"):
         return unknown("replication", REPLICATION, "no end-of-run read-back (readback/readback.jsonl) in the run")
@@ -94,9 +108,21 @@ def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
              .withColumn("problem", F.when(problem.isNotNull() & (problem != "body differs")
                                            & F.col("excused").isNotNull(),
                                            F.lit(EXCUSED)).otherwise(problem)))
+        # a replica cleans its own disk: what its retention deleted lies below the first offset it
+        # still reads back, and only there may it lack what another replica still holds
+        retained = _retention_replicas(h)
+        if retained:
+            floors = reads.groupBy("broker_name", "replica_id", "topic", "queue_id").agg(
+                F.min("queue_offset").alias("floor"))
+            x = (x.join(floors, ["broker_name", "replica_id", "topic", "queue_id"], "left")
+                 .withColumn("problem", F.when((F.col("problem") == "missing on replica")
+                                               & F.concat_ws("/", "broker_name", F.col("replica_id").cast("string"))
+                                               .isin(retained)
+                                               & (F.col("floor").isNull() | (F.col("queue_offset") < F.col("floor"))),
+                                               F.lit(RETAINED_AWAY)).otherwise(F.col("problem"))))
         parts["summary"] = x.groupBy("problem").agg(F.count(F.lit(1)).alias("n"),
                                                     F.countDistinct("msg_id").alias("msgs"))
-        parts["bad"] = x.filter(F.col("problem").isNotNull() & (F.col("problem") != EXCUSED)).select(
+        parts["bad"] = x.filter(F.col("problem").isNotNull() & ~F.col("problem").isin(EXCUSED, RETAINED_AWAY)).select(
             "problem", "broker_name", "replica_id", "topic", "queue_id", "queue_offset", "msg_id", "read_msg_id",
             "sent_crc32", "read_crc32")
         parts["acked"] = acked.agg(F.count(F.lit(1)).alias("n"))
@@ -112,7 +138,7 @@ def check_replication(h: History, cfg: CheckerConfig) -> CheckResult:
     skipped: dict[str, str] = {}
     if "summary" in got:
         by_problem = {r["problem"] or "ok": r["n"] for r in got["summary"]}
-        bad_n = sum(n for p, n in by_problem.items() if p not in ("ok", EXCUSED))
+        bad_n = sum(n for p, n in by_problem.items() if p not in ("ok", EXCUSED, RETAINED_AWAY))
         counts.update(acknowledged=got["acked"][0]["n"], replica_reads_checked=sum(by_problem.values()),
                       by_problem=by_problem)
         result["byte-identical"] = bad_n == 0
