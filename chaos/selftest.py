@@ -24,6 +24,7 @@ from rich.table import Table
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from chaos.matrix import Cell, Row, read_row
+from chaos.nemesis_ops import describe_op
 from chaos.selftest_cases import (
     NEEDED_FAULT,
     NEEDED_LAST,
@@ -62,11 +63,12 @@ def case_phase_s(case: SelftestCase, duration_s: float) -> float:
     return max(duration_s, NEEDED_PHASE_S.get(case.switch, 0.0))
 
 
-def _drawn(needed: tuple[str, str], drawn: tuple[str, str | None]) -> bool:
-    """A drawn (op, target) is the needed one; a symbolic target matches its pinned forms (`group`
-    matches `group:broker-b`)."""
+def _drawn(needed: tuple[str, ...], drawn: tuple[str, str | None, str]) -> bool:
+    """A drawn (op, target, description) is the needed one; a symbolic target matches its pinned forms
+    (`group` matches `group:broker-b`); a third part of `needed` must occur in the description."""
     return drawn[0] == needed[0] and drawn[1] is not None and (
-        drawn[1] == needed[1] or drawn[1].startswith(f"{needed[1]}:"))
+        drawn[1] == needed[1] or drawn[1].startswith(f"{needed[1]}:")) and (
+        len(needed) < 3 or needed[2] in drawn[2])
 
 
 def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
@@ -83,10 +85,10 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
         chosen = suite(case.suite)
         schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=time_scale,
                                       duration_s=case_phase_s(case, duration_s), topology=chosen.topologies[0]))
-        drawn = [(e.op.op, getattr(e.op, "target", None)) for e in schedule.entries]
+        drawn = [(e.op.op, getattr(e.op, "target", None), describe_op(e.op)) for e in schedule.entries]
         if (drawn[-1:] and _drawn(needed, drawn[-1])) if last else any(_drawn(needed, d) for d in drawn):
             return seed
-    raise ValueError(f"no seed up to {SEEDS_TRIED} draws {' '.join(needed)} for {case.suite}"
+    raise ValueError(f"no seed up to {SEEDS_TRIED} draws {' '.join(needed[:2])} for {case.suite}"
                      + (" as its last fault" if last else ""))
 
 

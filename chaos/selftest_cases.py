@@ -6,9 +6,10 @@ on a real cluster with its switch on and expects the named check to fail. A row 
 (broker | consumer | producer: the in-harness workload), `masters_only` keeps it off slaves, `mode` is a durability mode for suites
 run per mode (None: the suite's default).
 
-`NEEDED_FAULT` names, per suite, the fault its switched bug needs to show; the selftest runs the
-first seed whose schedule draws it within the short fault phase (`NEEDED_LAST`, per switch: as
-the schedule's last fault).
+`NEEDED_FAULT` names, per suite, the fault its switched bug needs to show, as (op, symbolic target)
+and optionally a piece of the op's one-line description (`wall`, `stall`, `to 100%`: a gray op's
+kind or size); the selftest runs the first seed whose schedule draws it within the short fault
+phase (`NEEDED_LAST`, per switch: as the schedule's last fault).
 """
 
 from __future__ import annotations
@@ -64,21 +65,34 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("broker-loss", "producer", c.FAULT_PRODUCER_LATENCY_FAULT_OFF, "availability"),
     # a group killed past the route expiry comes back, and no consumer takes its queues again
     SelftestCase("broker-loss", "consumer", c.FAULT_REBALANCE_IGNORE_RETURNED, "rebalance"),
+    # leases on the wall clock: a step forward (or the way back from a step back) ends live leases
+    # before the ends the broker recorded
+    SelftestCase("gray", "broker", c.FAULT_LEASE_WALL_CLOCK, "lock-exclusivity", masters_only=True),
+    # a holder whose renewal timed out once under a stalled link never renews again: once the link is
+    # back its client lease lapses again and again with no fault to explain it
+    SelftestCase("gray", "consumer", c.FAULT_RENEW_GIVES_UP, "lock-exclusivity"),
+    # segments mapped sparse: the master's first write into a page a full disk cannot back is SIGBUS
+    SelftestCase("disk-full", "broker", c.FAULT_SPARSE_SEGMENTS, "deaths", masters_only=True),
+    # the guard off: a master filled past 90 % goes on acknowledging sends
+    SelftestCase("disk-full", "broker", c.FAULT_IGNORE_DISK_FULL, "disk-full", masters_only=True),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show
-NEEDED_FAULT: dict[str, tuple[str, str]] = {
+NEEDED_FAULT: dict[str, tuple[str, ...]] = {
     "lock-takeover": ("kill", "lock-holder"), "offset-resync": ("kill", "random-consumer"),
     "read-routing": ("pause", "all-consumers"), "failover": ("kill", "master"), "mixed": ("kill", "lock-holder"),
     "durability": ("power-loss", "master"), "broker-loss": ("partition", "producer-0"),
+    "gray": ("clock", "master", "wall"), "disk-full": ("disk-fill", "master", "to 95%"),
 }
 # switches whose bug needs another fault than their suite's (a corrupted record read back unchecked,
 # an acknowledged record no replica kept, a broker group's queues leaving the route and coming back)
-NEEDED_SWITCH_FAULT: dict[str, tuple[str, str]] = {
+NEEDED_SWITCH_FAULT: dict[str, tuple[str, ...]] = {
     c.FAULT_READ_SKIP_CRC: ("corrupt", "master"),
     # a master-only power loss gets its cut tail back from the slave: only a rack's loses it
     c.FAULT_SYNC_FLUSH_ACK_EARLY: ("power-loss", "group"),
     c.FAULT_REBALANCE_IGNORE_RETURNED: ("kill", "group"),
+    c.FAULT_RENEW_GIVES_UP: ("link-toxic", "lock-holder", "stall"),
+    c.FAULT_SPARSE_SEGMENTS: ("disk-fill", "master", "to 100%"),
 }
 # switches whose bug shows only when nothing follows the needed fault: a later fault's recovery pushes the
 # bound out (a slow takeover after a kill hides behind a consumer restarted after it)

@@ -451,9 +451,6 @@ FAULT_RENEW_GIVES_UP = "renew-gives-up"
 BROKER_FAULT_SWITCHES[FAULT_LEASE_WALL_CLOCK] = (
     "lock leases ignore wall-clock steps: the queue lock table measures leases on the wall clock "
     "(as RocketMQ does), so a backward step keeps a dead holder's lock past its lease")
-# switches no chaos suite and selftest case catch yet: the clock nemesis and its checks
-# (clock-independence, skewed exclusivity) are still to come; tests/chaos exempts them
-SWITCHES_AWAITING_A_SUITE = frozenset({FAULT_LEASE_WALL_CLOCK, FAULT_RENEW_GIVES_UP})
 CONSUMER_FAULT_SWITCHES[FAULT_RENEW_GIVES_UP] = (
     "lock renewal retries at every interval: after one renewal call of a broker's queues fails or times "
     "out, the consumer never renews that broker's locks again, so its client leases run out")
