@@ -65,7 +65,7 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES,
              "producer": c.PRODUCER_FAULT_SWITCHES}
     assert set(SUITES) == {"lock-takeover", "offset-resync", "read-routing", "failover", "mixed", "durability",
-                           "broker-loss"}
+                           "broker-loss", "gray", "disk-full"}
     for s in SUITES.values():
         assert set(s.checks) <= set(CHECKS), s.name
         b = s.breaking_switch
@@ -87,10 +87,8 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
         assert any(case.switch in spec.effective_options(n).get("fault_switches", ()) for n in spec.nodes), case
     covered = {(case.suite, case.switch) for case in SELFTEST_CASES}
     assert {(s.name, s.breaking_switch.switch) for s in SUITES.values()} <= covered
-    # the full-disk switches wait for the full-disk nemesis and its selftest cases
-    awaiting_selftest = {c.FAULT_SPARSE_SEGMENTS, c.FAULT_IGNORE_DISK_FULL}
     assert set(known["broker"]) | set(known["consumer"]) | set(known["producer"]) == {
-        case.switch for case in SELFTEST_CASES} | awaiting_selftest
+        case.switch for case in SELFTEST_CASES}
 
 
 def test_dry_run_prints_the_same_schedule_for_the_same_seed():

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from chaos import cli
 from chaos import selftest as chaos_selftest
 from chaos.cli import app
+from chaos.nemesis_ops import describe_op
 from chaos.runner import RunOptions, plan
 from chaos.selftest import SELFTEST_JSON, case_phase_s, run_selftest, seed_for, selftest_exit_code
 from chaos.selftest_cases import (
@@ -76,11 +77,14 @@ def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
         schedule, _ = plan(RunOptions(s, seed=seed, duration_s=case_phase_s(case, SELFTEST_FAULT_PHASE_S),
                                       topology=s.topologies[0]))
         # a symbolic target is drawn pinned to a broker group on 2x2 (`group` -> `group:broker-b`)
-        drawn = [(e.op.op, (getattr(e.op, "target", None) or "").split(":")[0]) for e in schedule.entries]
+        drawn = [(e.op.op, (getattr(e.op, "target", None) or "").split(":")[0], describe_op(e.op))
+                 for e in schedule.entries]
         if case.switch in NEEDED_LAST:
-            assert drawn[-1] == NEEDED_LAST[case.switch], case  # nothing after it pushes the bound out
+            assert drawn[-1][:2] == NEEDED_LAST[case.switch], case  # nothing after it pushes the bound out
         else:
-            assert NEEDED_SWITCH_FAULT.get(case.switch, NEEDED_FAULT[case.suite]) in drawn, case
+            needed = NEEDED_SWITCH_FAULT.get(case.switch, NEEDED_FAULT[case.suite])
+            # a gray fault names its kind or size too (`stall`, `wall`, `to 100%`)
+            assert any(d[:2] == needed[:2] and (len(needed) < 3 or needed[2] in d[2]) for d in drawn), case
 
 
 def test_the_selftest_command_prints_the_table_and_fails_on_a_switch_not_caught(tmp_path, monkeypatch):
