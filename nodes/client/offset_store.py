@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nodes.client.routes import FoundBroker
 from nodes.client.rpc.api import OffsetKind
 from nodes.common import constants as c
-from nodes.common.clock import SYSTEM_CLOCK, Clock
+from nodes.common.clock import SYSTEM_CLOCK, Clock, real_mono_converter
 from nodes.common.errors import BrokerNotFoundError, MqError
 from nodes.common.service import CrashHandler, Service
 from nodes.common.types import MessageQueue
@@ -222,7 +222,11 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         if self._on_event is None:
             return
         # decided_mono_ms: when the commit was decided (the lock check) and sent; the event is
-        # written when the answer came back, which a process paused in between shows much later
+        # written when the answer came back, which a process paused in between shows much later.
+        # A client under clock control read it on its skewed clock: the event carries the real time
+        to_real = real_mono_converter(self._clock)
+        if to_real is not None and decided_ms is not None:
+            decided_ms = to_real(decided_ms)
         event: dict[str, Any] = {
             "event": "offset-commit", "side": "client", "group": self.group, "client_id": self.client_id or None,
             "topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset,

@@ -61,6 +61,8 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
     parts["early"] = _early_expiries(h, slack)
     parts["lapses"] = h.locks.filter((F.col("side") == "client") & (F.col("action") == "expired")).select(
         *GQ, "client_id", "node", "t", "lease_end_mono_ms")
+    parts["stops"] = h.ev.filter(F.col("event").isin("consumer-stopping", "consumer-stop")).select(
+        "node", F.col("mono_ms").alias("t"))
     has_commits = bool(h.stats["event_kinds"].get("offset-commit"))
     if has_commits:
         for side in ("broker", "client"):
@@ -128,7 +130,7 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
         # a holder renews every R_l, so its lease (L_c) lapses only when something kept a renewal
         # from the broker for L_c - R_l: a fault on the holder, on a broker, or on one of its links
         # (the renewal walks the brokers one after another, so a slow one delays the others')
-        unexplained = _unexplained_lapses(h, cfg, got["lapses"])
+        unexplained = _unexplained_lapses(h, cfg, got["lapses"], [r["t"] for r in got["stops"]])
         counts["client_leases_lapsed"] = len(got["lapses"])
         counts["client_leases_lapsed_without_fault"] = len(unexplained)
         result["lease-renewal"] = not unexplained
@@ -167,9 +169,12 @@ def _early_expiries(h: History, slack: int) -> DataFrame:
     return last.filter(F.col("p_lease") > F.col("t") + slack).select(*keys, "t", "p_t", "p_lease")
 
 
-def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, Any]],
+                        stops: list[int]) -> list[dict[str, Any]]:
     """Client lease lapses (`expired` on the client side) with no fault on the holder's node, on a
-    broker, or on a link of the holder within the lease before the lapse."""
+    broker, or on a link of the holder within the lease before the lapse; a consumer stopping then
+    (a stop fault, the end of the run) explains it too: the group rebalances and the brokers stop
+    one by one."""
     b = cfg.bounds
     out = []
     for r in lapses:
@@ -178,7 +183,7 @@ def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, A
         faults = [w for w in h.faults if w.start_ms <= hi and w.end_ms >= lo
                   and (not w.targets or r["node"] in w.targets or any(h.is_broker(t) for t in w.targets))]
         exits = [e for e in h.exits if lo <= e.t_ms <= hi and (e.node == r["node"] or h.is_broker(e.node))]
-        if not faults and not exits:
+        if not faults and not exits and not any(t <= hi for t in stops):
             out.append({"anomaly": "client lease lapsed with no fault to explain it", "queue": queue_name(r),
                         "group": r["group"], "client_id": r["client_id"], "lease_end_s": s(h, end),
                         "renewal_margin_ms": b.L_c - b.R_l})
