@@ -183,7 +183,7 @@ def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, A
         faults = [w for w in h.faults if w.start_ms <= hi and w.end_ms >= lo
                   and (not w.targets or r["node"] in w.targets or any(h.is_broker(t) for t in w.targets))]
         exits = [e for e in h.exits if lo <= e.t_ms <= hi and (e.node == r["node"] or h.is_broker(e.node))]
-        if not faults and not exits and not any(t <= hi for t in stops):
+        if not faults and not exits and not any(lo - b.L_b <= t <= hi for t in stops):
             out.append({"anomaly": "client lease lapsed with no fault to explain it", "queue": queue_name(r),
                         "group": r["group"], "client_id": r["client_id"], "lease_end_s": s(h, end),
                         "renewal_margin_ms": b.L_c - b.R_l})
