@@ -48,6 +48,7 @@ from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
 from chaos.real_clients import MQLAB, is_mixed, real_client, spec_for, wire
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
+from chaos.skew import unsafe_skews
 from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
 from chaos.topology import place_schedule
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
@@ -174,6 +175,8 @@ def show_plan(console: Console, options: RunOptions, schedule: Schedule, bounds:
     for warning in check_ratios(spec.scaled_timing()):
         console.print(f"[yellow]warning:[/] {warning}")
     console.print(format_schedule(schedule))
+    for expected in unsafe_skews((e.op for e in schedule.entries), bounds):
+        console.print(f"[yellow]expected violation:[/] {expected}")
     if real_client(options.client) is not None:
         typical_ms, most_ms = real_client_run_ms(bounds, schedule.fault_phase_ms)
         who = f"the real {options.client.removesuffix('+' + MQLAB)} client" + \

@@ -73,3 +73,18 @@ def test_the_checker_takes_a_toxic_link_for_a_partition_and_a_starved_node_for_a
                                                                  "link-toxic consumer-1,broker-a-0")
     assert (starve.op, starve.gray, starve.end_ms) == ("pause", "starve", 1502)
     assert (disk.op, disk.gray, disk.recovered, disk.end_ms) == ("disk-fill", None, False, 5_000)
+
+
+def test_a_skew_past_rocketmqs_lock_margin_is_named_before_the_run():
+    from chaos.skew import safe_ratio, unsafe_skews, window_ratio
+
+    b = _bounds(0.05)
+    assert safe_ratio(b.L_c, b.L_b) == pytest.approx(0.6)  # (1500 + 150 + 150) / 3000
+    safe = [ClockFault("master", rate=0.75), ClockFault("lock-holder", rate=1.5), ClockFault("master", rate=1.5)]
+    assert unsafe_skews(safe, b) == []  # 1.33, 1.5, 0.67: all above 0.6
+    fast_master, slow_holder = ClockFault("master", rate=2.5), ClockFault("consumer-1", rate=0.5)
+    lines = unsafe_skews([fast_master, slow_holder, Starve()], b)
+    assert len(lines) == 2 and "r_c / r_b = 0.40" in lines[0] and "r_c / r_b = 0.50" in lines[1]
+    assert window_ratio("clock broker-a-0 rate x2.5", ["broker-a-0"]) == pytest.approx(0.4)
+    assert window_ratio("clock consumer-1 rate x0.5", ["consumer-1"]) == 0.5
+    assert window_ratio("clock broker-a-0 wall -3000 ms", ["broker-a-0"]) is None

@@ -16,12 +16,14 @@ from chaos.checker.faults import SILENT_OPS
 from chaos.checker.loader import GQ, History
 from chaos.checker.schemas import LOCK_GONE_ACTIONS, LOCK_HELD_ACTIONS
 from chaos.checker.verdict import CheckResult, combine_parts, unknown
+from chaos.skew import safe_ratio, window_ratio
 
 LOCK = (
     "Per orderly group and queue: (1) mutual exclusion - no two clients have overlapping consume intervals "
     "[consume_start, consume_end]; an overlap is expected-by-design (reported, not failed) when the older "
     "holder was paused or partitioned for longer than L_b - L_c inside that batch (RocketMQ does not fence "
-    "in-flight batches), otherwise a bug; (2) lease discipline - the broker never grants a queue to B while "
+    "in-flight batches), expected-by-skew when an injected clock rate took r_c / r_b below (L_c + slack) / L_b "
+    "during its lease (the run names it before it starts), otherwise a bug; (2) lease discipline - the broker never grants a queue to B while "
     "A's lease is unexpired and A has not released it (unless the broker restarted, which empties its lock "
     "table), a client never starts a batch unless its last lock event is granted/renewed with a believed "
     "deadline not yet passed, and a client's believed deadline never exceeds the broker's lease; (3) no "
@@ -87,8 +89,11 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
     else:
         overlaps = _classify_overlaps(h, cfg, got["overlaps"])
         bugs = [o for o in overlaps if o["class"] == "bug"]
-        expected = [o for o in overlaps if o["class"] == "expected-by-design"]
-        counts["overlaps"] = {"bug": len(bugs), "expected-by-design": len(expected)}
+        expected = [o for o in overlaps if o["class"] in ("expected-by-design", "expected-by-skew")]
+        counts["overlaps"] = {"bug": len(bugs), "expected-by-design": sum(o["class"] == "expected-by-design"
+                                                                          for o in overlaps)}
+        if any(o["class"] == "expected-by-skew" for o in overlaps):
+            counts["overlaps"]["expected-by-skew"] = sum(o["class"] == "expected-by-skew" for o in overlaps)
         failing = bugs + (expected if cfg.fail_expected_overlaps else [])
         result["mutual-exclusion"] = not failing
         examples += [{"anomaly": f"overlap ({o['class']})", **o} for o in (bugs + expected)[:n]]
@@ -210,18 +215,27 @@ def _overlap_candidates(batches: DataFrame, slack: int) -> DataFrame:
 
 
 def _classify_overlaps(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Expected-by-design when the older holder was paused or partitioned past L_b - L_c inside its batch."""
-    margin = cfg.bounds.L_b - cfg.bounds.L_c
+    """Expected-by-design when the older holder was paused or partitioned past L_b - L_c inside its batch;
+    expected-by-skew when a clock fault took r_c / r_b below the safe ratio (chaos.skew) during the older
+    holder's lease (on its node or on a broker)."""
+    b = cfg.bounds
+    margin = b.L_b - b.L_c
+    floor = safe_ratio(b.L_c, b.L_b)
     out = []
     for r in sorted(cands, key=lambda r: r["start"]):
         paused = [w for w in h.node_faults(r["older_node"], SILENT_OPS)
                   if min(w.end_ms, r["older_end"]) - max(w.start_ms, r["older_start"]) >= margin - cfg.clock_slack_ms]
+        skewed = [w for w in h.faults if w.op == "clock" and w.start_ms <= r["end"]
+                  and w.end_ms >= r["older_start"] - b.L_b
+                  and (r["older_node"] in w.targets or any(h.is_broker(t) for t in w.targets))
+                  and (ratio := window_ratio(w.detail, w.targets)) is not None and ratio < floor]
+        cls = "expected-by-design" if paused else "expected-by-skew" if skewed else "bug"
         out.append({"queue": queue_name(r), "group": r["group"], "older_client": r["older_client"],
                     "older_batch_s": [s(h, r["older_start"]), s(h, r["older_end"])], "client": r["client_id"],
                     "batch_s": [s(h, r["start"]), s(h, r["end"])],
                     "overlap_ms": min(r["older_end"], r["end"]) - r["start"],
-                    "class": "expected-by-design" if paused else "bug",
-                    "older_paused": paused[0].label if paused else None})
+                    "class": cls, "older_paused": paused[0].label if paused else None,
+                    "skew": skewed[0].label if skewed else None})
     return out
 
 
