@@ -165,7 +165,7 @@ def _apply(proc: NodeProcess, old: ClockState, new: ClockState, op: str, log_dir
         _write_atomic(proc.run_dir / c.CLOCK_CONTROL_FILE, render_control(ClockSetting(new.rate, new.offset_ms)))
     record = {"op": op, **asdict(new), "harness_wall_ms": time.time_ns() // 1_000_000,
               "harness_mono_ms": time.monotonic_ns() // 1_000_000}
-    log.warning("clock fault on %s: %s", proc.node_id, record)
+    log.info("clock fault on %s: %s", proc.node_id, record)
     if log_dir is not None:
         with (log_dir / FAULT_LOG_NAME).open("a", encoding="utf-8") as out:
             out.write(json.dumps(record, sort_keys=True) + "\n")
