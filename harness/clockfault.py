@@ -24,15 +24,26 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from harness.errors import HarnessError
 from nodes.common import constants as c
 from nodes.common.clock import ClockSetting, check_setting
 from nodes.common.clock_control import parse_control, render_control
 
-if TYPE_CHECKING:
-    from harness.process import NodeProcess
+
+class NodeProcess(Protocol):
+    """What a clock fault needs of a node (harness.process.NodeProcess, which imports this module)."""
+
+    node_id: str
+    run_dir: Path
+    config: Any
+
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def state(self) -> Any: ...
+
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import clockfault
-from harness.clockfault import ClockState
+from harness.clockfault import ClockState, clock_jump, clock_reset, clock_skew
 from harness.cpu import CpuStarver, StarvationProof
 from harness.disk import DiskFill, StoreMount, StoreMounts
 from harness.errors import HarnessError, NamesrvUnreachable
@@ -336,15 +335,15 @@ class LocalCluster:
 
     def clock_jump(self, node_id: str, delta_ms: int) -> ClockState:
         """Step a node's wall clock by `delta_ms` (libfaketime); returns what is now in force."""
-        return clockfault.clock_jump(self.node(node_id), delta_ms, log_dir=self.run_dir)
+        return clock_jump(self.node(node_id), delta_ms, log_dir=self.run_dir)
 
     def clock_skew(self, node_id: str, rate: float, *, step_ms: int = 0) -> ClockState:
         """Run a node's lease and timer clock at `rate` (and step it by `step_ms`); returns what is in force."""
-        return clockfault.clock_skew(self.node(node_id), rate, step_ms=step_ms, log_dir=self.run_dir)
+        return clock_skew(self.node(node_id), rate, step_ms=step_ms, log_dir=self.run_dir)
 
     def clock_reset(self, node_id: str) -> ClockState:
         """Heal every clock fault of a node: no jump, rate 1, no step."""
-        return clockfault.clock_reset(self.node(node_id), log_dir=self.run_dir)
+        return clock_reset(self.node(node_id), log_dir=self.run_dir)
 
     @property
     def unexpected_exits(self) -> list[UnexpectedExit]:

@@ -141,7 +141,8 @@ def outage_windows(h: History, cfg: CheckerConfig) -> list[tuple[str | None, str
     after = b.timers.get("N_r", 0) + b.timers.get("W_p", 0)
     out: list[tuple[str | None, str | None, int, int]] = []
     for w in h.faults:
-        if w.op not in FALLBACK_OPS:
+        # a gray fault slows the master but leaves it reachable: a fall-back then is no outage's
+        if w.op not in FALLBACK_OPS or w.gray is not None:
             continue
         for target in w.targets:
             ident = broker_identity(target) if h.is_broker(target) else None

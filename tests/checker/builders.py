@@ -229,6 +229,9 @@ class Run:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as f:
                     f.write(json.dumps(r) + "\n")
+        # the chaos runner always writes the unexpected exits, an empty file when there were none
+        (run_dir / "processes").mkdir(exist_ok=True)
+        (run_dir / "processes" / "processes.jsonl").touch()
         if timing:
             (run_dir / "timing.json").write_text(json.dumps(TIMING))
         (run_dir / "run.json").write_text(json.dumps({"suite": "unit", "seed": 7}))

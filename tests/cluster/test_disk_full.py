@@ -65,7 +65,16 @@ def fill(path: Path, used_ratio: float | None = None) -> Path:
     size = free if used_ratio is None else int(total * used_ratio) - (total - free)
     filler = path / "filler"
     with open(filler, "wb") as f:
-        os.posix_fallocate(f.fileno(), 0, max(size, 1))
+        if used_ratio is not None:
+            os.posix_fallocate(f.fileno(), 0, max(size, 1))
+        else:  # to the last block, while the broker may still be writing: grow until ENOSPC
+            step, allocated = 1 << 20, 0
+            while step >= st.f_frsize:
+                try:
+                    os.posix_fallocate(f.fileno(), allocated, step)
+                    allocated += step
+                except OSError:
+                    step //= 2
     return filler
 
 

@@ -31,8 +31,9 @@ _DISK_FULL_ANSWER = "SERVICE_NOT_AVAILABLE"
 
 def check_disk_full(h: History, cfg: CheckerConfig) -> CheckResult:
     fills = [w for w in h.faults if w.op == "disk-fill"]
-    if not fills:
-        return unknown("disk-full", DISK_FULL, "no disk-fill fault in the run")
+    if not fills:  # nothing filled a disk: no send had to be refused (coverage shows the path unreached)
+        return CheckResult(name="disk-full", valid=True, definition=DISK_FULL, counts={"fills": 0},
+                           reason="no disk-fill fault in the run: nothing to judge")
     if not h.has("sends"):
         return unknown("disk-full", DISK_FULL, "no sends history in the run")
     b = cfg.bounds
