@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.common import constants as c
-from nodes.common.errors import InvalidMessageError
+from nodes.common.errors import InvalidMessageError, StoreError
 from nodes.common.types import TopicConfig, validate_topic
 
 log = logging.getLogger(__name__)
@@ -113,14 +113,26 @@ class SubscriptionGroupManager:
         self.auto_create_enable = auto_create_enable
         self.groups: dict[str, SubscriptionGroupConfig] = {
             name: SubscriptionGroupConfig(**value) for name, value in metadata.get_all(GROUPS_TABLE).items()}
+        self._unwritten: set[str] = set()  # auto-created groups a full disk kept from being written
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group config, auto-created when the broker allows it (the default)."""
+        """The group config, auto-created when the broker allows it (the default).
+
+        An auto-created group is used at once even when it cannot be written yet (a full disk):
+        a consumer's pulls must go on while writes are refused, as RocketMQ's in-memory table
+        does; the write is tried again at the group's next lookup."""
         config = self.groups.get(group)
         if config is None and self.auto_create_enable and group:
             config = SubscriptionGroupConfig(group)
-            self.put(config)
+            self.groups[group] = config
+            self._unwritten.add(group)
             log.info("auto-created subscription group %s", group)
+        if config is not None and group in self._unwritten:
+            try:
+                self._metadata.put(GROUPS_TABLE, group, dataclasses.asdict(config))
+                self._unwritten.discard(group)
+            except StoreError as exc:
+                log.warning("subscription group %s is in use but not written yet: %s", group, exc)
         return config
 
     def put(self, config: SubscriptionGroupConfig) -> None:

@@ -84,3 +84,20 @@ def test_offsets_a_full_disk_refused_to_persist_stay_dirty_and_are_written_later
         assert len(metadata.get_all("consumer_offsets")) == 5_000
     finally:
         metadata.close()
+
+
+def test_a_group_auto_created_on_a_full_disk_is_used_at_once_and_written_once_there_is_room(tmpfs):
+    # a consumer's first pull auto-creates its group: a full disk must not fail that pull
+    fs = tmpfs(1024 * 1024)
+    metadata = MetadataStore(fs / "metadata")
+    try:
+        groups = SubscriptionGroupManager(metadata, auto_create_enable=True)
+        filler = fill(fs)
+        assert groups.find("readers").group_name == "readers"
+        assert groups.find("readers") is groups.groups["readers"]  # no write yet, still served
+        assert "readers" not in metadata.get_all("subscription_groups")
+        filler.unlink()
+        groups.find("readers")  # the next lookup writes it
+        assert "readers" in metadata.get_all("subscription_groups")
+    finally:
+        metadata.close()
