@@ -111,9 +111,10 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
         t = time.monotonic()
         verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
         seconds["findings"] = time.monotonic() - t
-        t = time.monotonic()
-        verdict.info.update(coverage_safe(h, cfg))  # which paths the run reached: never part of the verdict
-        seconds["coverage"] = time.monotonic() - t
+        if names is None:  # a judgement of chosen checks only (tests, selftest cases) is no account of the run
+            t = time.monotonic()
+            verdict.info.update(coverage_safe(h, cfg))  # which paths the run reached: never part of the verdict
+            seconds["coverage"] = time.monotonic() - t
         verdict_path = verdict.write(out / VERDICT_JSON)
         report_path = None
         if report:

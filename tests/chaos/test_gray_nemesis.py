@@ -31,8 +31,8 @@ def cluster(tmp_path):
                             consume_from_where="CONSUME_FROM_FIRST_OFFSET")
             .with_store_filesystem("brokers", 32 * 1024 * 1024))
     spec = spec.with_clock_control(MASTER, wall=True).with_clock_control("consumer-0")
-    spec = spec.with_node_options(MASTER, store={"commitlog_segment_bytes": 256 * 1024, "cq_units_per_file": 16_384})
-    spec = spec.with_node_options(SLAVE, store={"commitlog_segment_bytes": 256 * 1024, "cq_units_per_file": 16_384})
+    small = {"commitlog_segment_bytes": 256 * 1024, "message_body_bytes_max": 64 * 1024, "cq_units_per_file": 16_384}
+    spec = spec.with_node_options(MASTER, store=small).with_node_options(SLAVE, store=small)
     with LocalCluster(spec, run_dir=tmp_path / "run", links=True) as cl:
         yield cl
         assert not cl.unexpected_exits, f"nodes died unexpectedly: {cl.unexpected_exits}"
