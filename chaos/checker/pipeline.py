@@ -111,7 +111,8 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
         t = time.monotonic()
         verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
         seconds["findings"] = time.monotonic() - t
-        if names is None:  # a judgement of chosen checks only (tests, selftest cases) is no account of the run
+        # a judgement of some of the run's checks only (a switched selftest case, a test) is no account of the run
+        if names is None or cfg.checks is None or set(cfg.checks) <= set(names):
             t = time.monotonic()
             verdict.info.update(coverage_safe(h, cfg))  # which paths the run reached: never part of the verdict
             seconds["coverage"] = time.monotonic() - t
