@@ -16,7 +16,16 @@ import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from chaos.nemesis_ops import ClockFault, DiskFill, LinkToxic, Outcome, Partition, Starve, describe_op
+from chaos.nemesis_ops import (
+    RECOVERY_OP,
+    ClockFault,
+    DiskFill,
+    LinkToxic,
+    Outcome,
+    Partition,
+    Starve,
+    describe_op,
+)
 from chaos.nemesis_targets import ResolveError
 from harness import HarnessError
 
@@ -64,7 +73,7 @@ class GrayFaults:
             return self._remove_toxics(fault)
         undo: Callable[[str], Any] = {"clock": cluster.clock_reset, "starve": cluster.unstarve,
                                       "disk-fill": cluster.free_disk}[fault.op]
-        op = {"clock": "clock-reset", "starve": "unstarve", "disk-fill": "free-disk"}[fault.op]
+        op = RECOVERY_OP[fault.op]
         return self._per_node(op, fault.fault_id, list(fault.targets), f"{op} {', '.join(fault.targets)}", undo,
                               symbol=None, opens=False)
 

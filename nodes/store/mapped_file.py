@@ -371,12 +371,11 @@ class MappedFileQueue:
             return None
         mapped = self.files[0]
         try:
-            mapped.close()
+            mapped.destroy()
         except BufferError:
             log.warning("segment %s is still being read; deleting it on a later pass", mapped.path)
             return None
         del self.files[0]
-        mapped.path.unlink(missing_ok=True)
         return mapped
 
     def writable_file(self) -> MappedFile:
