@@ -195,8 +195,12 @@ def real_mono_converter(clock: Clock) -> Callable[[int], int] | None:
     skewed = clock
 
     def convert(ms: int) -> int:
-        now_ms, real_ns = skewed._now()
-        return int(real_ns / 1e6 + (ms - now_ms) / skewed.setting.rate)
+        # from the anchor alone, so one reading converts to one real time for as long as the rate
+        # holds (two events naming the same lease end agree to the ms), rounded to the nearest
+        # ms: at rate 1 the float error of the anchor must not truncate a reading down by one
+        anchor = skewed._anchor
+        base_ms = ms - anchor.setting.offset_ms
+        return round(anchor.real_mono_ns / 1e6 + (base_ms - anchor.base_ms) / anchor.setting.rate)
 
     return convert
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nodes.common import constants as c
-from nodes.common.clock import SYSTEM_CLOCK, ClockSetting, SkewedClock
+from nodes.common.clock import SYSTEM_CLOCK, ClockSetting, SkewedClock, real_mono_converter
 from nodes.common.clock_control import ClockControl, node_clocks, parse_control, render_control
 from nodes.common.config import BrokerConfig
 from nodes.common.service import Service
@@ -55,6 +55,24 @@ def test_an_offset_steps_the_monotonic_clock_only():
     assert clock.wall_ms() - time.time_ns() // 1_000_000 == pytest.approx(0, abs=2)
     clock.set(ClockSetting(1.0, -1_000))  # a step back by 6 s
     assert clock.monotonic_ms() - real_ms() == pytest.approx(-1_000, abs=2)
+
+
+def test_a_reading_converts_to_one_real_time_while_the_rate_holds():
+    # two events naming the same lease end must carry the same real time, whenever each converts it
+    for setting in (ClockSetting(), ClockSetting(1.0, 3_600_000), ClockSetting(2.0, -500), ClockSetting(0.5)):
+        clock = SkewedClock(setting)
+        to_real = real_mono_converter(clock)
+        for reading_ms in range(clock.monotonic_ms(), clock.monotonic_ms() + 2_000, 7):
+            first = to_real(reading_ms)
+            time.sleep(0.0001)
+            assert to_real(reading_ms) == first
+        now_ms = clock.monotonic_ms()
+        assert to_real(now_ms + 1_000) == pytest.approx(real_ms() + 1_000 / setting.rate, abs=3)
+    # at rate 1 and no step a reading is the real time itself, to the ms
+    clock = SkewedClock()
+    to_real = real_mono_converter(clock)
+    assert all(to_real(ms) == ms for ms in range(10_000_000, 10_002_000))
+    assert real_mono_converter(SYSTEM_CLOCK) is None
 
 
 @pytest.mark.parametrize("bad", [ClockSetting(0.0), ClockSetting(-1.0), ClockSetting(float("nan")),
