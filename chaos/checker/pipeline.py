@@ -108,11 +108,12 @@ def check_run(run_dir: str | Path, *, spark: SparkSession | None = None, spark_m
         results = run_checks(h, cfg, names)
         seconds["checks"] = time.monotonic() - t
         verdict = verdict_for(h, cfg, results, {"spark_master": session.sparkContext.master})
-        t = time.monotonic()
-        verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
-        seconds["findings"] = time.monotonic() - t
-        # a judgement of some of the run's checks only (a switched selftest case, a test) is no account of the run
+        # a judgement of some of the run's checks only (a switched selftest case, a test) is no account
+        # of the run: its findings and coverage (seconds each) are left to a whole judgement
         if names is None or cfg.checks is None or set(cfg.checks) <= set(names):
+            t = time.monotonic()
+            verdict.info["client_findings"] = findings_safe(h, cfg)  # beside the verdict, never part of it
+            seconds["findings"] = time.monotonic() - t
             t = time.monotonic()
             verdict.info.update(coverage_safe(h, cfg))  # which paths the run reached: never part of the verdict
             seconds["coverage"] = time.monotonic() - t

@@ -261,7 +261,9 @@ def _case_params() -> list[object]:
 
 @pytest.fixture(scope="module")
 def kept_checker():
-    """One checker process for the switched runs, as `mqlab chaos selftest` keeps one for its cases."""
+    """One checker process per test process for the switched runs, as `mqlab chaos selftest` keeps
+    one for its cases (the runs spread over the xdist workers: one worker judging them all in turn
+    was the longest path through the default test run)."""
     from chaos.judge import CheckerProcess
 
     with CheckerProcess() as checker:
@@ -269,7 +271,6 @@ def kept_checker():
 
 
 @pytest.mark.cluster
-@pytest.mark.xdist_group("switched-runs")  # one worker, so one kept checker judges them all
 @pytest.mark.parametrize("case", _case_params())
 def test_every_switch_makes_its_check_fail(case, tmp_path, kept_checker):
     """The selftest's table, run here: each switch on, a short run, exit 1 with the case's check failing.
@@ -290,10 +291,11 @@ def test_every_switch_makes_its_check_fail(case, tmp_path, kept_checker):
     assert _leftovers(run_dir) == []
 
 
-@pytest.mark.xdist_group("switched-runs")  # after them, on their worker: its checker is warm by then
 def test_a_kept_checker_judges_run_after_run_and_is_replaced_when_it_dies(tmp_path, kept_checker):
     from checker.builders import Run
 
+    # the worker's kept checker (warm if a run came first); closed at the end, the next judgement
+    # on this worker starts another
     checker = kept_checker
     clean = Run().sends_for(0, 3).consume(0, range(3), t0=200).write(tmp_path / "clean")
     lossy = Run().sends_for(0, 3).consume(0, range(2), t0=200).write(tmp_path / "lossy")
@@ -326,10 +328,11 @@ def test_a_kept_checker_judges_run_after_run_and_is_replaced_when_it_dies(tmp_pa
 
 
 @pytest.mark.cluster
-def test_a_correct_build_passes_and_writes_the_report(tmp_path):
+def test_a_correct_build_passes_and_writes_the_report(tmp_path, kept_checker):
     run_dir = tmp_path / "run"
     seed = _seed_drawing("lock-takeover", *NEEDED_FAULT["lock-takeover"])
-    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir)).execute()
+    outcome = ChaosRun(RunOptions(SUITES["lock-takeover"], seed=seed, duration_s=SHORT_FAULT_PHASE_S, out_dir=run_dir,
+                                  checker=kept_checker)).execute()
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert outcome.exit_code == EXIT_VALID, {k: (v["valid"], v.get("reason")) for k, v in verdict["checks"].items()}
     assert set(verdict["checks"]) == set(SUITES["lock-takeover"].checks)

@@ -4,22 +4,19 @@ broker dies, every acknowledged message reads back, and sends work again once th
 gone. Filled to 100 % with the guard off (ENOSPC at a segment allocation): still no crash. A
 slave whose disk fills stops acknowledging and catches up after.
 
-The tmpfs mounts are made here, over the node's store dir, before the cluster starts (the tests
-run as root). Segments are larger than what a test sends, so retention (which deletes sealed
-segments when the disk is this full) finds nothing to delete and every message stays readable.
+The harness mounts the tmpfs over the node's store dir before the cluster starts and fills it with
+its filler file (`fill_disk`, as the disk-fill nemesis does; the tests run as root). Segments are
+larger than what a test sends, so retention (which deletes sealed segments when the disk is this
+full) finds nothing to delete and every message stays readable.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from support.cluster_rpc import max_phys_offset, wait_for, wait_slave_caught_up, wait_slave_connected
@@ -32,56 +29,20 @@ from nodes.common.config import Timing
 from nodes.common.errors import MqError, RemoteError, ServiceNotAvailableError
 from nodes.common.types import Message, SendResult, SendStatus
 
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
+pytestmark = pytest.mark.cluster  # mounting needs root: without it the harness fails the test saying so
 
 STORE = {"commitlog_segment_bytes": 4 * 1024 * 1024, "message_body_bytes_max": 64 * 1024, "cq_units_per_file": 4096}
 FS_BYTES = 16 * 1024 * 1024
 BATCH = 10
 BODY_BYTES = 1024
+MASTER, SLAVE = "broker-a-0", "broker-a-1"
 
 
-@pytest.fixture
-def store_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """store_fs(node_id) -> a fresh tmpfs mounted as that node's store dir under tmp_path/run."""
-    mounts: list[Path] = []
-
-    def mount(node_id: str) -> Path:
-        path = tmp_path / "run" / node_id / "store"
-        path.mkdir(parents=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(path)], check=True)
-        mounts.append(path)
-        return path
-
-    yield mount
-    for path in reversed(mounts):
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path, used_ratio: float | None = None) -> Path:
-    """A filler file bringing the filesystem at `path` to `used_ratio` (None: 100 %)."""
-    st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    free = st.f_bavail * st.f_frsize
-    size = free if used_ratio is None else int(total * used_ratio) - (total - free)
-    filler = path / "filler"
-    with open(filler, "wb") as f:
-        if used_ratio is not None:
-            os.posix_fallocate(f.fileno(), 0, max(size, 1))
-        else:  # to the last block, while the broker may still be writing: grow until ENOSPC
-            step, allocated = 1 << 20, 0
-            while step >= st.f_frsize:
-                try:
-                    os.posix_fallocate(f.fileno(), allocated, step)
-                    allocated += step
-                except OSError:
-                    step //= 2
-    return filler
-
-
-def _spec(time_scale: float, master_switches: tuple[str, ...] = (), **master_options) -> ClusterSpec:
-    spec = ClusterSpec.default(time_scale=time_scale)
-    spec = spec.with_node_options("broker-a-0", store=STORE, fault_switches=list(master_switches), **master_options)
-    return spec.with_node_options("broker-a-1", store=STORE)
+def _spec(time_scale: float, master_switches: tuple[str, ...] = (), *, small_disk: str = MASTER,
+          **master_options) -> ClusterSpec:
+    spec = ClusterSpec.default(time_scale=time_scale).with_store_filesystem(small_disk, FS_BYTES)
+    spec = spec.with_node_options(MASTER, store=STORE, fault_switches=list(master_switches), **master_options)
+    return spec.with_node_options(SLAVE, store=STORE)
 
 
 def _batch(tag: str, n: int) -> list[Message]:
@@ -101,13 +62,12 @@ def _events(cluster: LocalCluster, node_id: str, kind: str) -> list[dict]:
 
 
 def _alive(cluster: LocalCluster) -> None:
-    for node_id in ("broker-a-0", "broker-a-1"):
+    for node_id in (MASTER, SLAVE):
         assert cluster.node(node_id).describe()["state"] == "RUNNING"
     assert not cluster.unexpected_exits, cluster.unexpected_exits
 
 
-def test_a_full_disk_refuses_sends_with_14_and_takes_them_again_after(tmp_path, time_scale, store_fs):
-    store = store_fs("broker-a-0")
+def test_a_full_disk_refuses_sends_with_14_and_takes_them_again_after(tmp_path, time_scale):
     with LocalCluster(_spec(time_scale), run_dir=tmp_path / "run") as cluster:
         acked = []
         with Producer(cluster.namesrv_addr) as producer:
@@ -116,7 +76,7 @@ def test_a_full_disk_refuses_sends_with_14_and_takes_them_again_after(tmp_path, 
                 result = producer.send_batch(msgs)
                 assert result.status is SendStatus.SEND_OK
                 acked.append((result, msgs))
-            filler = fill(store, 0.95)
+            cluster.fill_disk(MASTER, 0.95)
             filled_at = time.monotonic()
             period_s = Timing().scaled(time_scale).disk_check_interval_ms / 1000
             refusal = None
@@ -135,18 +95,18 @@ def test_a_full_disk_refuses_sends_with_14_and_takes_them_again_after(tmp_path, 
             assert re.search(r"the broker's disk is full \[CL: (0\.9\d|1\.00) CQ: ", refusal.remark), refusal.remark
             assert refused_after_s < period_s + 5, refused_after_s
             _alive(cluster)
-            status = cluster.node("broker-a-0").describe()["details"]["store"]["disk"]
+            status = cluster.node(MASTER).describe()["details"]["store"]["disk"]
             assert status["full"] and status["commitlog_ratio"] > 0.90
             _read_back(cluster, acked)  # reads go on while writes are refused
-            filler.unlink()
+            cluster.free_disk(MASTER)
             result = wait_for(lambda: _try_send(producer, _batch("after", 0)), 15, "sends to be taken again")
             acked.append((result, _batch("after", 0)))
         _read_back(cluster, acked)
-        assert wait_slave_caught_up(cluster) == max_phys_offset(cluster.node("broker-a-0"))
+        assert wait_slave_caught_up(cluster) == max_phys_offset(cluster.node(MASTER))
         _alive(cluster)
-        flips = [e["state"] for e in _events(cluster, "broker-a-0", "disk-guard")]
+        flips = [e["state"] for e in _events(cluster, MASTER, "disk-guard")]
         assert flips[:2] == ["on", "off"], flips
-        assert _events(cluster, "broker-a-0", "retention-delete") == []  # the newest segment is never deleted
+        assert _events(cluster, MASTER, "retention-delete") == []  # the newest segment is never deleted
         print(f"\nrefused {refused_after_s * 1000:.0f} ms after the fill (check period {period_s * 1000:.0f} ms); "
               f"{len(acked) * BATCH} messages acknowledged and read back")
 
@@ -159,9 +119,7 @@ def _try_send(producer: Producer, msgs: list[Message]) -> SendResult | None:
     return result if result.status is SendStatus.SEND_OK else None
 
 
-def test_a_disk_filled_to_100_percent_with_the_guard_off_ends_in_refusals_not_a_crash(tmp_path, time_scale,
-                                                                                      store_fs):
-    store = store_fs("broker-a-0")
+def test_a_disk_filled_to_100_percent_with_the_guard_off_ends_in_refusals_not_a_crash(tmp_path, time_scale):
     spec = _spec(time_scale, master_switches=(c.FAULT_IGNORE_DISK_FULL,))
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         acked, failure = [], None
@@ -169,7 +127,7 @@ def test_a_disk_filled_to_100_percent_with_the_guard_off_ends_in_refusals_not_a_
             for n in range(5):
                 msgs = _batch("before", n)
                 acked.append((producer.send_batch(msgs), msgs))
-            filler = fill(store)  # 100 %: the current segment is allocated, the next is not
+            cluster.fill_disk(MASTER, 1.0)  # 100 %: the current segment is allocated, the next is not
             for n in range(5, 2_000):  # 20 MB: past the 4 MiB segment
                 msgs = _batch("full", n)
                 try:
@@ -182,43 +140,42 @@ def test_a_disk_filled_to_100_percent_with_the_guard_off_ends_in_refusals_not_a_
             assert "create mapped file failed" in failure.remark
             _alive(cluster)
             _read_back(cluster, acked)
-            filler.unlink()
+            cluster.free_disk(MASTER)
             assert wait_for(lambda: _try_send(producer, _batch("after", 0)), 15, "sends to be taken again")
         _alive(cluster)
-        assert _events(cluster, "broker-a-0", "disk-guard") == []  # the guard is off
+        assert _events(cluster, MASTER, "disk-guard") == []  # the guard is off
 
 
-def test_a_slave_whose_disk_fills_stops_acknowledging_and_catches_up_after(tmp_path, time_scale, store_fs):
-    slave_store = store_fs("broker-a-1")
-    spec = dataclasses.replace(_spec(time_scale, broker_role="SYNC_MASTER"), timing={"slave_timeout_ms": 1_500})
+def test_a_slave_whose_disk_fills_stops_acknowledging_and_catches_up_after(tmp_path, time_scale):
+    spec = dataclasses.replace(_spec(time_scale, small_disk=SLAVE, broker_role="SYNC_MASTER"),
+                               timing={"slave_timeout_ms": 1_500})
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         wait_slave_connected(cluster)
         with Producer(cluster.namesrv_addr) as producer:
             assert producer.send_batch(_batch("synced", 0)).status is SendStatus.SEND_OK
-            filler = fill(slave_store, 0.95)
-            slave = cluster.node("broker-a-1")
+            cluster.fill_disk(SLAVE, 0.95)
+            slave = cluster.node(SLAVE)
             wait_for(lambda: slave.describe()["details"]["store"]["disk"]["full"], 10, "the slave's guard")
             stopped_at = max_phys_offset(slave)
             statuses = {producer.send_batch(_batch("unsynced", n)).status for n in range(3)}
             assert statuses <= {SendStatus.FLUSH_SLAVE_TIMEOUT, SendStatus.SLAVE_NOT_AVAILABLE}, statuses
-            assert max_phys_offset(slave) == stopped_at < max_phys_offset(cluster.node("broker-a-0"))
-            filler.unlink()
+            assert max_phys_offset(slave) == stopped_at < max_phys_offset(cluster.node(MASTER))
+            cluster.free_disk(SLAVE)
             wait_slave_caught_up(cluster)
             assert producer.send_batch(_batch("synced", 1)).status is SendStatus.SEND_OK
         _alive(cluster)
-        assert [e["state"] for e in _events(cluster, "broker-a-1", "disk-guard")][:2] == ["on", "off"]
+        assert [e["state"] for e in _events(cluster, SLAVE, "disk-guard")][:2] == ["on", "off"]
 
 
-def test_the_sparse_segments_switch_lets_a_full_disk_kill_the_broker_with_sigbus(tmp_path, time_scale, store_fs):
+def test_the_sparse_segments_switch_lets_a_full_disk_kill_the_broker_with_sigbus(tmp_path, time_scale):
     """The switch a no-SIGBUS check is proven with: writes into pages nothing allocated."""
-    store = store_fs("broker-a-0")
     spec = _spec(time_scale, master_switches=(c.FAULT_SPARSE_SEGMENTS, c.FAULT_IGNORE_DISK_FULL))
     with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
         with Producer(cluster.namesrv_addr, send_timeout_ms=2_000, retry_times=0) as producer:
             assert producer.send_batch(_batch("before", 0)).status is SendStatus.SEND_OK
-            fill(store)
+            cluster.fill_disk(MASTER, 1.0)
             with pytest.raises(MqError):  # the broker dies under the send: no answer
                 for n in range(2_000):
                     producer.send_batch(_batch("full", n))
         exits = wait_for(lambda: cluster.unexpected_exits, 10, "the master to die")
-        assert [(e.node_id, e.exit_code) for e in exits] == [("broker-a-0", -signal.SIGBUS)], exits
+        assert [(e.node_id, e.exit_code) for e in exits] == [(MASTER, -signal.SIGBUS)], exits
