@@ -256,7 +256,8 @@ class History:
     @cached_property
     def locks(self) -> DataFrame:
         return (self.ev.filter((F.col("event") == "lock") & F.col("action").isNotNull())
-                .select("node", "side", "client_id", *GQ, "action", "lease_end_mono_ms", F.col("mono_ms").alias("t")))
+                .select("node", "side", "client_id", *GQ, "action", "lease_end_mono_ms", "reason",
+                        F.col("mono_ms").alias("t")))
 
     @cached_property
     def pulls(self) -> DataFrame:

@@ -97,10 +97,11 @@ class Run:
                           source=source)
 
     def lock(self, t: int, action: str, *, client: str = "c1", queue: int = 0, lease: int | None = None,
-             side: str = "client") -> Run:
+             side: str = "client", reason: str | None = None) -> Run:
         node = f"consumer-{client[1:]}" if side == "client" else f"{B}-0"
+        extra = {"reason": reason} if reason is not None else {}
         return self.event("lock", t, node, group=G, client_id=client, topic=T, broker_name=B, queue_id=queue,
-                          action=action, lease_end_mono_ms=lease, side=side)
+                          action=action, lease_end_mono_ms=lease, side=side, **extra)
 
     def pull(self, t: int, *, offset: int, requested: int = 0, answered: int = 0, suggest: int = 0,
              next_offset: int | None = None, status: str = "FOUND", commit: bool = False, client: str = "c1",

@@ -358,3 +358,28 @@ def test_a_client_lease_lapsing_with_no_fault_breaks_lease_renewal(spark):
     assert bare.parts["lease-renewal"] is False and bare.counts["client_leases_lapsed_without_fault"] == 1
     slow_link = check_lock_exclusivity(run_with(True).history(spark), config())
     assert slow_link.parts["lease-renewal"] is True, slow_link.examples
+
+
+def test_a_lease_nobody_tried_to_renew_lapses_even_unnoticed(spark):
+    # c1 holds q0 to 451 and has nothing left to consume there, so it never notices a lapse (no
+    # `expired`); what comes next on the queue says whether it kept renewing
+    def run_with(*after: tuple[int, str, str | None]) -> Run:
+        run = Run().sends_for(0, 3).lock(150, "granted", side="broker", lease=750).lock(151, "granted", lease=451)
+        run.consume(0, range(3), t0=200)
+        for t, action, reason in after:
+            run.lock(t, action, reason=reason, lease=t + 300 if action in ("granted", "renewed") else None)
+        return run
+
+    renewed = run_with((350, "requested", "renew"), (352, "renewed", "renew"), (700, "released", "shutdown"))
+    gave_up = run_with((1_000, "requested", "rebalance"), (1_002, "granted", "rebalance"))
+    at_shutdown = run_with((1_000, "released", "shutdown"))
+    given_away = run_with((1_000, "released", "drop-delayed"))
+    for run, ok in ((renewed, True), (gave_up, False), (at_shutdown, False), (given_away, True)):
+        r = check_lock_exclusivity(run.history(spark), config())
+        assert r.parts["lease-renewal"] is ok, (ok, r.examples)
+        assert r.counts["client_leases_lapsed_without_fault"] == (0 if ok else 1)
+    # the stop of the consumer, or a fault on its link, within the lease explains the lapse
+    stopped = run_with((1_000, "released", "shutdown")).event("consumer-stopping", 400, "consumer-1")
+    assert check_lock_exclusivity(stopped.history(spark), config()).parts["lease-renewal"] is True
+    cut = run_with((1_000, "requested", "rebalance")).fault("link-toxic", ["consumer-1", "broker-a-0"], 250, 500)
+    assert check_lock_exclusivity(cut.history(spark), config()).parts["lease-renewal"] is True

@@ -33,7 +33,8 @@ LOCK = (
     "expired before the end it recorded at that client's last grant or renewal (a lease measured on the wall "
     "clock does, at a forward step); (5) lease renewal - a client's lease lapses only when a fault on it, on a "
     "broker or on one of its links falls within the lease before the lapse (a holder renews every R_l, L_c - R_l "
-    "before its lease ends).")
+    "before its lease ends); a lapse is the client's `expired`, or a lease whose end passed before the client "
+    "next asked for the queue (or released it at shutdown) when it had nothing to consume to notice it.")
 
 def _batches(h: History) -> DataFrame:
     d = h.deliv.filter(F.col("orderly") & F.col("consume_start_mono_ms").isNotNull() & F.col("group").isNotNull()
@@ -62,7 +63,8 @@ def check_lock_exclusivity(h: History, cfg: CheckerConfig) -> CheckResult:
     }
     parts["early"] = _early_expiries(h, slack)
     parts["lapses"] = h.locks.filter((F.col("side") == "client") & (F.col("action") == "expired")).select(
-        *GQ, "client_id", "node", "t", "lease_end_mono_ms")
+        *GQ, "client_id", "node", "t", "lease_end_mono_ms").unionByName(_unrenewed_leases(h, cfg.bounds.slack(
+            cfg.bounds.L_c)))
     parts["stops"] = h.ev.filter(F.col("event").isin("consumer-stopping", "consumer-stop")).select(
         "node", F.col("mono_ms").alias("t"))
     has_commits = bool(h.stats["event_kinds"].get("offset-commit"))
@@ -174,12 +176,31 @@ def _early_expiries(h: History, slack: int) -> DataFrame:
     return last.filter(F.col("p_lease") > F.col("t") + slack).select(*keys, "t", "p_t", "p_lease")
 
 
+def _unrenewed_leases(h: History, slack: int) -> DataFrame:
+    """Client leases that ran out with no renewal even tried: a grant or renewal whose lease end
+    passed (plus `slack`) before the client's next request for the queue (or its release at
+    shutdown). A client notices a lapse only when it next consumes the queue (an `expired` event,
+    counted as it is), so one that stopped renewing and had nothing left to consume would hide it.
+    Not these: a renewal sent in time but answered late (only a fault delays it), and a queue the
+    client gave away (no renewal until its delayed release, by design)."""
+    keys = ["node", *GQ, "client_id"]
+    w = Window.partitionBy(*keys).orderBy("t")
+    nxt = (h.locks.filter(F.col("side") == "client")
+           .withColumn("next_t", F.lead("t").over(w)).withColumn("next_action", F.lead("action").over(w))
+           .withColumn("next_reason", F.lead("reason").over(w)))
+    came_back = F.col("next_action").isin("requested", *LOCK_HELD_ACTIONS) | (
+        (F.col("next_action") == "released") & (F.col("next_reason") == "shutdown"))
+    return nxt.filter(F.col("action").isin(*LOCK_HELD_ACTIONS) & F.col("lease_end_mono_ms").isNotNull()
+                      & (F.col("next_t") > F.col("lease_end_mono_ms") + slack) & came_back).select(
+        *GQ, "client_id", "node", F.col("lease_end_mono_ms").alias("t"), "lease_end_mono_ms")
+
+
 def _unexplained_lapses(h: History, cfg: CheckerConfig, lapses: list[dict[str, Any]],
                         stops: list[int]) -> list[dict[str, Any]]:
-    """Client lease lapses (`expired` on the client side) with no fault on the holder's node, on a
-    broker, or on a link of the holder within the lease before the lapse; a consumer stopping then
-    (a stop fault, the end of the run) explains it too: the group rebalances and the brokers stop
-    one by one."""
+    """Client lease lapses (`expired` on the client side, or a lease nobody tried to renew) with no
+    fault on the holder's node, on a broker, or on a link of the holder within the lease before the
+    lapse; a consumer stopping then (a stop fault, the end of the run) explains it too: the group
+    rebalances and the brokers stop one by one."""
     b = cfg.bounds
     out = []
     for r in lapses:
