@@ -318,20 +318,22 @@ def fill_disk(node_id: str, mount_point: str | Path, target_ratio: float) -> Dis
 
 
 def _allocate(fd: int, offset: int, length: int, block: int) -> None:
-    """posix_fallocate `length` bytes at `offset`, halving what is asked on ENOSPC (block metadata
-    takes space too) until even one block does not fit."""
-    while length >= block:
+    """posix_fallocate up to `offset + length`, in chunks halved on ENOSPC (block metadata takes
+    space too, and a running broker takes blocks meanwhile) until even one block does not fit. A
+    chunk that fits does not end the fill: the next goes on from there."""
+    end, chunk = offset + length, length
+    while chunk >= block and offset < end:
+        chunk = min(chunk, end - offset)
         try:
-            os.posix_fallocate(fd, offset, length)
+            os.posix_fallocate(fd, offset, chunk)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            # ext4 keeps what it allocated before ENOSPC: go on from the file's size as it is now
-            offset = os.fstat(fd).st_size
-            length = (length // 2) // block * block
+            # ext4 keeps what it allocated before ENOSPC (tmpfs does not): go on from the file's size
+            offset = max(offset, os.fstat(fd).st_size)
+            chunk = (chunk // 2) // block * block
             continue
-        offset += length
-        length = 0
+        offset += chunk
 
 
 def free_disk(node_id: str, mount_point: str | Path) -> DiskFill:

@@ -64,6 +64,26 @@ def test_a_tmpfs_store_fills_to_the_target_and_frees_back(store_mounts, tmp_path
 
 
 @needs_mount
+def test_a_fill_to_full_goes_on_after_a_broker_took_blocks_under_it(store_mounts, tmp_path, monkeypatch):
+    # the store's broker writes while the filler is allocated: the first chunk no longer fits (a
+    # tmpfs gives back all of a failed fallocate), a half does, and the fill must go on from there
+    mounts = store_mounts(broker_a_0=StoreFilesystem(8 * MIB))
+    store = tmp_path / "run" / "broker-a-0" / "store"
+    real_fallocate, calls = os.posix_fallocate, []
+
+    def racing_fallocate(fd: int, offset: int, length: int) -> None:
+        if not calls:
+            (store / "segment").write_bytes(b"x" * (256 * 1024))
+        calls.append(length)
+        real_fallocate(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", racing_fallocate)
+    full = mounts.fill("broker-a-0", 1.0)
+    assert len(calls) > 2, calls
+    assert full.after.available_bytes == 0 and full.after.ratio == 1.0, full.as_dict()
+
+
+@needs_mount
 def test_an_ext4_store_has_no_root_reserve_fills_and_removes_its_image(store_mounts, tmp_path):
     mounts = store_mounts(broker_a_0=StoreFilesystem(16 * MIB, "ext4"))
     node_dir = tmp_path / "run" / "broker-a-0"
