@@ -27,6 +27,19 @@ def test_committed_offset_decreases(spark):
     assert r.valid is False and r.counts["decreases"] == {"unexplained": 1, "explained": 0}
 
 
+def test_two_commits_in_flight_answered_the_other_way_round_lower_nothing(spark):
+    # c1 decides 13, then 16; the answer to 16 comes first: what c1 decided never went down
+    def run_with(first_decided: int) -> Run:
+        run = Run().sends_for(0, 20).consume(0, range(20), t0=200, orderly=True)
+        return run.commit(1_084, 16, decided=983).commit(1_096, 13, decided=first_decided)
+
+    crossed = check_offset_resync(run_with(905).history(spark), config())
+    assert crossed.parts["monotonic"] is True and crossed.counts["decreases"]["unexplained"] == 0, crossed.examples
+    # decided after 16, 13 is a decrease however it was answered
+    lowered = check_offset_resync(run_with(1_000).history(spark), config())
+    assert lowered.parts["monotonic"] is False and lowered.counts["decreases"]["unexplained"] == 1
+
+
 def test_decrease_across_a_master_return_is_explained(spark):
     run = _decrease().fault("kill", ["broker-a-0"], 320, 380)
     r = check_offset_resync(run.history(spark), config())

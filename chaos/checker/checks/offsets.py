@@ -123,7 +123,9 @@ def _ahead(h: History) -> DataFrame:
 
 def _client_decrease_candidates(h: History, slack_ms: int) -> DataFrame:
     c = h.commits.filter(~F.col("topic").startswith("%RETRY%"))
-    w = Window.partitionBy(*GQ).orderBy("t")
+    # in the order the commits were decided: two of one client in flight at once (one on a pull,
+    # one on its own) may be answered the other way round, which lowers nothing the client decided
+    w = Window.partitionBy(*GQ).orderBy("decided_t", "t")
     lagged = c.withColumns({"p_offset": F.lag("offset").over(w), "p_t": F.lag("t").over(w),
                             "p_client": F.lag("client_id").over(w)})
     orderly = h.deliv.filter("orderly").select("group").distinct().withColumn("orderly", F.lit(True))
