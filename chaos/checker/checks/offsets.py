@@ -16,7 +16,7 @@ from chaos.checker.verdict import CheckResult, combine_parts, unknown
 RESYNC = (
     "Per group and queue: (1) ahead - no client commits an offset above 1 + the highest offset the group was "
     "delivered on that queue before the commit (a crash would then lose messages); (2) monotonic - the "
-    "group's committed offset never decreases, except when a broker fault (restart, or a returning master "
+    "group's committed offset (a client's commits in the order it decided them) never decreases, except when a broker fault (restart, or a returning master "
     "overwriting the slave's newer offsets, RocketMQ #1094/#2513) lies between the two commits, when the "
     "decrease is a hand-over between clients of a concurrent group (also when the same client commits lower "
     "after another client committed that lower value in between, as the broker applied them), or when a broker records an admin reset; "
