@@ -138,6 +138,20 @@ def test_slow_takeover(spark):
     assert r.examples[0]["measured_ms"] == 1050
 
 
+def test_a_master_starved_of_cpu_during_the_takeover_has_its_starved_time_left_out(spark):
+    # slow by 240 ms over the bound and its slack (test_slow_takeover); the master starved from 500
+    # to past the takeover still answers, slowly: those 900 ms of [350, 1400] do not count
+    run = _killed_holder(1400).fault("starve", ["broker-a-0"], 500, 2000)
+    r = check_takeover(run.history(spark), config())
+    assert r.valid is True, r.examples
+    m = r.measurements[0]
+    assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 1050, 810 + 900)
+    assert "starved of CPU for 900 ms" in m["cause_label"]
+    # a starved slave is no reason for the master's answers to be late
+    other = _killed_holder(1400).fault("starve", ["broker-a-1"], 500, 2000)
+    assert check_takeover(other.history(spark), config()).counts["slow"] == 1
+
+
 def test_takeover_waits_for_a_master_that_was_down(spark):
     # the master is killed at 500 and back at 1500: no lock can be granted in between, and the
     # returned master's lock and consumer tables are empty, so c2 is due a route poll, a heartbeat

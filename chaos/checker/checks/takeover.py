@@ -33,7 +33,8 @@ TAKEOVER = (
     "silent (its bound from then) or restarted (its warm-up "
     "N_r + R_b + R_l + W_p after the restart), the master down (N_r + H + R_b + R_l + W_p after its return), a lease "
     "granted to A again (the kill bound from that grant); never to a reference after B's start (a negative "
-    "time is a wrong attribution: the earlier reference stands). "
+    "time is a wrong attribution: the earlier reference stands). Time the queue's master spent starved of "
+    "CPU between the reference and B's start is added to the bound (it answers late, but answers). "
     "After a kill, B must not start before t_L + L_b (the lease). A holder fault after which nobody consumes "
     "the queue again although acknowledged messages wait on it, for longer than the bound, is a stuck queue.")
 
@@ -238,6 +239,13 @@ def _measure(h: History, cfg: CheckerConfig, r: dict[str, Any], causes: list[tup
         bound, label = _stale_member_lists(b, r, ref, bound, label, taker_members)
     avail = r.get("avail")
     start_from = max(ref, avail) if avail is not None and avail <= r["start"] else ref
+    # the queue's master starved of CPU meanwhile answers every lock and member-list call late, but
+    # answers (a pause, which it counts as, would have to end first): its starved time is not
+    # counted against the bound
+    starved_ms = _master_starved_ms(h, r.get("broker_name"), start_from, r["start"])
+    if starved_ms:
+        bound += starved_ms
+        label = f"{label}; the master starved of CPU for {starved_ms:,} ms of it"
     judged = b.judge("takeover", r["start"] - start_from, bound)
     # an unlock A sent just before its kill still reaches the broker: a release it recorded after
     # t_L freed the queue, so an earlier takeover is no breach of the lease
@@ -294,6 +302,18 @@ def _cause_bound(b: Bounds, kind: str, t: int, t_L: int | None) -> tuple[int, in
     if kind in ("lost", "expired"):
         return t, b.takeover_lost()
     return t, b.takeover_rebalance()
+
+
+def _master_starved_ms(h: History, broker_name: str | None, t0: int, t1: int) -> int:
+    """How much of [t0, t1] the queue's master spent starved of CPU (the gray `starve`)."""
+    spans = sorted((max(t0, w.start_ms), min(t1, w.end_ms)) for w in h.group_fault_windows(broker_name)
+                   if w.gray == "starve" and _master_out(h, w) and w.start_ms < t1 and w.end_ms > t0)
+    total, covered_to = 0, t0
+    for lo, hi in spans:  # overlapping windows count once
+        lo = max(lo, covered_to)
+        if hi > lo:
+            total, covered_to = total + hi - lo, hi
+    return total
 
 
 def _master_out(h: History, w: FaultWindow) -> bool:
