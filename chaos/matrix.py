@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from chaos.schedule import FAULT_OPS
 
 if TYPE_CHECKING:
     from chaos.judge import CheckerProcess
@@ -38,7 +39,6 @@ MATRIX_JSON = "matrix.json"
 # the durability modes of a run (flush x replication); a suite that judges durability runs once per mode
 DURABILITY_MODES = ("async", "sync-flush", "sync-master", "sync")
 PER_MODE_SUITES = ("durability",)
-FAULT_OPS = ("kill", "stop", "pause", "partition", "power-loss", "corrupt")
 
 
 @dataclass(frozen=True)

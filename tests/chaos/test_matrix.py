@@ -93,6 +93,17 @@ class FakeRuns:
         return exit_code
 
 
+def test_every_fault_the_nemesis_injected_counts_gray_ones_too(tmp_path):
+    lines = [{"op": op, "phase": phase, **({"error": "no such node"} if op == "pause" else {})}
+             for op in ("kill", "pause", "link-toxic", "clock", "starve", "disk-fill", "heal", "remove-toxic")
+             for phase in ("start", "end")]
+    (tmp_path / "nemesis").mkdir()
+    (tmp_path / "nemesis" / "nemesis.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"op": "kil')
+    # kill and the four gray faults; not the failed pause, the recoveries, or a torn last line
+    assert chaos_matrix.count_faults(tmp_path) == 5
+    assert chaos_matrix.count_faults(tmp_path / "nowhere") is None
+
+
 def test_every_cell_runs_in_order_and_its_row_is_read_back_from_its_run_dir(tmp_path):
     cells = plan_cells(["failover", "read-routing"], [1, 2], [0.05])
     fake = FakeRuns({("read-routing", 2, 0.05): {"valid": False, "failing": ("lost", "read-routing"), "lost": 4,
