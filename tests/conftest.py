@@ -29,3 +29,13 @@ def pytest_collection_modifyitems(config, items):
     overlap those, while the chaos runs find the machine quieter."""
     items.sort(key=lambda item: item.get_closest_marker("spark") is not None
                and item.get_closest_marker("cluster") is not None)
+
+
+def pytest_runtest_setup(item):
+    """A test marked `requires(ok, what)` fails when `ok` is false, saying `what`: a test this
+    machine cannot run is a failure to fix (root, a package the bootstrap installs), never a skip
+    counted as passing."""
+    for mark in item.iter_markers("requires"):
+        ok, what = mark.args
+        if not ok:
+            pytest.fail(f"this machine cannot run this test: {what}", pytrace=False)

@@ -43,8 +43,9 @@ def _has_libfaketime() -> bool:
 
 
 # a node with clock control is always started under libfaketime
-needs_libfaketime = pytest.mark.skipif(not _has_libfaketime(),
-                                       reason="libfaketime missing: apt-get install faketime libfaketime")
+needs_libfaketime = pytest.mark.requires(_has_libfaketime(),
+                                        "libfaketime missing: ./scripts/bootstrap.sh installs it "
+                                        "(apt-get install faketime libfaketime)")
 
 
 def one_master(time_scale: float, *clock_nodes: str, wall: bool = False) -> ClusterSpec:

@@ -19,8 +19,8 @@ from harness.spec import ClusterSpec
 pytestmark = pytest.mark.cluster
 
 STORE_BYTES = 32 * MIB
-needs_root_mount = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
-                                      reason="needs root and mount")
+needs_root_mount = pytest.mark.requires(os.geteuid() == 0 and shutil.which("mount") is not None,
+                                        "mounting a store filesystem needs root and mount(8): run as root")
 
 
 def store_spec(time_scale: float, kind: str = "tmpfs") -> ClusterSpec:
@@ -65,8 +65,8 @@ def test_brokers_run_on_loop_mounted_ext4_stores(tmp_path, time_scale):
     assert str(run_dir) not in loops
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_V1_CPU_ROOT / "cpu.cfs_quota_us").is_file(),
-                    reason="needs root and the cgroup v1 cpu controller")
+@pytest.mark.requires(os.geteuid() == 0 and (CGROUP_V1_CPU_ROOT / "cpu.cfs_quota_us").is_file(),
+                      "a CPU quota needs root and the cgroup v1 cpu controller")
 def test_close_undoes_a_starvation_of_a_broker(local_cluster):
     assert local_cluster.starve("broker-a-1", 0.3) == "cgroup-v1"
     assert local_cluster.starve("broker-a-0", 0.5, 50, mechanism="duty-cycle") == "duty-cycle"

@@ -28,9 +28,9 @@ from nodes.common.types import PullStatus
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 SEND_BACK_MODULE = Path(__file__).resolve().parents[2] / "nodes" / "broker" / "send_back.py"
-needs_send_back = pytest.mark.skipif(
-    not SEND_BACK_MODULE.exists(),
-    reason="the broker's send-back (nodes/broker/send_back.py: retry topic, delay levels, DLQ) has not landed yet")
+needs_send_back = pytest.mark.requires(
+    SEND_BACK_MODULE.exists(),
+    "the broker's send-back (nodes/broker/send_back.py: retry topic, delay levels, DLQ) has not landed yet")
 
 
 class Recorder:

@@ -25,7 +25,7 @@ from nodes.store.message_store import MessageStore
 from nodes.store.metadata import MetadataStore
 from tests.unit.store.test_disk_full import TINY, fill, tmpfs  # noqa: F401  (tmpfs is a fixture)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = pytest.mark.requires(os.geteuid() == 0, "mounting a tmpfs needs root: run as root")
 
 
 async def _no_registration() -> None:

@@ -17,7 +17,8 @@ from harness.cluster_commands import record_store_mounts, with_store_size
 from harness.disk import MIB, fill_disk, mounted_at
 from harness.spec import ClusterSpec
 
-needs_mount = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root and mount")
+needs_mount = pytest.mark.requires(os.geteuid() == 0 and shutil.which("mount") is not None,
+                                   "mounting a store filesystem needs root and mount(8): run as root")
 
 
 @pytest.fixture

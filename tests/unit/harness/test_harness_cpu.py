@@ -24,7 +24,7 @@ while True:
 """
 STARVED_S = 1.5
 CGROUP_V1_USABLE = os.geteuid() == 0 and (CGROUP_V1_CPU_ROOT / "cpu.cfs_quota_us").is_file()
-needs_cgroup_v1 = pytest.mark.skipif(not CGROUP_V1_USABLE, reason="needs root and the cgroup v1 cpu controller")
+needs_cgroup_v1 = pytest.mark.requires(CGROUP_V1_USABLE, "a CPU quota needs root and the cgroup v1 cpu controller")
 
 
 @pytest.fixture

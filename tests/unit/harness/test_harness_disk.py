@@ -25,7 +25,7 @@ from harness.errors import HarnessError, SpecError
 from harness.spec import ClusterSpec
 
 CAN_MOUNT = os.geteuid() == 0 and shutil.which("mount") is not None
-needs_mount = pytest.mark.skipif(not CAN_MOUNT, reason="needs root and mount")
+needs_mount = pytest.mark.requires(CAN_MOUNT, "mounting a store filesystem needs root and mount(8): run as root")
 
 
 @pytest.fixture

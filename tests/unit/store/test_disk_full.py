@@ -30,7 +30,7 @@ from nodes.store.read_path import GetStatus
 from nodes.store.record import decode_record
 from tests.unit.store.conftest import SMALL, msg
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = pytest.mark.requires(os.geteuid() == 0, "mounting a tmpfs needs root: run as root")
 
 ROOT = Path(__file__).resolve().parents[3]
 
