@@ -13,6 +13,9 @@
   nodes/store/read_scan.py's Python walk); links zlib for the CRCs. It shares a record's
   framing-and-CRC rules with _record_check.c (nodes/store/_record_rules.h).
 
+- harness/_wall_shift.c: not a module but the preload library that shifts a node's wall clock
+  (harness/clockfault.py); built here only to reuse the compiler run.
+
 Everything else about the project is in pyproject.toml. Every extension is optional: without a
 C compiler (or zlib's header) the install still succeeds and the Python code paths run, slower.
 """
@@ -37,4 +40,5 @@ setup(ext_modules=[
     Extension("nodes.store._batch_body", ["nodes/store/_batch_body.c", "nodes/store/_batch_scan.c",
                                           "nodes/store/_batch_encode.c"],
               optional=True, depends=[*BYTE_ORDER, "nodes/store/_batch_entry.h"]),
+    Extension("harness._wall_shift", ["harness/_wall_shift.c"], libraries=["dl"], optional=True),
 ])

@@ -163,7 +163,7 @@ class LinkToxic:
 
 @dataclass(frozen=True)
 class ClockFault:
-    """Move the target's clocks: step its wall clock by `jump_ms` (libfaketime; store timestamps and
+    """Move the target's clocks: step its wall clock by `jump_ms` (the preloaded shift; store timestamps and
     every `wall_ms`) and run its own `Clock` (leases and timers) at `rate`; both back `duration_ms` later."""
 
     op: ClassVar[str] = "clock"

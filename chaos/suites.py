@@ -103,7 +103,7 @@ class Suite:
     # the producer workload: send_orderly by key (True) or send() with queue selection and retries
     producer_orderly: bool = True
     # gray faults: brokers and consumers started with clock control (our Clock's rate and, with
-    # libfaketime, their wall clocks movable at run time), and each broker's store on a filesystem
+    # the wall-clock shift, their wall clocks movable at run time), and each broker's store on a filesystem
     # of its own of this many bytes (a disk-fill op fills it)
     clock_control: bool = False
     store_fs_bytes: int | None = None
@@ -155,9 +155,9 @@ class Suite:
             consumer_options["fault_switches"] = list(switches["consumer"])
         spec = spec.with_consumers(self.consumers, **consumer_options)
         if self.clock_control:
-            # our own Clock (rate and steps) on every broker and consumer; libfaketime (wall-clock
-            # jumps) only where a jump is aimed, the masters and consumer-0: it costs a preloaded
-            # node real CPU on every clock read, and two cores carry the whole cluster
+            # our own Clock (rate and steps) on every broker and consumer; the wall-clock shift
+            # (jumps) only where a jump is aimed, the masters and consumer-0: every other node's
+            # wall clock stays the untouched system one
             walled = [n.id for n in spec.broker_nodes() if n.broker_id == 0] + [WALL_CLOCK_CONSUMER]
             spec = spec.with_clock_control(*walled, wall=True)
             spec = spec.with_clock_control(*(n.id for n in spec.nodes
@@ -176,7 +176,7 @@ class Suite:
 
 
 _ORDERLY_CONSUMER = {"sleep_ms": 2}
-WALL_CLOCK_CONSUMER = "consumer-0"  # the consumer whose wall clock gray faults step (libfaketime)
+WALL_CLOCK_CONSUMER = "consumer-0"  # the consumer whose wall clock gray faults step (harness/_wall_shift.c)
 _LATENCY = {"kind": "latency", "latency_ms": ("L_c", 0.1), "jitter_ms": ("L_c", 0.05)}
 
 # The gray faults: every process stays up and every link connected, only worse. Sizes are given in

@@ -1,10 +1,10 @@
-"""Clock faults on one node: wall-clock jumps (libfaketime) and rate skew (the node's SkewedClock).
+"""Clock faults on one node: wall-clock jumps (a preloaded shift) and rate skew (the node's SkewedClock).
 
 Only a node whose config has `clock_control` (spec: `ClusterSpec.with_clock_control`) can take
-them: "rate" for skew, "wall+rate" for both. The latter is started with libfaketime preloaded
-(`faketime_env`; it costs the node CPU, hence apart), its wall clock read
-from `<node run dir>/faketime.rc` (re-read every FAKETIME_CACHE_S) and its monotonic clock left real, and runs its
-lease and timer code on a SkewedClock that follows `<node run dir>/clock.json`
+them: "rate" for skew, "wall+rate" for both. The latter is started with our wall-clock shift
+library preloaded (`wall_shift_env`, harness/_wall_shift.c: only the process's wall-clock reads
+move, by the seconds in `<node run dir>/wall_shift.rc`, re-read every WALL_SHIFT_REREAD_MS; its
+monotonic clock stays real), and every clock-controlled node runs its lease and timer code on a SkewedClock that follows `<node run dir>/clock.json`
 (nodes.common.clock_control). Both files are the state: what is in force survives a restart
 of the node and of the harness, and `clock_state` reads it back.
 
@@ -16,7 +16,7 @@ matching `clock` event in its events.jsonl, so a caller's next step already runs
 from __future__ import annotations
 
 import contextlib
-import glob
+import importlib.util
 import json
 import logging
 import os
@@ -47,20 +47,17 @@ class NodeProcess(Protocol):
 
 log = logging.getLogger(__name__)
 
-LIBFAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
-                     "/usr/local/lib/faketime/libfaketime.so.1")
 FAULT_LOG_NAME = "clock-faults.jsonl"
-# libfaketime re-reads faketime.rc at most this often, so a jump applies within it. Not
-# FAKETIME_NO_CACHE: that reads the file on every wall-clock call (17 us each, measured), and an
-# idle broker then burnt half a core (gRPC reads the wall clock constantly).
-FAKETIME_CACHE_S = 1
+# the library re-reads wall_shift.rc at most this often (an open, a read and a close: cheap), so a
+# jump applies within it
+WALL_SHIFT_REREAD_MS = 100
 APPLY_BUDGET_MS = 3_000  # the node polls every CLOCK_CONTROL_POLL_MS; this covers a loaded machine
-_FAKETIME_OFFSET = re.compile(r"^\s*([+-]\d+(?:\.\d+)?)\s*$")
+_SHIFT_SECONDS = re.compile(r"^\s*([+-]\d+(?:\.\d+)?)\s*$")
 
 
 @dataclass(frozen=True)
 class ClockState:
-    """What is in force on a node: a wall-clock offset (libfaketime) and its SkewedClock setting."""
+    """What is in force on a node: a wall-clock shift and its SkewedClock setting."""
 
     node_id: str
     wall_offset_ms: int = 0
@@ -68,51 +65,42 @@ class ClockState:
     offset_ms: int = 0
 
 
-# --- libfaketime ---------------------------------------------------------------------------------
+# --- the wall-clock shift library ----------------------------------------------------------------
 
-def find_libfaketime() -> Path:
-    for pattern in LIBFAKETIME_GLOBS:
-        for found in sorted(glob.glob(pattern)):
-            return Path(found)
-    raise HarnessError("libfaketime is not installed, and nodes with clock_control need it for wall-clock "
-                       "jumps: apt-get install faketime libfaketime (scripts/bootstrap.sh does it as root)")
+def find_wall_shift_library() -> Path:
+    """The preload library that shifts a node's wall clock (harness/_wall_shift.c, built by setup.py)."""
+    spec = importlib.util.find_spec("harness._wall_shift")
+    if spec is None or spec.origin is None or not spec.origin.endswith(".so"):
+        raise HarnessError("the wall-clock shift library (harness/_wall_shift.c) is not built, and nodes with "
+                           "clock_control 'wall+rate' need it for wall-clock jumps: install gcc and run "
+                           "./scripts/bootstrap.sh again (or `.venv/bin/pip install -e .`)")
+    return Path(spec.origin)
 
 
-def faketime_env(run_dir: Path, env: dict[str, str]) -> dict[str, str]:
-    """`env` for a node with clock control: libfaketime preloaded, the monotonic clock left real
-    (CPython 3.11's timed waits hang otherwise), the offset read from faketime.rc.
-    Creates faketime.rc holding "+0" when the node has none yet (a restart keeps the jump)."""
-    lib = find_libfaketime()
-    rc = run_dir / c.FAKETIME_FILE
+def wall_shift_env(run_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` for a node with wall-clock control: the shift library preloaded, the shift read from
+    `<run dir>/wall_shift.rc` every WALL_SHIFT_REREAD_MS. Creates the file holding "+0" when the
+    node has none yet (a restart keeps the jump)."""
+    lib = find_wall_shift_library()
+    rc = run_dir / c.WALL_SHIFT_FILE
     if not rc.exists():
         _write_atomic(rc, "+0\n")
     preload = env.get("LD_PRELOAD", "")
-    return {**env, "LD_PRELOAD": f"{lib} {preload}".strip(), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_TIMESTAMP_FILE": str(rc)}
+    return {**env, "LD_PRELOAD": f"{lib} {preload}".strip(), c.WALL_SHIFT_FILE_ENV: str(rc),
+            "MQLAB_WALL_SHIFT_REREAD_MS": str(WALL_SHIFT_REREAD_MS)}
 
 
-def remove_faketime_files(pids: list[int], shm: Path = Path("/dev/shm")) -> int:
-    """Delete the shared-memory files libfaketime leaves behind for each (exited) pid; returns how many."""
-    removed = 0
-    for pid in pids:
-        for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
-            with contextlib.suppress(FileNotFoundError):
-                (shm / name).unlink()
-                removed += 1
-    return removed
-
-
-def faketime_spec(wall_offset_ms: int) -> str:
-    """libfaketime's offset string: signed seconds ("+30", "-3600", "+1.500")."""
+def shift_spec(wall_offset_ms: int) -> str:
+    """The shift file's text: signed seconds ("+30", "-3600", "+1.500")."""
     if wall_offset_ms % 1000 == 0:
         return f"{wall_offset_ms // 1000:+d}"
     return f"{wall_offset_ms / 1000:+.3f}"
 
 
-def parse_faketime_spec(text: str) -> int:
-    match = _FAKETIME_OFFSET.match(text)
+def parse_shift_spec(text: str) -> int:
+    match = _SHIFT_SECONDS.match(text)
     if match is None:
-        raise HarnessError(f"faketime.rc holds {text!r}, not a plain offset in seconds; clock_reset writes +0")
+        raise HarnessError(f"{c.WALL_SHIFT_FILE} holds {text!r}, not a plain offset in seconds; clock_reset writes +0")
     return round(float(match.group(1)) * 1000)
 
 
@@ -131,8 +119,8 @@ def _require_control(proc: NodeProcess, *, wall: bool = False) -> None:
 def clock_state(proc: NodeProcess) -> ClockState:
     """What the node's control files hold now."""
     _require_control(proc)
-    rc = proc.run_dir / c.FAKETIME_FILE
-    wall_offset_ms = parse_faketime_spec(rc.read_text()) if rc.exists() else 0
+    rc = proc.run_dir / c.WALL_SHIFT_FILE
+    wall_offset_ms = parse_shift_spec(rc.read_text()) if rc.exists() else 0
     control = proc.run_dir / c.CLOCK_CONTROL_FILE
     setting = ClockSetting()
     if control.exists():
@@ -171,7 +159,7 @@ def _apply(proc: NodeProcess, old: ClockState, new: ClockState, op: str, log_dir
     events = proc.run_dir / "events.jsonl"
     seen = _event_count(events)
     if new.wall_offset_ms != old.wall_offset_ms:
-        _write_atomic(proc.run_dir / c.FAKETIME_FILE, faketime_spec(new.wall_offset_ms) + "\n")
+        _write_atomic(proc.run_dir / c.WALL_SHIFT_FILE, shift_spec(new.wall_offset_ms) + "\n")
     if (new.rate, new.offset_ms) != (old.rate, old.offset_ms):
         _write_atomic(proc.run_dir / c.CLOCK_CONTROL_FILE, render_control(ClockSetting(new.rate, new.offset_ms)))
     record = {"op": op, **asdict(new), "harness_wall_ms": time.time_ns() // 1_000_000,

@@ -334,7 +334,7 @@ class LocalCluster:
     # ---- clock faults (nodes started with clock control: ClusterSpec.with_clock_control) ----
 
     def clock_jump(self, node_id: str, delta_ms: int) -> ClockState:
-        """Step a node's wall clock by `delta_ms` (libfaketime); returns what is now in force."""
+        """Step a node's wall clock by `delta_ms` (the preloaded shift); returns what is now in force."""
         return clock_jump(self.node(node_id), delta_ms, log_dir=self.run_dir)
 
     def clock_skew(self, node_id: str, rate: float, *, step_ms: int = 0) -> ClockState:

@@ -40,7 +40,7 @@ import psutil
 
 import nodes
 from harness.admin import DESCRIBE_TIMEOUT_MS, AdminClient
-from harness.clockfault import faketime_env, remove_faketime_files
+from harness.clockfault import wall_shift_env
 from harness.errors import HarnessError, NodeStartError
 from harness.exits import UnexpectedExit, mark_gone, mark_live
 from harness.pids import (
@@ -127,7 +127,6 @@ class NodeProcess:
         self._released = False
         self._stdout: StdoutLines | None = None
         self._admin = AdminClient(self.addr, node_id, getattr(config, "cluster_credential", "") or "")
-        self._faked_pids: list[int] = []
 
     # ---- properties -----------------------------------------------------------------
 
@@ -214,8 +213,6 @@ class NodeProcess:
                     raise NodeStartError(f"{self.node_id}: cannot run {self._command()[0]}: {exc}",
                                          node_id=self.node_id, exit_code=None, log_tail="") from exc
             self._proc = proc
-            if getattr(self.config, "clock_control", "") == c.CLOCK_CONTROL_WALL:
-                self._faked_pids.append(proc.pid)  # libfaketime leaves files in /dev/shm per pid
             self.starts += 1
             mark_live(self)
             if not self.detached:
@@ -322,8 +319,6 @@ class NodeProcess:
             leftovers = self.live_pids()
             if leftovers:
                 raise HarnessError(f"{self.node_id}: pids {leftovers} survived SIGKILL; kill them by hand")
-        remove_faketime_files(self._faked_pids)
-        self._faked_pids.clear()
 
     def release(self) -> None:
         """Stop supervising without stopping the process (for `mqlab up --detach`)."""
@@ -371,7 +366,7 @@ class NodeProcess:
         env["PYTHONPATH"] = f"{PROJECT_ROOT}{os.pathsep}{path}" if path else str(PROJECT_ROOT)
         env["PYTHONUNBUFFERED"] = "1"  # the READY line must not sit in a buffer
         if getattr(self.config, "clock_control", "") == c.CLOCK_CONTROL_WALL:
-            env = faketime_env(self.run_dir, env)  # wall-clock jumps (harness.clockfault)
+            env = wall_shift_env(self.run_dir, env)  # wall-clock jumps (harness.clockfault)
         return env
 
     def _require(self, states: tuple[NodeState, ...], action: str) -> None:

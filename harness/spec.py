@@ -213,7 +213,7 @@ class ClusterSpec:
 
     def with_clock_control(self, *node_ids: str, wall: bool = False) -> ClusterSpec:
         """A copy whose named nodes start with clock control (`clock_control`): a SkewedClock for
-        rate skew and steps, and with `wall` libfaketime preloaded for wall-clock jumps
+        rate skew and steps, and with `wall` the wall-clock shift preloaded for wall-clock jumps
         (harness.clockfault). Off for every other node, which keeps the system clock and pays nothing."""
         mode = c.CLOCK_CONTROL_WALL if wall else c.CLOCK_CONTROL_RATE
         spec = self

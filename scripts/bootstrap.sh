@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by scripts/mqlab and scripts/test: make sure .venv exists and holds this project.
 # Creates .venv at the repo root on first use and reinstalls when pyproject.toml, setup.py or a
-# compiled module's C source (nodes/**/_*.c, _*.h) changes.
+# compiled module's C source (nodes/**/_*.c, _*.h, harness/_wall_shift.c) changes.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
@@ -18,7 +18,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # The compiled codecs (setup.py: nodes/**/_*.c) need a C compiler, Python's
 # headers and zlib's; without them the install still succeeds and the same code paths run
-# in Python, slower.
+# in Python, slower. The wall-clock shift library of the clock faults (harness/_wall_shift.c) is
+# built with them; without it, nodes with wall-clock control refuse to start, saying so.
 build_pkgs=()
 command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 || build_pkgs+=(gcc)
 "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
@@ -34,7 +35,7 @@ if [ "${#build_pkgs[@]}" -gt 0 ]; then
   fi
 fi
 # reinstall when the project's metadata or a compiled module's source changes
-want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" $(find "$REPO/nodes" -name '_*.[ch]' | sort) | sha256sum | cut -d' ' -f1)"
+want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" $(find "$REPO/nodes" "$REPO/harness" -name '_*.[ch]' | sort) | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "mqlab: installing the project with its dev extra into .venv..." >&2
   # -qq: errors only (one -q still prints a warning per package for index locations this
@@ -60,17 +61,6 @@ if ! command -v redis-server >/dev/null 2>&1; then
       || echo "mqlab: apt-get could not install redis-server; bench --peers redis needs it" >&2
   else
     echo "mqlab: no redis-server on PATH; bench --peers redis needs it: apt-get install -y redis-server" >&2
-  fi
-fi
-# Wall-clock jumps on one node (clock_control "wall+rate", harness/clockfault.py) preload
-# Debian's libfaketime into that node; the `faketime` wrapper comes with it for manual use.
-if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "mqlab: installing faketime and libfaketime for the wall-clock faults (apt-get)..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime libfaketime; } >&2 \
-      || echo "mqlab: apt-get could not install faketime libfaketime; wall-clock jumps need them" >&2
-  else
-    echo "mqlab: no libfaketime; wall-clock jumps need it: apt-get install -y faketime libfaketime" >&2
   fi
 fi
 # ali-ons, a RocketMQ client written in JavaScript, runs under node as a real-client consumer in

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from nodes.common import constants as c
+
 
 class Clock(Protocol):
     def monotonic_ms(self) -> int: ...
@@ -46,14 +48,14 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-_SYS_CLOCK_GETTIME = 228  # x86-64; libfaketime wraps libc's clock_gettime, not the raw syscall
+_SYS_CLOCK_GETTIME = 228  # x86-64; the wall-clock shift wraps libc's clock_gettime, not the raw syscall
 _CLOCK_REALTIME = 0
 
 
 class RealWallClock(SystemClock):
-    """The kernel's wall clock read past libfaketime (a raw syscall), for histories of a node
-    whose libc wall clock is faked. The monotonic clock is left real by the harness
-    (FAKETIME_DONT_FAKE_MONOTONIC), so `monotonic_ms` stays `SystemClock`'s."""
+    """The kernel's wall clock read past the harness's wall-clock shift (a raw syscall), for
+    histories of a node whose libc wall clock is shifted. The shift never moves the monotonic
+    clock, so `monotonic_ms` stays `SystemClock`'s."""
 
     def __init__(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -69,13 +71,14 @@ class RealWallClock(SystemClock):
             return self._ts.tv_sec * 1000 + self._ts.tv_nsec // 1_000_000
 
 
-def libfaketime_preloaded() -> bool:
-    return "faketime" in os.environ.get("LD_PRELOAD", "")
+def wall_clock_shifted() -> bool:
+    """Whether the harness preloaded its wall-clock shift into this process (harness/clockfault.py)."""
+    return bool(os.environ.get(c.WALL_SHIFT_FILE_ENV)) and "_wall_shift" in os.environ.get("LD_PRELOAD", "")
 
 
 def history_clock() -> Clock:
     """The clock of a node's histories: the real wall and monotonic clocks, whatever is faked."""
-    return RealWallClock() if libfaketime_preloaded() else SYSTEM_CLOCK
+    return RealWallClock() if wall_clock_shifted() else SYSTEM_CLOCK
 
 
 class ClockSetting(NamedTuple):
@@ -113,7 +116,7 @@ class SkewedClock:
     moment the rate was set; at rate 1 and no step it reads the real monotonic clock. A new
     rate never makes base jump; a new `offset_ms` steps the clock by the difference (backwards
     too: a monotonic step back is a fault of its own). `wall_ms()` is the process's wall clock
-    (a libfaketime jump shows) plus the drift the rate has built up, without the step.
+    (a wall-clock jump by the harness shows) plus the drift the rate has built up, without the step.
     `sleep_ms(ms)` lasts until our clock has advanced by `ms`: ms / rate real ms, re-planned
     when the setting changes meanwhile.
 

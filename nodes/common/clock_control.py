@@ -9,8 +9,8 @@ file means the default setting (rate 1, no step).
 Every change is recorded as a `clock` event in the node's events.jsonl, so the checker can map
 the node's clock (the lease ends in its `lock` events) onto the real timeline of the event lines:
 `rate`, `offset_ms`, the node clock's readings `clock_mono_ms` / `clock_wall_ms` at that
-moment, and `wall_offset_ms`, the libfaketime jump in force (the process's faked wall clock
-minus the real one; 0 without libfaketime). A jump written by the harness into faketime.rc is
+moment, and `wall_offset_ms`, the wall-clock jump in force (the process's shifted wall clock
+minus the real one; 0 without the harness's shift). A jump written by the harness into wall_shift.rc is
 seen by the same poll and recorded with `cause` "wall-step".
 """
 
@@ -34,7 +34,7 @@ from nodes.common.clock import (
     SkewedClock,
     check_setting,
     history_clock,
-    libfaketime_preloaded,
+    wall_clock_shifted,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ClockControl:
     Args:
         clock: the node's lease and timer clock.
         run_dir: the node's run dir (holds the control file).
-        real: the real clocks (`history_clock()`), to measure a libfaketime jump.
+        real: the real clocks (`history_clock()`), to measure a wall-clock jump.
         sink: receives the `clock` events (the node's event log).
     """
 
@@ -82,7 +82,7 @@ class ClockControl:
         self.poll_ms = poll_ms
         self._identity: tuple[int, int, int] | None = None  # (inode, mtime_ns, size) last read
         self._wall_offset_ms = 0
-        self._faked = libfaketime_preloaded()  # otherwise the wall clock is the real one: nothing to watch
+        self._faked = wall_clock_shifted()  # otherwise the wall clock is the real one: nothing to watch
         self._task: asyncio.Task[None] | None = None
         self.ignored = 0  # unusable files seen
 
@@ -90,7 +90,7 @@ class ClockControl:
         self._sink = sink
 
     def wall_offset_ms(self) -> int:
-        """The faked wall clock minus the real one (a libfaketime jump), 0 when nothing is faked.
+        """The shifted wall clock minus the real one (a jump), 0 when nothing is shifted.
 
         The faked reading is bracketed by two real ones; a pair further apart than
         WALL_READ_SPREAD_MS (the thread was descheduled between them) is read again, so a busy

@@ -213,7 +213,7 @@ class NamesrvConfig:
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
     # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
-    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness shift its wall clock for
     # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
     clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
@@ -256,7 +256,7 @@ class BrokerConfig:
     # tests only: rules to break on purpose (constants.BROKER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
     # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
-    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness shift its wall clock for
     # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
     clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.
@@ -421,7 +421,7 @@ class ConsumerConfig:
     # tests only: rules to break on purpose (constants.CONSUMER_FAULT_SWITCHES); empty in production
     fault_switches: tuple[str, ...] = ()
     # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
-    # driven by <run_dir>/clock.json; "wall+rate" also has the harness preload libfaketime for
+    # driven by <run_dir>/clock.json; "wall+rate" also has the harness shift its wall clock for
     # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
     clock_control: str = ""
     # the control plane's shared secret (nodes.common.credential); "" checks nothing. Never logged.

@@ -436,14 +436,15 @@ CONSUMER_FAULT_SWITCHES: dict[str, str] = {
 # ---------------------------------------------------------------------------
 # Clock faults (harness/clockfault.py, nodes/common/clock_control.py): a node started with
 # `clock_control` runs its lease and timer code on a SkewedClock read from CLOCK_CONTROL_FILE
-# in its run dir; with CLOCK_CONTROL_WALL the harness also preloads libfaketime with
-# FAKETIME_FILE for wall-clock jumps (a cost of its own: kept apart from the rate).
+# in its run dir; with CLOCK_CONTROL_WALL the harness also preloads its wall-clock shift library
+# (harness/_wall_shift.c), which reads WALL_SHIFT_FILE, for wall-clock jumps.
 # ---------------------------------------------------------------------------
 CLOCK_CONTROL_RATE = "rate"  # clock_control: a SkewedClock only
-CLOCK_CONTROL_WALL = "wall+rate"  # clock_control: a SkewedClock, and libfaketime for wall-clock jumps
+CLOCK_CONTROL_WALL = "wall+rate"  # clock_control: a SkewedClock, and a shifted wall clock for jumps
 CLOCK_CONTROL_MODES = ("", CLOCK_CONTROL_RATE, CLOCK_CONTROL_WALL)  # "": off (production)
 CLOCK_CONTROL_FILE = "clock.json"  # {"rate": fake ms per real ms, "offset_ms": a step of our monotonic clock}
-FAKETIME_FILE = "faketime.rc"  # libfaketime's FAKETIME_TIMESTAMP_FILE: "+0", "+30", "-3600"...
+WALL_SHIFT_FILE = "wall_shift.rc"  # the wall clock's shift in signed seconds: "+0", "+30", "-3600", "+1.500"
+WALL_SHIFT_FILE_ENV = "MQLAB_WALL_SHIFT_FILE"  # set (with the library preloaded) only on a shifted node
 CLOCK_CONTROL_POLL_MS = 75  # real ms between two looks at the control file (control plane: unscaled)
 WALL_STEP_REPORT_MS = 100  # a change of the faked-minus-real wall clock this large is recorded as a step
 FAULT_LEASE_WALL_CLOCK = "lease-wall-clock"

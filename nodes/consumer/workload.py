@@ -38,8 +38,8 @@ _NEVER_SET = threading.Event()
 
 
 def _work(seconds: float) -> None:
-    """The listener's simulated work. Not `time.sleep`: under libfaketime with the monotonic
-    clock left real (clock faults) that raises EINVAL, while a timed Event wait is correct."""
+    """The listener's simulated work: a timed wait on an Event nobody sets (the monotonic clock,
+    which no clock fault moves)."""
     _NEVER_SET.wait(seconds)
 
 

@@ -205,4 +205,4 @@ def test_only_a_node_with_clock_control_gets_a_skewed_clock(tmp_path):
     assert plain.timers is SYSTEM_CLOCK and plain.control is None
     controlled = node_clocks(BrokerConfig(run_dir=str(tmp_path), namesrv_addrs=("x:1",), clock_control="rate"))
     assert isinstance(controlled.timers, SkewedClock) and controlled.control is not None
-    assert controlled.history is SYSTEM_CLOCK  # no libfaketime in this process: the system clock is real
+    assert controlled.history is SYSTEM_CLOCK  # no wall-clock shift in this process: the system clock is real
