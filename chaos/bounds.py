@@ -151,16 +151,17 @@ class Bounds:
 
     @property
     def rebalance_after_route_ms(self) -> int:
-        """A route change (a broker group's queues leave or return) seen first by one client: the
-        others poll routes within N_r; a returned master learns the group from the next heartbeats
-        (H; until then its consumer list is short or empty); then every client rebalances (R_b)."""
+        """A route change (a broker group's queues leave or return, a master returns) seen first by
+        one client: the others poll routes within N_r; a returned master learns the group from the
+        heartbeats its clients send once they know it again (H; until then its consumer list is
+        short or empty); then every client rebalances (R_b)."""
         return self.N_r + self.H + self.R_b
 
     @property
     def rebalance_after_join_ms(self) -> int:
         """A consumer starts, resumes, stops or is killed (its connections close, the brokers notify
-        the group), a master returns: the brokers know the members after one heartbeat (H), then
-        every client rebalances (R_b)."""
+        the group): the brokers know the members after one heartbeat (H), then every client
+        rebalances (R_b)."""
         return self.H + self.R_b
 
     @property
@@ -287,7 +288,7 @@ DERIVED_FORMULAS: tuple[tuple[str, str], ...] = (
     ("send_stall_ms", "T_s  (one send to an unresponsive broker; then it is avoided for I_p)"),
     ("rebalance_after_route_ms", "N_r + H + R_b  (a route change: the others poll, a returned master learns the "
                                  "group, rebalance)"),
-    ("rebalance_after_join_ms", "H + R_b  (a consumer starts, resumes, stops or dies; a master returns)"),
+    ("rebalance_after_join_ms", "H + R_b  (a consumer starts, resumes, stops or dies)"),
     ("rebalance_after_silent_ms", "X_c + K_c + R_b  (a consumer paused or cut off: channel expiry + scan)"),
     ("rebalance_orderly_extra_ms", "max(U_d, L_b) + R_b  (orderly: delayed unlock or a dead holder's lease, rebalance)"),
     ("dup_window_consumer_kill_ms", "P_c"),

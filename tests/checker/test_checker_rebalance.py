@@ -123,6 +123,24 @@ def test_a_routed_group_down_is_not_judged_and_a_run_without_routes_is_unknown(s
     assert result.valid == "unknown" and "no route events" in result.reason
 
 
+
+def test_a_returned_master_is_given_the_route_bound(spark):
+    # broker-b's master back at 2500: its member list fills only once every client has seen the
+    # route again (N_r) and heartbeated it (H), so a rebalance on its short list may drop queues
+    # until N_r + H + R_b after the return (800 + 80 slack here), longer than a join's 500 + 70
+    def taken_back_at(t_ms: int) -> Run:
+        r = _two_consumers().fault("pause", ["broker-b-0"], 1000, 2500)
+        r.owns(2600, [], client="c2").owns(t_ms, [B0, B1], client="c2")
+        return r.event("consumer-stop", 5000, "consumer-1", group="G").event("consumer-stop", 5000, "consumer-2",
+                                                                             group="G")
+
+    result = check_rebalance(taken_back_at(3350).history(spark), config())
+    assert result.valid is True, (result.reason, result.examples)
+    back = next(m for m in result.measurements if m["change"] == "broker-b master back")
+    assert (back["kind"], back["settle_ms"], back["limit_ms"]) == ("route", 850, 900)
+    assert check_rebalance(taken_back_at(3450).history(spark), config()).valid is False
+
+
 # ---- the report's routes-and-ownership plot -------------------------------------------------------
 
 

@@ -176,7 +176,10 @@ def replay(r: Replay, bounds: Mapping[str, int], slack: Mapping[str, int], t_end
             change(t, "join", f"{node} master down")
         elif action == "up":
             st.down[node] = max(0, st.down.get(node, 0) - 1)
-            change(t, "join", f"{node} master back")
+            # a route change for its clients: each learns the master is back from the routes (N_r)
+            # before it heartbeats it (H); a rebalance on its short member list until then may drop
+            # queues, which the next one (R_b) takes back (the takeover check reasons the same way)
+            change(t, "route", f"{node} master back")
         status, why = st.judge()
         if not segments or segments[-1][1:] != (status, why):
             segments.append((t, status, why))
