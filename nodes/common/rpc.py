@@ -29,8 +29,13 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     # Reconnect quickly after a restart: chaos restarts a master on the same port.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # gRPC takes this one as the shortest deadline of a connection attempt (TCP and the HTTP/2
+    # SETTINGS exchange), not as a backoff: at 100 ms a node just started on a loaded machine, or
+    # a link with 150 ms of latency, failed every first attempt ("timed out before receiving
+    # SETTINGS frame") and the sends behind it failed fast. A refused connection still retries
+    # after the 100 ms backoff; RocketMQ's own connect timeout is 3 s.
+    ("grpc.min_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
 ]
 
