@@ -4,8 +4,8 @@ Only a node whose config has `clock_control` (spec: `ClusterSpec.with_clock_cont
 them: "rate" for skew, "wall+rate" for both. The latter is started with our wall-clock shift
 library preloaded (`wall_shift_env`, harness/_wall_shift.c: only the process's wall-clock reads
 move, by the seconds in `<node run dir>/wall_shift.rc`, re-read every WALL_SHIFT_REREAD_MS; its
-monotonic clock stays real), and every clock-controlled node runs its lease and timer code on a SkewedClock that follows `<node run dir>/clock.json`
-(nodes.common.clock_control). Both files are the state: what is in force survives a restart
+monotonic clock stays real), and every clock-controlled node runs its lease and timer code on
+a SkewedClock that follows `<node run dir>/clock.json` (nodes.common.clock_control). Both files are the state: what is in force survives a restart
 of the node and of the harness, and `clock_state` reads it back.
 
 Each change is written atomically, appended to `<cluster run dir>/clock-faults.jsonl` with the
@@ -51,6 +51,7 @@ FAULT_LOG_NAME = "clock-faults.jsonl"
 # the library re-reads wall_shift.rc at most this often (an open, a read and a close: cheap), so a
 # jump applies within it
 WALL_SHIFT_REREAD_MS = 100
+WALL_SHIFT_REREAD_ENV = "MQLAB_WALL_SHIFT_REREAD_MS"  # read by the library (its default is the same 100)
 APPLY_BUDGET_MS = 3_000  # the node polls every CLOCK_CONTROL_POLL_MS; this covers a loaded machine
 _SHIFT_SECONDS = re.compile(r"^\s*([+-]\d+(?:\.\d+)?)\s*$")
 
@@ -87,7 +88,7 @@ def wall_shift_env(run_dir: Path, env: dict[str, str]) -> dict[str, str]:
         _write_atomic(rc, "+0\n")
     preload = env.get("LD_PRELOAD", "")
     return {**env, "LD_PRELOAD": f"{lib} {preload}".strip(), c.WALL_SHIFT_FILE_ENV: str(rc),
-            "MQLAB_WALL_SHIFT_REREAD_MS": str(WALL_SHIFT_REREAD_MS)}
+            WALL_SHIFT_REREAD_ENV: str(WALL_SHIFT_REREAD_MS)}
 
 
 def shift_spec(wall_offset_ms: int) -> str:

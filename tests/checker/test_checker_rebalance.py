@@ -123,7 +123,6 @@ def test_a_routed_group_down_is_not_judged_and_a_run_without_routes_is_unknown(s
     assert result.valid == "unknown" and "no route events" in result.reason
 
 
-
 def test_a_returned_master_is_given_the_route_bound(spark):
     # broker-b's master back at 2500: its member list fills only once every client has seen the
     # route again (N_r) and heartbeated it (H), so a rebalance on its short list may drop queues

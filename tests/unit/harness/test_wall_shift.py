@@ -25,11 +25,12 @@ def _built() -> bool:
     return True
 
 
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.requires(_built(), "the wall-clock shift library (harness/_wall_shift.c) is not built: "
                                             "install gcc and run ./scripts/bootstrap.sh again")
 
-# Prints, per line of stdin ("read" or "sleep"), the process's wall clock minus the kernel's real
-# one (a raw syscall past the library) and how long a 50 ms time.sleep took on the monotonic clock.
+# Prints, per line of stdin, the process's wall clock minus the kernel's real one (a raw syscall
+# past the library) and how long a 50 ms time.sleep took on the monotonic clock.
 PROBE = """
 import json, sys, time
 from nodes.common.clock import RealWallClock, wall_clock_shifted
@@ -47,7 +48,7 @@ for line in sys.stdin:
 
 class Probe:
     def __init__(self, run_dir: Path) -> None:
-        env = wall_shift_env(run_dir, {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+        env = wall_shift_env(run_dir, {**os.environ, "PYTHONPATH": str(REPO)})
         self.proc = subprocess.Popen([sys.executable, "-c", PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
         self.first = json.loads(self.proc.stdout.readline())
@@ -63,7 +64,8 @@ class Probe:
 
 
 def _shift_after_reread(probe: Probe) -> dict:
-    probe.read()  # the first read after the interval re-reads the file: wait one out, then read
+    """What the probe reads once the library is due to read the file again (its first wall-clock
+    read past the interval does)."""
     time.sleep(2 * WALL_SHIFT_REREAD_MS / 1000)
     return probe.read()
 
@@ -91,7 +93,7 @@ def test_the_wall_clock_follows_the_file_and_nothing_else_moves(tmp_path):
 
 def test_a_process_without_the_library_is_not_shifted(tmp_path):
     env = {**os.environ, c.WALL_SHIFT_FILE_ENV: str(tmp_path / "x.rc"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+           "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", "from nodes.common.clock import wall_clock_shifted as w; print(w())"],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"  # the file's variable alone does not make the history clock switch
