@@ -16,7 +16,7 @@ def spark():
     if java_executable() is None:
         pytest.fail("no java on PATH: apt-get install -y openjdk-17-jre-headless")
     try:
-        session = make_spark("local[2]", app_name="mqlab-tests", small_input=True, long_lived=True)
+        session = make_spark("local[2]", app_name="mqlab-tests", small_input=True)
     except SparkUnavailable as exc:
         pytest.fail(str(exc))
     yield session

@@ -213,6 +213,7 @@ def test_kill_pause_partition_and_their_recoveries_on_real_processes(topic_clust
     assert not any("error" in r for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_play_fires_a_schedule_and_leaves_everything_running(cluster, tmp_path):
     cl = cluster

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -70,6 +71,7 @@ def test_every_switch_caught_exits_0_and_a_case_that_could_not_run_exits_2(tmp_p
     assert selftest_exit_code(run_selftest([CASE_A, CASE_B], tmp_path / "c", valid, seed_of=lambda _: 1)) == 1
 
 
+@pytest.mark.slow
 def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
     for case in SELFTEST_CASES:
         seed = seed_for(case, 0.05, SELFTEST_FAULT_PHASE_S)

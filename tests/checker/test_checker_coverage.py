@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.coverage import coverage_counts, coverage_info, lock_paths, moved_queues
@@ -74,6 +75,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_a_history_that_takes_every_path_counts_each_one(spark):
     counts = coverage_counts(_reaching().history(spark), config())
     assert tuple(counts) == PATH_NAMES
@@ -146,6 +148,7 @@ def test_run_json_claims_reach_the_config(tmp_path):
     assert CheckerConfig.from_run_dir(tmp_path).claims == ("torn-tail-cut",)
 
 
+@pytest.mark.slow
 def test_a_suite_run_takes_its_claims_from_the_suite_and_unknown_claims_are_named(spark):
     from chaos.suites import SUITES
 

@@ -5,6 +5,7 @@ Findings never change the verdict; the pipeline test checks they sit beside it i
 
 import json
 
+import pytest
 from checker.builders import G, Run, config
 
 from chaos.checker.findings import LOCK_STORM_REFUSALS_PER_S, client_findings
@@ -24,6 +25,7 @@ def _kinds(found):
     return {k: n for k, n in found["by_kind"].items() if n}
 
 
+@pytest.mark.slow
 def test_clean_orderly_run_has_no_findings(spark):
     found = client_findings(_held_then_stop(unlock=True).history(spark), config())
     assert found["count"] == 0, found
@@ -37,11 +39,13 @@ def test_unlock_missing_at_shutdown(spark):
     assert "no UNLOCK" in f["evidence"]
 
 
+@pytest.mark.slow
 def test_no_unlock_finding_when_the_client_was_partitioned_at_its_stop(spark):
     run = _held_then_stop(unlock=False).fault("partition", ["consumer-1"], 250, 400)
     assert client_findings(run.history(spark), config())["count"] == 0
 
 
+@pytest.mark.slow
 def test_a_lease_that_ran_out_before_the_stop_needs_no_unlock(spark):
     run = Run()
     run.lock(100, "granted", side="broker", lease=200)
@@ -58,6 +62,7 @@ def test_lock_storm_after_a_refusal(spark):
     assert f"{LOCK_STORM_REFUSALS_PER_S * 2} LOCK_BATCH_MQ refusals" in found["findings"][0]["evidence"]
 
 
+@pytest.mark.slow
 def test_refusals_at_a_backed_off_rate_are_no_storm(spark):
     run = Run().lock(100, "granted", client="c2", side="broker", lease=70_000)
     for i in range(30):
@@ -65,6 +70,7 @@ def test_refusals_at_a_backed_off_rate_are_no_storm(spark):
     assert client_findings(run.history(spark), config())["count"] == 0
 
 
+@pytest.mark.slow
 def test_unlock_during_consume(spark):
     run = Run().sends_for(0, 1)
     run.lock(150, "granted", side="broker", lease=750)
@@ -75,6 +81,7 @@ def test_unlock_during_consume(spark):
     assert "inside the client's batch" in found["findings"][0]["evidence"]
 
 
+@pytest.mark.slow
 def test_consume_after_unlock_and_a_regrant_clears_it(spark):
     run = Run().sends_for(0, 3)
     run.lock(150, "granted", side="broker", lease=750)
@@ -86,6 +93,7 @@ def test_consume_after_unlock_and_a_regrant_clears_it(spark):
     assert _kinds(client_findings(run.history(spark), config())) == {"consume-after-unlock": 1}  # only the first
 
 
+@pytest.mark.slow
 def test_findings_sit_beside_a_valid_verdict(spark, tmp_path):
     from chaos.checker.pipeline import check_run
 
@@ -106,6 +114,7 @@ def _stop_without_unlock():
     return run.consume(0, range(3, 6), t0=770, client="c2")
 
 
+@pytest.mark.slow
 def test_a_real_clients_missing_unlock_is_its_finding_not_a_slow_takeover(spark):
     from chaos.checker.checks import check_takeover
 
@@ -117,6 +126,7 @@ def test_a_real_clients_missing_unlock_is_its_finding_not_a_slow_takeover(spark)
     assert excused.counts["by_cause"] == {"stop-without-unlock": 1}
 
 
+@pytest.mark.slow
 def test_two_clients_taking_turns_on_one_queue_share_it(spark):
     run = Run().sends_for(0, 12)
     for i in range(12):  # c1 and c2 alternate on queue 0, each back within a few ms

@@ -1,5 +1,6 @@
 """lock-exclusivity and takeover: overlapping owners, stale owners, lease discipline, takeover times."""
 
+import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_lock_exclusivity, check_takeover
@@ -42,12 +43,14 @@ def _handover_with_locks():
     return run
 
 
+@pytest.mark.slow
 def test_handover_with_clean_lease_discipline(spark):
     run = _handover_with_locks().commit(280, 3).commit(400, 6, client="c2")
     r = check_lock_exclusivity(run.history(spark), config())
     assert r.valid is True, r.examples
 
 
+@pytest.mark.slow
 def test_stale_owner_commit(spark):
     run = _handover_with_locks().commit(280, 3).commit(450, 2)  # c1 commits after c2 was granted the queue
     r = check_lock_exclusivity(run.history(spark), config())
@@ -57,6 +60,7 @@ def test_stale_owner_commit(spark):
     assert (stale["client_id"], stale["holder"]) == ("c1", "c2")
 
 
+@pytest.mark.slow
 def test_a_commit_decided_before_the_hand_over_and_logged_after_it_is_not_stale(spark):
     # c1 decided (lock checked) and sent its commit at 280, was paused, and logged the answer at 450,
     # after c2 was granted the queue at 300: timed by its line, the old rule called it a former owner's
@@ -85,6 +89,7 @@ def test_broker_grants_a_queue_whose_lease_is_live(spark):
     assert r.examples[0]["holder"] == "c1" and r.examples[0]["granted_to"] == "c2"
 
 
+@pytest.mark.slow
 def test_a_grant_under_a_live_lease_is_caught_whatever_lies_between(spark):
     # the broker declares c1's lease expired (carrying its end, still in the future) and then
     # grants the queue to c2: compared with the previous event only, the double grant was hidden
@@ -102,6 +107,7 @@ def test_a_grant_under_a_live_lease_is_caught_whatever_lies_between(spark):
     assert check_lock_exclusivity(run.history(spark), config()).counts["double_grants"] == 1
 
 
+@pytest.mark.slow
 def test_a_released_or_ended_lease_may_be_granted_again(spark):
     run = Run().sends_for(0, 2)
     run.lock(150, "granted", side="broker", lease=750).lock(300, "released", side="broker")
@@ -138,6 +144,7 @@ def test_slow_takeover(spark):
     assert r.examples[0]["measured_ms"] == 1050
 
 
+@pytest.mark.slow
 def test_a_master_starved_of_cpu_during_the_takeover_has_its_starved_time_left_out(spark):
     # slow by 240 ms over the bound and its slack (test_slow_takeover); the master starved from 500
     # to past the takeover still answers, slowly: those 900 ms of [350, 1400] do not count
@@ -152,6 +159,7 @@ def test_a_master_starved_of_cpu_during_the_takeover_has_its_starved_time_left_o
     assert check_takeover(other.history(spark), config()).counts["slow"] == 1
 
 
+@pytest.mark.slow
 def test_takeover_waits_for_a_master_that_was_down(spark):
     # the master is killed at 500 and back at 1500: no lock can be granted in between, and the
     # returned master's lock and consumer tables are empty, so c2 is due a route poll, a heartbeat
@@ -165,6 +173,7 @@ def test_takeover_waits_for_a_master_that_was_down(spark):
     assert check_takeover(late.history(spark), config()).counts["slow"] == 1
 
 
+@pytest.mark.slow
 def test_a_later_fault_of_the_holder_does_not_reset_the_clock(spark):
     # c1 is killed at 400 (due by 350 + 810); its restarted process is cut off at 700 and stopped
     # at 1100, before that deadline: the queue has waited since the kill, so neither extends it
@@ -183,6 +192,7 @@ def test_a_later_fault_of_the_holder_does_not_reset_the_clock(spark):
     assert (m["cause_label"], m["verdict"]) == ("partition consumer-3,broker-a-0, after kill consumer-1", "ok")
 
 
+@pytest.mark.slow
 def test_the_holders_node_restarted_as_a_new_client_and_cut_off_is_another_silent_consumer(spark):
     # c1 is killed at 400; its node starts c3 at 500, which the allocation may hand c1's queue but
     # which cannot lock it (c1's lease) before it is cut off at 700: nobody may lock the queue until
@@ -199,6 +209,7 @@ def test_the_holders_node_restarted_as_a_new_client_and_cut_off_is_another_silen
     assert check_takeover(alone.history(spark), config()).counts["slow"] == 1
 
 
+@pytest.mark.slow
 def test_a_takeover_is_never_measured_from_after_it(spark):
     # a master down from 500 to 2000 would put the reference after c2's start at 1400 (-600 ms):
     # a wrong attribution, so the kill's reference stands
@@ -209,11 +220,13 @@ def test_a_takeover_is_never_measured_from_after_it(spark):
     assert all(x["measured_ms"] >= 0 for x in r.measurements)
 
 
+@pytest.mark.slow
 def test_takeover_before_the_lease_ran_out(spark):
     r = check_takeover(_killed_holder(700).history(spark), config())
     assert r.valid is False and r.counts["early"] == 1
 
 
+@pytest.mark.slow
 def test_an_unlock_that_reached_the_broker_after_the_kill_frees_the_queue(spark):
     # c1's unlock, sent just before its kill at 400, is processed by the broker at 405: the queue was
     # released, so c2 taking it at 700 is no breach of the lease
@@ -222,6 +235,7 @@ def test_an_unlock_that_reached_the_broker_after_the_kill_frees_the_queue(spark)
     assert r.counts["early"] == 0, r.examples
 
 
+@pytest.mark.slow
 def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spark):
     # c1 is cut from the master at 360 but consumes what it cached until its client lease ends (651):
     # the broker frees the queue only after the channel expiry, so the bound is the partition's
@@ -238,6 +252,7 @@ def test_partitioned_holder_consuming_its_cache_is_timed_from_the_partition(spar
     assert (m["cause"], m["measured_ms"], m["verdict"]) == ("partition", 1340, "ok")
 
 
+@pytest.mark.slow
 def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spark):
     # c1's rebalance took q0 just before the partition: an earlier event than the partition, but it
     # freed nothing, so the partition's bound applies (a rebalance that gave q0 up would be timed)
@@ -259,6 +274,7 @@ def test_a_rebalance_that_gave_the_holder_its_queue_is_no_cause_of_losing_it(spa
     assert gave_up.measurements[0]["cause"] == "rebalance" and gave_up.counts["slow"] == 1
 
 
+@pytest.mark.slow
 def test_a_regained_lock_is_no_cause_of_losing_it(spark):
     # c1's lock comes back at 350 (the broker's grant is t_L) and its client re-opens q0: a
     # `lock-regained` rebalance lists q0 in `removed` *and* in `after`, and frees nothing. c1 is
@@ -272,6 +288,7 @@ def test_a_regained_lock_is_no_cause_of_losing_it(spark):
     assert (m["cause"], m["measured_ms"], m["bound_ms"]) == ("kill", 650, 810)
 
 
+@pytest.mark.slow
 def test_a_holder_killed_before_its_delayed_unlock_leaves_its_lease_to_run_out(spark):
     # c1 gives q0 up in a rebalance at 360 with messages still cached, so it would unlock U_d later;
     # it is killed at 400, before that: the broker's lease (from t_L = 350) must run out, so the
@@ -290,6 +307,7 @@ def test_a_holder_killed_before_its_delayed_unlock_leaves_its_lease_to_run_out(s
     assert late.counts["slow"] == 1 and late.measurements[0]["cause"] == "rebalance"
 
 
+@pytest.mark.slow
 def test_a_holder_paused_before_its_delayed_unlock_leaves_its_lease_to_run_out(spark):
     # as above, but c1 is paused at 400 (until 1100) instead of killed: its delayed unlock goes out
     # only after SIGCONT, so the queue is free when the broker's lease from t_L = 350 runs out
@@ -323,6 +341,7 @@ def test_takeover_unknown_without_orderly_consumption(spark):
     assert check_takeover(run.history(spark), config()).valid == "unknown"
 
 
+@pytest.mark.slow
 def test_member_lists_still_naming_a_silent_holder_each_cost_the_taker_a_rebalance(spark):
     # c1 is cut from the master at 360 (bound max(L_b, X_c + K_c) + R_b + W_p = 1510, limit 1681).
     # c2 takes q0 at 2300: too late, unless the brokers c2 asked at its rebalances after the expiry
@@ -346,6 +365,7 @@ def test_member_lists_still_naming_a_silent_holder_each_cost_the_taker_a_rebalan
     assert "2 member list(s)" in m["cause_label"]
 
 
+@pytest.mark.slow
 def test_a_broker_that_ends_a_lease_before_its_recorded_end_breaks_lease_expiry(spark):
     # the broker granted c1 until 750; declaring it expired at 400 is what a lease on the wall clock
     # does at a forward step; at 760 it is on time
@@ -361,6 +381,7 @@ def test_a_broker_that_ends_a_lease_before_its_recorded_end_breaks_lease_expiry(
     assert on_time.parts["lease-expiry"] is True, on_time.examples
 
 
+@pytest.mark.slow
 def test_a_client_lease_lapsing_with_no_fault_breaks_lease_renewal(spark):
     # c1's lease (to 451) lapses: a renewal every R_l 200 keeps it unless a fault held one back
     def run_with(fault: bool) -> Run:
@@ -374,6 +395,7 @@ def test_a_client_lease_lapsing_with_no_fault_breaks_lease_renewal(spark):
     assert slow_link.parts["lease-renewal"] is True, slow_link.examples
 
 
+@pytest.mark.slow
 def test_a_lease_nobody_tried_to_renew_lapses_even_unnoticed(spark):
     # c1 holds q0 to 451 and has nothing left to consume there, so it never notices a lapse (no
     # `expired`); what comes next on the queue says whether it kept renewing

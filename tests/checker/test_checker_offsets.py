@@ -1,5 +1,6 @@
 """offset-resync: commits ahead, decreasing, resume after restart, master/slave convergence."""
 
+import pytest
 from checker.builders import G, Run, T, clean_orderly_run, config
 
 from chaos.checker.checks import check_offset_resync
@@ -27,6 +28,7 @@ def test_committed_offset_decreases(spark):
     assert r.valid is False and r.counts["decreases"] == {"unexplained": 1, "explained": 0}
 
 
+@pytest.mark.slow
 def test_two_commits_in_flight_answered_the_other_way_round_lower_nothing(spark):
     # c1 decides 13, then 16; the answer to 16 comes first: what c1 decided never went down
     def run_with(first_decided: int) -> Run:
@@ -54,6 +56,7 @@ def _broker_decrease(second_client):
     return run
 
 
+@pytest.mark.slow
 def test_a_stored_decrease_at_a_concurrent_hand_over_is_explained(spark):
     # a concurrent queue moved from c1 to c2 may be consumed by both for a moment (no locks): RocketMQ
     # stores c2's lower commit; the duplicates it costs count against the budget
@@ -71,6 +74,7 @@ def _same_client_lower_after_a_hand_over(lowered_by_other: bool):
     return run
 
 
+@pytest.mark.slow
 def test_a_same_client_decrease_after_another_clients_lower_commit_is_a_hand_over(spark):
     r = check_offset_resync(_same_client_lower_after_a_hand_over(True).history(spark), config())
     assert r.parts["monotonic"] is True and r.counts["decreases"] == {"unexplained": 0, "explained": 1}
@@ -90,6 +94,7 @@ def _same_client_lower_after_another_clients_pulls(lowering_client: str):
     return run.commit(400, 8)
 
 
+@pytest.mark.slow
 def test_a_same_client_decrease_after_a_lower_offset_another_client_pulled_with_is_a_hand_over(spark):
     r = check_offset_resync(_same_client_lower_after_another_clients_pulls("c2").history(spark), config())
     assert r.parts["monotonic"] is True, r.examples
@@ -109,6 +114,7 @@ def _restarted_consumer(resume_at):
     return run.consume(0, range(resume_at, 10), t0=400, client="c3", node="consumer-1", orderly=False)
 
 
+@pytest.mark.slow
 def test_resume_at_the_last_commit(spark):
     r = check_offset_resync(_restarted_consumer(6).history(spark), config())
     assert r.valid is True, r.examples
@@ -131,6 +137,7 @@ def _master_return_after_a_backlog(resume_at):
     return run.send("late", 5000, offset=0, queue=1)  # a long history: the queue's average rate is low
 
 
+@pytest.mark.slow
 def test_a_master_return_rewind_within_what_was_consumed_before_the_outage(spark):
     # the returned master's table (90) is behind the slave's 300 (RocketMQ #2513); the rewind of 210
     # exceeds the time budget at the queue's average rate, but c2 resumes above what the group had

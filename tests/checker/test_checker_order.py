@@ -1,5 +1,6 @@
 """order: per sharding key and per queue, each anomaly and its clean twin."""
 
+import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_order
@@ -21,6 +22,7 @@ def test_reordered_key(spark):
     assert reordered[0]["seq"] == 1 and reordered[0]["prev_max_seq"] == 2
 
 
+@pytest.mark.slow
 def test_a_key_moved_to_another_queue_is_ordered_per_queue(spark):
     # k's seqs 0-1 were stored on q0; the publish list changed and seqs 2-3 went to q1, consumed
     # before q0's backlog (RocketMQ orders a key within its queue): explained, not a failure
@@ -81,6 +83,7 @@ def test_rewind_after_a_broker_restart_is_explained(spark):
     assert r.counts["anomalies"]["rewind past committed (explained)"] == 1
 
 
+@pytest.mark.slow
 def test_a_rewind_within_one_owner_across_a_master_restart_is_explained(spark):
     # c1 consumes 0..4, the master restarts (its offset table older than c1's last commit), c1
     # re-opens the queue at 3: reported, explained by the broker fault; without it, a failure
@@ -94,6 +97,7 @@ def test_a_rewind_within_one_owner_across_a_master_restart_is_explained(spark):
     assert bare.valid is False and bare.counts["anomalies"]["rewind (in epoch)"] == 1
 
 
+@pytest.mark.slow
 def test_a_rewind_after_the_owner_released_and_retook_the_queue_is_explained(spark):
     run = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(300, "released")
     run.consume(0, range(3, 8), t0=400)
@@ -102,6 +106,7 @@ def test_a_rewind_after_the_owner_released_and_retook_the_queue_is_explained(spa
     assert r.counts["anomalies"]["rewind in epoch (explained)"] == 1
 
 
+@pytest.mark.slow
 def test_a_rewind_after_a_rebalance_gave_the_queue_up_and_back_is_explained(spark):
     # c1's rebalance drops q0 while its last batch (4) is still in the listener, so that batch commits
     # nothing; the next rebalance gives q0 back and c1 starts again at the stored 4
@@ -117,6 +122,7 @@ def test_a_rewind_after_a_rebalance_gave_the_queue_up_and_back_is_explained(spar
     assert check_order(run(False).history(spark), config()).valid is False  # a rebalance that kept q0
 
 
+@pytest.mark.slow
 def test_a_fault_on_another_broker_group_explains_no_rewind(spark):
     # with two groups, only a fault of the queue's own group (broker-a) can roll its offsets back
     run = _handover(2).fault("kill", ["broker-b-0"], 300, 350)
@@ -125,6 +131,7 @@ def test_a_fault_on_another_broker_group_explains_no_rewind(spark):
     assert r.counts["anomalies"]["rewind past committed"] == 1
 
 
+@pytest.mark.slow
 def test_a_rewind_after_the_broker_recorded_the_owners_unlock_is_explained(spark):
     # a real client journals no lock events: the broker's record of its unlock is the evidence
     run = Run().sends_for(0, 8, key=None).consume(0, range(5), t0=200).lock(300, "released", side="broker")
@@ -136,6 +143,7 @@ def test_a_rewind_after_the_broker_recorded_the_owners_unlock_is_explained(spark
     assert check_order(renewed.consume(0, range(3, 8), t0=400).history(spark), config()).valid is False
 
 
+@pytest.mark.slow
 def test_a_real_clients_rewind_after_consuming_past_its_unlock_is_its_finding(spark):
     # the broker records c1's unlock at 230, c1 consumes 3 and 4 from its cache anyway, then re-opens
     # the queue at the committed 3: with a real client that is explained (its finding), with mqlab's not

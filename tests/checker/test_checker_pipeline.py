@@ -73,6 +73,7 @@ def test_cli_valid_run_exits_0(monkeypatch, clean_output, clean_run_dir):
     assert "overall: valid" in result.output and "report:" in result.output
 
 
+@pytest.mark.slow
 def test_cli_invalid_run_exits_1(tmp_path):
     run_dir = Run().sends_for(0, 3).consume(0, [0, 2], t0=200, orderly=False).write(tmp_path / "run")
     result = runner.invoke(chaos_cli.app, ["check", str(run_dir), "--no-report", "--out", str(tmp_path / "out")])

@@ -1,5 +1,6 @@
 """lost, unexpected, duplicates on hand-written histories: each anomaly and its clean twin."""
 
+import pytest
 from checker.builders import Run, config
 
 from chaos.checker.checks import check_duplicates, check_lost, check_unexpected
@@ -77,6 +78,7 @@ def test_duplicates_over_the_suite_budget_fail(spark):
     assert r.valid is False and "budget" in r.reason
 
 
+@pytest.mark.slow
 def test_a_duplicate_to_the_same_client_needs_a_cause_of_a_redelivery(spark):
     # c1 gets q0-m1 again within one uninterrupted ownership: another consumer's kill, another
     # broker group's kill or a lock event of another queue nearby explain nothing
@@ -95,6 +97,7 @@ def test_a_duplicate_to_the_same_client_needs_a_cause_of_a_redelivery(spark):
     assert check_duplicates(run.history(spark), config(duplicate_explain_slack_ms=50)).counts["unexplained"] == 0
 
 
+@pytest.mark.slow
 def test_a_duplicate_after_a_client_moved_the_stored_offset_back_is_explained(spark):
     # another client of the concurrent group committed a lower offset after c1's: whoever reads
     # the queue from the stored offset next reads those messages again

@@ -1,5 +1,6 @@
 """read-routing: pull targets against rules R1-R6, failover and switch-back times."""
 
+import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_read_routing
@@ -61,6 +62,7 @@ def test_broker_suggests_the_slave_for_hot_data(spark):
     assert r.examples[0]["queue_id"] == 0 and r.examples[0]["broker_name"] == "broker-a"
 
 
+@pytest.mark.slow
 def test_a_client_paused_across_the_switch_back_is_not_timed(spark):
     slow = check_read_routing(_failover(back_at=1700).history(spark), config())
     assert slow.valid is False and slow.examples[0]["rule"] == "slow switch back"
@@ -69,6 +71,7 @@ def test_a_client_paused_across_the_switch_back_is_not_timed(spark):
     assert r.valid is True, r.examples
 
 
+@pytest.mark.slow
 def test_a_client_that_was_not_pulling_the_queue_at_the_fault_owes_no_failover(spark):
     # c2 pulled queue 0 long before the kill and again long after it: it did not own it meanwhile
     run = Run().pull(50, offset=0, client="c2").pull(500, offset=0).pull(650, offset=1)
@@ -78,6 +81,7 @@ def test_a_client_that_was_not_pulling_the_queue_at_the_fault_owes_no_failover(s
     assert r.valid is True, r.examples
 
 
+@pytest.mark.slow
 def test_retry_queues_get_a_heartbeat_more_to_come_back_to_the_master(spark):
     # master down 300..900; a retry queue still read via the slave at 900 + N_r + G_r + W_p + slack + 200
     # (within one heartbeat H = 300 more) is excused; the same on the normal topic is not
@@ -112,6 +116,7 @@ def test_a_read_that_goes_back_after_a_switch_is_non_monotonic(spark):
     assert (bad["expected_offset"], bad["pulled_offset"]) == (4, 2)
 
 
+@pytest.mark.slow
 def test_a_queue_reopened_while_its_last_pull_was_out_may_read_again(spark):
     # the re-open (840) comes after that pull was sent (830), though before its answer (850)
     r = check_read_routing(_switch_back_rewound(840).history(spark), config())
@@ -121,6 +126,7 @@ def test_a_queue_reopened_while_its_last_pull_was_out_may_read_again(spark):
     assert late.counts["non-monotonic read"]["violations"] == 1
 
 
+@pytest.mark.slow
 def test_the_late_answer_of_a_pull_sent_before_the_queue_reopened_is_not_followed(spark):
     # c1's queue re-opens at 990 while a long poll to the slave (sent at 700) is out; the new
     # ProcessQueue reads 2.. from the master, then the old poll's answer for 3 arrives at 1010
@@ -148,6 +154,7 @@ def _kill_then_pause(pause_end: int) -> Run:
     return run.pull(pause_end + 100, offset=3)
 
 
+@pytest.mark.slow
 def test_pulls_a_paused_client_sends_as_it_resumes_may_still_use_its_old_route(spark):
     r = check_read_routing(_kill_then_pause(2_000).history(spark), config())
     assert r.counts["wrong target"] == {"violations": 0, "excused": 2}, r.examples
@@ -158,11 +165,13 @@ def test_pulls_a_paused_client_sends_as_it_resumes_may_still_use_its_old_route(s
     assert check_read_routing(run.history(spark), config()).counts["wrong target"]["violations"] == 1
 
 
+@pytest.mark.slow
 def test_a_client_resumed_longer_ago_than_the_route_refresh_is_not_excused(spark):
     run = _kill_then_pause(2_000).pull(2_800, offset=4, answered=1, sent=2_790)
     assert check_read_routing(run.history(spark), config()).counts["wrong target"]["violations"] == 1
 
 
+@pytest.mark.slow
 def test_failover_is_timed_from_the_pull_sent_to_the_slave_not_its_long_poll_answer(spark):
     run = Run().pull(100, offset=0).pull(250, offset=1)
     run.fault("kill", ["broker-a-0"], 300, 2_000)
@@ -177,6 +186,7 @@ def test_failover_is_timed_from_the_pull_sent_to_the_slave_not_its_long_poll_ans
     assert r.parts["failover"] is False and r.examples[0]["judged"] == "failover 400 ms > bound 310 ms + slack 51 ms"
 
 
+@pytest.mark.slow
 def test_a_switch_back_cut_short_by_the_masters_next_kill_is_not_stuck(spark):
     # the master is back at 900 and killed again 2 ms later: the client rightly stays on the slave
     def run(second_kill: bool) -> Run:
@@ -192,6 +202,7 @@ def test_a_switch_back_cut_short_by_the_masters_next_kill_is_not_stuck(spark):
     assert r.parts["switch back"] is not False and r.parts["wrong target"] is True, r.examples
 
 
+@pytest.mark.slow
 def test_a_long_poll_sent_while_the_master_was_down_is_judged_when_sent(spark):
     # sent to the slave at 850 (master down 300..900) and held there until 2001 (a client paused
     # meanwhile gets it as it resumes): by its answer time it would look like a misroute long

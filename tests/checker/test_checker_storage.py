@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 from checker.builders import Run, config
 
 from chaos.checker.checks import (
@@ -61,6 +62,7 @@ def test_replication_fails_on_a_replica_behind_missing_or_differing(spark):
     assert r.counts["by_problem"]["body differs"] == 2  # both offsets: crc 77 is neither 0 nor 1
 
 
+@pytest.mark.slow
 def test_replication_excuses_what_a_storage_fault_may_lose_and_nothing_else(spark):
     """The slave kept a record the nemesis flipped on the master (which now reads it as a hole): that
     message is excused as `lost` and `durability` excuse it; another message missing is not."""
@@ -129,6 +131,7 @@ def _power_lossed(flush="ASYNC_FLUSH", role="ASYNC_MASTER", status="SEND_OK"):
     return run, config(store_modes=_modes(flush, role))
 
 
+@pytest.mark.slow
 def test_async_modes_allow_the_unflushed_window(spark):
     run, cfg = _power_lossed()
     h = run.history(spark)
@@ -148,6 +151,7 @@ def test_a_loss_outside_the_window_fails_both(spark):
     assert lost.valid is False and lost.counts["lost_unallowed"] == 1 and lost.examples[0]["msg_id"] == "q0-m1"
 
 
+@pytest.mark.slow
 def test_sync_flush_and_sync_master_promise_no_loss(spark):
     for flush, role in (("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER")):
         run, cfg = _power_lossed(flush, role)
@@ -158,6 +162,7 @@ def test_sync_flush_and_sync_master_promise_no_loss(spark):
     assert check_durability(run.history(spark), cfg).counts["allowed_loss"] == 2
 
 
+@pytest.mark.slow
 def test_a_corrupted_records_messages_are_allowed_loss(spark):
     run = Run().sends_for(0, 3).consume(0, range(2), t0=200, orderly=False)
     run.corrupt("broker-a-0", 300, phys_offset=0, n=4, msg_ids=["q0-m2"])
@@ -235,6 +240,7 @@ def _offsets_reused(flush="ASYNC_FLUSH", role="ASYNC_MASTER", status="SEND_OK"):
     return run, cfg
 
 
+@pytest.mark.slow
 def test_offsets_reused_after_an_async_power_loss_are_allowed_loss(spark):
     run, cfg = _offsets_reused()
     h = run.history(spark)
@@ -249,6 +255,7 @@ def test_offsets_reused_after_an_async_power_loss_are_allowed_loss(spark):
     assert lost.valid is False and lost.counts["lost_unallowed"] == 1 and lost.examples[0]["msg_id"] == "q0-n6"
 
 
+@pytest.mark.slow
 def test_offsets_reused_are_not_allowed_when_the_mode_kept_every_acknowledged_message(spark):
     for flush, role in (("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER")):
         run, cfg = _offsets_reused(flush, role)
@@ -283,6 +290,7 @@ def test_the_rack_power_loss_detail_is_read_per_node(spark):
     assert faults[1].detail["store"]["consume_queues"] == {}
 
 
+@pytest.mark.slow
 def test_sync_flush_fails_an_acknowledged_message_cut_by_a_rack_power_loss_even_if_consumed(spark):
     """What answering before the fsync looks like: consumers read the messages, the power loss
     took them from every replica's disk, the read-back finds neither."""
@@ -310,6 +318,7 @@ def test_the_read_back_judges_no_offset_below_what_it_read(spark):
     assert d.valid is True and d.counts["lost"] == 0, d.examples
 
 
+@pytest.mark.slow
 def test_sync_master_allows_the_unflushed_window_when_the_slave_lost_power_too(spark):
     run, cfg = _rack_power_lossed("ASYNC_FLUSH", "SYNC_MASTER")
     d = check_durability(run.history(spark), cfg)
@@ -329,6 +338,7 @@ def test_sync_master_allows_the_unflushed_window_when_the_slave_lost_power_too(s
     assert d.valid is True and d.counts["allowed_loss"] == 2, d.examples
 
 
+@pytest.mark.slow
 def test_sync_flush_allows_reused_offsets_after_a_rack_power_loss_only(spark):
     # the cut held unacknowledged records consumers had read: new messages n3, n4 at their offsets
     # are skipped; SEND_OK m3, m4 were fsync'd (read back), so nothing acknowledged was cut

@@ -255,6 +255,7 @@ def wait_consuming(cl: LocalCluster, procs: list[NodeProcess], budget_ms: int) -
 
 # --- the tests ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_three_orderly_consumers_keep_every_key_in_order_across_a_graceful_stop(cluster):
     timing = cluster.timing
     procs = add_consumers(cluster, 0, 1, 2, sleep_ms=1)
@@ -333,6 +334,7 @@ def test_a_killed_holder_keeps_its_queues_until_the_broker_lease_ends(cluster):
     assert not overlaps(got), overlaps(got)[:3]
 
 
+@pytest.mark.slow
 def test_a_paused_holder_stops_consuming_once_it_sees_its_locks_gone(cluster):
     timing = cluster.timing
     procs = add_consumers(cluster, 0, 2, sleep_ms=15)
@@ -412,6 +414,7 @@ def test_a_paused_holder_stops_consuming_once_it_sees_its_locks_gone(cluster):
     check_order(got, producer.acked, "pause")
 
 
+@pytest.mark.slow
 def test_a_master_restart_frees_the_locks_and_consumers_relock_in_order(cluster):
     timing = cluster.timing
     procs = add_consumers(cluster, 0, 1, 2, sleep_ms=1)

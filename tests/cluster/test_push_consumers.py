@@ -148,6 +148,7 @@ def test_adding_a_consumer_rebalances_within_one_interval(cluster):
     check_all_consumed(cluster, producer.acked, "add one")
 
 
+@pytest.mark.slow
 def test_stopping_a_consumer_rebalances_within_one_interval(cluster):
     procs = add_consumers(cluster, 0, 1, 2)
     wait_balanced(procs, within_ms(cluster.timing.rebalance_interval_ms * 2))
@@ -178,6 +179,7 @@ def test_killing_a_consumer_rebalances_within_one_interval_plus_expiry(cluster):
     check_all_consumed(cluster, producer.acked, "kill one")
 
 
+@pytest.mark.slow
 def test_failing_keys_come_back_through_the_retry_topic(cluster):
     fail_keys = [f"k{i}" for i in range(0, 100, 10)]
     procs = add_consumers(cluster, 0, 1, 2, workload="fail_keys", fail_keys=fail_keys, fail_times=2)
@@ -205,6 +207,7 @@ def test_failing_keys_come_back_through_the_retry_topic(cluster):
             assert waited_ms >= level_delay_s * unit_ms * 0.9, (key, times, waited_ms)
 
 
+@pytest.mark.slow
 def test_broadcasting_consumers_declared_in_the_spec_each_get_everything(tmp_path, time_scale):
     spec = ClusterSpec.default(time_scale=time_scale).with_consumers(
         2, group="broadcast_group", subscriptions={"Broadcast": "*"}, message_model="BROADCASTING",

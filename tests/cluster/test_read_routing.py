@@ -73,6 +73,7 @@ def test_backlog_over_budget_moves_pulls_to_the_slave_and_back(tmp_path, time_sc
     assert any(e["suggest_which_broker_id"] == 0 and e["answering_broker_id"] == 1 for e in suggestions)
 
 
+@pytest.mark.slow
 def test_without_slave_read_enable_the_suggestion_is_always_the_master(tmp_path, time_scale):
     with LocalCluster(_spec(time_scale, slave_read_enable=False), run_dir=tmp_path / "run") as cluster:
         mq = _fill_one_queue(cluster, 1024 * 1024)

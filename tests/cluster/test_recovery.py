@@ -14,6 +14,7 @@ def _pull_exact(consumer, result):
     return pulled.messages[0]
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_the_last_send_ok_loses_nothing(local_cluster):
     bodies = {}
     with Producer(local_cluster.namesrv_addr) as producer:

@@ -128,6 +128,7 @@ def test_divergence_guard_refuses_a_slave_that_is_ahead_or_different(tmp_path, t
         assert report.invalid_units == 0 and report.units_checked == 200
 
 
+@pytest.mark.slow
 def test_a_slave_catching_up_exits_on_sigterm_by_itself(tmp_path, time_scale):
     """SIGTERM while the master streams a backlog: a slave always has the next chunk ready, and
     its stop must not depend on the cancel landing between two chunks (no SIGKILL needed)."""

@@ -17,6 +17,7 @@ def _body(i: int) -> bytes:
     return f"{i:08d}:".encode() + hashlib.sha256(str(i).encode()).hexdigest().encode()
 
 
+@pytest.mark.slow
 def test_100k_messages_round_trip_exactly_once(local_cluster):
     expected: dict[str, bytes] = {}
     with Producer(local_cluster.namesrv_addr) as producer:

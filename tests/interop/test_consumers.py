@@ -51,6 +51,7 @@ def _assert_sent_back_once(consumer, topic: str, body: str) -> None:
     assert redelivered["properties"].get("RETRY_TOPIC") == topic
 
 
+@pytest.mark.slow
 def test_cpp_push_consumer_gets_every_message_and_sends_back_a_failure(shared_cluster, clients):
     """Concurrent C++ push: heartbeat, consumer list, offsets, long-polled pulls, send-back (36) to
     the message's store host. Other messages of the failed one's batch may come back too."""

@@ -47,6 +47,7 @@ def _spec():
     return interop_spec(store=store, slave_read_enable=True)
 
 
+@pytest.mark.slow
 def test_cpp_consumer_keeps_reading_from_the_slave_after_the_master_is_killed(tmp_path, clients):
 
     with start_cluster(_spec(), tmp_path / "run") as cluster:

@@ -11,7 +11,7 @@ from harness.bench.report import write_plot
 from harness.bench.results import report_json
 from harness.bench.runner import BenchConfig, Hooks, run_bench
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(120)]  # benchmarks run apart
 
 
 
