@@ -84,6 +84,7 @@ def test_cli_invalid_run_exits_1(tmp_path):
     assert not (tmp_path / "out" / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_cli_missing_histories_exit_2_with_reasons(tmp_path):
     run_dir = Run().sends_for(0, 3).write(tmp_path / "run")
     result = runner.invoke(chaos_cli.app, ["check", str(run_dir), "--no-report"])

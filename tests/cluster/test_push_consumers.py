@@ -122,6 +122,7 @@ def check_all_consumed(cl: LocalCluster, acked: set[str], label: str) -> Counter
     return seen
 
 
+@pytest.mark.slow
 def test_three_consumers_share_eight_queues(cluster):
     procs = add_consumers(cluster, 0, 1, 2)
     _, assignment = wait_balanced(procs, within_ms(cluster.timing.rebalance_interval_ms * 2))

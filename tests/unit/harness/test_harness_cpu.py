@@ -101,7 +101,8 @@ def test_duty_cycle_measures_near_its_share_and_lets_the_node_run_after(busy_nod
     assert proof.stop_cycles is not None and proof.stop_cycles >= 10
     assert proof.nr_periods is None
     assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
-    assert measured_share(proc.pid, 1.0) > 0.1
+    # runs again: a stopped process measures exactly 0; how much it gets is the machine's load
+    assert measured_share(proc.pid, 1.0) > 0
 
 
 def test_a_paused_node_stays_paused_after_the_duty_cycle_ends(busy_node, starver):
@@ -117,7 +118,10 @@ def test_a_paused_node_stays_paused_after_the_duty_cycle_ends(busy_node, starver
     assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
     assert measured_share(proc.pid, 0.3) == 0
     proc.resume()
-    assert measured_share(proc.pid, 0.3) > 0.05
+    # runs again (a stopped process measures exactly 0, as above); a saturated machine gave it
+    # 3% of a core over 0.3 s, so the share's size is not the point
+    assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    assert measured_share(proc.pid, 1.0) > 0
 
 
 @needs_cgroup_v1
