@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+from support.examples import examples
+
+# property tests without a count of their own: Hypothesis' 100 in the full run, fewer by default
+settings.register_profile("mqlab", max_examples=examples(100))
+settings.load_profile("mqlab")
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support import namesrv_remoting as remoting
+from support.examples import examples
 
 from harness import LocalCluster, NodeProcess
 from harness.cluster import read_cluster_json
@@ -218,7 +219,7 @@ def _still_serving(target: Target) -> None:
     assert (answer.code, answer.body) == (SUCCESS, target.route_body)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(attempt=bad_input)
 def test_bad_input_is_refused_logged_and_disturbs_nobody(target: Target, attempt: Attempt) -> None:
     event(attempt.kind)
@@ -232,7 +233,7 @@ def test_bad_input_is_refused_logged_and_disturbs_nobody(target: Target, attempt
     _still_serving(target)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(openings=many_dropped, reset=st.booleans())
 def test_many_connections_opened_and_dropped_disturb_nobody(target: Target, openings: list[bytes],
                                                            reset: bool) -> None:

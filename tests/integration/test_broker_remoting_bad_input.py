@@ -12,6 +12,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.inprocess import InProcessCluster
 
 from nodes.remoting.command import RemotingCommand, RequestCode, decode, encode
@@ -87,7 +88,7 @@ def _healthy_still_answers(healthy: Conn) -> None:
     assert answer.code == 0 and b"kept" in answer.body
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(code=st.sampled_from(CODES), overrides=EXT, dropped=st.sets(st.sampled_from(sorted(BASELINE))),
        body=BODIES)
 def test_bad_fields_and_bodies_get_answers_and_the_broker_keeps_serving(broker, code, overrides, dropped, body):

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.cluster_rpc import wait_for
+from support.examples import examples
 from support.local_cluster import module_cluster, module_master_stub
 
 from nodes.client.pull_decode import decode_messages
@@ -65,7 +66,7 @@ def test_client_set_delay_and_real_properties_are_checked(broker, properties):
     assert answer.code == common_pb2.MESSAGE_ILLEGAL and answer.remark
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(delay=st.text(max_size=6), real_qid=st.text(max_size=6))
 def test_any_delay_and_real_qid_text_is_answered_with_a_code(broker, delay, real_qid):
     answer = _send(broker, "SurfaceProps", {c.PROPERTY_DELAY: delay, c.PROPERTY_REAL_QUEUE_ID: real_qid})

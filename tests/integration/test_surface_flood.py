@@ -18,6 +18,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.local_cluster import module_cluster, module_master_stub
 
 from nodes.common import constants as c
@@ -70,7 +71,7 @@ def test_pull_streams_answer_garbage_with_an_error_status(cluster, method):
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(topic=st.text(max_size=140), group=st.text(max_size=20))
 def test_any_names_are_answered_with_a_code_never_a_failure(broker, topic, group):
     send = broker.SendMessage(broker_pb2.SendMessageRequest(

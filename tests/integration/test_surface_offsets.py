@@ -10,6 +10,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.local_cluster import master_stub, module_cluster
 
 from harness.admin import credential_of
@@ -67,7 +68,7 @@ def test_the_longest_names_rocketmq_allows_are_accepted(broker):
     assert _query(broker, "SurfOffA", group).offset == 3
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(commits=st.dictionaries(
     keys=st.tuples(st.sampled_from(TOPICS), st.text(NAME_CHARS, min_size=1, max_size=12)),
     values=st.integers(0, MESSAGES), min_size=1, max_size=6))

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.chunk_checks import compiled_check
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
@@ -270,7 +271,7 @@ def test_init_refuses_another_record_layout_and_keeps_its_state(compiled):
 
 
 # --- valid chunks -------------------------------------------------------------------------------------
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=logs())
 def test_valid_logs_check_identically_and_every_record_passes(compiled, log):
     valid_bytes, bad_phys_offset, reason, needed_bytes, records = assert_same(
@@ -359,7 +360,7 @@ def test_a_blank_marker_that_ends_its_segment_asks_for_the_rest(compiled):
     assert assert_same(compiled, data[:8] + bytes(4096 - 104), 96, 4096) == (4096 - 96, None, "", 0, [])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=logs(), damages=st.lists(_damage, min_size=1, max_size=3))
 def test_damaged_logs_check_identically(compiled, log, damages):
     for kind, a, b in damages:
@@ -381,7 +382,7 @@ def test_each_damage_kind_checks_identically_wherever_it_lands(compiled, kind):
             assert_same(compiled, bytes(log.data), log.phys_offset, log.segment_bytes)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(head=st.binary(max_size=300), tail=st.binary(max_size=300), phys_offset=st.integers(0, 2**40),
        segment_bytes=st.sampled_from((*SEGMENT_SIZES, 1, 7, 128)))
 def test_arbitrary_bytes_around_a_valid_record_check_identically(compiled, head, tail, phys_offset, segment_bytes):
@@ -443,7 +444,7 @@ def test_whole_records_bytes_is_the_compiled_walk_here(framing_walk):
     assert ha_check.whole_records_bytes(data[:-1]) == ha_check.whole_records_bytes_python(data[:-1]) > 0
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=logs(max_messages=12), cut=st.integers(0, 2**20), head=st.binary(max_size=12))
 def test_logs_and_their_cuts_walk_identically(framing_walk, log, cut, head):
     data = bytes(log.data)
@@ -451,7 +452,7 @@ def test_logs_and_their_cuts_walk_identically(framing_walk, log, cut, head):
         assert_same_framing(framing_walk, chunk)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=logs(), damages=st.lists(_damage, min_size=1, max_size=3))
 def test_damaged_logs_walk_identically(framing_walk, log, damages):
     for kind, a, b in damages:
@@ -464,7 +465,7 @@ _frame = st.tuples(st.sampled_from([-2**31, -1, 0, 7, 8, record.RECORD_BYTES_MIN
                    st.sampled_from([c.RECORD_MAGIC, c.BLANK_MAGIC, 0]) | st.integers(0, 2**32 - 1))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(frames=st.lists(st.tuples(_frame, st.binary(max_size=8)), max_size=6), tail=st.binary(max_size=20))
 def test_any_frames_and_garbage_walk_identically(framing_walk, frames, tail):
     """Frames whose sizes land on each other, padded to their size with garbage or cut short."""

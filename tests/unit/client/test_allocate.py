@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.client.allocate import (
     AllocateAveragely,
@@ -391,14 +392,14 @@ partitioning = st.one_of(st.just(AllocateAveragely()), st.just(AllocateAveragely
                          st.integers(1, 5).map(AllocateConsistentHash))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(partitioning, queue_lists, cid_lists)
 def test_every_queue_has_exactly_one_owner(strategy, mq_all, cid_all):
     owned = Counter(mq for cid in cid_all for mq in strategy.allocate("G", cid, mq_all, cid_all))
     assert owned == Counter(mq_all)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(partitioning, queue_lists, cid_lists, st.data())
 def test_results_keep_mq_all_order(strategy, mq_all, cid_all, data):
     cid = data.draw(st.sampled_from(cid_all))
@@ -406,7 +407,7 @@ def test_results_keep_mq_all_order(strategy, mq_all, cid_all, data):
     assert positions == sorted(positions)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(queue_lists, cid_lists)
 def test_avg_sizes_differ_by_at_most_one(mq_all, cid_all):
     sizes = [len(AllocateAveragely().allocate("G", cid, mq_all, cid_all)) for cid in cid_all]

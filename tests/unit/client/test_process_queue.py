@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.client.process_queue import (
     CLEAN_EXPIRED_SCAN_COUNT_MAX,
@@ -177,7 +178,7 @@ def test_clear_empties_both_maps_and_zeroes_counters():
     assert pq.commit() == -1
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(0, 60), min_size=1, max_size=40, unique=True), st.data())
 def test_commit_offset_is_lowest_unremoved_or_one_past_last_inserted(offsets, data):
     pq = ProcessQueue(now_ms=T0)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.decoders import compiled_decode
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, run_switched
 
@@ -170,7 +171,7 @@ def _message(draw):
         reconsume_times=draw(INT32)), draw(INT64), draw(INT64), draw(INT64)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=st.lists(_message(), max_size=6),
        tags=st.none() | st.frozensets(_tags | _text, max_size=3),
        min_offset=INT64, max_offset=INT64)
@@ -187,7 +188,7 @@ _props_piece = st.sampled_from([b"\x01", b"\x02", b"a", b"TAGS", b"UNIQ_KEY", b"
                                 b"\xff", b"\xc3", b"\xe2\x82", b"MIN_OFFSET"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(props=st.lists(_props_piece, max_size=16).map(b"".join), topic=st.sampled_from([b"T", b"\xff", "é".encode()]),
        tags=st.none() | st.just(frozenset({"a", ""})))
 def test_any_property_and_topic_bytes_decode_or_fail_identically(compiled, props, topic, tags):
@@ -243,7 +244,7 @@ def test_a_topic_length_past_the_record_decodes_as_python_does(compiled, topic_l
     assert_same(compiled, raw_record(topic_len=topic_len))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
        tags=st.none() | st.just(frozenset({"a"})))
 def test_garbled_batches_fail_or_decode_identically(compiled, flips, tags):

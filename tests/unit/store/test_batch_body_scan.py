@@ -9,6 +9,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common import constants as c
 from nodes.store import message_batch
@@ -38,7 +39,7 @@ def _decoded_records(blob: bytes, **fields) -> tuple[bytearray, list[int]]:
                         store_timestamp_ms=fields["store_timestamp_ms"])
 
 
-@settings(max_examples=150, deadline=None)  # a loaded machine is no failure
+@settings(max_examples=examples(150), deadline=None)  # a loaded machine is no failure
 @given(entries=_entries, first_queue_offset=st.integers(0, 2**40), reconsume_times=st.integers(0, 16),
        sys_flag=st.sampled_from([0, 0x4]))
 def test_scanned_batch_encodes_to_the_bytes_of_its_decoded_messages(entries, first_queue_offset, reconsume_times,

@@ -13,6 +13,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
@@ -97,7 +98,7 @@ def _body(draw):
     return draw(st.sampled_from([bytes, bytearray, memoryview]))(body)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(entries=st.lists(st.tuples(_body(), INT32, _properties), max_size=8))
 def test_random_batches_encode_identically(compiled, entries):
     assert_same(compiled, entries)
@@ -198,7 +199,7 @@ _odd = st.sampled_from([None, 0, -1, 2**31, 2**64, 1.5, "s", "é", b"b", bytearr
                         {"k": None}, {None: "v"}, ("a", "b"), (b"x", 0, {}), NoFormat(), object()])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(entries=st.lists(st.one_of(st.tuples(_odd, _odd, _odd), st.tuples(st.binary(max_size=4), INT32, _odd),
                                   st.lists(_odd, max_size=4), _odd), max_size=4))
 def test_any_entries_encode_identically_or_raise_alike(compiled, entries):

@@ -9,6 +9,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, require_compiled
 
@@ -50,7 +51,7 @@ def test_place_batch_is_the_compiled_placing_here(place):
     assert blob == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(sizes=st.lists(st.integers(PHYS_FIELD_END, 300), max_size=40), spare=st.integers(0, 64),
        fill=st.integers(0, 255), phys_offset=st.integers(-2**63, 2**63 - 1))
 def test_random_batches_place_identically(place, sizes, spare, fill, phys_offset):
@@ -107,7 +108,7 @@ def test_bad_placing_arguments_raise_in_c(place, args, error):
         place(*args)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(sizes=st.lists(st.integers(-50, 150) | INT64, max_size=5), blob_bytes=st.integers(0, 300),
        phys_offset=st.sampled_from([0, -1, 2**63 - 1, -2**63]) | INT64)
 def test_any_sizes_place_as_python_does_or_are_refused(place, sizes, blob_bytes, phys_offset):

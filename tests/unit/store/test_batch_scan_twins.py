@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, require_compiled
 
@@ -62,7 +63,7 @@ _scan_properties = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(messages=st.lists(st.tuples(body_bytes() | st.just(b""), INT32, _scan_properties), max_size=6),
        body_bytes_max=st.sampled_from([BODY_BYTES_MAX, 1, 1024, 0, -1, 2**70, -2**70]) | st.integers(0, 80 * 1024))
 def test_random_batch_bodies_scan_identically(scan, messages, body_bytes_max):
@@ -74,7 +75,7 @@ _piece = st.sampled_from([b"\x01", b"\x02", b"a", b"TAGS", b"DELAY", b"__RECORD_
                           b"\x80"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(props=st.lists(_piece, max_size=12).map(b"".join), body=st.binary(max_size=8))
 def test_any_properties_bytes_scan_identically(scan, props, body):
     head = message_batch.ENTRY_HEAD.pack(message_batch.ENTRY_BYTES_MIN + len(body) + len(props), 0, 0, 0, len(body))
@@ -90,7 +91,7 @@ def test_every_truncation_scans_identically(scan):
         assert_same_scan(scan, blob[:cut])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4))
 def test_garbled_batch_bodies_scan_identically(scan, flips):
     blob = bytearray(message_batch.encode_checked([(b"a" * 30, 1, {"TAGS": "x", "k": "v"}), (b"b", 2, {}),

@@ -5,6 +5,7 @@ fast path is checked against the plain path it replaces."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
@@ -37,7 +38,7 @@ _messages = st.builds(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(msgs=st.lists(_messages, min_size=1, max_size=6), first_queue_offset=st.integers(0, 2**40),
        phys_offset=st.integers(0, 2**50), store_ts=st.integers(0, 2**62))
 def test_a_batch_encodes_to_the_records_of_its_messages_one_by_one(msgs, first_queue_offset, phys_offset, store_ts):

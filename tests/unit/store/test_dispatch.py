@@ -1,5 +1,6 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common import constants as c
 from nodes.store.commitlog import CommitLog
@@ -100,7 +101,7 @@ def test_garbage_at_the_tail_stops_the_walk(tmp_path):
 _damage = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=3)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=st.binary(max_size=300), tags=st.sampled_from([None, "a", "Tág"]), damage=_damage,
        cut=st.integers(0, 40))
 def test_index_fields_agrees_with_check_at_and_decode_record(body, tags, damage, cut):
@@ -147,7 +148,7 @@ _PUTS = st.lists(st.tuples(st.sampled_from(["T", "U", c.SCHEDULE_TOPIC]), st.int
                            st.sampled_from([None, "a", "b"])), min_size=1, max_size=12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(puts=_PUTS, chunks=st.integers(1, 4), indexed_before=st.integers(0, 6))
 def test_checked_records_index_exactly_as_the_walk_does(tmp_path_factory, puts, chunks, indexed_before):
     """`dispatch_checked` (what a replica's record check read, indexed run by run) leaves the

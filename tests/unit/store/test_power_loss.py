@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common.clock import FakeClock
 from nodes.common.config import StoreConfig
@@ -81,7 +82,7 @@ def _store_errors(events: list, kind: str) -> list[dict]:
     return [e for e in events if e["event"] == "store-error" and e["kind"] == kind]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=_steps, seed=st.integers(0, 2**32 - 1))
 def test_power_loss_keeps_every_fsynced_message_and_serves_no_garbage(tmp_path_factory, steps, seed):
     base = tmp_path_factory.mktemp("pl")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import require_compiled, run_switched
 
@@ -96,7 +97,7 @@ def _call(scan, layout: Layout, args: dict):
     return step, sizes, taken_runs, newly_checked
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(scans())
 def test_the_compiled_scan_walks_as_the_python_one(compiled, case):
     layout, args = case

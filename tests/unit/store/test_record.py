@@ -4,6 +4,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common import constants as c
 from nodes.common.errors import CorruptRecordError
@@ -60,7 +61,7 @@ _topics = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size
     lambda t: len(t.encode()) <= c.TOPIC_NAME_BYTES_MAX)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(topic=_topics, body=st.binary(max_size=2000), properties=st.dictionaries(_prop_text.filter(lambda k: k != c.PROPERTY_RECORD_CRC), _prop_text, max_size=6),
        queue_id=st.integers(0, 2**31 - 1), queue_offset=st.integers(0, 2**63 - 1),
        phys_offset=st.integers(0, 2**63 - 1), store_ts=st.integers(0, 2**62), flag=st.integers(-(2**31), 2**31 - 1),

@@ -15,6 +15,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 from support.leaks import assert_no_leaks
 from support.twins import COMPILED_MISSING_HINT, require_compiled, run_switched
 
@@ -91,7 +92,7 @@ def test_init_refuses_another_record_layout_and_keeps_its_state(compiled):
 
 # --- valid batches -------------------------------------------------------------------------------------
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(messages=st.lists(st.tuples(body_bytes(), INT32, PROPERTIES), min_size=1, max_size=8),
        topic=st.sampled_from(["T", "Tópico", "t" * c.TOPIC_NAME_BYTES_MAX]), queue_id=INT32,
        first_queue_offset=st.integers(-2**63, 2**63 - 9), store_timestamp_ms=INT64_EDGES,
@@ -226,7 +227,7 @@ def test_bad_arguments_raise_in_c(raw, args, error, match):
         raw(*args)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(entries=st.lists(st.tuples(*[st.integers(-4, len(_BLOB) + 4) | INT64] * 5, st.just(0)), max_size=4))
 def test_any_entries_encode_as_python_does_or_are_refused(raw, entries):
     """Entries inside the blob give Python's bytes; any other raises (Python would slice them short)."""

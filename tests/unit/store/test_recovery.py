@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from nodes.common.clock import FakeClock
 from nodes.common.errors import DataDirError
@@ -328,7 +329,7 @@ def crashed_source(tmp_path_factory):
     return root, acked, end
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_damage_loses_only_the_records_it_touches(crashed_source, tmp_path_factory, data):
     source, acked, end = crashed_source
