@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import mmap
 import os
 import struct
@@ -56,6 +57,12 @@ SCAN_SECONDS_MIN = 0.5  # the scan repeats passes until it has run this long
 # The append stops at this many bytes if its time is not up first: the file is deleted right
 # after (before the kernel writes it back), and 512 MiB bounds the page cache it takes meanwhile.
 APPEND_BYTES_MAX = 512 * 1024 * 1024
+# The append's file is allocated before it is mapped (a write into a page a full filesystem
+# cannot back is SIGBUS, which kills the benchmark with its cluster still running) and leaves
+# this much of the filesystem free for the brokers writing beside it; below the minimum it
+# does not run at all.
+APPEND_FREE_KEPT_BYTES = 64 * 1024 * 1024
+APPEND_BYTES_MIN = 8 * 1024 * 1024
 APPEND_BATCH_RECORDS = 32  # records per copy: a send of 32
 SEGMENT_NAME_DIGITS = 20
 TCP_BLOB_BYTES = 1 << 20  # what the TCP reference writes per call
@@ -230,20 +237,24 @@ def scan_commitlog(commitlog_dir: Path, *, seconds_min: float = SCAN_SECONDS_MIN
 
 def append_fresh(directory: Path, record_bytes: int, *, seconds_min: float = SCAN_SECONDS_MIN,
                  body_bytes: int | None = None) -> Measured:
-    """Append `record_bytes`-sized records, APPEND_BATCH_RECORDS per copy, into a new sparse
-    file in `directory` through a shared mapping, until `seconds_min` have passed or
-    APPEND_BYTES_MAX are written; the file is deleted after. Payload bytes count `body_bytes`
-    per record when given."""
+    """Append `record_bytes`-sized records, APPEND_BATCH_RECORDS per copy, into a new file in
+    `directory` through a shared mapping, until `seconds_min` have passed or the file's window
+    is written; the file is deleted after. The window is APPEND_BYTES_MAX or what the
+    filesystem can spare (see APPEND_FREE_KEPT_BYTES), allocated before the clock starts, so
+    the measure is the copy into backed pages: a ceiling for the store, which allocates too.
+    Payload bytes count `body_bytes` per record when given. Raises OSError (ENOSPC) when the
+    filesystem cannot spare APPEND_BYTES_MIN."""
     blob = os.urandom(record_bytes) * APPEND_BATCH_RECORDS
+    window_bytes = append_window_bytes(directory)
     path = Path(directory) / f"bench-append-{os.getpid()}.tmp"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     records = 0
     try:
-        os.ftruncate(fd, APPEND_BYTES_MAX)
-        with mmap.mmap(fd, APPEND_BYTES_MAX, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+        os.posix_fallocate(fd, 0, window_bytes)
+        with mmap.mmap(fd, window_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
             pos, step = 0, len(blob)
             start = time.monotonic()
-            while pos + step <= APPEND_BYTES_MAX:
+            while pos + step <= window_bytes:
                 mm[pos:pos + step] = blob
                 pos += step
                 records += APPEND_BATCH_RECORDS
@@ -255,6 +266,19 @@ def append_fresh(directory: Path, record_bytes: int, *, seconds_min: float = SCA
         path.unlink()
     payload = records * (body_bytes if body_bytes is not None else record_bytes)
     return Measured(records, payload, elapsed)
+
+
+def append_window_bytes(directory: Path) -> int:
+    """How much the append may write in `directory`: APPEND_BYTES_MAX, or the filesystem's free
+    bytes less APPEND_FREE_KEPT_BYTES; an OSError(ENOSPC) saying so below APPEND_BYTES_MIN."""
+    st = os.statvfs(directory)
+    free_bytes = st.f_bavail * st.f_frsize
+    window_bytes = min(APPEND_BYTES_MAX, free_bytes - APPEND_FREE_KEPT_BYTES)
+    if window_bytes < min(APPEND_BYTES_MAX, APPEND_BYTES_MIN):
+        raise OSError(errno.ENOSPC, f"{free_bytes / 2**20:.0f} MiB free in {directory}: the append reference needs "
+                      f"{(APPEND_BYTES_MIN + APPEND_FREE_KEPT_BYTES) / 2**20:.0f} MiB (it leaves "
+                      f"{APPEND_FREE_KEPT_BYTES / 2**20:.0f} MiB to the brokers); free space there for this reference")
+    return window_bytes
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,9 @@ the worker protocol, and the pull loop's pipelining."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import json
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -148,6 +150,27 @@ def test_append_copies_batches_of_records_into_a_fresh_file_and_deletes_it(tmp_p
     quick = limits.append_fresh(tmp_path, 1000, seconds_min=0.0)
     assert quick.messages == 1024 and quick.payload_bytes == 1024 * 1000  # time is looked at every 1024
     assert list(tmp_path.iterdir()) == []
+
+
+def test_append_leaves_a_small_disk_its_margin_and_refuses_below_its_minimum(tmp_path, monkeypatch):
+    real_statvfs = os.statvfs
+
+    def free(free_bytes: int):
+        def statvfs(path):
+            st = real_statvfs(path)
+            return os.statvfs_result((st.f_bsize, 4096, st.f_blocks, free_bytes // 4096, free_bytes // 4096,
+                                      *tuple(st)[5:]))
+        monkeypatch.setattr(limits.os, "statvfs", statvfs)
+
+    free(limits.APPEND_FREE_KEPT_BYTES + 10 * 2**20)  # 10 MiB to spare: the window is cut to them
+    assert limits.append_window_bytes(tmp_path) == 10 * 2**20
+    measured = limits.append_fresh(tmp_path, 1000, seconds_min=60.0)
+    assert measured.messages == (10 * 2**20 // 32_000) * 32  # it stopped at the smaller window
+    free(limits.APPEND_FREE_KEPT_BYTES + 2**20)  # 1 MiB to spare: not worth a measure, and says so
+    with pytest.raises(OSError, match=r"MiB free in .* free space there") as refused:
+        limits.append_fresh(tmp_path, 1000)
+    assert refused.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # refused before a file was made
 
 
 def test_scan_of_an_empty_directory_says_so(tmp_path):
