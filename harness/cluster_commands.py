@@ -152,12 +152,19 @@ def down(run_dir: RunDirOpt = None) -> None:
     mounts = [StoreMount.from_dict(m) for m in data.pop("store_mounts", [])]
     errors = unmount_stores(mounts, also=[Path(n["run_dir"]) / STORE_DIR_NAME for n in data["nodes"]
                                           if n["role"] == "broker"])
-    write_json_atomic(Path(path) / CLUSTER_JSON, data)
+    try:
+        write_json_atomic(Path(path) / CLUSTER_JSON, data)
+    except OSError as exc:  # a full disk under the run dir: the nodes are stopped all the same
+        unrecorded = f"{CLUSTER_JSON} still names their old pids: it could not be rewritten ({exc})"
+    else:
+        unrecorded = ""
     terminal.console.print(table)
     for mount in mounts:
         terminal.console.print(f"{mount.node_id}: unmounted its {mount.kind} store {mount.mount_point}")
     if errors:
         raise CliError("; ".join(errors) + f"; stop what still uses them, then `mqlab down --run-dir {path}` again")
+    if unrecorded:
+        raise CliError(f"the nodes above are stopped, but {unrecorded}; `mqlab status` reads those pids as down")
 
 
 def record_store_mounts(cluster: LocalCluster) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import json
 import os
@@ -155,6 +156,23 @@ def test_status_then_down_on_a_detached_cluster(runner, detached_standins):
     assert after.exit_code == 1 and "3 of 3 node(s) down" in after.output
     again = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
     assert again.exit_code == 0 and again.output.count("not running") == 3
+
+
+def test_down_on_a_full_disk_stops_every_node_and_says_the_record_was_not_rewritten(runner, detached_standins,
+                                                                                       monkeypatch):
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    run_dir = str(detached_standins.run_dir)
+    pids = [n["pid"] for n in json.loads((detached_standins.run_dir / "cluster.json").read_text())["nodes"]]
+    monkeypatch.setattr(cluster_commands, "write_json_atomic", no_space)
+    down = runner.invoke(cli.app, ["down", "--run-dir", run_dir])
+    assert down.exit_code == 2, down.output
+    assert down.output.count("stopped") >= 3 and "still names their old pids" in down.output
+    assert not any(pid_alive(p) for p in pids)
+    monkeypatch.undo()
+    after = runner.invoke(cli.app, ["status", "--run-dir", run_dir])
+    assert after.exit_code == 1 and "3 of 3 node(s) down" in after.output
 
 
 def test_client_commands_with_a_run_dir_use_the_clusters_timing(runner, detached_standins, fake_clients):
