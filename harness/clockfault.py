@@ -5,8 +5,9 @@ them: "rate" for skew, "wall+rate" for both. The latter is started with our wall
 library preloaded (`wall_shift_env`, harness/_wall_shift.c: only the process's wall-clock reads
 move, by the seconds in `<node run dir>/wall_shift.rc`, re-read every WALL_SHIFT_REREAD_MS; its
 monotonic clock stays real), and every clock-controlled node runs its lease and timer code on
-a SkewedClock that follows `<node run dir>/clock.json` (nodes.common.clock_control). Both files are the state: what is in force survives a restart
-of the node and of the harness, and `clock_state` reads it back.
+a SkewedClock that follows `<node run dir>/clock.json` (nodes.common.clock_control). Both files
+are the state: what is in force survives a restart of the node and of the harness, and
+`clock_state` reads it back.
 
 Each change is written atomically, appended to `<cluster run dir>/clock-faults.jsonl` with the
 harness's real times, and awaited (unless the node is not running) until the node records the

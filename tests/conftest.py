@@ -32,15 +32,9 @@ def spark():
 def pytest_collection_modifyitems(config, items):
     """Spark tests that also start a cluster (whole chaos runs) go last: `scripts/test` runs the
     Spark tests beside the other tests, and the checker tests, which start no process, then
-    overlap those, while the chaos runs find the machine quieter. The users of the clean run's
-    whole check (one xdist group, a minute or more of one worker) go first, so with two Spark
-    workers the other takes the single checks meanwhile instead of waiting for that group at the end."""
-    def order(item) -> tuple[bool, bool]:
-        spark_run = item.get_closest_marker("spark") is not None and item.get_closest_marker("cluster") is not None
-        group = item.get_closest_marker("xdist_group")
-        return spark_run, not (group is not None and group.args[:1] == ("clean-run",))
-
-    items.sort(key=order)
+    overlap those, while the chaos runs find the machine quieter."""
+    items.sort(key=lambda item: item.get_closest_marker("spark") is not None
+               and item.get_closest_marker("cluster") is not None)
 
 
 def pytest_runtest_setup(item):
