@@ -117,7 +117,7 @@ def run(
 ) -> None:
     """Run a suite on a fresh cluster, then check it (exit 0 valid, 1 invalid, 2 could not run)."""
     from chaos.bounds import REAL_CLIENT_TIME_SCALE
-    from chaos.real_clients import RealClientError, real_client
+    from chaos.real_clients import RealClientError, client_for_suite
     from chaos.runner import ChaosRun, RunOptions, plan, show_plan
     from chaos.suites import mode as find_mode
     from chaos.suites import suite as find_suite
@@ -132,12 +132,8 @@ def run(
         if mode is not None:
             find_mode(mode)
         _check_topology(chosen, topology)
-        real = real_client(client)
-        if real is not None and chosen.clock_control:
-            raise KeyError(f"{chosen.name} moves the consumers' clocks through mqlab's own Clock, which a real "
-                           f"client does not read: run it with the mqlab consumers (no --client)")
+        real = client_for_suite(client, chosen, topology)
         if real is not None:
-            real.check_suite(chosen.name, chosen.orderly, topology)
             real.check_installed()
     except KeyError as exc:
         _fail(str(exc.args[0]))
@@ -178,17 +174,29 @@ def matrix(
                                             "(a suite runs only on the topologies it supports).")] = "single",
     require_coverage: Annotated[bool, typer.Option(
         "--require-coverage", help="Exit 1 when a path a suite claims was reached by none of its runs.")] = False,
+    clients: Annotated[str, typer.Option("--clients", help="Comma-separated consumers: mqlab, cpp, ons (a suite "
+                                         "runs with the clients that can run it; real clients at real scale, for "
+                                         "minutes each).")] = "mqlab",
 ) -> None:
-    """Run suites x seeds (x time scales x topologies) one after another; summary table, matrix.json and
-    index.html (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged; with
+    """Run suites x seeds (x time scales x topologies x clients) one after another; summary table, matrix.json
+    and index.html (exit 0 all valid, 1 any invalid, 2 any run could not run or be judged; with
     --require-coverage also 1 when a suite's claimed path was reached by no run)."""
-    from chaos.matrix import chaos_run_one, with_topologies
+    from chaos.matrix import chaos_run_one, with_clients, with_topologies
+    from chaos.real_clients import RealClientError, real_client
 
     cells, out_dir = _matrix_plan(suites, seeds, time_scales, out, "matrix")
+    names = [n.strip() for n in clients.split(",") if n.strip()]
     try:
         cells = with_topologies(cells, [t.strip() for t in topologies.split(",") if t.strip()])
-    except ValueError as exc:
+        cells, left_out = with_clients(cells, names)
+        for name in names:
+            real = real_client(name)
+            if real is not None:
+                real.check_installed()
+    except (ValueError, RealClientError) as exc:
         _fail(str(exc))
+    for line in left_out:
+        console.print(f"[yellow]left out:[/] {escape(line)}")
     with CheckerProcess(spark_master=spark_master) as checker:  # one warm checker judges every run
         result = _run_cells(cells, out_dir, chaos_run_one(spark_master=spark_master, duration_s=duration,
                                                           checker=checker), require_coverage=require_coverage)
@@ -314,6 +322,8 @@ def _print_verdict(result: CheckOutput, title: str) -> None:
         table.add_column(col)
     for c in verdict.checks.values():
         table.add_row(c.name, _STYLE.get(c.valid, "[yellow]unknown[/]"), escape(c.reason or ""))  # type: ignore[call-overload]
+    for name, why in (verdict.info.get("checks_set_aside") or {}).items():
+        table.add_row(name, "[dim]set aside[/]", escape(why))
     console.print(table)
     console.print(f"overall: {_STYLE.get(verdict.valid, '[yellow]unknown[/]')}")  # type: ignore[call-overload]
     found = verdict.info.get("client_findings")

@@ -1,4 +1,5 @@
-"""A seed matrix: suites x seeds x time scales (x durability modes), one run after another.
+"""A seed matrix: suites x seeds x time scales (x durability modes x topologies x clients), one run
+after another.
 
 Each cell is one whole chaos run in its own run dir under the matrix dir; its row in the summary
 is read back from that run dir (`run.json`, `verdict.json`, the nemesis history), so a row says
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos.checker.verdict import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from chaos.real_clients.wiring import MQLAB
 from chaos.schedule import FAULT_OPS
 
 if TYPE_CHECKING:
@@ -48,11 +50,13 @@ class Cell:
     time_scale: float
     mode: str | None = None  # a durability mode, for suites run once per mode
     topology: str = "single"  # harness.topology.TOPOLOGIES
+    client: str = MQLAB  # the consumers: mqlab's own or a real client (chaos.real_clients)
 
     @property
     def name(self) -> str:
         return (f"{self.suite}-s{self.seed}-x{self.time_scale:g}" + (f"-{self.mode}" if self.mode else "")
-                + (f"-{self.topology}" if self.topology != "single" else ""))
+                + (f"-{self.topology}" if self.topology != "single" else "")
+                + (f"-{self.client}" if self.client != MQLAB else ""))
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Row:
     error: str | None = None
     report: str | None = None  # report.html relative to the matrix dir
     topology: str = "single"
+    client: str = MQLAB
     coverage: dict[str, int] | None = None  # path -> count, from verdict.json (None: not counted)
     claims: list[str] = field(default_factory=list)  # the paths the run's suite claims
 
@@ -166,6 +171,40 @@ def with_topologies(cells: Sequence[Cell], topologies: Sequence[str]) -> list[Ce
     return out
 
 
+def with_clients(cells: Sequence[Cell], clients: Sequence[str]) -> tuple[list[Cell], list[str]]:
+    """Every cell once per client that can run its suite, and a line per (suite, client) left out
+    saying why. A real client runs at real scale (its timers cannot be scaled), so its cells of one
+    seed at several time scales are one cell. ValueError for an unknown client or when no cell is left."""
+    from dataclasses import replace
+
+    from chaos.bounds import REAL_CLIENT_TIME_SCALE
+    from chaos.real_clients import RealClientError, client_for_suite
+    from chaos.suites import suite
+
+    if not clients:
+        raise ValueError("no client given")
+    out: list[Cell] = []
+    left_out: list[str] = []
+    for client in clients:
+        for cell in cells:
+            try:
+                real = client_for_suite(client, suite(cell.suite), cell.topology)
+            except RealClientError as exc:
+                if str(exc).startswith("no client"):
+                    raise ValueError(str(exc)) from None
+                line = f"{cell.suite} ({cell.topology}) with {client}: {exc}"
+                if line not in left_out:
+                    left_out.append(line)
+                continue
+            moved = replace(cell, client=client) if real is None else \
+                replace(cell, client=client, time_scale=REAL_CLIENT_TIME_SCALE)
+            if moved not in out:
+                out.append(moved)
+    if not out:
+        raise ValueError(f"no chosen suite can run with {', '.join(clients)}")
+    return out, left_out
+
+
 def run_matrix(cells: Sequence[Cell], out_dir: Path, run_one: RunOne,
                on_row: Callable[[Cell, Row | None], object] | None = None, *,
                require_coverage: bool = False) -> MatrixResult:
@@ -234,7 +273,7 @@ def chaos_run_one(*, spark_master: str | None = None, duration_s: float | None =
             options = RunOptions(chosen, seed=cell.seed, time_scale=cell.time_scale, duration_s=duration_s,
                                  out_dir=run_dir, spark_master=spark_master,
                                  fault_switches=fault_switches(cell) if fault_switches else {},
-                                 topology=cell.topology, checker=checker, **extra)
+                                 topology=cell.topology, client=cell.client, checker=checker, **extra)
             return ChaosRun(options, console).execute().exit_code
 
     return run_one
@@ -249,7 +288,7 @@ def read_row(cell: Cell, run_dir: Path, out_dir: Path, exit_code: int, duration_
     verdict = _read_json(run_dir / "verdict.json")
     row = Row(cell.suite, cell.seed, cell.time_scale, cell.mode, _rel(run_dir, out_dir), exit_code,
               verdict="not run", duration_s=round(duration_s, 1), error=error or run.get("error"),
-              topology=cell.topology)
+              topology=cell.topology, client=cell.client)
     if verdict is not None:
         row.verdict = {True: "valid", False: "INVALID"}.get(verdict.get("valid"), "unknown")  # type: ignore[call-overload]
         checks = verdict.get("checks") or {}
@@ -316,13 +355,13 @@ def unreached_claims(rows: Iterable[Row]) -> dict[str, list[str]]:
 
 def scale_disagreements(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """Seeds (per suite and mode) whose judged verdicts differ between time scales."""
-    by_seed: dict[tuple[str, int, str | None, str], dict[float, str]] = {}
+    by_seed: dict[tuple[str, int, str | None, str, str], dict[float, str]] = {}
     for r in rows:
         if r.verdict in ("valid", "INVALID"):
-            by_seed.setdefault((r.suite, r.seed, r.mode, r.topology), {})[r.time_scale] = r.verdict
-    return [{"suite": s, "seed": seed, "mode": mode, "topology": topo,
+            by_seed.setdefault((r.suite, r.seed, r.mode, r.topology, r.client), {})[r.time_scale] = r.verdict
+    return [{"suite": s, "seed": seed, "mode": mode, "topology": topo, "client": client,
              "verdicts": {f"{k:g}": v for k, v in sorted(v.items())}}
-            for (s, seed, mode, topo), v in by_seed.items() if len(set(v.values())) > 1]
+            for (s, seed, mode, topo, client), v in by_seed.items() if len(set(v.values())) > 1]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from chaos.matrix import MatrixResult, Row
+from chaos.real_clients.wiring import MQLAB
 
 INDEX_HTML = "index.html"
 COLUMNS = ("suite", "seed", "scale", "mode", "verdict", "failing checks", "duration s", "faults",
@@ -24,7 +25,7 @@ def _cells(r: Row) -> list[str]:
         return "-" if v is None else f"{v:,}"
 
     failing = ", ".join(r.failing_checks) or (r.error or "")[:80]
-    suite = r.suite if r.topology == "single" else f"{r.suite} ({r.topology})"
+    suite = r.suite + "".join(f" ({x})" for x in (r.topology, r.client) if x not in ("single", MQLAB))
     return [suite, str(r.seed), f"{r.time_scale:g}", r.mode or "-", r.verdict, failing, f"{r.duration_s:.0f}",
             num(r.faults_injected), num(r.acked), num(r.allowed_loss), num(r.unallowed_loss), r.run_dir]
 
@@ -43,7 +44,8 @@ def summary_table(result: MatrixResult, title: str = "chaos matrix") -> Table:
 
 def disagreement_lines(result: MatrixResult) -> list[str]:
     return [f"{d['suite']} seed {d['seed']}" + (f" ({d['mode']})" if d.get("mode") else "")
-            + (f" on {d['topology']}" if d.get("topology", "single") != "single" else "") + ": verdict differs "
+            + (f" on {d['topology']}" if d.get("topology", "single") != "single" else "")
+            + (f" with {d['client']}" if d.get("client", MQLAB) != MQLAB else "") + ": verdict differs "
             "between time scales: " + ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())
             for d in result.scale_disagreements]
 

@@ -46,7 +46,7 @@ from chaos.judge import CheckerProcess, judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
-from chaos.real_clients import MQLAB, is_mixed, real_client, spec_for, wire
+from chaos.real_clients import MQLAB, checks_set_aside, is_mixed, real_client, spec_for, wire
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.skew import unsafe_skews
 from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
@@ -96,9 +96,19 @@ class RunOptions:
     client: str = MQLAB  # the consumers: mqlab's own, or a real RocketMQ client (chaos.real_clients)
 
     @property
+    def checks_set_aside(self) -> dict[str, str]:
+        """The suite's checks this run's consumers cannot feed, with why (chaos.real_clients)."""
+        return checks_set_aside(self.suite.checks, self.client)
+
+    @property
+    def suite_check_names(self) -> tuple[str, ...]:
+        """The suite's checks less those set aside: what a whole judgement of the run runs."""
+        return tuple(n for n in self.suite.checks if n not in self.checks_set_aside)
+
+    @property
     def check_names(self) -> tuple[str, ...]:
         if self.checks is None:
-            return self.suite.checks
+            return self.suite_check_names
         unknown = sorted(set(self.checks) - set(self.suite.checks))
         if unknown:
             raise ValueError(f"suite {self.suite.name} has no check {', '.join(unknown)}; "
@@ -393,7 +403,7 @@ class ChaosRun:
             "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
-            "checks": list(self.suite.checks), "checker": self._checker_overrides(), "phases_s": self.phases,
+            "checks": list(o.suite_check_names), "checks_set_aside": o.checks_set_aside, "checker": self._checker_overrides(), "phases_s": self.phases,
             "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
                       f"--mode {o.mode_name}" + (f" --topology {o.topology}" if o.topology != DEFAULT_TOPOLOGY else "")
                       + (f" --client {o.client}" if o.client != MQLAB else ""),

@@ -172,6 +172,9 @@ class CheckerConfig:
     store_modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the checks the run asked for (run.json "checks"); None: every check
     checks: tuple[str, ...] | None = None
+    # the suite's checks the run set aside, with why (run.json "checks_set_aside": a real client
+    # journals too little for them); shown beside the verdict, never part of it
+    checks_set_aside: dict[str, str] = field(default_factory=dict)
     # the coverage paths the run's suite claims (run.json "claims"); None: the suite's own (chaos.suites)
     claims: tuple[str, ...] | None = None
     # overlapping orderly consumers caused by a holder paused past L_b - L_c mid-batch are
@@ -237,6 +240,8 @@ class CheckerConfig:
                 values.update({k: raw[k] for k in ("suite", "seed") if k in raw})
                 if isinstance(raw.get("checks"), list):
                     values["checks"] = tuple(str(x) for x in raw["checks"])
+                if isinstance(raw.get("checks_set_aside"), dict):
+                    values["checks_set_aside"] = {str(k): str(v) for k, v in raw["checks_set_aside"].items()}
                 if isinstance(raw.get("claims"), list):
                     values["claims"] = tuple(str(x) for x in raw["claims"])
                 known = {f.name for f in dataclasses.fields(cls)}

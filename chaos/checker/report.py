@@ -138,6 +138,8 @@ def render(h: History, cfg: CheckerConfig, verdict: Verdict) -> str:
     summary = "".join(
         f'<tr><td><a href="#check-{_e(c.name)}">{_e(c.name)}</a></td><td>{_v(c.valid)}</td>'
         f"<td>{_e(c.reason)}</td><td>{c.seconds:.2f}</td></tr>" for c in verdict.checks.values())
+    summary += "".join(f'<tr><td>{_e(name)}</td><td class="muted">set aside</td><td>{_e(why)}</td><td></td></tr>'
+                       for name, why in (verdict.info.get("checks_set_aside") or {}).items())
     summary = f"<table><tr><th>check</th><th>verdict</th><th>reason</th><th>seconds</th></tr>{summary}</table>"
     timers = _table([{"symbol": k, "ms": b.timers[k], "meaning": TIMERS[k], "source": b.sources[k]} for k in TIMERS])
     derived = _table([{"bound": k, "ms": v, "formula": f} for k, (v, f) in b.derived().items()])

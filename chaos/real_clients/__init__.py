@@ -6,14 +6,17 @@ one whose consumer nodes are real clients behind the harness's link proxies.
 """
 
 from chaos.real_clients.wiring import (
+    CHECKS_SET_ASIDE,
     CLIENTS,
     MQLAB,
     RealClient,
     RealClientError,
+    checks_set_aside,
+    client_for_suite,
     is_mixed,
     real_client,
     spec_for,
     wire,
 )
 
-__all__ = ["CLIENTS", "MQLAB", "RealClient", "RealClientError", "is_mixed", "real_client", "spec_for", "wire"]
+__all__ = ["CHECKS_SET_ASIDE", "CLIENTS", "MQLAB", "RealClient", "RealClientError", "checks_set_aside", "client_for_suite", "is_mixed", "real_client", "spec_for", "wire"]

@@ -38,6 +38,24 @@ CPP_CONSUME_THREADS = 2  # the C++ consumer's threads unless the suite sets cons
 BOOTSTRAP = "./scripts/bootstrap.sh (scripts/mqlab runs it)"
 
 
+# Checks that replay what mqlab's own consumers journal and a real client does not: they step aside
+# for a run with real consumers (mixed groups too: a replay that misses some members' state would
+# fail them for it), with the reason in the run's verdict, instead of ending it "unknown".
+CHECKS_SET_ASIDE: dict[str, str] = {
+    "rebalance": "real RocketMQ clients journal only what their callbacks saw (deliveries): no route or "
+                 "rebalance events, so which consumer owned which queue cannot be replayed; an orderly "
+                 "group's queue holders are judged from the broker's lock grants by lock-exclusivity and "
+                 "takeover",
+}
+
+
+def checks_set_aside(checks: tuple[str, ...], client: str) -> dict[str, str]:
+    """The checks of `checks` that a run with `client` as its consumers cannot judge, with why."""
+    if client == MQLAB:
+        return {}
+    return {name: CHECKS_SET_ASIDE[name] for name in checks if name in CHECKS_SET_ASIDE}
+
+
 class RealClientError(Exception):
     """A real client cannot run this suite, or is not installed (the message says what to do)."""
 
@@ -98,6 +116,19 @@ def real_client(name: str) -> RealClient | None:
     except KeyError:
         known = [MQLAB, *CLIENTS, *(f"{n}{MIXED_SUFFIX}" for n in CLIENTS)]
         raise RealClientError(f"no client {name!r}; clients are {', '.join(known)}") from None
+
+
+def client_for_suite(name: str, suite: Any, topology: str = "single") -> RealClient | None:
+    """`real_client(name)` once it is known to run `suite` (a chaos.suites.Suite) on `topology`;
+    raises RealClientError saying why not."""
+    client = real_client(name)
+    if client is None:
+        return None
+    if suite.clock_control:
+        raise RealClientError(f"{suite.name} moves the consumers' clocks through mqlab's own Clock, which a real "
+                              f"client does not read: run it with the mqlab consumers (no --client)")
+    client.check_suite(suite.name, suite.orderly, topology)
+    return client
 
 
 def is_mixed(name: str) -> bool:

@@ -23,6 +23,7 @@ from chaos.matrix import (
     plan_cells,
     read_row,
     run_matrix,
+    with_clients,
 )
 from chaos.matrix_report import INDEX_HTML, write_index
 
@@ -149,7 +150,7 @@ def test_a_seed_whose_verdict_differs_between_scales_is_flagged(tmp_path):
     fake = FakeRuns({("read-routing", 2, 0.1): {"valid": False, "failing": ("read-routing",)}})
     result = run_matrix(cells, tmp_path, fake)
     assert result.scale_disagreements == [{"suite": "read-routing", "seed": 2, "mode": None, "topology": "single",
-                                           "verdicts": {"0.05": "valid", "0.1": "INVALID"}}]
+                                           "client": "mqlab", "verdicts": {"0.05": "valid", "0.1": "INVALID"}}]
     index = write_index(result, tmp_path).read_text()
     assert "read-routing seed 2" in index and "differs between time scales" in index
 
@@ -188,6 +189,38 @@ def test_the_matrix_command_prints_the_table_and_exits_with_the_worst_verdict(tm
     assert (out / MATRIX_JSON).is_file() and (out / INDEX_HTML).is_file()
     bad = CliRunner().invoke(app, ["matrix", "--suites", "no-such", "--out", str(out)])
     assert bad.exit_code == 2 and "no suite no-such" in bad.output
+
+
+def test_clients_are_a_dimension_a_real_client_at_real_scale_and_a_suite_it_cannot_run_left_out():
+    cells = plan_cells(["lock-takeover", "offset-resync"], [1], [0.05, 0.1])
+    planned, left_out = with_clients(cells, ["mqlab", "cpp", "ons"])
+    got = [(c.suite, c.client, c.time_scale) for c in planned]
+    assert got == [("lock-takeover", "mqlab", 0.05), ("lock-takeover", "mqlab", 0.1),
+                   ("offset-resync", "mqlab", 0.05), ("offset-resync", "mqlab", 0.1),
+                   # a real client's timers cannot be scaled: one cell per seed, at scale 1
+                   ("lock-takeover", "cpp", 1.0), ("offset-resync", "cpp", 1.0), ("offset-resync", "ons", 1.0)]
+    assert len({c.name for c in planned}) == len(planned)
+    assert next(c.name for c in planned if c.client == "cpp") == "lock-takeover-s1-x1-cpp"
+    assert len(left_out) == 1 and left_out[0].startswith("lock-takeover (single) with ons:")
+    assert "no orderly consumer" in left_out[0]
+    with pytest.raises(ValueError, match="clients are mqlab, cpp, ons"):
+        with_clients(cells, ["java"])
+    with pytest.raises(ValueError, match="no chosen suite can run with ons"):
+        with_clients(plan_cells(["lock-takeover"], [1], [0.05]), ["ons"])
+
+
+def test_the_matrix_command_runs_each_client_and_names_it_in_the_table(tmp_path, monkeypatch):
+    fake = FakeRuns({})
+    monkeypatch.setattr(chaos_matrix, "chaos_run_one", lambda **_: fake)
+    monkeypatch.setattr(cli, "console", Console(width=250, highlight=False))
+    result = CliRunner().invoke(app, ["matrix", "--suites", "lock-takeover", "--seeds", "1", "--clients",
+                                      "mqlab,cpp,ons", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert [(c.client, c.time_scale) for c in fake.calls] == [("mqlab", 0.05), ("cpp", 1.0)]
+    assert "left out: lock-takeover (single) with ons" in result.output
+    assert "lock-takeover (cpp)" in result.output
+    rows = json.loads((tmp_path / MATRIX_JSON).read_text())["runs"]
+    assert [r["client"] for r in rows] == ["mqlab", "cpp"]
 
 
 # ---- one real run ----------------------------------------------------------------------------

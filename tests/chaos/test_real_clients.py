@@ -8,7 +8,9 @@ slow: real clients run at real scale.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -18,6 +20,9 @@ from typer.testing import CliRunner
 
 from chaos import cli
 from chaos.bounds import REAL_CLIENT_TIMERS_MS, real_client_fault_phase_ms
+from chaos.checker.config import CheckerConfig
+from chaos.checker.pipeline import CheckOutput
+from chaos.checker.verdict import CheckResult, Verdict
 from chaos.cli import app
 from chaos.real_clients import CLIENTS, RealClientError, real_client, wire
 from chaos.runner import EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, _create_topic, plan
@@ -79,6 +84,29 @@ def test_the_pinned_real_clients_are_installed():
     assert real_client("mqlab") is None
     for client in CLIENTS.values():
         client.check_installed()  # raises with the install command when one is missing
+
+
+def test_a_real_client_run_sets_aside_the_checks_its_journal_cannot_feed_and_says_why(tmp_path, monkeypatch):
+    lock = SUITES["lock-takeover"]
+    assert "rebalance" in lock.checks
+    assert RunOptions(lock).checks_set_aside == {}
+    assert RunOptions(lock).check_names == lock.checks
+    for client in ("cpp", "cpp+mqlab"):  # a mixed group too: the replay would miss the real members
+        options = RunOptions(lock, time_scale=1.0, client=client)
+        assert set(options.checks_set_aside) == {"rebalance"}
+        assert "lock grants" in options.checks_set_aside["rebalance"]
+        assert options.check_names == tuple(n for n in lock.checks if n != "rebalance")
+    # the checker reads what the run set aside from run.json; the verdict table shows it with its reason
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "lock-takeover", "checks": ["lost", "order"],
+                                                   "checks_set_aside": {"rebalance": "no route events"}}))
+    cfg = CheckerConfig.from_run_dir(tmp_path)
+    assert cfg.checks == ("lost", "order") and cfg.checks_set_aside == {"rebalance": "no route events"}
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, width=250, highlight=False))
+    verdict = Verdict.of([CheckResult("lost", True, "def")], info={"checks_set_aside": cfg.checks_set_aside})
+    cli._print_verdict(CheckOutput(verdict, tmp_path / "verdict.json", None, {}), "lock-takeover seed 1")
+    assert re.search(r"rebalance\s.*set aside\s.*no route events", out.getvalue())
+    assert "overall: valid" in out.getvalue()
 
 
 def test_a_mixed_group_keeps_every_other_consumer_mqlabs(tmp_path):
@@ -159,3 +187,5 @@ def test_lock_takeover_with_the_cpp_client_ends_with_a_broker_verdict_and_findin
     assert "client findings:" in (outcome.run_dir / "report.html").read_text()
     run = json.loads((outcome.run_dir / "run.json").read_text())
     assert run["client"] == "cpp" and run["time_scale"] == 1.0
+    # rebalance replays journals a real client does not write: set aside with its reason, not "unknown"
+    assert "rebalance" not in verdict["checks"] and set(verdict["checks_set_aside"]) == {"rebalance"}

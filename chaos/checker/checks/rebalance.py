@@ -321,8 +321,9 @@ def check_rebalance(h: History, cfg: CheckerConfig) -> CheckResult:
     events = rows(ev.select("node", "event", "group", "client_id", "topic", "after", "queues",
                             F.col("mono_ms").alias("t")))
     if not any(e["event"] == "route" for e in events):
-        return unknown("rebalance", REBALANCE, "no route events in the run (it predates them): the live queues "
-                                               "are not known")
+        why = ("its consumers are a real RocketMQ client, which journals no route events"
+               if cfg.real_client_findings else "it predates them")
+        return unknown("rebalance", REBALANCE, f"no route events in the run ({why}): the live queues are not known")
     consumers = {n for n, role in h.roles.items() if role == "consumer"} | {e["node"] for e in events}
     orderly = {r["group"] for r in rows(h.deliv.filter("orderly").select("group").distinct())} \
         if h.has("deliveries") else set()
