@@ -16,6 +16,7 @@ from nodes.broker.admin_queries import (
     TopicStatsResponse,
 )
 from nodes.broker.consumers import Subscription
+from nodes.broker.transport.convert import peer_address
 from nodes.broker.transport.remoting_admin import (
     connections_body,
     consume_stats_body,
@@ -82,3 +83,9 @@ def test_runtime_body_is_a_kv_table_of_strings():
     assert all(isinstance(value, str) for value in table.values())
     assert (table["brokerRole"], table["commitLogMaxOffset"], table["slaveLagBytes"], table["writesRefused"],
             table["masterAddr"], table["timeScale"]) == ("SLAVE", "42", "-1", "true", "127.0.0.1:1", "0.05")
+
+
+def test_a_grpc_peer_shows_as_its_address():
+    assert peer_address("ipv4:127.0.0.1:5000") == "127.0.0.1:5000"
+    assert peer_address("ipv6:[::1]:5000") == "[::1]:5000"
+    assert peer_address("127.0.0.1:5000") == "127.0.0.1:5000"
