@@ -5,16 +5,21 @@ master leaving the name server's routes, and bad names answered with a code."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import socket
 import threading
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from support import namesrv_remoting as remoting
 from support.cluster_rpc import wait_for, wait_slave_caught_up
 
 from harness import LocalCluster
 from harness.spec import ClusterSpec
+from nodes.broker.transport.remoting_admin import object_keyed_map_from_text
 from nodes.client import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -23,6 +28,8 @@ from nodes.client import (
     Producer,
     PushConsumer,
 )
+from nodes.common.codes import ResponseCode
+from nodes.remoting.command import RemotingCommand, RequestCode, encode
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 # one worker runs the whole module, so its tests share one cluster
@@ -37,6 +44,7 @@ PUSH_GROUP = "admin_push"
 ORDERLY_GROUP = "admin_orderly"
 RPC_TIMEOUT_S = 10.0
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+_opaques = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +137,8 @@ def test_consume_stats_and_connections_with_live_push_consumers(cluster):
                            broker_pb2.GetConsumerConnectionsRequest(consumer_group=PUSH_GROUP))
         assert connections.code == common_pb2.SUCCESS
         assert [(c.client_id, c.protocol) for c in connections.connections] == [(push.client_id, "grpc")]
-        assert connections.connections[0].peer and connections.consume_type == "CONSUME_PASSIVELY"
+        assert connections.connections[0].peer.startswith("127.0.0.1:")  # the address alone, no "ipv4:"
+        assert connections.consume_type == "CONSUME_PASSIVELY"
         # a push consumer subscribes to its retry topic too, as RocketMQ's does
         assert [s.topic for s in connections.subscriptions] == [f"%RETRY%{PUSH_GROUP}", TOPIC]
 
@@ -219,3 +228,108 @@ def test_bad_names_answer_a_code_and_a_remark(cluster, method, request_, code):
             assert answer.code == common_pb2.NO_PERMISSION  # a slave refuses every deletion
             continue
         assert answer.code == code and answer.remark, (node_id, answer)
+
+
+# --- the same requests over RocketMQ 4.x remoting -------------------------------------------------
+
+REMOTING_GROUP = "admin_remoting"
+REMOTING_CLIENT = "127.0.0.1@raw-admin"
+REMOTING_TOPIC = "RemotingAdminTopic"
+
+
+def ask(sock: socket.socket, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+        language: str = "JAVA", version: int = 399) -> RemotingCommand:
+    """One request and its answer; server requests meanwhile (NOTIFY after a heartbeat) are skipped."""
+    opaque = next(_opaques)
+    sock.sendall(encode(RemotingCommand(code=code, opaque=opaque, ext=dict(ext or {}), body=body,
+                                        language=language, version=version)))
+    while True:
+        answer = remoting.read_answer(sock)
+        if answer.is_response:
+            assert answer.opaque == opaque, answer
+            return answer
+
+
+def offset_table(body: bytes) -> dict[tuple[str, str, int], dict[str, int]]:
+    """A TopicStatsTable's or ConsumeStats' offsetTable (fastjson's MessageQueue-keyed map)."""
+    text = body.decode()
+    start = text.index('"offsetTable":') + len('"offsetTable":')
+    pairs = object_keyed_map_from_text(text[start:-1])
+    return {(mq["topic"], mq["brokerName"], mq["queueId"]): value for mq, value in pairs}
+
+
+def test_operator_requests_over_remoting(cluster):
+    wait_slave_caught_up(cluster)
+    master, slave = cluster.node("broker-a-0"), cluster.node("broker-a-1")
+    with remoting.connect(master.remoting_addr) as sock, remoting.connect(slave.remoting_addr) as slave_sock:
+        created = ask(sock, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": REMOTING_TOPIC, "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2",
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+        assert created.code == ResponseCode.SUCCESS, created.remark
+        fresh = offset_table(ask(sock, RequestCode.GET_TOPIC_STATS_INFO, {"topic": REMOTING_TOPIC}).body)
+        assert fresh == {(REMOTING_TOPIC, "broker-a", q): {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0}
+                         for q in range(2)}
+        stats = offset_table(ask(sock, RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}).body)
+        assert sum(v["maxOffset"] - v["minOffset"] for v in stats.values()) == SENT and len(stats) == QUEUES
+        assert ask(sock, RequestCode.GET_TOPIC_STATS_INFO, {"topic": "NoSuchTopic"}).code == \
+            ResponseCode.TOPIC_NOT_EXIST
+
+        # a C++-style consumer heartbeats: its language and version show in the connection list
+        heartbeat = {"clientID": REMOTING_CLIENT, "consumerDataSet": [{
+            "groupName": REMOTING_GROUP, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "subscriptionDataSet": [{"topic": TOPIC, "subString": "TagA || TagB", "subVersion": 5}]}]}
+        beat = ask(sock, RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode(), language="CPP", version=63)
+        assert beat.code == ResponseCode.SUCCESS, beat.remark
+        listed = json.loads(ask(sock, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                {"consumerGroup": REMOTING_GROUP}).body)
+        assert [(x["clientId"], x["language"], x["version"]) for x in listed["connectionSet"]] == [
+            (REMOTING_CLIENT, "CPP", 63)]
+        assert listed["consumeFromWhere"] == "CONSUME_FROM_FIRST_OFFSET" and listed["messageModel"] == "CLUSTERING"
+        assert listed["subscriptionTable"][TOPIC]["tagsSet"] == ["TagA", "TagB"]
+        over_grpc = call(cluster, "broker-a-0", "GetConsumerConnections",
+                         broker_pb2.GetConsumerConnectionsRequest(consumer_group=REMOTING_GROUP))
+        assert [(x.client_id, x.protocol, x.language, x.version) for x in over_grpc.connections] == [
+            (REMOTING_CLIENT, "remoting", "CPP", 63)]
+        assert ask(sock, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "nobody_here"}).code == \
+            ResponseCode.CONSUMER_NOT_ONLINE
+
+        # a commit and a pull on that connection: consume stats over remoting, the puller over gRPC
+        queue0 = stats[(TOPIC, "broker-a", 0)]["maxOffset"]
+        commit = ask(sock, RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": REMOTING_GROUP, "topic": TOPIC, "queueId": "0", "commitOffset": str(queue0)})
+        assert commit.code == ResponseCode.SUCCESS, commit.remark
+        ask(sock, RequestCode.PULL_MESSAGE, {"consumerGroup": REMOTING_GROUP, "topic": TOPIC, "queueId": "1",
+                                             "queueOffset": "0", "maxMsgNums": "8", "sysFlag": "0",
+                                             "commitOffset": "-1", "suspendTimeoutMillis": "0", "subVersion": "5"})
+        progress = offset_table(ask(sock, RequestCode.GET_CONSUME_STATS,
+                                    {"consumerGroup": REMOTING_GROUP, "topic": TOPIC}).body)
+        assert progress[(TOPIC, "broker-a", 0)]["consumerOffset"] == progress[(TOPIC, "broker-a", 0)][
+            "brokerOffset"] == queue0
+        assert progress[(TOPIC, "broker-a", 1)]["consumerOffset"] == 0  # never committed
+        puller = consume_stats(cluster, "broker-a-0", REMOTING_GROUP, TOPIC).queues[1]
+        assert puller.last_puller_client_id == REMOTING_CLIENT
+
+        for node_sock, role in ((sock, "ASYNC_MASTER"), (slave_sock, "SLAVE")):
+            table = json.loads(ask(node_sock, RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+            assert table["brokerRole"] == role and int(table["commitLogMaxOffset"]) > 0
+            assert float(table["timeScale"]) == TIME_SCALE and all(isinstance(v, str) for v in table.values())
+
+        # bad input: a missing field, a bad name, a retry topic; each answered, the connection kept
+        assert ask(sock, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "NoCounts"}).code != ResponseCode.SUCCESS
+        bad_name = ask(sock, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "bad name", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+        assert bad_name.code != ResponseCode.SUCCESS and "bad name" in bad_name.remark
+        retry = ask(sock, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": f"%RETRY%{REMOTING_GROUP}"})
+        assert retry.code != ResponseCode.SUCCESS and "retry" in retry.remark
+        assert ask(sock, RequestCode.GET_CONSUME_STATS, {"consumerGroup": ""}).code != ResponseCode.SUCCESS
+
+        refused = ask(slave_sock, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": REMOTING_TOPIC})
+        assert refused.code == ResponseCode.NO_PERMISSION
+        deleted = ask(sock, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": REMOTING_TOPIC})
+        assert deleted.code == ResponseCode.SUCCESS, deleted.remark
+    with remoting.connect(cluster.namesrv_remoting_addr) as ns_sock:
+        topic_list = ask(ns_sock, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert topic_list.code == ResponseCode.SUCCESS
+        topics = json.loads(topic_list.body)["topicList"]
+        assert TOPIC in topics and REMOTING_TOPIC not in topics
