@@ -61,9 +61,10 @@ def _finish(answers: Iterable[BrokerAnswer]) -> None:
 
 
 def _time(ms: int) -> str:
+    """A store time for a table: UTC time of day (the JSON keeps the epoch ms)."""
     if ms <= 0:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _age(ms: int) -> str:
@@ -131,8 +132,8 @@ def topic_list(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: J
     if as_json:
         _emit_json({"topics": topics, "time_scale": time_scale})
         return
-    terminal.console.print(_table(f"{len(topics)} topics (name server time scale {time_scale:g})", ("topic",),
-                                  [(t,) for t in topics]))
+    terminal.console.print(_table(f"{len(topics)} topics", ("topic",), [(t,) for t in topics]))
+    terminal.console.print(f"name server time scale: {time_scale:g}")
 
 
 @topic_app.command("route")
@@ -176,7 +177,7 @@ def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = None, run_dir: RunDirOpt
         rows = [(a.broker.label, r["queue_id"], f"{r['min_offset']:,}", f"{r['max_offset']:,}",
                  _time(r["last_store_timestamp_ms"])) for a in answers for r in a.rows]
         terminal.console.print(_table(f"status of {topic}", ("broker", "queue", "min offset", "max offset",
-                                                             "last store time"), rows,
+                                                             "last store time (UTC)"), rows,
                                       right=("queue", "min offset", "max offset")))
     _finish(answers)
 
@@ -214,21 +215,29 @@ def consumer_progress(group: GroupOpt, topic: Annotated[str, typer.Option("--top
         _finish(answers)
         return
     rows, total = [], 0
-    for a in answers:
+    for a in _progress_sources(answers):
         for r in a.rows:
             total += r["lag"] or 0
             holder = r["lock_holder_client_id"]
             rows.append((r["topic"], a.broker.label, r["queue_id"], f"{r['broker_offset']:,}",
                          "-" if r["consumer_offset"] < 0 else f"{r['consumer_offset']:,}",
                          "-" if r["lag"] is None else f"{r['lag']:,}", _time(r["last_consumed_store_timestamp_ms"]),
-                         (f"{r['last_puller_client_id']} ({_age(r['last_pull_age_ms'])})"
-                          if r["last_puller_client_id"] else "-"),
+                         r["last_puller_client_id"] or "-", _age(r["last_pull_age_ms"]),
                          f"{holder} ({r['lock_lease_left_ms'] / 1000:.1f} s left)" if holder else "-"))
     terminal.console.print(_table(f"progress of {group}: lag {total:,}",
                                   ("topic", "broker", "queue", "broker offset", "consumer offset", "lag",
-                                   "last consumed store time", "last pulled by", "lock held by"), rows,
+                                   "last consumed (UTC)", "last pulled by", "pulled", "lock held by"), rows,
                                   right=("queue", "broker offset", "consumer offset", "lag")))
+    terminal.console.print("[dim]per broker group its master's view (a slave's when the master did not answer); "
+                           "--json has every broker's[/]")
     _finish(answers)
+
+
+def _progress_sources(answers: list[BrokerAnswer]) -> list[BrokerAnswer]:
+    """Per broker group the master's answer, else its slaves' (a consumer commits to the master; a
+    slave holds a copy that lags by one sync)."""
+    masters = {a.broker.broker_name for a in answers if a.ok and a.broker.is_master}
+    return [a for a in answers if a.ok and (a.broker.is_master or a.broker.broker_name not in masters)]
 
 
 @consumer_app.command("connections")
@@ -284,16 +293,19 @@ def cluster(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: Json
     rows = []
     for a in answers:
         if not a.rows:
-            rows.append((a.broker.cluster, a.broker.label, a.broker.addr, a.code, "-", "-", "-", "-", "-", "-"))
+            rows.append((a.broker.label, a.broker.addr, a.code, "-", "-", "-", "-", "-", "-"))
             continue
         r = a.rows[0]
-        writes = "refused: " + r["writes_refused_reason"] if r["writes_refused"] else "ok"
-        rows.append((a.broker.cluster, a.broker.label, a.broker.addr, r["role"], f"{r['max_phys_offset']:,}",
+        if r["role"] == "SLAVE":
+            writes = "-"  # a slave never takes sends: nothing to report
+        else:
+            writes = "refused: " + r["writes_refused_reason"] if r["writes_refused"] else "ok"
+        rows.append((a.broker.label, a.broker.addr, r["role"], f"{r['max_phys_offset']:,}",
                      "-" if r["slave_lag_bytes"] < 0 else f"{r['slave_lag_bytes']:,}",
                      f"{r['disk_used_ratio'] * 100:.1f}%", f"{r['disk_free_bytes'] / 2**20:,.0f}", writes,
                      f"{r['time_scale']:g}"))
-    terminal.console.print(_table("brokers", ("cluster", "broker", "addr", "role", "max phys offset",
-                                              "slave lag bytes", "disk used", "disk free MiB", "writes",
-                                              "time scale"), rows,
-                                  right=("max phys offset", "slave lag bytes", "disk used", "disk free MiB")))
+    clusters = sorted({a.broker.cluster for a in answers})
+    terminal.console.print(_table(f"brokers of {', '.join(clusters)}", (
+        "broker", "addr", "role", "max phys offset", "slave lag bytes", "disk used", "disk free MiB", "writes",
+        "time scale"), rows, right=("max phys offset", "slave lag bytes", "disk used", "disk free MiB")))
     _finish(answers)

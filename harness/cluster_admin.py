@@ -26,8 +26,9 @@ from nodes.common.rpc import make_sync_channel
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 ADMIN_RPC_TIMEOUT_MS = 3_000
-# `mqlab admin topic create --type`: FIFO sets the topic's order flag (RocketMQ 4.x's orderly
-# topic: a route lists it in order_topic_conf); the others need no topic setting from a 4.x client
+# `mqlab admin topic create --type`: FIFO sets the topic config's `order` flag (RocketMQ 4.x's
+# TopicConfig.order; an orderly sender still picks the queue per sharding key); a 4.x client sends
+# delayed and transactional messages to a NORMAL topic
 TOPIC_TYPES = ("NORMAL", "FIFO")
 DEFAULT_CREATE_QUEUES = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
 
