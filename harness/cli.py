@@ -1,9 +1,9 @@
 """`mqlab`: start, inspect and stop local clusters; quick produce / consume; the demo; the benchmark.
 
 Owns the command tree and the process's signal handling. The commands live in
-`harness.cluster_commands` (up, status, down), `harness.client_commands` (produce, consume, demo)
-and `harness.bench.cli` (bench); what they share (consoles, exit codes, one-line errors) is
-`harness.terminal`. Imports point one way: this module imports the command modules, none of them
+`harness.cluster_commands` (up, status, down), `harness.client_commands` (produce, consume, demo),
+`harness.admin_commands` (admin) and `harness.bench.cli` (bench); what they share (consoles, exit
+codes, one-line errors) is `harness.terminal`. Imports point one way: this module imports the command modules, none of them
 imports this one.
 """
 
@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import typer
 
-from harness import client_commands, cluster_commands
+from harness import admin_commands, client_commands, cluster_commands
 from harness.bench.cli import app as bench_app
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ for _command in (cluster_commands.up, cluster_commands.status, cluster_commands.
                  client_commands.produce, client_commands.consume, client_commands.demo):
     app.command()(_command)
 app.add_typer(bench_app, name="bench")  # `mqlab bench pull`
+app.add_typer(admin_commands.app, name="admin")  # `mqlab admin topic create ...`
 
 
 def _add_plugin_apps() -> None:

@@ -59,7 +59,7 @@ def produce(
     group: Annotated[str, typer.Option("--group", help="Producer group.")] = "mqlab_cli_producer",
 ) -> None:
     """Send COUNT messages to TOPIC and print throughput (exit 1 if any send failed)."""
-    addr, timing = _resolve_cluster(namesrv, run_dir)
+    addr, timing = resolve_cluster(namesrv, run_dir)
     tag = f"p{time.time_ns() // 1_000_000:x}"
     with _started(Producer(addr, group=group, timing=timing)) as producer, terminal.progress() as bar:
         task = bar.add_task("sending", total=count)
@@ -110,7 +110,7 @@ def consume(
     threads: Annotated[int, typer.Option("--threads", min=1, max=1000, help="Consume threads.")] = c.CONSUME_THREAD_MIN,
 ) -> None:
     """Consume TOPIC with a push consumer (clustering, in this process); offsets are committed as it goes."""
-    addr, timing = _resolve_cluster(namesrv, run_dir)
+    addr, timing = resolve_cluster(namesrv, run_dir)
     where = (ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if from_offset is FromOffset.first
              else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
     tally = _PushTally()
@@ -264,7 +264,7 @@ def demo(
     console.print("[green]every acknowledged message came back exactly as sent[/]")
 
 
-def _resolve_cluster(namesrv: str | None, run_dir: Path | None) -> tuple[str, Timing | None]:
+def resolve_cluster(namesrv: str | None, run_dir: Path | None) -> tuple[str, Timing | None]:
     """(namesrv address, client timing): with a run dir the clients use the cluster's timing."""
     if namesrv and run_dir:
         raise CliError("give either --namesrv or --run-dir, not both")

@@ -241,3 +241,211 @@ class CreateTopicResponse(_message.Message):
     code: _common_pb2.Code
     remark: str
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ("code", "remark")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class GetTopicStatsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp_ms")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class GetTopicStatsResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+
+class GetConsumeStatsRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class QueueConsumeStats(_message.Message):
+    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "last_consumed_store_timestamp_ms", "last_puller_client_id", "last_pull_age_ms", "lock_holder_client_id", "lock_lease_left_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONSUMED_STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_PULLER_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_PULL_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_HOLDER_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCK_LEASE_LEFT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_consumed_store_timestamp_ms: int
+    last_puller_client_id: str
+    last_pull_age_ms: int
+    lock_holder_client_id: str
+    lock_lease_left_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., last_consumed_store_timestamp_ms: _Optional[int] = ..., last_puller_client_id: _Optional[str] = ..., last_pull_age_ms: _Optional[int] = ..., lock_holder_client_id: _Optional[str] = ..., lock_lease_left_ms: _Optional[int] = ...) -> None: ...
+
+class GetConsumeStatsResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueConsumeStats]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueConsumeStats, _Mapping]]] = ...) -> None: ...
+
+class GetConsumerConnectionsRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class ConsumerConnection(_message.Message):
+    __slots__ = ("client_id", "peer", "protocol", "language", "version", "last_heartbeat_age_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    peer: str
+    protocol: str
+    language: str
+    version: int
+    last_heartbeat_age_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., peer: _Optional[str] = ..., protocol: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class SubscriptionInfo(_message.Message):
+    __slots__ = ("topic", "expression", "sub_version")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SUB_VERSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    expression: str
+    sub_version: int
+    def __init__(self, topic: _Optional[str] = ..., expression: _Optional[str] = ..., sub_version: _Optional[int] = ...) -> None: ...
+
+class GetConsumerConnectionsResponse(_message.Message):
+    __slots__ = ("code", "remark", "consume_type", "message_model", "consume_from_where", "connections", "subscriptions")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_WHERE_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    connections: _containers.RepeatedCompositeFieldContainer[ConsumerConnection]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionInfo]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., consume_type: _Optional[str] = ..., message_model: _Optional[str] = ..., consume_from_where: _Optional[str] = ..., connections: _Optional[_Iterable[_Union[ConsumerConnection, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionInfo, _Mapping]]] = ...) -> None: ...
+
+class ListConsumerGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumerGroupSummary(_message.Message):
+    __slots__ = ("group", "online_clients", "topics", "consume_type", "message_model")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    online_clients: int
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    consume_type: str
+    message_model: str
+    def __init__(self, group: _Optional[str] = ..., online_clients: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ..., consume_type: _Optional[str] = ..., message_model: _Optional[str] = ...) -> None: ...
+
+class ListConsumerGroupsResponse(_message.Message):
+    __slots__ = ("code", "remark", "groups")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    groups: _containers.RepeatedCompositeFieldContainer[ConsumerGroupSummary]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ConsumerGroupSummary, _Mapping]]] = ...) -> None: ...
+
+class GetBrokerRuntimeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetBrokerRuntimeResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "role", "min_phys_offset", "max_phys_offset", "slave_lag_bytes", "disk_used_ratio", "disk_free_bytes", "writes_refused", "writes_refused_reason", "time_scale", "topics", "store_errors", "master_addr")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MIN_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WRITES_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    WRITES_REFUSED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIME_SCALE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    role: str
+    min_phys_offset: int
+    max_phys_offset: int
+    slave_lag_bytes: int
+    disk_used_ratio: float
+    disk_free_bytes: int
+    writes_refused: bool
+    writes_refused_reason: str
+    time_scale: float
+    topics: int
+    store_errors: int
+    master_addr: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ...) -> None: ...

@@ -74,6 +74,36 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.CreateTopicResponse.FromString,
                 _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/mqlab.v1.Broker/DeleteTopic',
+                request_serializer=proto_dot_broker__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.DeleteTopicResponse.FromString,
+                _registered_method=True)
+        self.GetTopicStats = channel.unary_unary(
+                '/mqlab.v1.Broker/GetTopicStats',
+                request_serializer=proto_dot_broker__pb2.GetTopicStatsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.GetTopicStatsResponse.FromString,
+                _registered_method=True)
+        self.GetConsumeStats = channel.unary_unary(
+                '/mqlab.v1.Broker/GetConsumeStats',
+                request_serializer=proto_dot_broker__pb2.GetConsumeStatsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.GetConsumeStatsResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerConnections = channel.unary_unary(
+                '/mqlab.v1.Broker/GetConsumerConnections',
+                request_serializer=proto_dot_broker__pb2.GetConsumerConnectionsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.GetConsumerConnectionsResponse.FromString,
+                _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/mqlab.v1.Broker/ListConsumerGroups',
+                request_serializer=proto_dot_broker__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
+        self.GetBrokerRuntime = channel.unary_unary(
+                '/mqlab.v1.Broker/GetBrokerRuntime',
+                request_serializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -134,6 +164,44 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTopic(self, request, context):
+        """Operator queries (RocketMQ's admin request codes; `mqlab admin` calls them). Open like the
+        calls above: RocketMQ's brokers answer them to any client.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopicStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumeStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumerConnections(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBrokerRuntime(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +244,36 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CreateTopic,
                     request_deserializer=proto_dot_broker__pb2.CreateTopicRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.CreateTopicResponse.SerializeToString,
+            ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=proto_dot_broker__pb2.DeleteTopicRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'GetTopicStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicStats,
+                    request_deserializer=proto_dot_broker__pb2.GetTopicStatsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.GetTopicStatsResponse.SerializeToString,
+            ),
+            'GetConsumeStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumeStats,
+                    request_deserializer=proto_dot_broker__pb2.GetConsumeStatsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.GetConsumeStatsResponse.SerializeToString,
+            ),
+            'GetConsumerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerConnections,
+                    request_deserializer=proto_dot_broker__pb2.GetConsumerConnectionsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.GetConsumerConnectionsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=proto_dot_broker__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'GetBrokerRuntime': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerRuntime,
+                    request_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +492,168 @@ class Broker:
             '/mqlab.v1.Broker/CreateTopic',
             proto_dot_broker__pb2.CreateTopicRequest.SerializeToString,
             proto_dot_broker__pb2.CreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/DeleteTopic',
+            proto_dot_broker__pb2.DeleteTopicRequest.SerializeToString,
+            proto_dot_broker__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/GetTopicStats',
+            proto_dot_broker__pb2.GetTopicStatsRequest.SerializeToString,
+            proto_dot_broker__pb2.GetTopicStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumeStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/GetConsumeStats',
+            proto_dot_broker__pb2.GetConsumeStatsRequest.SerializeToString,
+            proto_dot_broker__pb2.GetConsumeStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/GetConsumerConnections',
+            proto_dot_broker__pb2.GetConsumerConnectionsRequest.SerializeToString,
+            proto_dot_broker__pb2.GetConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ListConsumerGroups',
+            proto_dot_broker__pb2.ListConsumerGroupsRequest.SerializeToString,
+            proto_dot_broker__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerRuntime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/GetBrokerRuntime',
+            proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
+            proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
             options,
             channel_credentials,
             insecure,

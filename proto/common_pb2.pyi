@@ -27,6 +27,7 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUBSCRIPTION_GROUP_NOT_EXIST: _ClassVar[Code]
     TOPIC_ROUTE_NOT_EXIST: _ClassVar[Code]
     INVALID_ARGUMENT: _ClassVar[Code]
+    CONSUMER_NOT_ONLINE: _ClassVar[Code]
 CODE_UNSPECIFIED: Code
 SUCCESS: Code
 SYSTEM_ERROR: Code
@@ -47,6 +48,7 @@ SUBSCRIPTION_NOT_LATEST: Code
 SUBSCRIPTION_GROUP_NOT_EXIST: Code
 TOPIC_ROUTE_NOT_EXIST: Code
 INVALID_ARGUMENT: Code
+CONSUMER_NOT_ONLINE: Code
 
 class MessageQueue(_message.Message):
     __slots__ = ("topic", "broker_name", "queue_id")

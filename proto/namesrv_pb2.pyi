@@ -182,3 +182,19 @@ class GetClusterInfoResponse(_message.Message):
     live: _containers.RepeatedCompositeFieldContainer[BrokerLiveInfo]
     topics: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ..., live: _Optional[_Iterable[_Union[BrokerLiveInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetTopicListRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopicListResponse(_message.Message):
+    __slots__ = ("code", "remark", "topics", "time_scale")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TIME_SCALE_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    time_scale: float
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., time_scale: _Optional[float] = ...) -> None: ...

@@ -54,6 +54,11 @@ class NameServerStub:
                 request_serializer=proto_dot_namesrv__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=proto_dot_namesrv__pb2.GetClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.GetTopicList = channel.unary_unary(
+                '/mqlab.v1.NameServer/GetTopicList',
+                request_serializer=proto_dot_namesrv__pb2.GetTopicListRequest.SerializeToString,
+                response_deserializer=proto_dot_namesrv__pb2.GetTopicListResponse.FromString,
+                _registered_method=True)
         self.WatchChannel = channel.unary_stream(
                 '/mqlab.v1.NameServer/WatchChannel',
                 request_serializer=proto_dot_namesrv__pb2.WatchChannelRequest.SerializeToString,
@@ -84,6 +89,13 @@ class NameServerServicer:
 
     def GetClusterInfo(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopicList(self, request, context):
+        """RocketMQ GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic some live broker registered.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -119,6 +131,11 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=proto_dot_namesrv__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=proto_dot_namesrv__pb2.GetClusterInfoResponse.SerializeToString,
+            ),
+            'GetTopicList': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicList,
+                    request_deserializer=proto_dot_namesrv__pb2.GetTopicListRequest.FromString,
+                    response_serializer=proto_dot_namesrv__pb2.GetTopicListResponse.SerializeToString,
             ),
             'WatchChannel': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchChannel,
@@ -234,6 +251,33 @@ class NameServer:
             '/mqlab.v1.NameServer/GetClusterInfo',
             proto_dot_namesrv__pb2.GetClusterInfoRequest.SerializeToString,
             proto_dot_namesrv__pb2.GetClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.NameServer/GetTopicList',
+            proto_dot_namesrv__pb2.GetTopicListRequest.SerializeToString,
+            proto_dot_namesrv__pb2.GetTopicListResponse.FromString,
             options,
             channel_credentials,
             insecure,

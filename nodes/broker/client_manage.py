@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nodes.broker import validation
-from nodes.broker.consumers import ConsumerRegistration, ConsumerRegistry
+from nodes.broker.consumers import ClientConnection, ConsumerRegistration, ConsumerRegistry
 from nodes.broker.send_back import ensure_retry_topic
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
 from nodes.common.clock import Clock
@@ -31,11 +31,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
-    """HEART_BEAT. `channel_key` names the connection it came on (its peer address)."""
+    """HEART_BEAT. `channel_key` names the connection it came on (its peer address);
+    `connection` describes it for operators (None: a gRPC peer named by `channel_key`)."""
 
     client_id: str
     consumers: tuple[ConsumerRegistration, ...] = ()
     channel_key: str = ""
+    connection: ClientConnection | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,8 @@ class ClientManageHandler:
                 notify = group.notify_consumer_ids_changed_enable
                 if self._config.is_master:  # a slave takes its topics from the master
                     ensure_retry_topic(self._topics, group, self._clock.wall_ms())
-            self._registry.register(request.client_id, reg, now_ms, channel_key=request.channel_key, notify=notify)
+            self._registry.register(request.client_id, reg, now_ms, channel_key=request.channel_key, notify=notify,
+                                    connection=request.connection)
         if self._topics.data_version != version:
             await self._on_topics_changed()  # the new %RETRY% topic gets a route at once
         return ClientManageResponse(ResponseCode.SUCCESS)

@@ -51,11 +51,24 @@ class ConsumerRegistration:
     subscriptions: tuple[Subscription, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """What a heartbeat tells of the connection it came on, for operators (RocketMQ's
+    ClientChannelInfo): its remote address, the protocol, and, over remoting, the client's
+    language and version code from the command header (gRPC clients are mqlab's: "" and 0)."""
+
+    peer: str = ""
+    protocol: str = c.PROTOCOL_GRPC
+    language: str = ""
+    version: int = 0
+
+
 @dataclass(slots=True)
 class ClientChannel:
     client_id: str
     channel_key: str  # which connection (its peer address); "" when unknown
     last_heartbeat_ms: int
+    connection: ClientConnection = ClientConnection()
 
 
 @dataclass
@@ -68,7 +81,8 @@ class ConsumerGroupInfo:
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     last_update_ms: int = 0
 
-    def update_channel(self, client_id: str, channel_key: str, reg: ConsumerRegistration, now_ms: int) -> bool:
+    def update_channel(self, client_id: str, channel_key: str, reg: ConsumerRegistration, now_ms: int,
+                       connection: ClientConnection | None = None) -> bool:
         """updateChannel: True when this connection is new to the group."""
         self.consume_type = reg.consume_type
         self.message_model = reg.message_model
@@ -76,9 +90,12 @@ class ConsumerGroupInfo:
         key = (client_id, channel_key)
         channel = self.channels.get(key)
         if channel is None:
-            self.channels[key] = ClientChannel(client_id, channel_key, now_ms)
+            self.channels[key] = ClientChannel(client_id, channel_key, now_ms,
+                                               connection or ClientConnection(peer=channel_key))
             return True
         channel.last_heartbeat_ms = now_ms
+        if connection is not None:
+            channel.connection = connection
         return False
 
     def update_subscriptions(self, subscriptions: Iterable[Subscription], now_ms: int) -> bool:
@@ -125,7 +142,7 @@ class ConsumerRegistry:
         self.on_change = on_change
 
     def register(self, client_id: str, reg: ConsumerRegistration, now_ms: int, *, channel_key: str = "",
-                 notify: bool = True) -> bool:
+                 notify: bool = True, connection: ClientConnection | None = None) -> bool:
         """registerConsumer: record a heartbeat; True when membership or subscriptions changed.
 
         Caller: the Heartbeat RPC, once per group of the heartbeat. Affects: the group's
@@ -136,7 +153,7 @@ class ConsumerRegistry:
         if info is None:
             info = self.groups[reg.group] = ConsumerGroupInfo(reg.group, reg.consume_type, reg.message_model,
                                                               reg.consume_from_where)
-        joined = info.update_channel(client_id, channel_key, reg, now_ms)
+        joined = info.update_channel(client_id, channel_key, reg, now_ms, connection)
         if joined:
             log.info("consumer %s joined group %s (connection %s)", client_id, reg.group, channel_key or "-")
             self._record("consumer-join", reg.group, client_id, channel_key=channel_key)

@@ -18,11 +18,13 @@ from typing import Any
 
 import grpc
 
+from nodes.broker.admin_queries import AdminQueryHandler
 from nodes.broker.client_manage import ClientManageHandler
 from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
 from nodes.broker.ha_check import StoreErrors
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
+from nodes.broker.last_pullers import LastPullers
 from nodes.broker.master_sync import MasterSyncHandler
 from nodes.broker.offset_requests import OffsetRequestHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
@@ -246,9 +248,10 @@ class BrokerController:
     def _register_handlers(self) -> None:
         """The one wiring place: every request kind's handler, whatever transport carries it."""
         config, clock, table = self.config, self._clock, self.table
+        last_pullers = LastPullers()
         pull = PullProcessor(config, self.store, self.topics, self.groups, self.offsets, clock, self.pull_hold,
                              self.events, consumers=self.consumers,
-                             writes_open=lambda: self.replication.writes.is_open)
+                             writes_open=lambda: self.replication.writes.is_open, last_pullers=last_pullers)
         offsets = OffsetRequestHandler(self.store, self.topics, self.offsets)
         self.client_manage = ClientManageHandler(config=config, registry=self.consumers, groups=self.groups,
                                                  topics=self.topics, clock=clock, on_topics_changed=self._register_now)
@@ -272,7 +275,10 @@ class BrokerController:
         table.register(RequestKind.QUERY_CONSUMER_OFFSET, offsets.query_consumer_offset)
         table.register(RequestKind.UPDATE_CONSUMER_OFFSET, offsets.update_consumer_offset)
         table.register(RequestKind.GET_QUEUE_OFFSET, offsets.get_queue_offset)
-        table.register(RequestKind.CREATE_TOPIC, TopicAdminHandler(self.topics, clock, self._register_now).create_topic)
+        topic_admin = TopicAdminHandler(self.topics, clock, self._register_now, is_master=config.is_master,
+                                        broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic)
+        table.register(RequestKind.CREATE_TOPIC, topic_admin.create_topic)
+        table.register(RequestKind.DELETE_TOPIC, topic_admin.delete_topic)
         table.register(RequestKind.HEART_BEAT, self.client_manage.heartbeat)
         table.register(RequestKind.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, self.client_manage.consumer_list)
@@ -284,6 +290,16 @@ class BrokerController:
         table.register(RequestKind.SYNC_METADATA, master_sync.sync_metadata)
         table.register(RequestKind.DIGEST, master_sync.digest)
         table.register(RequestKind.VERIFY_STORE, master_sync.verify_store)
+        admin = AdminQueryHandler(config=config, store=self.store, topics=self.topics, groups=self.groups,
+                                  offsets=self.offsets, consumers=self.consumers, last_pullers=last_pullers, clock=clock,
+                                  replication=self.replication, queue_locks=self.queue_locks,
+                                  lock_now_ms=self._lock_now_ms, ha_client=lambda: self.ha_client,
+                                  master_addr=self._master_addr)
+        table.register(RequestKind.TOPIC_STATS, admin.topic_stats)
+        table.register(RequestKind.CONSUME_STATS, admin.consume_stats)
+        table.register(RequestKind.CONSUMER_CONNECTIONS, admin.consumer_connections)
+        table.register(RequestKind.LIST_CONSUMER_GROUPS, admin.list_consumer_groups)
+        table.register(RequestKind.BROKER_RUNTIME, admin.broker_runtime)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its

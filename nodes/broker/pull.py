@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from nodes.broker import validation
 from nodes.broker.consumers import ConsumerRegistry
+from nodes.broker.last_pullers import LastPullers
 from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.pull_hold import HeldPull, PullRequestHoldService
 from nodes.broker.pull_values import PullAnswer, PullRequest
@@ -76,8 +77,9 @@ class PullProcessor:
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetTable, clock: Clock,
                  hold: PullRequestHoldService, events: EventLog | None = None,
                  consumers: ConsumerRegistry | None = None,
-                 writes_open: Callable[[], bool] = lambda: True) -> None:
+                 writes_open: Callable[[], bool] = lambda: True, last_pullers: LastPullers | None = None) -> None:
         self._config = config
+        self.last_pullers = last_pullers if last_pullers is not None else LastPullers()
         # False while a master that lost its log tail waits for its slave to restore it: a write
         # then (the offset-moved event below) would move the log and abandon the restore
         self._writes_open = writes_open
@@ -110,6 +112,9 @@ class PullProcessor:
             return rejected
         group = self._groups.find(req.consumer_group)
         assert group is not None  # _precheck rejected a missing group
+        if allow_suspend:  # a woken re-execution is the same pull again
+            self.last_pullers.record(req.consumer_group, req.topic, req.queue_id, req.client_id,
+                                     self._clock.monotonic_ms())
         if req.has_subscription:
             tag_hashes = parse_subscription(req.subscription_expression)
         else:

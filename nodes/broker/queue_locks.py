@@ -180,6 +180,13 @@ class QueueLockManager:
             return None
         return entry.client_id
 
+    def lease(self, group: str, mq: MessageQueue, now_ms: int) -> tuple[str, int] | None:
+        """(holder, ms its lease has left) while a live lease holds `mq` for `group`, else None."""
+        entry = self._table.get(group, {}).get(mq)
+        if entry is None or entry.expired(now_ms, self.lease_ms):
+            return None
+        return entry.client_id, max(0, entry.lease_end_ms(self.lease_ms) - now_ms)
+
     def describe(self, now_ms: int) -> dict[str, list[dict[str, Any]]]:
         return {group: [{"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
                          "client_id": e.client_id, "lease_left_ms": e.lease_end_ms(self.lease_ms) - now_ms}

@@ -38,6 +38,13 @@ class RequestKind(enum.Enum):
     SYNC_METADATA = "sync-metadata"  # () -> MetadataSnapshot
     DIGEST = "digest"  # async (DigestRequest) -> DigestResponse
     VERIFY_STORE = "verify-store"  # () -> VerifyStoreResponse
+    # operator queries (admin_queries, topic_admin)
+    DELETE_TOPIC = "delete-topic"  # async (DeleteTopicRequest) -> DeleteTopicResponse
+    TOPIC_STATS = "topic-stats"  # (TopicStatsRequest) -> TopicStatsResponse
+    CONSUME_STATS = "consume-stats"  # (ConsumeStatsRequest) -> ConsumeStatsResponse
+    CONSUMER_CONNECTIONS = "consumer-connections"  # (ConsumerConnectionsRequest) -> ConsumerConnectionsResponse
+    LIST_CONSUMER_GROUPS = "list-consumer-groups"  # (ListConsumerGroupsRequest) -> ListConsumerGroupsResponse
+    BROKER_RUNTIME = "broker-runtime"  # (BrokerRuntimeRequest) -> BrokerRuntimeResponse
 
 
 class RequestNotSupportedError(Exception):

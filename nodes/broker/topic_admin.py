@@ -1,7 +1,13 @@
-"""Topic admin requests (RocketMQ AdminBrokerProcessor#updateAndCreateTopic).
+"""Topic admin requests (RocketMQ AdminBrokerProcessor#updateAndCreateTopic and #deleteTopic).
 
-Owns: the checks on a topic an operator creates, storing it, and registering the new table
-with the name servers before answering. Does not own the topic table (topics.py).
+Owns: the checks on a topic an operator creates or deletes, storing or dropping its config,
+and registering the new table with the name servers before answering (a name server drops
+the routes of topics a master no longer lists). Does not own the topic table (topics.py).
+
+A deleted topic's consume queues and messages stay in the store until retention removes their
+segments (the store cannot drop one topic's queues cleanly while dispatch and recovery may
+index into them); its committed offsets stay too, so a topic created again under the same
+name continues where its consumers were. The answer's remark says so.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.errors import InvalidMessageError
+from nodes.common.names import is_send_forbidden
 from nodes.common.types import TopicConfig, validate_topic
 
 # The most read or write queues an operator may give a topic.
@@ -31,13 +38,45 @@ class CreateTopicResponse:
     remark: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteTopicRequest:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResponse:
+    code: ResponseCode
+    remark: str = ""
+
+
+DELETE_KEEPS_DATA_REMARK = ("topic config deleted and the name servers told; its messages, consume queues and "
+                            "committed offsets stay in the store until retention removes them")
+
+
+def delete_refusal(topic: str) -> str | None:
+    """Why an operator may not delete `topic`: the broker's own topics (system topics, the
+    auto-create template) and a group's retry and dead-letter topics, which the broker
+    recreates on the group's next heartbeat or send-back."""
+    if topic == c.AUTO_CREATE_TOPIC_KEY:
+        return f"{topic} is the auto-create template; turn auto_create_topic_enable off instead"
+    if is_send_forbidden(topic):
+        return f"{topic} is a system topic the broker writes; it cannot be deleted"
+    if topic.startswith((c.RETRY_GROUP_TOPIC_PREFIX, c.DLQ_GROUP_TOPIC_PREFIX)):
+        return f"{topic} is a consumer group's retry or dead-letter topic; it cannot be deleted"
+    return None
+
+
 class TopicAdminHandler:
     def __init__(self, topics: TopicConfigManager, clock: Clock, on_topics_changed: Callable[[], Awaitable[None]],
-                 queue_count_max: int = QUEUE_COUNT_MAX) -> None:
+                 queue_count_max: int = QUEUE_COUNT_MAX, *, is_master: bool = True, broker_name: str = "",
+                 on_topic_deleted: Callable[[str], None] | None = None) -> None:
         self._topics = topics
         self._clock = clock
         self._on_topics_changed = on_topics_changed
         self._queue_count_max = queue_count_max
+        self._is_master = is_master
+        self._broker_name = broker_name
+        self._on_topic_deleted = on_topic_deleted
 
     async def create_topic(self, req: CreateTopicRequest) -> CreateTopicResponse:
         cfg = req.config
@@ -55,3 +94,23 @@ class TopicAdminHandler:
                                      cfg.topic_sys_flag, cfg.order), self._clock.wall_ms())
         await self._on_topics_changed()
         return CreateTopicResponse(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, req: DeleteTopicRequest) -> DeleteTopicResponse:
+        try:
+            validate_topic(req.topic)
+        except InvalidMessageError as exc:
+            return DeleteTopicResponse(ResponseCode.INVALID_ARGUMENT, str(exc))
+        if not self._is_master:
+            return DeleteTopicResponse(ResponseCode.NO_PERMISSION,
+                                       f"{self._broker_name or 'this broker'} is a slave: delete the topic on its "
+                                       "master (a slave takes its topic table from the master)")
+        if problem := delete_refusal(req.topic):
+            return DeleteTopicResponse(ResponseCode.INVALID_ARGUMENT, problem)
+        if self._topics.get(req.topic) is None:
+            return DeleteTopicResponse(ResponseCode.TOPIC_NOT_EXIST,
+                                       f"topic {req.topic!r} does not exist on {self._broker_name or 'this broker'}")
+        self._topics.remove(req.topic, self._clock.wall_ms())
+        if self._on_topic_deleted is not None:
+            self._on_topic_deleted(req.topic)
+        await self._on_topics_changed()
+        return DeleteTopicResponse(ResponseCode.SUCCESS, DELETE_KEEPS_DATA_REMARK)

@@ -79,7 +79,7 @@ class PullApi:
             "suspend_timeout_ms": suspend_timeout_ms,
             "commit_offset": commit,
             "commit_offset_value": commit_offset_value if commit else 0,
-            "client_id": self.client_id if commit else "",
+            "client_id": self.client_id,  # names the puller to the broker (its consume stats), and orders a commit
             "commit_seq": commit_seq if commit else 0,
             # A pull consumer always posts its subscription; a push consumer only with
             # postSubscriptionWhenPull (the broker then uses the group's registered one).

@@ -33,6 +33,7 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    CONSUMER_NOT_ONLINE = 206
     # mqlab only. The wire enum's zero value: never answered, present so every wire code has a member.
     CODE_UNSPECIFIED = _MQLAB_ONLY_BASE
     # mqlab only: RocketMQ's name server answers TOPIC_NOT_EXIST for a topic with no route; our

@@ -125,6 +125,23 @@ class Timing:
         scaled.validate()
         return scaled
 
+    def time_scale(self) -> float:
+        """The factor `scaled` was given, as the timers show it (a node's config carries the
+        scaled Timing, not the factor): the ratio most scaled fields share with their defaults,
+        to 3 significant digits. Fields left at the floor or set on their own (a spec's [timing]
+        overrides) disagree with the rest and are outvoted; 1.0 when no field tells."""
+        default = Timing()
+        votes: dict[float, int] = {}
+        for f in fields(self):
+            base, value = getattr(default, f.name), getattr(self, f.name)
+            if f.name in self._UNSCALED or value <= c.TIMING_FLOOR_MS or base < c.TIMING_SCALE_PROBE_MIN_MS:
+                continue
+            ratio = float(f"{value / base:.3g}")
+            votes[ratio] = votes.get(ratio, 0) + 1
+        if not votes:
+            return 1.0
+        return max(votes.items(), key=lambda item: (item[1], -abs(item[0] - 1.0)))[0]
+
     def validate(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)

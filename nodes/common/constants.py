@@ -156,6 +156,9 @@ RPC_TIMEOUT_MS = 3_000  # ordinary unary calls (route lookups, offset queries)
 QUERY_OFFSET_TIMEOUT_MS = 5_000  # READ_FROM_STORE timeout
 REGISTER_TIMEOUT_MS = 6_000  # registerBrokerTimeoutMills
 TIMING_FLOOR_MS = 5  # no scaled timer goes below this
+# Timing.time_scale reads the factor only from fields at least this long unscaled: shorter
+# ones round too coarsely (100 ms * 0.037 = 4 ms) to tell it
+TIMING_SCALE_PROBE_MIN_MS = 1_000
 
 # Unscaled budgets: process start-up is Python imports + gRPC bind, not a RocketMQ timer.
 NODE_START_BUDGET_MS = 30_000
@@ -263,6 +266,9 @@ CONSUME_TYPE_PASSIVELY = "CONSUME_PASSIVELY"  # push consumer
 CONSUME_TYPE_ACTIVELY = "CONSUME_ACTIVELY"  # pull consumer
 MESSAGE_MODEL_CLUSTERING = "CLUSTERING"
 MESSAGE_MODEL_BROADCASTING = "BROADCASTING"
+# which protocol a consumer's connection speaks, as operator queries show it
+PROTOCOL_GRPC = "grpc"
+PROTOCOL_REMOTING = "remoting"
 DLQ_NUMS_PER_GROUP = 1  # a group's %DLQ% topic has one queue
 RETRY_DELAY_LEVEL_BASE = 3  # a send-back without a level retries at level 3 + reconsume times
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here, queue = level - 1

@@ -68,6 +68,15 @@ class BrokerLiveInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicList:
+    """GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic with a live route, and this server's
+    time scale (every RocketMQ timer of it multiplied by that)."""
+
+    topics: tuple[str, ...]
+    time_scale: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterInfo:
     brokers: tuple[BrokerData, ...]
     live: tuple[BrokerLiveInfo, ...]
@@ -75,9 +84,10 @@ class ClusterInfo:
 
 
 class NameServerHandler:
-    def __init__(self, table: RouteTable, clock: Clock) -> None:
+    def __init__(self, table: RouteTable, clock: Clock, time_scale: float = 1.0) -> None:
         self._table = table
         self._clock = clock
+        self._time_scale = time_scale
         # Set before the server stops: it ends every channel normally (not by a broker).
         self._closing = asyncio.Event()
         self.open_channels = 0
@@ -113,6 +123,11 @@ class NameServerHandler:
             live=tuple(BrokerLiveInfo(addr, live.node_id, live.last_update_ms + wall_minus_mono_ms)
                        for addr, live in sorted(self._table.live.items())),
             topics=tuple(self._table.topics()))
+
+    def topic_list(self) -> TopicList:
+        """Topics some live broker serves: a topic whose every broker went is gone already
+        (its queues leave with the last address), and `route` answers each listed one."""
+        return TopicList(tuple(t for t in self._table.topics() if self._table.route(t) is not None), self._time_scale)
 
     # --- broker channels ----------------------------------------------------------------------
 

@@ -104,6 +104,15 @@ class RouteTable:
         return RegisterResult()
 
     def _apply_topics(self, broker_name: str, topic_configs: list[TopicConfig]) -> None:
+        """A master's whole table: its queues of every listed topic, and none of a topic it no
+        longer lists (deleted on the broker), as RocketMQ 5's full registrations do."""
+        listed = {cfg.topic for cfg in topic_configs}
+        for topic, queues in list(self.topic_queues.items()):
+            if topic not in listed and broker_name in queues:
+                del queues[broker_name]
+                log.info("topic %s no longer on %s", topic, broker_name)
+                if not queues:
+                    del self.topic_queues[topic]
         for cfg in topic_configs:
             queue = QueueData(broker_name, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm,
                               cfg.topic_sys_flag)

@@ -126,6 +126,12 @@ class MessageStore:
     def disk_full(self) -> bool:
         return self._files.disk.full
 
+    def disk_refusal(self) -> str:
+        """Why puts are refused for the disk now (full, or dispatch stopped by a full disk), as
+        the refusal's remark says it; "" when the disk takes writes. Measures nothing."""
+        disk = self._files.disk
+        return disk.remark() if disk.full or disk.logic_queue_error else ""
+
     def clean_files(self, now_ms: int, reserved_ms: int) -> list[dict[str, Any]]:
         """One retention pass (retention.py); its `retention-delete` events, also reported."""
         if not self._files.running:

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.cluster
 
 TOPIC = c.AUTO_CREATE_TOPIC_KEY  # registered by the master (auto_create_topic_enable is on by default)
 SUCCESS, SYSTEM_ERROR, REQUEST_CODE_NOT_SUPPORTED = 0, 1, 3
+NAMESRV_CODES = (105, 206)  # GET_ROUTEINFO_BY_TOPIC, GET_ALL_TOPIC_LIST_FROM_NAMESERVER: the codes it answers
 LOG_BUDGET_S = 5.0  # how long a refusal may take to reach node.log on a loaded machine
 SOCKET_TIMEOUT_S = 5.0
 
@@ -159,10 +160,10 @@ wrong_ext_types = st.one_of(
 )
 
 unknown_code = st.one_of(
-    st.tuples(st.integers(-(2**40), 2**40).filter(lambda n: n != 105), st.sampled_from([0, 2])).map(
+    st.tuples(st.integers(-(2**40), 2**40).filter(lambda n: n not in NAMESRV_CODES), st.sampled_from([0, 2])).map(
         lambda t: Attempt("unknown code (JSON)", _frame(_json_header(t[0], {"topic": TOPIC}, flag=t[1])), "answer",
                           logged=True, answer_codes=(REQUEST_CODE_NOT_SUPPORTED,))),
-    st.integers(-(2**15), 2**15 - 1).filter(lambda n: n != 105).map(
+    st.integers(-(2**15), 2**15 - 1).filter(lambda n: n not in NAMESRV_CODES).map(
         lambda code: Attempt("unknown code (binary header)", _frame(_binary_header(code, 11), 1), "answer",
                              logged=True, answer_codes=(REQUEST_CODE_NOT_SUPPORTED,))),
 )

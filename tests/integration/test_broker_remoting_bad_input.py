@@ -21,7 +21,11 @@ CODES = [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND
          RequestCode.PULL_MESSAGE, RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
          RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
          RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.CONSUMER_SEND_MSG_BACK,
-         RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ]
+         RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+         # the read-only operator requests (creating or deleting topics would change what the
+         # healthy connection reads)
+         RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+         RequestCode.GET_BROKER_RUNTIME_INFO]
 FIELDS = ["topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "consumerGroup", "commitOffset", "offset",
           "group", "timestamp", "clientID", "batch", "b", "e", "f", "m", "suspendTimeoutMillis", "subVersion",
           "delayLevel", "properties"]

@@ -19,9 +19,10 @@ from typing import Any
 
 import grpc.aio
 
+from nodes.broker.admin_queries import BrokerRuntimeRequest, ListConsumerGroupsRequest
 from nodes.broker.pull import PullAnswer, PullSession
 from nodes.broker.request_table import RequestKind, RequestTable
-from nodes.broker.transport import convert
+from nodes.broker.transport import admin_convert, convert
 from nodes.common.codes import ResponseCode
 from nodes.common.grpc_adapter import CODE_TO_PB, answers_errors, failure_remark
 from proto import broker_pb2, broker_pb2_grpc
@@ -43,6 +44,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._update_offset = table[RequestKind.UPDATE_CONSUMER_OFFSET]
         self._queue_offset = table[RequestKind.GET_QUEUE_OFFSET]
         self._create_topic = table[RequestKind.CREATE_TOPIC]
+        self._delete_topic = table[RequestKind.DELETE_TOPIC]
+        self._topic_stats = table[RequestKind.TOPIC_STATS]
+        self._consume_stats = table[RequestKind.CONSUME_STATS]
+        self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
+        self._list_groups = table[RequestKind.LIST_CONSUMER_GROUPS]
+        self._runtime = table[RequestKind.BROKER_RUNTIME]
         self.open_pull_streams = 0
         self.open_send_streams = 0
 
@@ -157,6 +164,38 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
                           context: grpc.aio.ServicerContext) -> broker_pb2.CreateTopicResponse:
         answer = await self._create_topic(convert.create_topic_from_pb(request))
         return broker_pb2.CreateTopicResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+
+    # --- operator queries ------------------------------------------------------------------------
+
+    @answers_errors(broker_pb2.DeleteTopicResponse, "delete topic")
+    async def DeleteTopic(self, request: broker_pb2.DeleteTopicRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.DeleteTopicResponse:
+        return admin_convert.delete_topic_to_pb(await self._delete_topic(admin_convert.delete_topic_from_pb(request)))
+
+    @answers_errors(broker_pb2.GetTopicStatsResponse, "get topic stats")
+    async def GetTopicStats(self, request: broker_pb2.GetTopicStatsRequest,
+                            context: grpc.aio.ServicerContext) -> broker_pb2.GetTopicStatsResponse:
+        return admin_convert.topic_stats_to_pb(self._topic_stats(admin_convert.topic_stats_from_pb(request)))
+
+    @answers_errors(broker_pb2.GetConsumeStatsResponse, "get consume stats")
+    async def GetConsumeStats(self, request: broker_pb2.GetConsumeStatsRequest,
+                              context: grpc.aio.ServicerContext) -> broker_pb2.GetConsumeStatsResponse:
+        return admin_convert.consume_stats_to_pb(self._consume_stats(admin_convert.consume_stats_from_pb(request)))
+
+    @answers_errors(broker_pb2.GetConsumerConnectionsResponse, "get consumer connections")
+    async def GetConsumerConnections(self, request: broker_pb2.GetConsumerConnectionsRequest,
+                                     context: grpc.aio.ServicerContext) -> broker_pb2.GetConsumerConnectionsResponse:
+        return admin_convert.connections_to_pb(self._connections(admin_convert.connections_from_pb(request)))
+
+    @answers_errors(broker_pb2.ListConsumerGroupsResponse, "list consumer groups")
+    async def ListConsumerGroups(self, request: broker_pb2.ListConsumerGroupsRequest,
+                                 context: grpc.aio.ServicerContext) -> broker_pb2.ListConsumerGroupsResponse:
+        return admin_convert.groups_to_pb(self._list_groups(ListConsumerGroupsRequest()))
+
+    @answers_errors(broker_pb2.GetBrokerRuntimeResponse, "get broker runtime")
+    async def GetBrokerRuntime(self, request: broker_pb2.GetBrokerRuntimeRequest,
+                               context: grpc.aio.ServicerContext) -> broker_pb2.GetBrokerRuntimeResponse:
+        return admin_convert.runtime_to_pb(self._runtime(BrokerRuntimeRequest()))
 
 
 class _AnswerWriter:

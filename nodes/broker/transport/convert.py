@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 
 from nodes.broker.client_manage import ConsumerListRequest, HeartbeatRequest, UnregisterClientRequest
-from nodes.broker.consumers import ConsumerRegistration, Subscription
+from nodes.broker.consumers import ClientConnection, ConsumerRegistration, Subscription
 from nodes.broker.ha_master import LogChunk, Refusal, SlaveReport
 from nodes.broker.master_sync import DigestRequest, DigestResponse, VerifyStoreResponse
 from nodes.broker.offset_requests import (
@@ -132,7 +132,15 @@ def registration_from_pb(data: consumer_pb2.ConsumerData) -> ConsumerRegistratio
 
 
 def heartbeat_from_pb(pb: consumer_pb2.HeartbeatRequest, peer: str) -> HeartbeatRequest:
-    return HeartbeatRequest(pb.client_id, tuple(registration_from_pb(d) for d in pb.consumers), channel_key=peer)
+    """`peer` (gRPC's "ipv4:host:port") keys the connection as it is; operators see the address alone."""
+    return HeartbeatRequest(pb.client_id, tuple(registration_from_pb(d) for d in pb.consumers), channel_key=peer,
+                            connection=ClientConnection(peer=peer_address(peer)))
+
+
+def peer_address(peer: str) -> str:
+    """gRPC's peer name without its scheme: "ipv4:127.0.0.1:5000" -> "127.0.0.1:5000"."""
+    scheme, sep, address = peer.partition(":")
+    return address if sep and scheme in ("ipv4", "ipv6", "unix") else peer
 
 
 def unregister_from_pb(pb: consumer_pb2.UnregisterClientRequest) -> UnregisterClientRequest:

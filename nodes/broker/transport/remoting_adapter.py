@@ -3,8 +3,9 @@
 Owns the code table, the per-connection state (its pull session; its notification pumps live
 in `RemotingConsumers`) and what a connection's close undoes. Each code's translation lives
 beside its kind: send (remoting_send), pull (remoting_pull), offsets (remoting_offsets),
-consumer management, send-back and locks (remoting_consumers). The listener itself is
-`nodes.remoting.server`; the controller starts it with `dispatch` and `channel_closed`.
+consumer management, send-back and locks (remoting_consumers), the operator requests
+(remoting_admin). The listener itself is `nodes.remoting.server`; the controller starts it
+with `dispatch` and `channel_closed`.
 
 A code with no entry answers REQUEST_CODE_NOT_SUPPORTED. A slave refuses sends and locks
 through the handlers, exactly as over gRPC.
@@ -18,6 +19,7 @@ from typing import Any
 
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.transport import remoting_send
+from nodes.broker.transport.remoting_admin import RemotingAdmin
 from nodes.broker.transport.remoting_consumers import RemotingConsumers
 from nodes.broker.transport.remoting_offsets import RemotingOffsets
 from nodes.broker.transport.remoting_pull import RemotingPullSession
@@ -38,6 +40,7 @@ class BrokerRemotingAdapter:
         self._open_pull_session = table[RequestKind.PULL_MESSAGE]
         self.consumers = RemotingConsumers(table)
         offsets = RemotingOffsets(table, self.consumers.client_ids_on)
+        admin = RemotingAdmin(table)
         self._pulls: dict[int, RemotingPullSession] = {}
         self._routes: dict[int, Route] = {
             RequestCode.SEND_MESSAGE: self._send_message,
@@ -55,6 +58,12 @@ class BrokerRemotingAdapter:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.consumers.send_back,
             RequestCode.LOCK_BATCH_MQ: self.consumers.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.consumers.unlock_batch,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
+            RequestCode.GET_CONSUME_STATS: admin.consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.connections,
+            RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime,
         }
 
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -26,9 +26,11 @@ from nodes.broker.client_manage import (
     NotificationChannel,
     UnregisterClientRequest,
 )
+from nodes.broker.consumers import ClientConnection
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.send_back import SendBackRequest
 from nodes.broker.transport import remoting_codes, remoting_json
+from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.remoting.command import RemotingCommand, RequestCode
 from nodes.remoting.server import Channel
@@ -85,8 +87,12 @@ class RemotingConsumers:
             return remoting_codes.answer(cmd, ResponseCode.SYSTEM_ERROR, "the connection is closed")
         if consumers:
             self._ensure_pump(client_id, channel)
+        # the header's language and version code name the client for operators (RocketMQ keeps
+        # them per channel from the heartbeat likewise)
+        connection = ClientConnection(peer=channel.peer, protocol=c.PROTOCOL_REMOTING, language=cmd.language,
+                                      version=cmd.version)
         answer: ClientManageResponse = await self._heartbeat(
-            HeartbeatRequest(client_id, consumers, channel_key=channel_key(channel)))
+            HeartbeatRequest(client_id, consumers, channel_key=channel_key(channel), connection=connection))
         return remoting_codes.answer(cmd, answer.code, answer.remark)
 
     def unregister(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:

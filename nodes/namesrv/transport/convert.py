@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from nodes.common import wire
 from nodes.common.grpc_adapter import CODE_TO_PB
-from nodes.namesrv.handlers import BrokerRef, ClusterInfo, RegisterBrokerRequest, RegisterBrokerResponse
+from nodes.namesrv.handlers import (
+    BrokerRef,
+    ClusterInfo,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    TopicList,
+)
 from nodes.namesrv.route_table import BrokerData, TopicRoute
 from proto import common_pb2, namesrv_pb2
 
@@ -49,3 +55,8 @@ def cluster_info_to_pb(info: ClusterInfo) -> namesrv_pb2.GetClusterInfoResponse:
                                          last_update_timestamp_ms=live.last_update_timestamp_ms)
               for live in info.live],
         topics=info.topics)
+
+
+def topic_list_to_pb(answer: TopicList) -> namesrv_pb2.GetTopicListResponse:
+    return namesrv_pb2.GetTopicListResponse(code=common_pb2.SUCCESS, topics=answer.topics,
+                                            time_scale=answer.time_scale)

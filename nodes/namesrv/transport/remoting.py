@@ -1,7 +1,8 @@
 """The name server's RocketMQ 4.x remoting adapter: request codes -> NameServerHandler.
 
-Real 4.x clients ask the name server one thing, GET_ROUTEINFO_BY_TOPIC (105); everything else
-is answered REQUEST_CODE_NOT_SUPPORTED, with a remark naming the code. Broker registration
+Real 4.x clients ask the name server one thing, GET_ROUTEINFO_BY_TOPIC (105); an admin tool also
+asks GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206, RocketMQ's TopicList body); everything else is
+answered REQUEST_CODE_NOT_SUPPORTED, with a remark naming the code. Broker registration
 stays on gRPC: mqlab's brokers register there, carrying their remoting address.
 
 A route answered here lists the brokers' *remoting* addresses (a remoting client dials those,
@@ -33,6 +34,8 @@ class NamesrvRemoting:
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             return self._route(cmd)
+        if cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+            return self._topic_list(cmd)
         log.info("namesrv remoting: request code %d from %r is not supported", cmd.code, channel)
         return cmd.answer(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                           f"request code {cmd.code} is not supported by this name server")
@@ -44,6 +47,12 @@ class NamesrvRemoting:
             # RocketMQ has one code for "no route"; the clients expect it, not mqlab's own.
             return cmd.answer(ResponseCode.TOPIC_NOT_EXIST, answer.remark)
         return cmd.answer(ResponseCode.SUCCESS, body=topic_route_json(answer.route).encode())
+
+
+    def _topic_list(self, cmd: RemotingCommand) -> RemotingCommand:
+        """TopicList as fastjson writes it ({"topicList":[...]}, no brokerAddr: it is null)."""
+        topics = self._handler.topic_list().topics
+        return cmd.answer(ResponseCode.SUCCESS, body=_object({"topicList": list(topics)}).encode())
 
 
 def topic_route_json(route: TopicRoute) -> str:

@@ -82,3 +82,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
     async def GetClusterInfo(self, request: namesrv_pb2.GetClusterInfoRequest,
                              context: grpc.aio.ServicerContext) -> namesrv_pb2.GetClusterInfoResponse:
         return convert.cluster_info_to_pb(self._handler.cluster_info())
+
+    @answers_errors(namesrv_pb2.GetTopicListResponse, "get topic list")
+    async def GetTopicList(self, request: namesrv_pb2.GetTopicListRequest,
+                           context: grpc.aio.ServicerContext) -> namesrv_pb2.GetTopicListResponse:
+        return convert.topic_list_to_pb(self._handler.topic_list())

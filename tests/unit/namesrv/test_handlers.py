@@ -67,3 +67,27 @@ def test_a_registration_carries_the_remoting_address_into_the_route():
     route = handler.route("T").route
     assert route is not None and route.broker_datas[0].remoting_addrs == {0: "127.0.0.1:20911"}
     assert route.broker_datas[0].broker_addrs == {0: MASTER}
+
+
+def _register_topics(handler: NameServerHandler, broker_name: str, addr: str, topics: tuple[str, ...],
+                     version: int, broker_id: int = 0):
+    return handler.register_broker(RegisterBrokerRequest(
+        cluster_name="c", broker_name=broker_name, broker_id=broker_id, broker_addr=addr,
+        topic_configs=tuple(TopicConfig(t, 4, 4) for t in topics), data_version=(1, version)))
+
+
+def test_topic_list_names_every_routed_topic_and_a_master_dropping_a_topic_drops_its_route():
+    handler = NameServerHandler(RouteTable(), FakeClock(), time_scale=0.05)
+    _register_topics(handler, "broker-a", MASTER, ("A", "Shared"), 1)
+    _register_topics(handler, "broker-b", "127.0.0.1:10931", ("B", "Shared"), 1)
+    listed = handler.topic_list()
+    assert listed.topics == ("A", "B", "Shared") and listed.time_scale == 0.05
+
+    _register_topics(handler, "broker-a", MASTER, ("Shared",), 2)  # broker-a deleted A
+    assert handler.route("A").code == ResponseCode.TOPIC_ROUTE_NOT_EXIST
+    shared = handler.route("Shared").route
+    assert shared is not None and sorted(q.broker_name for q in shared.queue_datas) == ["broker-a", "broker-b"]
+    assert handler.topic_list().topics == ("B", "Shared")
+    # a slave's table is never taken, so it cannot drop a topic either
+    _register_topics(handler, "broker-b", "127.0.0.1:10932", (), 3, broker_id=1)
+    assert handler.route("B").code == ResponseCode.SUCCESS

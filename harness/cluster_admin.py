@@ -1,0 +1,278 @@
+"""Operator queries against a running cluster, as RocketMQ's mqadmin makes them: what `mqlab admin`
+shows and does.
+
+Owns the calls an operator makes: the name server's topic list, routes and broker registrations,
+and each broker's topic creation and deletion, topic stats, consume stats, consumer connections,
+group list and runtime. Callers get plain rows; a broker that does not answer is a row with its
+error (one broken broker never hides the others), a name server that does not answer is a
+`NamesrvUnreachable` saying what to do next.
+
+Everything goes through the cluster's open gRPC services (the calls RocketMQ answers to any
+client), so it works with only a name server address.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from harness.errors import HarnessError, NamesrvUnreachable
+from nodes.common import constants as c
+from nodes.common.rpc import make_sync_channel
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+ADMIN_RPC_TIMEOUT_MS = 3_000
+# `mqlab admin topic create --type`: FIFO sets the topic config's `order` flag (RocketMQ 4.x's
+# TopicConfig.order; an orderly sender still picks the queue per sharding key); a 4.x client sends
+# delayed and transactional messages to a NORMAL topic
+TOPIC_TYPES = ("NORMAL", "FIFO")
+DEFAULT_CREATE_QUEUES = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BrokerRef:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.broker_name}/{self.broker_id}"
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == c.MASTER_ID
+
+
+@dataclass(frozen=True)
+class RouteQueues:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    addrs: dict[int, str]  # broker id -> gRPC address
+    remoting_addrs: dict[int, str]
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    queues: list[RouteQueues]
+    order_topic_conf: str
+
+
+@dataclass
+class BrokerAnswer:
+    """One broker's part of a query: its rows, or why there are none."""
+
+    broker: BrokerRef
+    code: str = "SUCCESS"
+    remark: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "SUCCESS"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"broker_name": self.broker.broker_name, "broker_id": self.broker.broker_id, "addr": self.broker.addr,
+                "code": self.code, "remark": self.remark, "rows": self.rows, **self.extra}
+
+
+class ClusterAdmin:
+    """Queries to one cluster through its name server; channels are kept until `close()`."""
+
+    def __init__(self, namesrv_addr: str, timeout_ms: int = ADMIN_RPC_TIMEOUT_MS) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.timeout_ms = timeout_ms
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def __enter__(self) -> ClusterAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    # ---- the name server ---------------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerRef]:
+        """Every broker registered with the name server, masters first per group."""
+        resp = self._namesrv("GetClusterInfo", namesrv_pb2.GetClusterInfoRequest())
+        return sorted((BrokerRef(b.cluster, b.broker_name, int(bid), addr)
+                       for b in resp.brokers for bid, addr in b.broker_addrs.items()),
+                      key=lambda r: (r.broker_name, r.broker_id))
+
+    def topics(self) -> tuple[list[str], float]:
+        """(every topic with a live route, the name server's time scale)."""
+        resp = self._namesrv("GetTopicList", namesrv_pb2.GetTopicListRequest())
+        return sorted(resp.topics), resp.time_scale
+
+    def route(self, topic: str) -> Route:
+        resp = self._namesrv("GetRouteInfo", namesrv_pb2.GetRouteInfoRequest(topic=topic))
+        if resp.code != common_pb2.SUCCESS:
+            raise HarnessError(f"no route for topic {topic!r} ({common_pb2.Code.Name(resp.code)}"
+                               + (f": {resp.remark}" if resp.remark else "") + "): `mqlab admin topic list` shows "
+                               "the topics there are; create one with `mqlab admin topic create --topic T`")
+        brokers = {b.broker_name: b for b in resp.route.broker_datas}
+        queues = []
+        for q in sorted(resp.route.queue_datas, key=lambda q: q.broker_name):
+            b = brokers.get(q.broker_name)
+            queues.append(RouteQueues(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm,
+                                      {int(k): v for k, v in b.broker_addrs.items()} if b else {},
+                                      {int(k): v for k, v in b.remoting_addrs.items()} if b else {}))
+        return Route(topic, queues, resp.route.order_topic_conf)
+
+    # ---- topics on the brokers ---------------------------------------------------------------
+
+    def create_topic(self, topic: str, *, queues: int = DEFAULT_CREATE_QUEUES, topic_type: str = "NORMAL",
+                     broker_name: str | None = None) -> list[BrokerAnswer]:
+        """Create (or update) TOPIC on every master, or on BROKER_NAME's master only."""
+        if topic_type not in TOPIC_TYPES:
+            raise HarnessError(f"topic type {topic_type!r} is not one this cluster stores: types are "
+                               f"{', '.join(TOPIC_TYPES)} (a RocketMQ 4.x client sends delayed and transactional "
+                               "messages to a NORMAL topic)")
+        config = common_pb2.TopicConfig(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                        perm=c.PERM_DEFAULT, order=topic_type == "FIFO")
+        return self._on_masters(broker_name, "CreateTopic", broker_pb2.CreateTopicRequest(config=config))
+
+    def delete_topic(self, topic: str, *, broker_name: str | None = None) -> list[BrokerAnswer]:
+        return self._on_masters(broker_name, "DeleteTopic", broker_pb2.DeleteTopicRequest(topic=topic))
+
+    def topic_status(self, topic: str) -> list[BrokerAnswer]:
+        """Per queue on every broker of the topic's route, masters and slaves: min, max, last store time."""
+        route = self.route(topic)
+        answers = []
+        for ref in self._route_brokers(route):
+            answer, pb = self._ask(ref, "GetTopicStats", broker_pb2.GetTopicStatsRequest(topic=topic))
+            if answer.ok:
+                answer.rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+                                "last_store_timestamp_ms": q.last_store_timestamp_ms}
+                               for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+            answers.append(answer)
+        return answers
+
+    # ---- consumers -----------------------------------------------------------------------------
+
+    def consumer_progress(self, group: str, topic: str = "") -> list[BrokerAnswer]:
+        """Per (topic, queue) on every broker: broker offset, the group's offset, lag, who pulls it."""
+        answers = []
+        for ref in self.brokers():
+            answer, pb = self._ask(ref, "GetConsumeStats",
+                                   broker_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic))
+            if answer.ok:
+                answer.rows = [{
+                    "topic": q.topic, "queue_id": q.queue_id, "broker_offset": q.broker_offset,
+                    "consumer_offset": q.consumer_offset,
+                    # no stored offset: where the group starts depends on its consume-from-where
+                    "lag": q.broker_offset - q.consumer_offset if q.consumer_offset >= 0 else None,
+                    "last_consumed_store_timestamp_ms": q.last_consumed_store_timestamp_ms,
+                    "last_puller_client_id": q.last_puller_client_id, "last_pull_age_ms": q.last_pull_age_ms,
+                    "lock_holder_client_id": q.lock_holder_client_id, "lock_lease_left_ms": q.lock_lease_left_ms,
+                } for q in sorted(pb.queues, key=lambda q: (q.topic, q.queue_id))]
+            answers.append(answer)
+        return answers
+
+    def consumer_connections(self, group: str) -> list[BrokerAnswer]:
+        answers = []
+        for ref in self.brokers():
+            answer, pb = self._ask(ref, "GetConsumerConnections",
+                                   broker_pb2.GetConsumerConnectionsRequest(consumer_group=group))
+            if pb is not None:
+                answer.rows = [{"client_id": x.client_id, "peer": x.peer, "protocol": x.protocol,
+                                "language": x.language, "version": x.version,
+                                "last_heartbeat_age_ms": x.last_heartbeat_age_ms} for x in pb.connections]
+                answer.extra.update(consume_type=pb.consume_type, message_model=pb.message_model,
+                                    consume_from_where=pb.consume_from_where,
+                                    subscriptions=[{"topic": s.topic, "expression": s.expression,
+                                                    "sub_version": s.sub_version} for s in pb.subscriptions])
+            answers.append(answer)
+        return answers
+
+    def groups(self) -> list[BrokerAnswer]:
+        answers = []
+        for ref in self.brokers():
+            answer, pb = self._ask(ref, "ListConsumerGroups", broker_pb2.ListConsumerGroupsRequest())
+            if answer.ok:
+                answer.rows = [{"group": g.group, "online_clients": g.online_clients, "topics": sorted(g.topics),
+                                "consume_type": g.consume_type, "message_model": g.message_model}
+                               for g in sorted(pb.groups, key=lambda g: g.group)]
+            answers.append(answer)
+        return answers
+
+    def runtime(self) -> list[BrokerAnswer]:
+        """Every registered broker's runtime: role, offsets, slave lag, disk, time scale."""
+        answers = []
+        for ref in self.brokers():
+            answer, pb = self._ask(ref, "GetBrokerRuntime", broker_pb2.GetBrokerRuntimeRequest())
+            if answer.ok:
+                answer.rows = [{
+                    "role": pb.role, "min_phys_offset": pb.min_phys_offset, "max_phys_offset": pb.max_phys_offset,
+                    "slave_lag_bytes": pb.slave_lag_bytes, "disk_used_ratio": pb.disk_used_ratio,
+                    "disk_free_bytes": pb.disk_free_bytes, "writes_refused": pb.writes_refused,
+                    "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
+                    "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr}]
+            answers.append(answer)
+        return answers
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _route_brokers(self, route: Route) -> Iterator[BrokerRef]:
+        cluster = {(b.broker_name, b.broker_id): b.cluster for b in self.brokers()}
+        for q in route.queues:
+            for bid, addr in sorted(q.addrs.items()):
+                yield BrokerRef(cluster.get((q.broker_name, bid), ""), q.broker_name, bid, addr)
+
+    def _on_masters(self, broker_name: str | None, method: str, request: Any) -> list[BrokerAnswer]:
+        brokers = self.brokers()
+        masters = [b for b in brokers if b.is_master and broker_name in (None, b.broker_name)]
+        if not masters:
+            known = sorted({b.broker_name for b in brokers})
+            raise HarnessError(f"no live master of broker {broker_name!r} is registered; brokers are "
+                               f"{', '.join(known) or 'none'} (`mqlab admin cluster`)" if broker_name else
+                               "no master broker is registered with the name server: is the cluster up "
+                               "(`mqlab status`)?")
+        return [self._ask(ref, method, request)[0] for ref in masters]
+
+    def _ask(self, ref: BrokerRef, method: str, request: Any) -> tuple[BrokerAnswer, Any]:
+        """One broker call: its code and remark, and its message (None when the broker did not answer)."""
+        try:
+            resp = self._call(broker_pb2_grpc.BrokerStub(self._channel(ref.addr)), method, request)
+        except grpc.RpcError as exc:
+            code = exc.code().name if isinstance(exc, grpc.Call) else "error"
+            return BrokerAnswer(ref, code="UNREACHABLE", remark=f"{method} to {ref.addr}: {code}"), None
+        return BrokerAnswer(ref, code=common_pb2.Code.Name(resp.code), remark=resp.remark), resp
+
+    def _namesrv(self, method: str, request: Any) -> Any:
+        try:
+            return self._call(namesrv_pb2_grpc.NameServerStub(self._channel(self.namesrv_addr)), method, request)
+        except grpc.RpcError as exc:
+            code = exc.code().name if isinstance(exc, grpc.Call) else "error"
+            raise NamesrvUnreachable(f"name server {self.namesrv_addr} did not answer {method} ({code}): is the "
+                                     "cluster up (`mqlab status`), and is that the name server's gRPC address "
+                                     "(`namesrv` in cluster.json)?") from exc
+
+    def _call(self, stub: Any, method: str, request: Any) -> Any:
+        fn: Callable[..., Any] = getattr(stub, method)
+        return fn(request, timeout=self.timeout_ms / 1000)
+
+    def _channel(self, addr: str) -> grpc.Channel:
+        with self._lock:
+            channel = self._channels.get(addr)
+            if channel is None:
+                channel = self._channels[addr] = make_sync_channel(addr)
+            return channel
