@@ -81,6 +81,11 @@ def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]], ri
     return table
 
 
+def _results_table(title: str, answers: Iterable[BrokerAnswer]) -> Table:
+    return _table(title, ("broker", "addr", "result"),
+                  [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else "")) for a in answers])
+
+
 # ---- topics -------------------------------------------------------------------------------------
 
 
@@ -100,10 +105,7 @@ def topic_create(
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
-        terminal.console.print(_table(f"topic {topic}: {queues} queues, {topic_type.upper()}",
-                                      ("broker", "addr", "result"),
-                                      [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else ""))
-                                       for a in answers]))
+        terminal.console.print(_results_table(f"topic {topic}: {queues} queues, {topic_type.upper()}", answers))
     _finish(answers)
 
 
@@ -117,9 +119,7 @@ def topic_delete(topic: TopicOpt, broker: BrokerOpt = None, namesrv: NamesrvOpt 
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
-        terminal.console.print(_table(f"delete topic {topic}", ("broker", "addr", "result"),
-                                      [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else ""))
-                                       for a in answers]))
+        terminal.console.print(_results_table(f"delete topic {topic}", answers))
     _finish(answers)
 
 
