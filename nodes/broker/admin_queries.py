@@ -327,7 +327,7 @@ class AdminQueryHandler:
             min_phys_offset=store.min_phys_offset, max_phys_offset=store.max_phys_offset,
             slave_lag_bytes=self._slave_lag_bytes(ha_client), disk_used_ratio=ratio, disk_free_bytes=free_bytes,
             writes_refused=bool(reasons), writes_refused_reason="; ".join(reasons),
-            time_scale=self._config.timing.time_scale(), topics=len(self._topics.topics),
+            time_scale=self._config.time_scale, topics=len(self._topics.topics),
             store_errors=store.store_errors, master_addr=master_addr)
 
     def _write_refusals(self) -> list[str]:
