@@ -87,6 +87,22 @@ class BrokerAnswer:
                 "code": self.code, "remark": self.remark, "rows": self.rows, **self.extra}
 
 
+def real_client_margins(broker_lock_lease_ms: int, consumer_channel_expiry_ms: int) -> list[str]:
+    """What a RocketMQ client, whose timers nothing scales, breaks against a broker's timers (none
+    at time scale 1): one sentence each, naming the margin and what to do."""
+    broken = []
+    if 0 < broker_lock_lease_ms <= c.LOCK_RENEW_INTERVAL_MS:
+        broken.append(f"the brokers lease orderly locks for {broker_lock_lease_ms / 1000:g} s but a RocketMQ client "
+                      f"renews them every {c.LOCK_RENEW_INTERVAL_MS / 1000:g} s: its locks lapse between renewals "
+                      "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
+                      f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
+    if 0 < consumer_channel_expiry_ms <= c.CLIENT_HEARTBEAT_MS:
+        broken.append(f"the brokers drop a client silent for {consumer_channel_expiry_ms / 1000:g} s but a RocketMQ "
+                      f"client heartbeats every {c.CLIENT_HEARTBEAT_MS / 1000:g} s: it leaves its group between "
+                      f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
+    return broken
+
+
 class ClusterAdmin:
     """Queries to one cluster through its name server; channels are kept until `close()`."""
 
@@ -282,4 +298,5 @@ def _runtime_rows(answer: BrokerAnswer, pb: broker_pb2.GetBrokerRuntimeResponse)
         "slave_lag_bytes": pb.slave_lag_bytes, "disk_used_ratio": pb.disk_used_ratio,
         "disk_free_bytes": pb.disk_free_bytes, "writes_refused": pb.writes_refused,
         "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
-        "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr}]
+        "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr,
+        "broker_lock_lease_ms": pb.broker_lock_lease_ms, "consumer_channel_expiry_ms": pb.consumer_channel_expiry_ms}]
