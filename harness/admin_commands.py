@@ -323,9 +323,9 @@ def cluster(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: Json
                      "-" if r["slave_lag_bytes"] < 0 else f"{r['slave_lag_bytes']:,}",
                      f"{r['disk_used_ratio'] * 100:.1f}%", f"{r['disk_free_bytes'] / 2**20:,.0f}", writes,
                      f"{r['time_scale']:g}"))
-    _warn_margins(answers, "[dim]for RocketMQ clients (their timers are not scaled):[/]")
     clusters = sorted({a.broker.cluster for a in answers})
     terminal.console.print(_table(f"brokers of {', '.join(clusters)}", (
         "broker", "addr", "role", "max phys offset", "slave lag bytes", "disk used", "disk free MiB", "writes",
         "time scale"), rows, right=("max phys offset", "slave lag bytes", "disk used", "disk free MiB")))
+    _warn_margins(answers, "[dim]for RocketMQ clients (their timers are not scaled):[/]")
     _finish(answers)
