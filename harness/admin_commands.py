@@ -22,7 +22,13 @@ from rich.table import Table
 
 from harness import terminal
 from harness.client_commands import NamesrvOpt, resolve_cluster
-from harness.cluster_admin import DEFAULT_CREATE_QUEUES, TOPIC_TYPES, BrokerAnswer, ClusterAdmin
+from harness.cluster_admin import (
+    DEFAULT_CREATE_QUEUES,
+    TOPIC_TYPES,
+    BrokerAnswer,
+    ClusterAdmin,
+    real_client_margins,
+)
 from harness.terminal import EXIT_PROBLEM, CliError, RunDirOpt, cli_command
 
 app = typer.Typer(name="admin", no_args_is_help=True, help="Operate a running cluster: topics, consumer groups, "
@@ -81,6 +87,11 @@ def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]], ri
     return table
 
 
+def _results_table(title: str, answers: Iterable[BrokerAnswer]) -> Table:
+    return _table(title, ("broker", "addr", "result"),
+                  [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else "")) for a in answers])
+
+
 # ---- topics -------------------------------------------------------------------------------------
 
 
@@ -100,10 +111,7 @@ def topic_create(
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
-        terminal.console.print(_table(f"topic {topic}: {queues} queues, {topic_type.upper()}",
-                                      ("broker", "addr", "result"),
-                                      [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else ""))
-                                       for a in answers]))
+        terminal.console.print(_results_table(f"topic {topic}: {queues} queues, {topic_type.upper()}", answers))
     _finish(answers)
 
 
@@ -117,9 +125,7 @@ def topic_delete(topic: TopicOpt, broker: BrokerOpt = None, namesrv: NamesrvOpt 
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
-        terminal.console.print(_table(f"delete topic {topic}", ("broker", "addr", "result"),
-                                      [(a.broker.label, a.broker.addr, a.code + (f": {a.remark}" if a.remark else ""))
-                                       for a in answers]))
+        terminal.console.print(_results_table(f"delete topic {topic}", answers))
     _finish(answers)
 
 
@@ -247,6 +253,11 @@ def consumer_connections(group: GroupOpt, namesrv: NamesrvOpt = None, run_dir: R
     """GROUP's connected clients and subscriptions as each broker sees them (RocketMQ consumerConnection)."""
     with _admin(namesrv, run_dir) as admin:
         answers = admin.consumer_connections(group)
+        real = any(r["protocol"] == "remoting" for a in answers if a.ok for r in a.rows)
+        runtime = admin.runtime() if real else []
+    if real and not as_json:
+        # a RocketMQ client over remoting keeps its own timers whatever the cluster's time scale
+        _warn_margins(runtime, "[yellow]warning: a RocketMQ client is connected and[/]")
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
@@ -269,6 +280,14 @@ def consumer_connections(group: GroupOpt, namesrv: NamesrvOpt = None, run_dir: R
         _finish(a for a in answers if a.code != "CONSUMER_NOT_ONLINE")
     else:
         _finish(answers)
+
+
+def _warn_margins(runtime: Iterable[BrokerAnswer], prefix: str) -> None:
+    """One line per margin some broker's timers leave a RocketMQ client too small (each said once)."""
+    lines = dict.fromkeys(line for a in runtime for r in a.rows
+                          for line in real_client_margins(r["broker_lock_lease_ms"], r["consumer_channel_expiry_ms"]))
+    for line in lines:
+        terminal.err_console.print(f"{prefix} {escape(line)}")
 
 
 def _client_kind(r: dict[str, Any]) -> str:
@@ -308,4 +327,5 @@ def cluster(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: Json
     terminal.console.print(_table(f"brokers of {', '.join(clusters)}", (
         "broker", "addr", "role", "max phys offset", "slave lag bytes", "disk used", "disk free MiB", "writes",
         "time scale"), rows, right=("max phys offset", "slave lag bytes", "disk used", "disk free MiB")))
+    _warn_margins(answers, "[dim]for RocketMQ clients (their timers are not scaled):[/]")
     _finish(answers)

@@ -14,7 +14,7 @@ client), so it works with only a name server address.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -87,6 +87,22 @@ class BrokerAnswer:
                 "code": self.code, "remark": self.remark, "rows": self.rows, **self.extra}
 
 
+def real_client_margins(broker_lock_lease_ms: int, consumer_channel_expiry_ms: int) -> list[str]:
+    """What a RocketMQ client, whose timers nothing scales, breaks against a broker's timers (none
+    at time scale 1): one sentence each, naming the margin and what to do."""
+    broken = []
+    if 0 < broker_lock_lease_ms <= c.LOCK_RENEW_INTERVAL_MS:
+        broken.append(f"the brokers lease orderly locks for {broker_lock_lease_ms / 1000:g} s but a RocketMQ client "
+                      f"renews them every {c.LOCK_RENEW_INTERVAL_MS / 1000:g} s: its locks lapse between renewals "
+                      "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
+                      f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
+    if 0 < consumer_channel_expiry_ms <= c.CLIENT_HEARTBEAT_MS:
+        broken.append(f"the brokers drop a client silent for {consumer_channel_expiry_ms / 1000:g} s but a RocketMQ "
+                      f"client heartbeats every {c.CLIENT_HEARTBEAT_MS / 1000:g} s: it leaves its group between "
+                      f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
+    return broken
+
+
 class ClusterAdmin:
     """Queries to one cluster through its name server; channels are kept until `close()`."""
 
@@ -155,79 +171,28 @@ class ClusterAdmin:
 
     def topic_status(self, topic: str) -> list[BrokerAnswer]:
         """Per queue on every broker of the topic's route, masters and slaves: min, max, last store time."""
-        route = self.route(topic)
-        answers = []
-        for ref in self._route_brokers(route):
-            answer, pb = self._ask(ref, "GetTopicStats", broker_pb2.GetTopicStatsRequest(topic=topic))
-            if answer.ok:
-                answer.rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                                "last_store_timestamp_ms": q.last_store_timestamp_ms}
-                               for q in sorted(pb.queues, key=lambda q: q.queue_id)]
-            answers.append(answer)
-        return answers
+        return self._ask_each(self._route_brokers(self.route(topic)), "GetTopicStats",
+                              broker_pb2.GetTopicStatsRequest(topic=topic), _topic_stats_rows)
 
     # ---- consumers -----------------------------------------------------------------------------
 
     def consumer_progress(self, group: str, topic: str = "") -> list[BrokerAnswer]:
         """Per (topic, queue) on every broker: broker offset, the group's offset, lag, who pulls it."""
-        answers = []
-        for ref in self.brokers():
-            answer, pb = self._ask(ref, "GetConsumeStats",
-                                   broker_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic))
-            if answer.ok:
-                answer.rows = [{
-                    "topic": q.topic, "queue_id": q.queue_id, "broker_offset": q.broker_offset,
-                    "consumer_offset": q.consumer_offset,
-                    # no stored offset: where the group starts depends on its consume-from-where
-                    "lag": q.broker_offset - q.consumer_offset if q.consumer_offset >= 0 else None,
-                    "last_consumed_store_timestamp_ms": q.last_consumed_store_timestamp_ms,
-                    "last_puller_client_id": q.last_puller_client_id, "last_pull_age_ms": q.last_pull_age_ms,
-                    "lock_holder_client_id": q.lock_holder_client_id, "lock_lease_left_ms": q.lock_lease_left_ms,
-                } for q in sorted(pb.queues, key=lambda q: (q.topic, q.queue_id))]
-            answers.append(answer)
-        return answers
+        return self._ask_each(self.brokers(), "GetConsumeStats",
+                              broker_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic), _progress_rows)
 
     def consumer_connections(self, group: str) -> list[BrokerAnswer]:
-        answers = []
-        for ref in self.brokers():
-            answer, pb = self._ask(ref, "GetConsumerConnections",
-                                   broker_pb2.GetConsumerConnectionsRequest(consumer_group=group))
-            if pb is not None:
-                answer.rows = [{"client_id": x.client_id, "peer": x.peer, "protocol": x.protocol,
-                                "language": x.language, "version": x.version,
-                                "last_heartbeat_age_ms": x.last_heartbeat_age_ms} for x in pb.connections]
-                answer.extra.update(consume_type=pb.consume_type, message_model=pb.message_model,
-                                    consume_from_where=pb.consume_from_where,
-                                    subscriptions=[{"topic": s.topic, "expression": s.expression,
-                                                    "sub_version": s.sub_version} for s in pb.subscriptions])
-            answers.append(answer)
-        return answers
+        return self._ask_each(self.brokers(), "GetConsumerConnections",
+                              broker_pb2.GetConsumerConnectionsRequest(consumer_group=group), _connection_rows)
 
     def groups(self) -> list[BrokerAnswer]:
-        answers = []
-        for ref in self.brokers():
-            answer, pb = self._ask(ref, "ListConsumerGroups", broker_pb2.ListConsumerGroupsRequest())
-            if answer.ok:
-                answer.rows = [{"group": g.group, "online_clients": g.online_clients, "topics": sorted(g.topics),
-                                "consume_type": g.consume_type, "message_model": g.message_model}
-                               for g in sorted(pb.groups, key=lambda g: g.group)]
-            answers.append(answer)
-        return answers
+        return self._ask_each(self.brokers(), "ListConsumerGroups", broker_pb2.ListConsumerGroupsRequest(),
+                              _group_rows)
 
     def runtime(self) -> list[BrokerAnswer]:
         """Every registered broker's runtime: role, offsets, slave lag, disk, time scale."""
-        answers = []
-        for ref in self.brokers():
-            answer, pb = self._ask(ref, "GetBrokerRuntime", broker_pb2.GetBrokerRuntimeRequest())
-            if answer.ok:
-                answer.rows = [{
-                    "role": pb.role, "min_phys_offset": pb.min_phys_offset, "max_phys_offset": pb.max_phys_offset,
-                    "slave_lag_bytes": pb.slave_lag_bytes, "disk_used_ratio": pb.disk_used_ratio,
-                    "disk_free_bytes": pb.disk_free_bytes, "writes_refused": pb.writes_refused,
-                    "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
-                    "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr}]
-            answers.append(answer)
-        return answers
+        return self._ask_each(self.brokers(), "GetBrokerRuntime", broker_pb2.GetBrokerRuntimeRequest(),
+                              _runtime_rows)
 
     # ---- plumbing -----------------------------------------------------------------------------
 
@@ -247,6 +212,17 @@ class ClusterAdmin:
                                "no master broker is registered with the name server: is the cluster up "
                                "(`mqlab status`)?")
         return [self._ask(ref, method, request)[0] for ref in masters]
+
+    def _ask_each(self, refs: Iterable[BrokerRef], method: str, request: Any,
+                  fill: Callable[[BrokerAnswer, Any], None]) -> list[BrokerAnswer]:
+        """`method` on every broker of `refs`; `fill(answer, response)` for each that answered."""
+        answers = []
+        for ref in refs:
+            answer, pb = self._ask(ref, method, request)
+            if pb is not None:
+                fill(answer, pb)
+            answers.append(answer)
+        return answers
 
     def _ask(self, ref: BrokerRef, method: str, request: Any) -> tuple[BrokerAnswer, Any]:
         """One broker call: its code and remark, and its message (None when the broker did not answer)."""
@@ -276,3 +252,51 @@ class ClusterAdmin:
             if channel is None:
                 channel = self._channels[addr] = make_sync_channel(addr)
             return channel
+
+
+# ---- broker answers as rows ------------------------------------------------------------------------
+
+
+def _topic_stats_rows(answer: BrokerAnswer, pb: broker_pb2.GetTopicStatsResponse) -> None:
+    answer.rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+                    "last_store_timestamp_ms": q.last_store_timestamp_ms}
+                   for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+
+
+def _progress_rows(answer: BrokerAnswer, pb: broker_pb2.GetConsumeStatsResponse) -> None:
+    answer.rows = [{
+        "topic": q.topic, "queue_id": q.queue_id, "broker_offset": q.broker_offset,
+        "consumer_offset": q.consumer_offset,
+        # no stored offset: where the group starts depends on its consume-from-where
+        "lag": q.broker_offset - q.consumer_offset if q.consumer_offset >= 0 else None,
+        "last_consumed_store_timestamp_ms": q.last_consumed_store_timestamp_ms,
+        "last_puller_client_id": q.last_puller_client_id, "last_pull_age_ms": q.last_pull_age_ms,
+        "lock_holder_client_id": q.lock_holder_client_id, "lock_lease_left_ms": q.lock_lease_left_ms,
+    } for q in sorted(pb.queues, key=lambda q: (q.topic, q.queue_id))]
+
+
+def _connection_rows(answer: BrokerAnswer, pb: broker_pb2.GetConsumerConnectionsResponse) -> None:
+    answer.rows = [{"client_id": x.client_id, "peer": x.peer, "protocol": x.protocol, "language": x.language,
+                    "version": x.version, "last_heartbeat_age_ms": x.last_heartbeat_age_ms} for x in pb.connections]
+    answer.extra.update(consume_type=pb.consume_type, message_model=pb.message_model,
+                        consume_from_where=pb.consume_from_where,
+                        subscriptions=[{"topic": x.topic, "expression": x.expression, "sub_version": x.sub_version}
+                                       for x in pb.subscriptions])
+
+
+def _group_rows(answer: BrokerAnswer, pb: broker_pb2.ListConsumerGroupsResponse) -> None:
+    answer.rows = [{"group": g.group, "online_clients": g.online_clients, "topics": sorted(g.topics),
+                    "consume_type": g.consume_type, "message_model": g.message_model}
+                   for g in sorted(pb.groups, key=lambda g: g.group)]
+
+
+def _runtime_rows(answer: BrokerAnswer, pb: broker_pb2.GetBrokerRuntimeResponse) -> None:
+    if not answer.ok:
+        return
+    answer.rows = [{
+        "role": pb.role, "min_phys_offset": pb.min_phys_offset, "max_phys_offset": pb.max_phys_offset,
+        "slave_lag_bytes": pb.slave_lag_bytes, "disk_used_ratio": pb.disk_used_ratio,
+        "disk_free_bytes": pb.disk_free_bytes, "writes_refused": pb.writes_refused,
+        "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
+        "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr,
+        "broker_lock_lease_ms": pb.broker_lock_lease_ms, "consumer_channel_expiry_ms": pb.consumer_channel_expiry_ms}]

@@ -328,6 +328,7 @@ class ClusterSpec:
             "port": ports[node.id],
             "run_dir": str(Path(run_dir).absolute() / node.id),
             "timing": self.scaled_timing(),
+            "time_scale": self.time_scale,
         }
         if credential:
             common["cluster_credential"] = credential

@@ -415,7 +415,7 @@ class GetBrokerRuntimeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetBrokerRuntimeResponse(_message.Message):
-    __slots__ = ("code", "remark", "broker_name", "broker_id", "role", "min_phys_offset", "max_phys_offset", "slave_lag_bytes", "disk_used_ratio", "disk_free_bytes", "writes_refused", "writes_refused_reason", "time_scale", "topics", "store_errors", "master_addr")
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "role", "min_phys_offset", "max_phys_offset", "slave_lag_bytes", "disk_used_ratio", "disk_free_bytes", "writes_refused", "writes_refused_reason", "time_scale", "topics", "store_errors", "master_addr", "broker_lock_lease_ms", "consumer_channel_expiry_ms")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -432,6 +432,8 @@ class GetBrokerRuntimeResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     STORE_ERRORS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    BROKER_LOCK_LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_CHANNEL_EXPIRY_MS_FIELD_NUMBER: _ClassVar[int]
     code: _common_pb2.Code
     remark: str
     broker_name: str
@@ -448,4 +450,6 @@ class GetBrokerRuntimeResponse(_message.Message):
     topics: int
     store_errors: int
     master_addr: str
-    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ...) -> None: ...
+    broker_lock_lease_ms: int
+    consumer_channel_expiry_ms: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ..., broker_lock_lease_ms: _Optional[int] = ..., consumer_channel_expiry_ms: _Optional[int] = ...) -> None: ...

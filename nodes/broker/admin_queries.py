@@ -165,6 +165,8 @@ class BrokerRuntimeResponse:
     topics: int = 0
     store_errors: int = 0
     master_addr: str = ""
+    broker_lock_lease_ms: int = 0
+    consumer_channel_expiry_ms: int = 0
 
 
 # --- the handler -------------------------------------------------------------------------------
@@ -327,8 +329,10 @@ class AdminQueryHandler:
             min_phys_offset=store.min_phys_offset, max_phys_offset=store.max_phys_offset,
             slave_lag_bytes=self._slave_lag_bytes(ha_client), disk_used_ratio=ratio, disk_free_bytes=free_bytes,
             writes_refused=bool(reasons), writes_refused_reason="; ".join(reasons),
-            time_scale=self._config.timing.time_scale(), topics=len(self._topics.topics),
-            store_errors=store.store_errors, master_addr=master_addr)
+            time_scale=self._config.time_scale, topics=len(self._topics.topics),
+            store_errors=store.store_errors, master_addr=master_addr,
+            broker_lock_lease_ms=self._config.timing.broker_lock_lease_ms,
+            consumer_channel_expiry_ms=self._config.timing.consumer_channel_expiry_ms)
 
     def _write_refusals(self) -> list[str]:
         """Why a send to this broker is refused now; empty when it takes sends."""

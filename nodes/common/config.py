@@ -125,23 +125,6 @@ class Timing:
         scaled.validate()
         return scaled
 
-    def time_scale(self) -> float:
-        """The factor `scaled` was given, as the timers show it (a node's config carries the
-        scaled Timing, not the factor): the ratio most scaled fields share with their defaults,
-        to 3 significant digits. Fields left at the floor or set on their own (a spec's [timing]
-        overrides) disagree with the rest and are outvoted; 1.0 when no field tells."""
-        default = Timing()
-        votes: dict[float, int] = {}
-        for f in fields(self):
-            base, value = getattr(default, f.name), getattr(self, f.name)
-            if f.name in self._UNSCALED or value <= c.TIMING_FLOOR_MS or base < c.TIMING_SCALE_PROBE_MIN_MS:
-                continue
-            ratio = float(f"{value / base:.3g}")
-            votes[ratio] = votes.get(ratio, 0) + 1
-        if not votes:
-            return 1.0
-        return max(votes.items(), key=lambda item: (item[1], -abs(item[0] - 1.0)))[0]
-
     def validate(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -229,6 +212,9 @@ class NamesrvConfig:
     remoting_port: int = 0
     run_dir: str = "."
     timing: Timing = field(default_factory=Timing)
+    # the factor `timing` was scaled by (the cluster's time knob): reported to operators and
+    # clients (`mqlab admin`), never applied again here
+    time_scale: float = 1.0
     # tests only (constants.CLOCK_CONTROL_MODES): "rate" runs lease and timer code on a SkewedClock
     # driven by <run_dir>/clock.json; "wall+rate" also has the harness shift its wall clock for
     # wall-clock jumps (harness.clockfault); "" (production) keeps the system clock
@@ -238,6 +224,7 @@ class NamesrvConfig:
 
     def validate(self) -> None:
         self.timing.validate()
+        _check_time_scale(self.time_scale)
         _check_clock_control(self.clock_control)
 
 
@@ -265,6 +252,9 @@ class BrokerConfig:
     ha_transfer_batch_bytes: int = c.HA_TRANSFER_BATCH_BYTES
     slave_fall_behind_bytes_max: int = c.SLAVE_FALL_BEHIND_BYTES_MAX
     timing: Timing = field(default_factory=Timing)
+    # the factor `timing` was scaled by (the cluster's time knob): reported to operators and
+    # clients (`mqlab admin`), never applied again here
+    time_scale: float = 1.0
     store: StoreConfig = field(default_factory=StoreConfig)
     # peer address -> address to dial instead (harness link proxies); empty in production
     dial_overrides: dict[str, str] = field(default_factory=dict)
@@ -293,6 +283,7 @@ class BrokerConfig:
 
     def validate(self) -> None:
         self.timing.validate()
+        _check_time_scale(self.time_scale)
         self.store.validate()
         if self.broker_id < 0:
             raise ConfigError("broker_id must be >= 0")
@@ -333,6 +324,11 @@ def _check_fault_switches(switches: Any, known: dict[str, str], role: str) -> No
     unknown = sorted(set(switches) - set(known))
     if unknown:
         raise ConfigError(f"unknown {role} fault switch(es) {unknown}; known: {sorted(known)}")
+
+
+def _check_time_scale(time_scale: float) -> None:
+    if not isinstance(time_scale, int | float) or not time_scale > 0:
+        raise ConfigError(f"time_scale must be a positive number, got {time_scale!r}")
 
 
 def _check_clock_control(mode: Any) -> None:
@@ -430,6 +426,9 @@ class ConsumerConfig:
     sleep_ms: int = 0
     seed: int = 0
     timing: Timing = field(default_factory=Timing)
+    # the factor `timing` was scaled by (the cluster's time knob): reported to operators and
+    # clients (`mqlab admin`), never applied again here
+    time_scale: float = 1.0
     # peer address -> address to dial instead (harness link proxies); empty in production
     dial_overrides: dict[str, str] = field(default_factory=dict)
     # an orderly listener (ConsumeOrderlyStatus): `fail` / `fail_keys` answer SUSPEND_CURRENT_QUEUE_A_MOMENT,
@@ -446,6 +445,7 @@ class ConsumerConfig:
 
     def validate(self) -> None:
         self.timing.validate()
+        _check_time_scale(self.time_scale)
         if not self.namesrv_addrs:
             raise ConfigError("namesrv_addrs is empty: a consumer must know at least one name server")
         if not self.group:

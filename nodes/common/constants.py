@@ -156,9 +156,6 @@ RPC_TIMEOUT_MS = 3_000  # ordinary unary calls (route lookups, offset queries)
 QUERY_OFFSET_TIMEOUT_MS = 5_000  # READ_FROM_STORE timeout
 REGISTER_TIMEOUT_MS = 6_000  # registerBrokerTimeoutMills
 TIMING_FLOOR_MS = 5  # no scaled timer goes below this
-# Timing.time_scale reads the factor only from fields at least this long unscaled: shorter
-# ones round too coarsely (100 ms * 0.037 = 4 ms) to tell it
-TIMING_SCALE_PROBE_MIN_MS = 1_000
 
 # Unscaled budgets: process start-up is Python imports + gRPC bind, not a RocketMQ timer.
 NODE_START_BUDGET_MS = 30_000

@@ -63,7 +63,7 @@ class NamesrvApp:
         self.table = RouteTable()
         self.lifecycle = LifecycleState(f"namesrv {config.node_id}", clock)
         self._server: grpc.aio.Server | None = None
-        self.handler = NameServerHandler(self.table, clock, time_scale=config.timing.time_scale())
+        self.handler = NameServerHandler(self.table, clock, time_scale=config.time_scale)
         self._expiry = BrokerExpiryService(self.table, clock, config.timing.broker_expiry_scan_ms,
                                            config.timing.broker_expiry_ms)
         # RocketMQ 4.x clients ask for routes here; on by default, bound before the node is READY

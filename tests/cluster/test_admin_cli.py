@@ -113,7 +113,11 @@ def test_an_operator_creates_fills_watches_and_deletes_a_topic(local_cluster, ru
     assert master["max_phys_offset"] > 0 and master["slave_lag_bytes"] >= 0
     assert slave["master_addr"] == cluster.node("broker-a-0").addr
     assert 0 < master["disk_used_ratio"] < 1 and master["time_scale"] == pytest.approx(cluster.spec.time_scale)
-    assert "time scale" in _admin(runner, cluster, "cluster")
+    assert master["broker_lock_lease_ms"] == cluster.timing.broker_lock_lease_ms < 20_000
+    table = _admin(runner, cluster, "cluster")
+    assert "time scale" in table
+    # at this scale a RocketMQ client's 20 s lock renewal outlives the broker's lease: said, once
+    assert table.count(f"lease orderly locks for {cluster.timing.broker_lock_lease_ms / 1000:g} s") == 1
 
     _admin(runner, cluster, "topic", "delete", "--topic", TOPIC)
     gone = runner.invoke(cli.app, ["admin", "topic", "route", "--topic", TOPIC, "--run-dir", str(cluster.run_dir)])

@@ -88,4 +88,5 @@ def runtime_to_pb(answer: BrokerRuntimeResponse) -> broker_pb2.GetBrokerRuntimeR
         disk_used_ratio=answer.disk_used_ratio, disk_free_bytes=answer.disk_free_bytes,
         writes_refused=answer.writes_refused, writes_refused_reason=answer.writes_refused_reason,
         time_scale=answer.time_scale, topics=answer.topics, store_errors=answer.store_errors,
-        master_addr=answer.master_addr)
+        master_addr=answer.master_addr, broker_lock_lease_ms=answer.broker_lock_lease_ms,
+        consumer_channel_expiry_ms=answer.consumer_channel_expiry_ms)

@@ -216,7 +216,7 @@ def test_group_list_joins_online_groups_offsets_and_configs(broker):
 # --- broker runtime ------------------------------------------------------------------------------
 
 def test_master_runtime_shows_offsets_slave_lag_disk_and_time_scale(broker):
-    config = dataclasses.replace(broker.config, timing=Timing().scaled(0.05))
+    config = dataclasses.replace(broker.config, timing=Timing().scaled(0.05), time_scale=0.05)
     admin = _admin(broker, config)
     assert admin.handler.broker_runtime(BrokerRuntimeRequest()).slave_lag_bytes == UNKNOWN  # no slave yet
     broker.put("T", 0)
@@ -287,10 +287,3 @@ def test_a_slave_refuses_to_delete_a_topic(broker):
     answer = asyncio.run(handler.delete_topic(DeleteTopicRequest("T")))
     assert answer.code == ResponseCode.NO_PERMISSION and "master" in answer.remark
     assert broker.topics.get("T") is not None
-
-
-def test_time_scale_is_read_back_from_a_scaled_timing_with_overrides():
-    for factor in (1.0, 0.05, 0.037, 2.0):
-        assert Timing().scaled(factor).time_scale() == factor
-    overridden = dataclasses.replace(Timing().scaled(0.05), register_interval_ms=1_000, broker_expiry_ms=5_000)
-    assert overridden.time_scale() == 0.05

@@ -9,6 +9,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from harness import cli, terminal
+from harness.cluster_admin import real_client_margins
+from nodes.common import constants as c
 
 
 @pytest.fixture
@@ -48,3 +50,12 @@ def test_either_a_run_dir_or_a_name_server(runner, tmp_path):
     assert both.exit_code == 2 and "either --namesrv or --run-dir" in both.output
     empty = runner.invoke(cli.app, ["admin", "cluster", "--run-dir", str(tmp_path)])
     assert empty.exit_code == 2 and "no cluster.json in" in empty.output
+
+
+def test_a_broker_timer_shorter_than_a_rocketmq_clients_period_is_named():
+    assert real_client_margins(c.BROKER_LOCK_LEASE_MS, c.CONSUMER_CHANNEL_EXPIRY_MS) == []
+    lock, expiry = real_client_margins(3_000, 6_000)
+    assert "lease orderly locks for 3 s" in lock and "renews them every 20 s" in lock
+    assert "broker_lock_lease_ms = 60000" in lock
+    assert "silent for 6 s" in expiry and "heartbeats every 30 s" in expiry
+    assert real_client_margins(c.BROKER_LOCK_LEASE_MS, 6_000) == [expiry]

@@ -9,6 +9,7 @@ import pytest
 from harness.errors import SpecError
 from harness.spec import DEFAULT_NODES, ClusterSpec, NodeSpec
 from nodes.common.config import BrokerConfig, NamesrvConfig, Timing, load_node_config, save_node_config
+from nodes.common.errors import ConfigError
 
 PORTS = {"namesrv-0": 20100, "broker-a-0": 20101, "broker-a-1": 20102}
 
@@ -127,6 +128,15 @@ def test_with_node_options_deep_merges(tmp_path):
 def test_time_scale_changes_every_timer():
     fast = ClusterSpec.default().with_time_scale(0.1).scaled_timing()
     assert fast == Timing().scaled(0.1)
+
+
+def test_every_node_is_told_its_time_scale_and_a_nonsense_one_is_refused(tmp_path):
+    spec = ClusterSpec.default().with_time_scale(0.05)
+    for node_id, config in spec.render_all(ports=PORTS, run_dir=tmp_path).items():
+        assert config.time_scale == 0.05, node_id
+    for bad in (0, -1.0, "fast"):
+        with pytest.raises(ConfigError, match="time_scale must be a positive number"):
+            dataclasses.replace(BrokerConfig(), time_scale=bad).validate()
 
 
 def test_render_needs_a_port_for_every_node(tmp_path):
