@@ -178,20 +178,23 @@ def with_clients(cells: Sequence[Cell], clients: Sequence[str]) -> tuple[list[Ce
     from dataclasses import replace
 
     from chaos.bounds import REAL_CLIENT_TIME_SCALE
-    from chaos.real_clients import RealClientError, client_for_suite
+    from chaos.real_clients import RealClientError, client_for_suite, real_client
     from chaos.suites import suite
 
     if not clients:
         raise ValueError("no client given")
+    for client in clients:
+        try:
+            real_client(client)
+        except RealClientError as exc:  # an unknown name: nothing to run with it
+            raise ValueError(str(exc)) from None
     out: list[Cell] = []
     left_out: list[str] = []
     for client in clients:
         for cell in cells:
             try:
                 real = client_for_suite(client, suite(cell.suite), cell.topology)
-            except RealClientError as exc:
-                if str(exc).startswith("no client"):
-                    raise ValueError(str(exc)) from None
+            except RealClientError as exc:  # this client cannot run this suite: say why, run the rest
                 line = f"{cell.suite} ({cell.topology}) with {client}: {exc}"
                 if line not in left_out:
                     left_out.append(line)
