@@ -159,7 +159,7 @@ def clock_reset(proc: NodeProcess, *, log_dir: Path | None = None) -> ClockState
 
 def _apply(proc: NodeProcess, old: ClockState, new: ClockState, op: str, log_dir: Path | None) -> ClockState:
     events = proc.run_dir / "events.jsonl"
-    seen = _event_count(events)
+    seen = _byte_size(events)
     if new.wall_offset_ms != old.wall_offset_ms:
         _write_atomic(proc.run_dir / c.WALL_SHIFT_FILE, shift_spec(new.wall_offset_ms) + "\n")
     if (new.rate, new.offset_ms) != (old.rate, old.offset_ms):
@@ -176,8 +176,9 @@ def _apply(proc: NodeProcess, old: ClockState, new: ClockState, op: str, log_dir
 
 
 def _await_applied(proc: NodeProcess, events: Path, seen: int, old: ClockState, new: ClockState) -> None:
-    """Wait for the node's `clock` events that show `new` (a wall step below the node's report
-    threshold is not recorded and not awaited)."""
+    """Wait for the node's `clock` events that show `new`, among those written after byte `seen`
+    of its events file (a wall step below the node's report threshold is not recorded and not
+    awaited)."""
     want_setting = (new.rate, new.offset_ms) != (old.rate, old.offset_ms)
     want_wall = abs(new.wall_offset_ms - old.wall_offset_ms) >= c.WALL_STEP_REPORT_MS
     deadline = time.monotonic() + APPLY_BUDGET_MS / 1000
@@ -195,24 +196,27 @@ def _await_applied(proc: NodeProcess, events: Path, seen: int, old: ClockState, 
         time.sleep(0.02)
 
 
-def _event_count(path: Path) -> int:
+def _byte_size(path: Path) -> int:
     try:
-        with path.open("rb") as f:
-            return sum(1 for _ in f)
+        return path.stat().st_size
     except FileNotFoundError:
         return 0
 
 
-def _clock_events(path: Path, skip: int) -> list[dict[str, Any]]:
+def _clock_events(path: Path, from_byte: int) -> list[dict[str, Any]]:
+    """The `clock` events written after byte `from_byte`: only what the node appended since the
+    fault began is read at each poll, never the whole history of a long run."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()[skip:]
+        with path.open("rb") as f:
+            f.seek(from_byte)
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return []
     out = []
     for line in lines:
         if '"event":"clock"' not in line:
             continue
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError):  # a line still being written is read again next poll
             out.append(json.loads(line))
     return out
 
