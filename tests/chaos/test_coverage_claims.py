@@ -15,7 +15,7 @@ from chaos import matrix as chaos_matrix
 from chaos.bounds import derive_bounds
 from chaos.checker.coverage_paths import PATH_NAMES, unknown_paths
 from chaos.cli import app
-from chaos.matrix import MATRIX_JSON, Cell, plan_cells, run_matrix
+from chaos.matrix import MATRIX_JSON, Cell, plan_cells, run_matrix, with_clients
 from chaos.matrix_report import INDEX_HTML, write_index
 from chaos.nemesis_ops import Partition, PowerLoss
 from chaos.runner import UNIT_TIME_SCALE, RunOptions, plan
@@ -181,3 +181,23 @@ def test_every_seed_draws_a_fault_that_opens_each_claimed_path(suite_name):
         drawn = {(e.op.op, getattr(e.op, "kind", "") or "", e.op.target.split(":")[0]) for e in schedule.entries}
         for claim in suite.claims:
             assert drawn & _OPENS[(suite_name, claim)], (suite_name, seed, claim)
+
+
+def test_a_real_clients_run_is_asked_for_no_claim_but_counts_what_it_reached(tmp_path):
+    claims = list(SUITES["offset-resync"].claims)
+
+    def runs(reached_by: str):
+        def run_one(cell: Cell, run_dir: Path) -> int:
+            counts = {p: 0 for p in PATH_NAMES} | ({p: 1 for p in claims} if cell.client == reached_by else {})
+            _write(run_dir, counts, claims)
+            return 0
+        return run_one
+
+    cells = plan_cells(["offset-resync"], [1], [0.05])
+    real, _ = with_clients(cells, ["ons"])
+    # alone, a real client's run that reached none of the suite's paths is not held to them
+    assert run_matrix(real, tmp_path / "real", runs("nobody"), require_coverage=True).exit_code == 0
+    both, _ = with_clients(cells, ["mqlab", "ons"])
+    assert run_matrix(both, tmp_path / "mqlab-only", runs("nobody")).unreached_claims == {"offset-resync": claims}
+    # what the real client's run reached counts for the suite
+    assert run_matrix(both, tmp_path / "ons", runs("ons"), require_coverage=True).unreached_claims == {}
