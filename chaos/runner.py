@@ -403,7 +403,8 @@ class ChaosRun:
             "duration_s": self._fault_phase_s,  # the fault phase (from --duration or the suite's timer units)
             "fault_phase": f"{self.suite.fault_phase_x:g} x {self.suite.fault_phase_of}",
             "fault_switches": {k: list(v) for k, v in o.fault_switches.items()},
-            "checks": list(o.suite_check_names), "checks_set_aside": o.checks_set_aside, "checker": self._checker_overrides(), "phases_s": self.phases,
+            "checks": list(o.suite_check_names), "checks_set_aside": o.checks_set_aside,
+            "checker": self._checker_overrides(), "phases_s": self.phases,
             "replay": f"mqlab chaos run {self.suite.name} --seed {o.seed} --time-scale {o.time_scale} "
                       f"--mode {o.mode_name}" + (f" --topology {o.topology}" if o.topology != DEFAULT_TOPOLOGY else "")
                       + (f" --client {o.client}" if o.client != MQLAB else ""),
