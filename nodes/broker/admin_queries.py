@@ -16,7 +16,6 @@ with no client connected CONSUMER_NOT_ONLINE (an empty list); each remark says w
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ from nodes.common.config import BrokerConfig
 from nodes.common.errors import StoreError
 from nodes.common.types import MessageQueue
 from nodes.store.consume_queue import is_hole
-from nodes.store.disk_guard import UNMEASURED, measure
+from nodes.store.disk_guard import UNMEASURED, measure_space
 from nodes.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -265,15 +264,20 @@ class AdminQueryHandler:
     def _topics_of(self, group: str) -> list[str]:
         """Every topic the group subscribes to here, has offsets in, or pulled here; with its
         retry topic when this broker has it (RocketMQ's whichTopicByConsumer plus the live view)."""
-        topics = {topic for topic, g in self._offsets.offsets if g == group}
-        info = self._consumers.find(group)
-        if info is not None:
-            topics.update(info.subscriptions)
+        topics = self._known_topics(group)
         topics.update(self._last_pullers.topics_of(group))
         retry_topic = c.RETRY_GROUP_TOPIC_PREFIX + group
         if self._topics.get(retry_topic) is not None:
             topics.add(retry_topic)
         return sorted(topics)
+
+    def _known_topics(self, group: str) -> set[str]:
+        """The topics the group has offsets in or, with a client online, subscribes to."""
+        topics = {topic for topic, g in self._offsets.offsets if g == group}
+        info = self._consumers.find(group)
+        if info is not None:
+            topics.update(info.subscriptions)
+        return topics
 
     def _offset_groups(self) -> set[str]:
         return {group for _, group in self._offsets.offsets}
@@ -306,11 +310,8 @@ class AdminQueryHandler:
         summaries = []
         for group in sorted(names):
             info = self._consumers.find(group)
-            topics = {topic for topic, g in self._offsets.offsets if g == group}
-            if info is not None:
-                topics.update(info.subscriptions)
             summaries.append(ConsumerGroupSummary(
-                group, len(set(info.client_ids())) if info is not None else 0, tuple(sorted(topics)),
+                group, len(set(info.client_ids())) if info is not None else 0, tuple(sorted(self._known_topics(group))),
                 info.consume_type if info is not None else "", info.message_model if info is not None else ""))
         return ListConsumerGroupsResponse(ResponseCode.SUCCESS, groups=tuple(summaries))
 
@@ -323,7 +324,7 @@ class AdminQueryHandler:
         master_addr = ""
         if not self._config.is_master:
             master_addr = self._master_addr() or (ha_client.connected_to if ha_client is not None else "")
-        ratio, free_bytes = _disk_usage(store)
+        ratio, free_bytes = measure_space(store.root)
         return BrokerRuntimeResponse(
             ResponseCode.SUCCESS, "", self._config.broker_name, self._config.broker_id, self._config.role,
             min_phys_offset=store.min_phys_offset, max_phys_offset=store.max_phys_offset,
@@ -379,14 +380,3 @@ class AdminQueryHandler:
     def _no_topic(self, topic: str) -> str:
         return (f"topic {topic!r} does not exist on {self._config.broker_name}; list the topics with the name "
                 "server's topic list")
-
-
-def _disk_usage(store: MessageStore) -> tuple[float, int]:
-    """(used ratio as the disk guard measures it, free bytes for unprivileged writers) of the
-    store's filesystem; (-1, -1) when it cannot be measured."""
-    ratio = measure(store.root)
-    try:
-        st = os.statvfs(store.root)
-    except OSError:
-        return ratio, UNKNOWN
-    return ratio, st.f_bavail * st.f_frsize

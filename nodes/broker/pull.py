@@ -47,12 +47,17 @@ _CODE_BY_STATUS = {
 }
 
 
-def parse_subscription(expression: str) -> frozenset[int] | None:
-    """Tag hashes of an expression like "TagA || TagB"; None means every tag ("*" or empty)."""
+def subscription_tags(expression: str) -> list[str]:
+    """The tags of an expression like "TagA || TagB"; [] means every tag ("*" or empty)."""
     expression = (expression or "").strip()
     if expression in ("", "*"):
-        return None
-    tags = [t.strip() for t in expression.split("||") if t.strip()]
+        return []
+    return [t.strip() for t in expression.split("||") if t.strip()]
+
+
+def parse_subscription(expression: str) -> frozenset[int] | None:
+    """Tag hashes of an expression like "TagA || TagB"; None means every tag ("*" or empty)."""
+    tags = subscription_tags(expression)
     return frozenset(tag_hash(t) for t in tags) if tags else None
 
 

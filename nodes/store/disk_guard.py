@@ -37,15 +37,22 @@ def used_ratio(used_bytes: int, available_bytes: int) -> float:
 def measure(path: Path) -> float:
     """The used ratio of the filesystem holding `path` (its nearest existing ancestor: the
     commitlog directory appears with the first write); -1 when it cannot be measured."""
+    return measure_space(path)[0]
+
+
+def measure_space(path: Path) -> tuple[float, int]:
+    """(`measure`'s used ratio, the bytes free to unprivileged writers) from one look at the
+    filesystem holding `path`; (-1, -1) when it cannot be measured."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     try:
         st = os.statvfs(probe)
     except OSError:
-        return UNMEASURED
+        return UNMEASURED, -1
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    return used_ratio(used, st.f_bavail * st.f_frsize)
+    available = st.f_bavail * st.f_frsize
+    return used_ratio(used, available), available
 
 
 def is_over(ratio: float, limit: float) -> bool:

@@ -28,6 +28,7 @@ from nodes.broker.admin_queries import (
     TopicStatsRequest,
     TopicStatsResponse,
 )
+from nodes.broker.pull import subscription_tags
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.topic_admin import CreateTopicRequest, DeleteTopicRequest
 from nodes.broker.transport import remoting_codes
@@ -149,13 +150,6 @@ def consume_stats_body(answer: ConsumeStatsResponse) -> bytes:
     return f'{{"consumeTps":0.0,"offsetTable":{table}}}'.encode()
 
 
-def _tags(expression: str) -> list[str]:
-    expression = expression.strip()
-    if expression in ("", "*"):
-        return []
-    return [tag.strip() for tag in expression.split("||") if tag.strip()]
-
-
 def connections_body(answer: ConsumerConnectionsResponse) -> bytes:
     """ConsumerConnection: the connection set, the group's consume settings and its
     subscriptionTable (topic -> SubscriptionData)."""
@@ -167,9 +161,9 @@ def connections_body(answer: ConsumerConnectionsResponse) -> bytes:
         "consumeType": answer.consume_type,
         "messageModel": answer.message_model,
         "subscriptionTable": {
-            sub.topic: {"classFilterMode": False, "codeSet": [tag_hash(t) for t in _tags(sub.expression)],
+            sub.topic: {"classFilterMode": False, "codeSet": [tag_hash(t) for t in subscription_tags(sub.expression)],
                         "expressionType": "TAG", "subString": sub.expression or "*", "subVersion": sub.sub_version,
-                        "tagsSet": _tags(sub.expression), "topic": sub.topic}
+                        "tagsSet": subscription_tags(sub.expression), "topic": sub.topic}
             for sub in answer.subscriptions},
     })
 
