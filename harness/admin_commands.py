@@ -253,11 +253,10 @@ def consumer_connections(group: GroupOpt, namesrv: NamesrvOpt = None, run_dir: R
     """GROUP's connected clients and subscriptions as each broker sees them (RocketMQ consumerConnection)."""
     with _admin(namesrv, run_dir) as admin:
         answers = admin.consumer_connections(group)
-        real = any(r["protocol"] == "remoting" for a in answers if a.ok for r in a.rows)
+        real = not as_json and any(r["protocol"] == "remoting" for a in answers if a.ok for r in a.rows)
         runtime = admin.runtime() if real else []
-    if real and not as_json:
-        # a RocketMQ client over remoting keeps its own timers whatever the cluster's time scale
-        _warn_margins(runtime, "[yellow]warning: a RocketMQ client is connected and[/]")
+    # a RocketMQ client over remoting keeps its own timers whatever the cluster's time scale
+    _warn_margins(runtime, "[yellow]warning: a RocketMQ client is connected and[/]")
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
