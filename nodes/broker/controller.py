@@ -100,7 +100,8 @@ class BrokerController:
                                   delay_levels_ms=parse_delay_levels(config.message_delay_level,
                                                                      config.timing.delay_level_unit_ms),
                                   reporter=self.events.record)
-        self.replication = ReplicationState(clock)
+        self.replication = ReplicationState(
+            clock, async_transfer_wait_ms=0 if config.is_sync_master else config.timing.ha_async_transfer_wait_ms)
         self.ha_client: HaClient | None = None
         self.slave_sync: SlaveSyncService | None = None
         self.recovery: RecoveryReport | None = None

@@ -89,10 +89,15 @@ class SlaveConnection:
 
 
 class ReplicationState:
-    """Acked offsets of the connected slaves and the SYNC_MASTER waiters (loop-confined)."""
+    """Acked offsets of the connected slaves and the SYNC_MASTER waiters (loop-confined).
 
-    def __init__(self, clock: Clock) -> None:
+    `async_transfer_wait_ms` > 0 (an ASYNC_MASTER): new bytes wake the slaves' streams after
+    that long rather than at once, so the appends of the window go out as one chunk."""
+
+    def __init__(self, clock: Clock, *, async_transfer_wait_ms: int = 0) -> None:
         self._clock = clock
+        self._transfer_wait_s = async_transfer_wait_ms / 1000.0
+        self._wake_timer: asyncio.TimerHandle | None = None
         self.connections: dict[int, SlaveConnection] = {}
         self.push2slave_max_offset = 0  # the highest offset any slave acknowledged
         self.writes = WriteGate()  # closed while a master that lost its tail waits for its slave
@@ -123,6 +128,18 @@ class ReplicationState:
                     fut.set_result(None)
 
     def log_grew(self) -> None:
+        """New bytes to replicate (called on the loop). A SYNC_MASTER's senders wait for a slave,
+        so its streams wake at once. An ASYNC_MASTER's answer does not wait, and RocketMQ's HA
+        write service is woken only for SYNC_MASTER (idle, it looks again every 100 ms): waking
+        after the transfer wait lets every append of the window share one chunk, one stream write
+        on the master and one read, append and report on the slave, instead of one per send."""
+        if self._transfer_wait_s <= 0:
+            self._wake_streams()
+        elif self._wake_timer is None:
+            self._wake_timer = asyncio.get_running_loop().call_later(self._transfer_wait_s, self._wake_streams)
+
+    def _wake_streams(self) -> None:
+        self._wake_timer = None
         for conn in self.connections.values():
             conn.wakeup.set()
 

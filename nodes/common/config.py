@@ -54,6 +54,7 @@ class Timing:
     slave_timeout_ms: int = c.SLAVE_TIMEOUT_MS
     ha_heartbeat_ms: int = c.HA_HEARTBEAT_MS
     ha_housekeeping_ms: int = c.HA_HOUSEKEEPING_MS
+    ha_async_transfer_wait_ms: int = c.HA_ASYNC_TRANSFER_WAIT_MS
     ha_reconnect_min_ms: int = c.HA_RECONNECT_MIN_MS
     ha_reconnect_max_ms: int = c.HA_RECONNECT_MAX_MS
     slave_sync_interval_ms: int = c.SLAVE_SYNC_INTERVAL_MS

@@ -239,6 +239,10 @@ SLAVE_TIMEOUT_MS = 3_000  # slaveTimeout: how long SYNC_MASTER waits for a slave
 SLAVE_FALL_BEHIND_BYTES_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax: beyond it, SLAVE_NOT_AVAILABLE
 HA_HEARTBEAT_MS = 5_000  # haSendHeartbeatInterval: reports and empty chunks when idle
 HA_HOUSEKEEPING_MS = 20_000  # haHousekeepingInterval: a silent replication stream is closed
+# WriteSocketService waits up to 100 ms for new bytes when idle and is woken at once only for a
+# SYNC_MASTER (whose senders wait for the slave): an ASYNC_MASTER's appends reach the stream within
+# this, gathered into one chunk instead of one stream write on each side per message
+HA_ASYNC_TRANSFER_WAIT_MS = 100
 HA_RECONNECT_MIN_MS = 500  # first retry after a lost master (bounded, jittered, doubling)
 HA_RECONNECT_MAX_MS = 5_000  # RocketMQ's HAClient waits 5 s after a failed connect
 SLAVE_SYNC_INTERVAL_MS = 10_000  # SlaveSynchronize#syncAll period
