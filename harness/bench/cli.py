@@ -65,6 +65,7 @@ def pull(
     send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
     tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run the client and reference processes too with the allocator thresholds the nodes set for themselves (glibc's mmap threshold raised), so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
     peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
+    mode: Annotated[str, typer.Option("--mode", help="The master's role: async (ASYNC_MASTER, the default) or sync-master (SYNC_MASTER: a send is answered once the slave has it; the sends are then judged against Redis XADD + WAIT 1).")] = "async",
     clients: Annotated[str, typer.Option("--clients", help="Real RocketMQ clients measured beside mqlab's own rows, comma-separated: cpp (Apache's C++ client, PyPI rocketmq 0.4.4), ons (ali-ons 3.12.0 under node); installed by ./scripts/bootstrap.sh.")] = "",
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a target is missed or could not be judged (printed).")] = False,
     keep_store: Annotated[bool, typer.Option("--keep-store", help="Keep the brokers' stores in the run dir (deleted by default; results, logs and the plot stay).")] = False,
@@ -86,7 +87,7 @@ def pull(
                                  "clients": tuple(n.strip() for n in clients.split(",") if n.strip()),
                                  "keep_store": keep_store, "profile": profile,
                                  "send_window": send_window, "tune_malloc": tune_malloc,
-                                 "time_scale": time_scale, "run_dir": run_dir}
+                                 "time_scale": time_scale, "run_dir": run_dir, "mode": mode}
     if messages is not None:
         overrides["messages"] = messages
     if consumers is not None:

@@ -1,9 +1,12 @@
 """Peer systems the benchmark compares with in the same run (`--peers redis`).
 
-Owns the Redis server's life in a run: `redis_missing()` says what is not installed (before a
+Owns the Redis servers' lives in a run: `redis_missing()` says what is not installed (before a
 long run starts), `RedisPeer` starts `redis-server` on a free loopback port with persistence
-off, preloads the pull stream with the same body size and count as the mqlab preload, and
-stops the server when the run ends, whatever happens. The Redis clients themselves are roles
+off (optionally as the replica of another, `--replicaof`), preloads the pull stream with the
+same body size and count as the mqlab preload, and stops the server when the run ends, whatever
+happens. A run has two masters: one alone (the pull references and `redis-xadd`) and one with a
+replica attached, the peer of a master broker with its slave (`redis-xadd-replicated`,
+`redis-xadd-wait`); the replica's CPU counts as the slave's does. The Redis clients themselves are roles
 of the worker (`harness.bench.ref_workers`).
 """
 
@@ -22,6 +25,7 @@ PEERS = ("redis",)
 REDIS_PULL_STREAM = "bench:pull"
 REDIS_SEND_STREAM = "bench:send"
 REDIS_START_BUDGET_S = 20.0
+REPLICA_LINK_BUDGET_S = 30.0  # a replica of an empty master links within a second
 REDIS_STOP_GRACE_S = 5.0
 PRELOAD_PIPELINE = 1000  # XADDs per pipeline while preloading
 INSTALL_HINT = ("install it with `apt-get install -y redis-server` (scripts/bootstrap.sh does so when it runs as "
@@ -48,17 +52,20 @@ def _free_port() -> int:
 
 
 class RedisPeer:
-    """A redis-server of this run: loopback, no persistence, stopped by `close`."""
+    """A redis-server of this run: loopback, no persistence, stopped by `close`; with
+    `replica_of`, the replica of that server (asynchronous replication, as Redis always has)."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir / "redis"
+    def __init__(self, run_dir: Path, name: str = "redis", replica_of: RedisPeer | None = None) -> None:
+        self.dir = run_dir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
+        self.replica_of = replica_of
         self._log = (self.dir / "redis-server.log").open("wb")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir), "--daemonize", "no"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir), "--daemonize", "no"]
+        if replica_of is not None:
+            argv += ["--replicaof", "127.0.0.1", str(replica_of.port)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
 
     def client(self) -> Any:
@@ -80,6 +87,21 @@ class RedisPeer:
             if time.monotonic() > deadline:
                 raise BenchError(f"redis-server did not answer within {REDIS_START_BUDGET_S:.0f} s")
             time.sleep(0.1)
+
+    def wait_linked(self) -> None:
+        """A replica: wait until its master link is up and the initial sync is done."""
+        deadline = time.monotonic() + REPLICA_LINK_BUDGET_S
+        with self.client() as client:
+            while True:
+                info = client.info("replication")
+                if info.get("master_link_status") == "up" and not info.get("master_sync_in_progress"):
+                    return
+                if self.proc.poll() is not None:
+                    raise BenchError(f"redis replica exited with code {self.proc.returncode}; see {self.dir}")
+                if time.monotonic() > deadline:
+                    raise BenchError(f"the redis replica did not link to its master within "
+                                     f"{REPLICA_LINK_BUDGET_S:.0f} s; see {self.dir}")
+                time.sleep(0.1)
 
     def preload(self, messages: int, body_bytes: int) -> None:
         body = b"m" * body_bytes

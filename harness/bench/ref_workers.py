@@ -10,7 +10,9 @@
                    can; counts record-sized units
     redis-pull     Redis Streams XREADGROUP `batch` (then XACK of their ids, or NOACK), reading
                    every entry's id and body, round and round the preloaded stream
-    redis-xadd     Redis Streams: `batch` XADDs in one pipeline, one pipeline at a time
+    redis-xadd     Redis Streams: `batch` XADDs in one pipeline, one pipeline at a time; against
+                   a master with a replica attached (`redis-xadd-replicated`), and with `WAIT 1`
+                   after each pipeline (`redis-xadd-wait`: answered once a replica has it)
     grpc-stream    mqlab's own Pull stream shape against the limits server, counting records
                    without reading them (transport-only)
 
@@ -37,6 +39,7 @@ PLAIN_PUBLISH_STREAM = f"/{PLAIN_SERVICE}/PublishStream"
 COUNT = struct.Struct(">i")  # a plain request's message count; also each record's leading total size
 TCP_READ_BYTES = 1 << 20
 REDIS_STREAM_CAP = 100_000  # XADD MAXLEN ~ this, so a send reference does not fill the memory
+REDIS_WAIT_TIMEOUT_MS = 3_000  # WAIT's timeout: a SYNC_MASTER's slave timeout
 WARM_UP_TIMEOUT_S = 30.0
 _GRPC_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
@@ -212,15 +215,22 @@ def run_redis_pull(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_redis_xadd(job: dict[str, Any]) -> dict[str, Any]:
-    batch, stream = job["batch"], job["stream"]
+    batch, stream, wait = job["batch"], job["stream"], job.get("wait", False)
+    wait_timeout_ms = job.get("wait_timeout_ms", REDIS_WAIT_TIMEOUT_MS)
     body = b"b" * job["body_bytes"]
     client = _redis(job)
+    errors = 0
 
     def add_batch() -> int:
+        nonlocal errors
         pipe = client.pipeline(transaction=False)
         for _ in range(batch):
             pipe.xadd(stream, {b"b": body}, maxlen=REDIS_STREAM_CAP, approximate=True)
-        return len(pipe.execute())
+        added = len(pipe.execute())
+        if wait and client.wait(1, wait_timeout_ms) < 1:
+            errors += 1  # no replica confirmed it in time: a SYNC_MASTER's FLUSH_SLAVE_TIMEOUT
+            return 0
+        return added
 
     try:
         add_batch()  # warm up
@@ -233,7 +243,7 @@ def run_redis_xadd(job: dict[str, Any]) -> dict[str, Any]:
         client.delete(stream)
     finally:
         client.close()
-    return result(windows.messages, windows.seconds, cpu_s=windows.cpu_s)
+    return result(windows.messages, windows.seconds, cpu_s=windows.cpu_s, errors=errors)
 
 
 async def _grpc_stream(job: dict[str, Any]) -> dict[str, Any]:

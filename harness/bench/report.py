@@ -38,10 +38,12 @@ def _range(low: float, high: float) -> str:
 
 # a row's column shows the first of its kinds that was measured: a send's plain ratio is of the
 # stream publish (the wire mqlab's send stream uses) when there is one; the mmap column is a
-# consumer row's ratio of the scan (reading stored bytes) and a send row's of the append (storing them)
+# consumer row's ratio of the scan (reading stored bytes) and a send row's of the append (storing
+# them); a send's redis ratio is of the master with a replica (mqlab's master has its slave), and
+# "redis wait" of that with WAIT 1 (a SYNC_MASTER's peer)
 RATIO_COLUMNS = (("plain", ("plain-stream", "plain-stream-publish", "plain-unary")),
-                 ("redis", ("redis-ack", "redis-xadd")), ("redis noack", ("redis-noack",)), ("tcp", ("tcp",)),
-                 ("mmap", ("mmap-scan", "mmap-append")))
+                 ("redis", ("redis-ack", "redis-xadd-replicated", "redis-xadd")), ("redis wait", ("redis-xadd-wait",)),
+                 ("redis noack", ("redis-noack",)), ("tcp", ("tcp",)), ("mmap", ("mmap-scan", "mmap-append")))
 
 
 def results_table(report: BenchReport) -> Table:
@@ -90,7 +92,8 @@ def references_table(report: BenchReport) -> Table:
         m = ref.measured
         cpu = ref.cpu_us_per_msg
         client = f"{cpu['clients']:,.1f}" if "clients" in cpu else "-"
-        server = f"{cpu['redis']:,.1f}" if "redis" in cpu else "-"
+        # a replicated reference's server is its master and replica together, as mqlab's brokers are
+        server = f"{cpu['redis'] + cpu.get('redis-replica', 0.0):,.1f}" if "redis" in cpu else "-"
         table.add_row(f"{ref.kind}: {REFERENCE_TITLES.get(ref.kind, '')}", str(ref.batch or "-"), str(ref.window),
                       f"{m.msgs_per_s:,.0f}", _range(*m.spread), f"{m.mb_per_s:,.1f}", client, server)
     return table

@@ -47,6 +47,9 @@ MALLOC_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(c.MALLOC_MMAP_THRESHOLD_BYTES),
                  "MALLOC_TRIM_THRESHOLD_": str(c.MALLOC_TRIM_THRESHOLD_BYTES)}
 
 
+BENCH_MODES = {"async": "ASYNC_MASTER", "sync-master": "SYNC_MASTER"}  # --mode: the master's broker_role
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     messages: int = 100_000
@@ -65,6 +68,9 @@ class BenchConfig:
     push: bool = True
     send: bool = True
     peers: tuple[str, ...] = ()  # "redis": Redis Streams rows beside the references
+    # the master's role: ASYNC_MASTER ("async") or SYNC_MASTER ("sync-master": a send is answered
+    # once the slave has it, and its Redis reference waits for the replica the same way)
+    mode: str = "async"
     clients: tuple[str, ...] = ()  # real RocketMQ clients' rows beside mqlab's ("cpp", "ons")
     tune_malloc: bool = False  # run every process with MALLOC_TUNING
     time_scale: float = 1.0
@@ -98,6 +104,8 @@ class BenchConfig:
                                  f"{c.MESSAGE_BODY_BYTES_MAX} bytes")
         if not set(self.sources) <= {"master", "slave"}:
             raise BenchError("sources are 'master' and 'slave'")
+        if self.mode not in BENCH_MODES:
+            raise BenchError(f"unknown --mode {self.mode!r}: modes are {', '.join(BENCH_MODES)}")
         unknown = set(self.peers) - set(PEERS)
         if unknown:
             raise BenchError(f"unknown peer(s) {sorted(unknown)}: --peers takes {', '.join(PEERS)}")
@@ -146,7 +154,9 @@ class Run:
         self.timing = dataclasses.asdict(cluster.timing)
         self._children: list[Child] = []
         self._names = iter(range(1, 1 << 30))
-        self.redis: RedisPeer | None = None
+        self.redis: RedisPeer | None = None  # alone: the pull references and redis-xadd
+        self.redis_replicated: RedisPeer | None = None  # with redis_replica attached: the replicated sends
+        self.redis_replica: RedisPeer | None = None
         self.limits_addr = ""  # the limits server's gRPC address, once started
         self.tcp_port = 0  # its TCP reference port
         self.round_number = 1  # of config.rounds
@@ -168,17 +178,17 @@ class Run:
             proc.close()
 
     # ---- running workers ---------------------------------------------------------------
-    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float, *, redis: bool = False,
+    def run_workers(self, name: str, jobs: list[dict[str, Any]], seconds: float, *,
+                    servers: dict[str, int] | None = None,
                     argv: Callable[[dict[str, Any]], list[str]] = _worker_argv,
                     raw_results: list[dict[str, Any]] | None = None) -> WorkersRun:
         """Start one worker per job, wait until all are READY, GO, and combine their results
-        (`seconds`: how long they measure in all). The brokers' CPU (and with `redis` the redis
-        server's) is read at GO and when the windows end, the workers' own over their windows:
+        (`seconds`: how long they measure in all). The brokers' CPU (and that of the peer
+        `servers`, pids by role) is read at GO and when the windows end, the workers' own over their windows:
         per message, where the cost is paid. `argv`: a job's command (a real client's worker);
         `raw_results`: also gets each worker's RESULT object."""
         workers = [self.child(argv(job), name) for job in jobs]
-        extra = {"redis": self.redis.pid} if redis and self.redis is not None else None
-        brokers = BrokerCpu(self.cluster, extra)
+        brokers = BrokerCpu(self.cluster, servers)
         profile: RowProfile | None = None
         try:
             for worker in workers:

@@ -47,7 +47,15 @@ from harness.bench.broker_admin import create_topic, queue_max_offsets
 from harness.bench.peers import RedisPeer
 from harness.bench.processes import BenchError, Child
 from harness.bench.results import PULL_LOOP_BATCH, PUSH_PULL_BATCH, BenchReport, combine_rounds
-from harness.bench.run_state import MALLOC_TUNING, TRANSFER_CAPS, BenchConfig, Hooks, Run, _worker_argv
+from harness.bench.run_state import (
+    BENCH_MODES,
+    MALLOC_TUNING,
+    TRANSFER_CAPS,
+    BenchConfig,
+    Hooks,
+    Run,
+    _worker_argv,
+)
 from harness.bench.stages import PULL_TOPIC, SEND_TOPIC
 from harness.cluster import LocalCluster
 from harness.spec import ClusterSpec
@@ -145,7 +153,8 @@ def run_bench(config: BenchConfig, hooks: Hooks | None = None) -> BenchReport:
     hooks.stage("starting the cluster (master + slave)")
     store = dict(TRANSFER_CAPS)
     spec = (ClusterSpec.default(time_scale=config.time_scale)
-            .with_node_options("broker-a-0", store=store).with_node_options("broker-a-1", store=store))
+            .with_node_options("broker-a-0", store=store, broker_role=BENCH_MODES[config.mode])
+            .with_node_options("broker-a-1", store=store))
     with _environment(MALLOC_TUNING if config.tune_malloc else {}):
         cluster = LocalCluster(spec, run_dir=config.run_dir)  # nodes inherit the environment
     try:
@@ -158,14 +167,19 @@ def run_bench(config: BenchConfig, hooks: Hooks | None = None) -> BenchReport:
                               "malloc_env": MALLOC_TUNING if config.tune_malloc else {}}
             try:
                 if "redis" in config.peers:
-                    hooks.stage("starting redis-server (no persistence)")
+                    hooks.stage("starting redis-server (no persistence), and a second one with a replica")
                     run.redis = RedisPeer(cluster.run_dir)
-                    run.redis.wait_ready()
+                    run.redis_replicated = RedisPeer(cluster.run_dir, "redis-replicated")
+                    run.redis_replica = RedisPeer(cluster.run_dir, "redis-replica", replica_of=run.redis_replicated)
+                    for peer in (run.redis, run.redis_replicated, run.redis_replica):
+                        peer.wait_ready()
+                    run.redis_replica.wait_linked()
                 _run_stages(run)
             finally:
                 run.close_children()
-                if run.redis is not None:
-                    run.redis.close()
+                for peer in (run.redis_replica, run.redis_replicated, run.redis):
+                    if peer is not None:
+                        peer.close()
             run.report.machine["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
             died = cluster.unexpected_exits
             if died:
@@ -177,8 +191,8 @@ def run_bench(config: BenchConfig, hooks: Hooks | None = None) -> BenchReport:
 
 
 def _delete_stores(run_dir: Path) -> None:
-    """The brokers' stores (and the redis dir) go; results, logs and configs stay."""
-    for path in [*run_dir.glob("*/store"), run_dir / "redis" / "dump.rdb"]:
+    """The brokers' stores (and the redis servers' dumps) go; results, logs and configs stay."""
+    for path in [*run_dir.glob("*/store"), *run_dir.glob("redis*/dump.rdb")]:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         elif path.exists():
@@ -223,6 +237,11 @@ def _send_references(run: Run, batch: int) -> None:
     if run.redis is not None:
         run.hooks.stage(f"reference: Redis Streams pipelined XADD, batch {batch}")
         _attempt(run, f"redis xadd b{batch}", stages.measure_redis_xadd, batch)
+        run.hooks.stage(f"reference: the same to a Redis master with a replica attached, batch {batch}")
+        _attempt(run, f"redis xadd replicated b{batch}", stages.measure_redis_xadd, batch, "redis-xadd-replicated")
+        if batch == 1 or run.config.mode == "sync-master":
+            run.hooks.stage(f"reference: the same, WAIT 1 after each pipeline (a replica has it), batch {batch}")
+            _attempt(run, f"redis xadd wait b{batch}", stages.measure_redis_xadd, batch, "redis-xadd-wait")
 
 
 def _pull_stages(run: Run, *, first_round: bool) -> None:

@@ -30,10 +30,11 @@ def _client_job(run: Run, **job: Any) -> dict[str, Any]:
 
 
 def add_reference(run: Run, kind: str, batch: int, window: int, job: dict[str, Any], *,
-                  server: str | None = None) -> None:
-    """Run one reference's worker and record it (`server`: also read the redis server's CPU)."""
+                  servers: dict[str, int] | None = None) -> None:
+    """Run one reference's worker and record it (`servers`: also read these peer servers' CPU,
+    by role)."""
     name = f"ref-{kind}" + (f"-b{batch}" if batch else "")
-    done = run.run_workers(name, [job], run.config.measuring_seconds, redis=server is not None)
+    done = run.run_workers(name, [job], run.config.measuring_seconds, servers=servers)
     if done.measured.errors:
         run.report.problems.append(f"{name}: {done.measured.errors} errors, e.g. {done.error_samples[:2]}")
     run.report.add_reference(Reference(kind, batch, window, done.measured, done.cpu_us_per_msg))
@@ -101,14 +102,22 @@ def measure_redis_pull(run: Run, batch: int, *, noack: bool) -> None:
     assert run.redis is not None
     job = _window_job(run, role="redis-pull", host="127.0.0.1", redis_port=run.redis.port, batch=batch,
                       noack=noack, stream=REDIS_PULL_STREAM)
-    add_reference(run, "redis-noack" if noack else "redis-ack", batch, 1, job, server="redis")
+    add_reference(run, "redis-noack" if noack else "redis-ack", batch, 1, job, servers={"redis": run.redis.pid})
 
 
-def measure_redis_xadd(run: Run, batch: int) -> None:
-    assert run.redis is not None
-    job = _window_job(run, role="redis-xadd", host="127.0.0.1", redis_port=run.redis.port, batch=batch,
-                      stream=f"{REDIS_SEND_STREAM}:{batch}")
-    add_reference(run, "redis-xadd", batch, 1, job, server="redis")
+def measure_redis_xadd(run: Run, batch: int, kind: str = "redis-xadd") -> None:
+    """Pipelined XADDs of `batch`: `redis-xadd` to the master alone, `redis-xadd-replicated` to the
+    master with a replica, `redis-xadd-wait` the same with WAIT 1 after each pipeline."""
+    if kind == "redis-xadd":
+        assert run.redis is not None
+        master, servers = run.redis, {"redis": run.redis.pid}
+    else:
+        assert run.redis_replicated is not None and run.redis_replica is not None
+        master = run.redis_replicated
+        servers = {"redis": master.pid, "redis-replica": run.redis_replica.pid}
+    job = _window_job(run, role="redis-xadd", host="127.0.0.1", redis_port=master.port, batch=batch,
+                      stream=f"{REDIS_SEND_STREAM}:{kind}:{batch}", wait=kind == "redis-xadd-wait")
+    add_reference(run, kind, batch, 1, job, servers=servers)
 
 
 # ---- mqlab cases ------------------------------------------------------------------------------

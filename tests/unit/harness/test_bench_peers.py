@@ -47,3 +47,33 @@ def test_redis_peer_preloads_serves_the_worker_roles_and_stops(tmp_path):
     finally:
         peer.close()
     assert peer.proc.returncode is not None
+
+
+def test_a_replicated_peer_copies_what_its_master_takes_and_the_wait_role_waits_for_it(tmp_path):
+    master = RedisPeer(tmp_path, "redis-replicated")
+    replica = RedisPeer(tmp_path, "redis-replica", replica_of=master)
+    try:
+        for peer in (master, replica):
+            peer.wait_ready()
+        replica.wait_linked()
+        base = {"host": "127.0.0.1", "redis_port": master.port, "seconds": 0.2, "windows": 2, "body_bytes": 100,
+                "role": "redis-xadd", "batch": 1}
+        waited = _run_worker({**base, "stream": "bench:wait", "wait": True}, tmp_path)
+        assert sum(waited["windows"]) > 0 and waited["errors"] == 0  # WAIT 1 found the replica every time
+        with master.client() as client:
+            client.xadd("probe", {b"b": b"x"})
+            assert client.wait(1, 3_000) == 1
+        with replica.client() as client:
+            assert client.xlen("probe") == 1  # the replica holds what the master took
+    finally:
+        replica.close()
+        master.close()
+    alone = RedisPeer(tmp_path, "redis-alone")
+    try:
+        alone.wait_ready()
+        lonely = _run_worker({**base, "redis_port": alone.port, "stream": "bench:lonely", "wait": True,
+                              "wait_timeout_ms": 20, "seconds": 0.1, "windows": 1}, tmp_path)
+        # no replica: every WAIT 1 times out; each counts as an error and adds nothing
+        assert lonely["errors"] > 0 and sum(lonely["windows"]) == 0
+    finally:
+        alone.close()

@@ -39,11 +39,14 @@ def report_with(*cases: CaseResult, redis: bool = True) -> BenchReport:
     report = BenchReport(results=list(cases), record_bytes=1190, machine={"cpus": 2})
     for r in (ref("plain-stream", 32, 200_000), ref("plain-stream", 1024, 1_000_000), ref("tcp", 0, 2_000_000),
               ref("mmap-scan", 0, 4_000_000), ref("plain-unary", 32, 50_000), ref("plain-unary", 1024, 300_000),
-              ref("plain-stream-publish", 32, 75_000), ref("mmap-append", 0, 450_000)):
+              ref("plain-stream-publish", 32, 75_000), ref("plain-stream-publish", 1, 3_000),
+              ref("mmap-append", 0, 450_000)):
         report.add_reference(r)
     if redis:
         for r in (ref("redis-ack", 32, 100_000), ref("redis-noack", 32, 150_000), ref("redis-ack", 1024, 250_000),
-                  ref("redis-noack", 1024, 500_000), ref("redis-xadd", 32, 90_000), ref("redis-xadd", 1024, 140_000)):
+                  ref("redis-noack", 1024, 500_000), ref("redis-xadd", 32, 90_000), ref("redis-xadd", 1024, 140_000),
+                  ref("redis-xadd-replicated", 32, 80_000), ref("redis-xadd-replicated", 1024, 130_000),
+                  ref("redis-xadd-replicated", 1, 6_000), ref("redis-xadd-wait", 1, 3_000)):
             report.add_reference(r)
     return report
 
@@ -84,9 +87,12 @@ def test_ratios_use_the_references_of_the_same_batch():
     assert report.ratios(by_label["send batch b32"]) == {"plain-stream-publish": pytest.approx(0.6),
                                                          "plain-unary": pytest.approx(0.9),
                                                          "redis-xadd": pytest.approx(0.5),
+                                                         "redis-xadd-replicated": pytest.approx(45 / 80),
+                                                         "redis-xadd-wait": None,  # measured at b1 only
                                                          "mmap-append": pytest.approx(0.1)}
     assert report.ratios(by_label["send async b1"])["mmap-append"] == pytest.approx(70_000 / 450_000)  # no batch
-    assert report.ratios(send("sync", 500))["plain-stream-publish"] is None  # b1 was not measured
+    assert report.ratios(send("sync", 1_500))["plain-stream-publish"] == pytest.approx(0.5)
+    assert report.ratios(send("sync", 1_500))["redis-xadd-wait"] == pytest.approx(0.5)
     assert report.ratios(by_label["send async b1"])["redis-xadd"] == pytest.approx(0.5)  # its coalesced batch
     assert report.ratios(send("sync", 500))["plain-unary"] is None  # b1 was not measured
 
@@ -97,7 +103,7 @@ def test_targets_met_and_missed():
     report = report_with(pull("master", 32, 120_000), pull("master", 1024, 300_000), pull("slave", 32, 110_000),
                          pull("slave", 1024, 200_000), pull("slave", 1024, 1, mode="first-read"), loop, push,
                          send("batch", 100_000, 32), send("batch", 120_000, 1024),
-                         send("async", 90_000, 1, reference_batch=1024))
+                         send("async", 90_000, 1, reference_batch=1024), send("sync", 2_700))
     verdicts = {v.name: v for v in evaluate_targets(report)}
     assert verdicts["pull master b32 x1 >= 1.0x redis-ack b32"].met is True  # 1.2x
     assert verdicts["pull master b32 x1 >= 0.5x plain-stream b32"].met is True  # 0.6x
@@ -105,12 +111,27 @@ def test_targets_met_and_missed():
     assert verdicts["pull master b1024 x1 >= 0.4x plain-stream b1024"].met is False  # 0.3x
     assert verdicts["pull slave b32 x1 within 10% of master"].met is True  # 92%
     assert verdicts["pull slave b1024 x1 within 10% of master"].met is False  # 67%
-    assert verdicts["push b32 >= 1.0x redis-ack b32"].met is False  # 0.4x
+    assert verdicts["push b32 >= 1.0x redis-ack b32 in every round"].met is False  # 0.4x
     assert verdicts["pull loop b32 >= 0.5x redis-ack b32"].met is True  # 0.6x
-    assert verdicts["send_batch b32 >= 1.0x redis-xadd b32"].met is True
-    assert verdicts["send_batch b1024 >= 1.0x redis-xadd b1024"].met is False  # 0.86x
+    assert verdicts["send sync b1 >= 0.8x plain-stream-publish b1"].met is True  # 0.9x
+    assert verdicts["send sync b1 >= 0.5x redis-xadd-replicated b1"].met is False  # 0.45x
+    assert verdicts["send_batch b32 >= 1.0x redis-xadd-replicated b32"].met is True  # 1.25x
+    assert verdicts["send_batch b1024 >= 1.0x redis-xadd-replicated b1024"].met is False  # 0.92x
     assert verdicts["send_async >= 0.8x the best send_batch"].met is False  # 0.75x
-    assert len(verdicts) == 11  # the first-read row is no slave target
+    assert len(verdicts) == 13  # the first-read row is no slave target; no C++ client row, no C++ target
+
+
+def test_sync_master_sends_are_judged_against_xadd_then_wait_and_the_cpp_client_when_measured():
+    cpp = CaseResult("cpp-send", "master", 1, 1024, 1, Measured(3_300, 0, 1.0), mode="sync", window=1)
+    report = report_with(send("sync", 2_700), cpp)
+    report.run = {"mode": "sync-master"}
+    verdicts = {v.name: v for v in evaluate_targets(report)}
+    assert verdicts["send sync b1 >= 0.8x redis-xadd-wait b1"].met is True  # 0.9x
+    assert verdicts["cpp send sync b1 >= 0.5x redis-xadd-wait b1"].met is True  # 1.1x
+    assert not any("plain-stream-publish b1" in name for name in verdicts)  # no floor of a SYNC_MASTER send
+    report.run = {"mode": "async"}
+    verdicts = {v.name: v for v in evaluate_targets(report)}
+    assert verdicts["cpp send sync b1 >= 0.5x redis-xadd-replicated b1"].met is True  # 0.55x
 
 
 def test_targets_without_redis_or_cases_are_not_judged_and_say_why():
@@ -180,7 +201,7 @@ def test_the_results_table_shows_the_median_the_range_and_the_ratios():
     row = next(line for line in console.export_text().splitlines() if "pull master" in line)
     cells = [cell.strip() for cell in row.split("│")[1:-1]]
     assert cells[2:6] == ["120,000", "100k-130k", "0.0", "0.60x"]
-    assert cells[6:9] == ["1.20x", "0.80x", "0.06x"]
+    assert cells[6:10] == ["1.20x", "-", "0.80x", "0.06x"]  # redis, redis wait (a send's), noack, tcp
 
 
 def test_a_send_rows_plain_column_is_the_stream_publish_it_rides_on():

@@ -64,6 +64,22 @@ def test_a_target_is_judged_on_the_median_of_its_per_round_ratios_not_on_the_rat
     assert report.ratios(report.find("pull", "master", 32))["redis-ack"] == pytest.approx(1.05)
 
 
+def test_the_push_target_holds_only_when_every_round_meets_it():
+    def push_round(push: int) -> BenchReport:
+        report = a_round(100_000, 100_000, 100_000)
+        report.results.append(CaseResult("push", "master", 32, 1024, 1, Measured(push, 0, 1.0)))
+        return report
+
+    name = "push b32 >= 1.0x redis-ack b32 in every round"
+    swinging = {v.name: v for v in evaluate_targets(combine_rounds(
+        [push_round(115_000), push_round(105_000), push_round(72_000)]))}[name]
+    assert swinging.met is False and swinging.ratio == pytest.approx(0.72)  # the median round made 1.05x
+    assert swinging.detail == "0.72x: the lowest of the rounds' 1.15x / 1.05x / 0.72x"
+    steady = {v.name: v for v in evaluate_targets(combine_rounds(
+        [push_round(101_000), push_round(104_000), push_round(100_000)]))}[name]
+    assert steady.met is True and steady.ratio == pytest.approx(1.0)
+
+
 def test_a_target_missed_in_the_median_round_is_missed_whatever_the_best_round_did():
     rounds = [a_round(150_000, 150_000, 100_000), a_round(90_000, 90_000, 100_000), a_round(80_000, 80_000, 100_000)]
     ack = {v.name: v for v in evaluate_targets(combine_rounds(rounds))}[ACK]
