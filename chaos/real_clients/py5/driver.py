@@ -4,9 +4,9 @@ Runs in `.venv-py5` (never mqlab's venv) and imports nothing from mqlab. Reads o
 line on stdin and answers each with one JSON line on stdout:
 
   {"op": "start", "endpoints": "h:p;h:p", "topics": ["T"]}       -> {"event": "started", "seconds": s}
-  {"op": "send", "topic": "T", "body": "...", "tag": "t", "keys": ["k"], "properties": {"p": "v"},
-   "group": "g", "delay_s": n}                                    -> {"event": "sent", "message_id": id,
-                                                                       "queue_id": q, "offset": o}
+  {"op": "send", "topic": "T", "body": "..." (or "body_bytes": n), "tag": "t", "keys": ["k"],
+   "properties": {"p": "v"}, "group": "g", "delay_s": n}          -> {"event": "sent", "message_id": id,
+                                                                       "queue_id": q, "offset": o, "due": s}
                                                                   or {"event": "send-failed", "error_type": cls,
                                                                        "error": text}
   {"op": "shutdown"}                                              -> {"event": "done"}, exit 0
@@ -58,8 +58,9 @@ def main() -> int:
                     msg.add_property(key, value)
                 if cmd.get("group"):
                     msg.message_group = cmd["group"]
+                due = None
                 if cmd.get("delay_s") is not None:
-                    msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])
+                    due = msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])
                 try:
                     receipt = producer.send(msg)
                 except Exception as exc:  # the test judges what the client raised
@@ -68,7 +69,7 @@ def main() -> int:
                 # the queue prints as "<broker>.<topic>.<queue id>"; the class has no queue id getter
                 queue = str(receipt.message_queue)
                 emit("sent", message_id=receipt.message_id, queue=queue, queue_id=int(queue.rpartition(".")[2]),
-                     offset=receipt.offset, sent_at=time.time())
+                     offset=receipt.offset, sent_at=time.time(), due=due)
             elif op == "shutdown":
                 if producer is not None:
                     producer.shutdown()
