@@ -463,7 +463,9 @@ CONSUMER_FAULT_SWITCHES[FAULT_RENEW_GIVES_UP] = (
 # RocketMQ 5's gRPC MessagingService (nodes/broker/rmq5): the limits and settings Apache's proxy
 # applies and advertises, so a 5.x client behaves against mqlab as against RocketMQ 5.
 # ---------------------------------------------------------------------------
-RMQ5_CLIENT_IDLE_FORGET_MS = 120_000  # a client with no call and no open stream this long is forgotten
+# a client with no call and no open stream this long is forgotten; not a Timing: a real 5.x client's
+# 10 s heartbeat cannot be time-scaled, so neither is this
+RMQ5_CLIENT_IDLE_FORGET_MS = 120_000
 RMQ5_PRODUCER_MAX_ATTEMPTS = 3  # settings: a send's attempts in all
 RMQ5_PRODUCER_BACKOFF_INITIAL_MS = 10  # settings: the producer's exponential backoff
 RMQ5_PRODUCER_BACKOFF_MAX_MS = 1_000
