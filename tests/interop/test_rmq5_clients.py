@@ -1,6 +1,7 @@
 """Apache's RocketMQ 5 Python client (5.1.2, its own venv and process) against a real cluster's
 RocketMQ 5 endpoint: start, sends of each type read back by mqlab's PullConsumer, and the
-refusals a client must see. The wire-level answers a client library never shows (a missing
+refusals a client must see; 5.x consumers start and are told that receiving is not there yet
+(POP is pending). The wire-level answers a client library never shows (a missing
 client id, the calls mqlab does not implement) are asked with raw stubs, in this process."""
 
 from __future__ import annotations
@@ -224,3 +225,33 @@ def test_wire_answers_a_client_library_never_shows(shared_cluster: LocalCluster)
     merged = answers[0].settings.subscription
     assert merged.group.name == "r5-group" and merged.receive_batch_size == 32
     assert merged.long_polling_timeout.seconds == 20 and answers[0].settings.backoff_policy.max_attempts == 17
+
+
+def test_consumers_start_and_are_told_receiving_is_not_implemented_yet(shared_cluster: LocalCluster,
+                                                                      tmp_path: Path) -> None:
+    make_topic(shared_cluster, "R5Consume")
+    endpoints = shared_cluster.rocketmq5_endpoints
+    simple = Py5Producer(tmp_path, "py5-simple")
+    push = Py5Producer(tmp_path, "py5-push")
+    try:
+        simple.call(op="consumer_start", endpoints=endpoints, kind="simple", group="r5-simple", topic="R5Consume")
+        refused = simple.call(op="receive", max=4, invisible_s=15)
+        assert refused["event"] == "receive-failed" and refused["error_type"] == "UnsupportedException", refused
+        assert "POP" in refused["error"]
+        # a push consumer's start waits (up to 10 s) for a settings answer with status OK
+        started = push.call(op="consumer_start", endpoints=endpoints, kind="push", group="r5-push", topic="R5Consume")
+        assert started["seconds"] < 10, started
+
+        def retrying(state: dict[str, Any]) -> bool:
+            me = [c for c in state["clients"] if c["client_id"] == started["client_id"]]
+            return bool(me) and state["calls"].get("QueryAssignment", 0) >= 1 and \
+                state["calls"].get("ReceiveMessage", 0) >= 2
+        state = wait_state(shared_cluster, retrying, "the push consumer's assignment and receive retries")
+        me = next(c for c in state["clients"] if c["client_id"] == started["client_id"])
+        assert (me["client_type"], me["group"], me["topics"]) == ("PUSH_CONSUMER", "r5-push", ["R5Consume"])
+        assert push.call(op="consumed")["messages"] == []
+        simple.shutdown()
+        push.shutdown()
+    finally:
+        simple.close()
+        push.close()
