@@ -20,6 +20,7 @@ from nodes.broker import validation
 from nodes.broker.rmq5.clients import CallContext, Rmq5ClientRegistry
 from nodes.broker.rmq5.codes import OK, Rmq5Code, Status
 from nodes.common import constants as c
+from nodes.common.errors import MqError
 from nodes.common.types import TopicConfig
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
@@ -110,11 +111,15 @@ class Rmq5Routes:
         if not readable:
             return RouteAnswer(Status(Rmq5Code.FORBIDDEN, f"topic {topic} has no readable queue"))
         return RouteAnswer(OK, tuple(RouteQueue(b.broker_name, -1, readable=True, writable=bool(b.perm & c.PERM_WRITE),
-                                                host=_host_port(b.endpoint)[0], port=_host_port(b.endpoint)[1])
-                                     for b in readable))
+                                                host=host, port=port)
+                                     for b in readable for host, port in [_host_port(b.endpoint)]))
 
     async def _routed(self, topic: str) -> list[BrokerQueues] | Status:
-        brokers = await self._source(topic)
+        try:
+            brokers = await self._source(topic)
+        except MqError as exc:  # no name server answered: the client asks again at its next refresh
+            return Status(Rmq5Code.INTERNAL_SERVER_ERROR, f"no name server answered this broker's route query ({exc}); "
+                          "check that the name servers are up")
         if brokers is None:
             return Status(Rmq5Code.TOPIC_NOT_FOUND,
                           f"topic {topic} does not exist; create it first (mqlab admin topic create {topic})")

@@ -17,6 +17,7 @@ from nodes.broker.rmq5.send import Rmq5Message, Rmq5Send
 from nodes.broker.send import SendHandler, SendProcessor
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
+from nodes.common.errors import MqError
 from nodes.common.types import TopicConfig
 
 from .conftest import DELAYS_MS, SMALL, Broker
@@ -174,6 +175,14 @@ def test_an_unrouted_topic_is_topic_not_found_and_a_bad_name_illegal_topic(broke
     assert asyncio.run(_routes(broker, None).query_route(CTX, "T")).status.code == Rmq5Code.TOPIC_NOT_FOUND
     assert asyncio.run(_routes(broker, []).query_route(CTX, "T")).status.code == Rmq5Code.TOPIC_NOT_FOUND
     assert asyncio.run(_routes(broker, []).query_route(CTX, "bad topic")).status.code == Rmq5Code.ILLEGAL_TOPIC
+
+
+def test_a_route_query_no_name_server_answers_is_an_internal_error_saying_so(broker: Broker) -> None:
+    async def unreachable(topic: str) -> list[BrokerQueues] | None:
+        raise MqError("name server 127.0.0.1:1 unavailable")
+    routes = Rmq5Routes(broker.topics, unreachable, Rmq5ClientRegistry(broker.clock.monotonic_ms))
+    answer = asyncio.run(routes.query_route(CTX, "T"))
+    assert answer.status.code == Rmq5Code.INTERNAL_SERVER_ERROR and "name server" in answer.status.message
 
 
 def test_an_assignment_is_one_whole_broker_per_readable_master(broker: Broker) -> None:
