@@ -16,7 +16,9 @@ import pytest
 from support.rpc import broker_stub
 
 from harness import LocalCluster
-from interop.mqlab_side import read_topic, read_until
+from harness.spec import ClusterSpec
+from harness.topology import TWO_BY_TWO, topology_nodes
+from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE, read_topic, read_until, start_cluster
 from interop.rmq5_procs import Py5Producer
 from proto import broker_pb2, common_pb2, namesrv_pb2, namesrv_pb2_grpc, rmq5_service_pb2_grpc
 from proto import rmq5_definition_pb2 as d
@@ -255,3 +257,37 @@ def test_consumers_start_and_are_told_receiving_is_not_implemented_yet(shared_cl
     finally:
         simple.close()
         push.close()
+
+
+@pytest.mark.slow
+def test_two_masters_route_each_to_its_own_endpoint_and_both_take_sends(tmp_path: Path) -> None:
+    spec = ClusterSpec(nodes=topology_nodes(TWO_BY_TWO), time_scale=TIME_SCALE, timing=REAL_CLIENT_TIMING)
+    with start_cluster(spec, tmp_path / "run") as cluster:
+        for broker in ("broker-a-0", "broker-b-0"):
+            channel, stub = broker_stub(cluster.node(broker).addr)
+            with channel:
+                answer = stub.CreateTopic(broker_pb2.CreateTopicRequest(config=common_pb2.TopicConfig(
+                    topic="R5Two", read_queue_nums=2, write_queue_nums=2, perm=6)), timeout=10)
+            assert answer.code == common_pb2.SUCCESS, answer.remark
+        cluster.wait_until_routable("R5Two")
+        endpoints = cluster.rocketmq5_endpoints
+        assert endpoints.split(";") == [cluster.node("broker-a-0").rocketmq5_addr,
+                                        cluster.node("broker-b-0").rocketmq5_addr]
+        with grpc.insecure_channel(endpoints.split(";")[1]) as channel:  # broker-b answers for the cluster
+            route = rmq5_service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+                s.QueryRouteRequest(topic=d.Resource(name="R5Two")), metadata=CLIENT_ID, timeout=10)
+        by_broker = {q.broker.name: f"{q.broker.endpoints.addresses[0].host}:{q.broker.endpoints.addresses[0].port}"
+                     for q in route.message_queues}
+        assert by_broker == {"broker-a": cluster.node("broker-a-0").rocketmq5_addr,
+                             "broker-b": cluster.node("broker-b-0").rocketmq5_addr}
+        client = Py5Producer(tmp_path)
+        try:
+            client.start(endpoints, ["R5Two"])
+            for i in range(12):
+                assert client.send("R5Two", f"two-{i}")["event"] == "sent"
+            client.shutdown()
+        finally:
+            client.close()
+        messages = read_until(cluster, "R5Two", "r5-two-reader", 12, 10)
+        assert sorted(m.body.decode() for m in messages) == sorted(f"two-{i}" for i in range(12))
+        assert {m.broker_name for m in messages} == {"broker-a", "broker-b"}
