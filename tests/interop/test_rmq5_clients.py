@@ -213,6 +213,9 @@ def test_wire_answers_a_client_library_never_shows(shared_cluster: LocalCluster)
         ack = stub.AckMessage(s.AckMessageRequest(group=d.Resource(name="r5-group"), topic=topic, entries=[
             s.AckMessageEntry(message_id="m", receipt_handle="h")]), metadata=CLIENT_ID, timeout=10)
         assert ack.status.code == d.NOT_IMPLEMENTED
+        empty_ack = stub.AckMessage(s.AckMessageRequest(group=d.Resource(name="r5-group"), topic=topic),
+                                    metadata=CLIENT_ID, timeout=10)
+        assert empty_ack.status.code == d.BAD_REQUEST
         changed = stub.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
             group=d.Resource(name="r5-group"), topic=topic, receipt_handle="h", message_id="m"),
             metadata=CLIENT_ID, timeout=10)

@@ -118,6 +118,9 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
 
     async def AckMessage(self, request: s.AckMessageRequest, context: grpc.aio.ServicerContext) -> s.AckMessageResponse:
         async def body(ctx: CallContext) -> s.AckMessageResponse:
+            if not request.entries:
+                return s.AckMessageResponse(status=conv.status_to_pb(Status(Rmq5Code.BAD_REQUEST,
+                                                                            "the ack carries no entry")))
             entries = []
             for e in request.entries:
                 answer = await self._svc.consume.ack(ctx, request.group.name, request.topic.name, e.message_id,
@@ -126,8 +129,6 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
                                                        status=conv.status_to_pb(answer.status)))
             codes = {e.status.code for e in entries}
             top = entries[0].status if len(codes) == 1 else d.Status(code=d.MULTIPLE_RESULTS, message="see each entry")
-            if not entries:
-                top = conv.status_to_pb(Status(Rmq5Code.BAD_REQUEST, "the ack carries no entry"))
             return s.AckMessageResponse(status=top, entries=entries)
         return await self._unary("AckMessage", s.AckMessageResponse, context, body)
 
@@ -151,7 +152,7 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("ForwardMessageToDeadLetterQueue", s.ForwardMessageToDeadLetterQueueResponse,
                                  context, body)
 
-    async def Telemetry(self, request_iterator: AsyncIterator[d.Settings], context: grpc.aio.ServicerContext
+    async def Telemetry(self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
                         ) -> AsyncIterator[s.TelemetryCommand]:
         ctx = conv.call_context(context.invocation_metadata(), context.peer())
         if ctx is None:
