@@ -25,8 +25,13 @@ PY5_VERSION = "5.1.2"
 ANSWER_BUDGET_S = 30.0  # a send retries up to 3 times with a 3 s deadline each, on a loaded machine
 
 
+_checked: list[bool] = []  # the venv was found good once in this process
+
+
 def require_py5_client() -> None:
     """Fail (never skip) when .venv-py5 or its pinned client is missing."""
+    if _checked:
+        return
     how = "run ./scripts/bootstrap.sh from the repo root (scripts/test runs it too)"
     if not PY5_PYTHON.exists():
         pytest.fail(f"the RocketMQ 5 Python client's venv {PY5_PYTHON.parents[1]} does not exist: {how}",
@@ -36,6 +41,7 @@ def require_py5_client() -> None:
     if probe.stdout.strip() != PY5_VERSION:
         pytest.fail(f"rocketmq-python-client {PY5_VERSION} is not installed in {PY5_PYTHON.parents[1]} "
                     f"({probe.stdout.strip() or probe.stderr.strip()[-300:]}): {how}", pytrace=False)
+    _checked.append(True)
 
 
 class Py5Producer:

@@ -24,7 +24,8 @@ from proto import broker_pb2, common_pb2, namesrv_pb2, namesrv_pb2_grpc, rmq5_se
 from proto import rmq5_definition_pb2 as d
 from proto import rmq5_service_pb2 as s
 
-pytestmark = pytest.mark.cluster
+# one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("rmq5-clients")]
 
 CLIENT_ID = [("x-mq-client-id", "interop@1@0@test")]
 
