@@ -99,10 +99,14 @@ class LocalCluster:
             remoting = spec.remoting_nodes()
             self._remoting_port_of = dict(zip([n.id for n in remoting], self._ports.allocate(len(remoting)),
                                               strict=True))
+            brokers = spec.broker_nodes()
+            self._rocketmq5_port_of = dict(zip([n.id for n in brokers], self._ports.allocate(len(brokers)),
+                                               strict=True))
             # one control-plane secret per cluster, into each node's config file only
             self._credential = secrets.token_hex(CREDENTIAL_BYTES)
             configs = spec.render_all(ports=ports, run_dir=self.run_dir,
-                                      remoting_ports=self._remoting_port_of, credential=self._credential)
+                                      remoting_ports=self._remoting_port_of, credential=self._credential,
+                                      rocketmq5_ports=self._rocketmq5_port_of)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
             if links:
                 self.links = ClusterLinks()
@@ -245,10 +249,13 @@ class LocalCluster:
             ports = {**self._port_of, node.id: port}
             if node.role in REMOTING_ROLES:
                 self._remoting_port_of[node.id] = self._ports.allocate(1)[0]
+            if node.role == "broker":
+                self._rocketmq5_port_of[node.id] = self._ports.allocate(1)[0]
             self.spec, self._port_of = spec, ports
             config = self._wire_links(node.id, spec.render(node.id, ports=ports, run_dir=self.run_dir,
                                                            remoting_ports=self._remoting_port_of,
-                                                           credential=self._credential))
+                                                           credential=self._credential,
+                                                           rocketmq5_ports=self._rocketmq5_port_of))
             proc = NodeProcess(node.id, node.role, self.run_dir / node.id, config=config, detached=self._detach,
                                on_unexpected_exit=self._record_exit)
             self.spec, self._port_of = spec, ports
@@ -288,6 +295,11 @@ class LocalCluster:
     @property
     def namesrv_addrs(self) -> list[str]:
         return [self._nodes[n.id].addr for n in self.spec.namesrv_nodes()]
+
+    @property
+    def rocketmq5_endpoints(self) -> str:
+        """The masters' RocketMQ 5 endpoints, `;`-joined: a 5.x client's `endpoints`."""
+        return rocketmq5_endpoints(self._nodes.values())
 
     @property
     def namesrv_remoting_addr(self) -> str:
@@ -483,14 +495,15 @@ class LocalCluster:
 
 
 def cluster_json(namesrv_addr: str, time_scale: float, procs: Iterable[NodeProcess]) -> dict[str, Any]:
-    """`{"namesrv": addr, "namesrv_remoting": "addr;addr", "time_scale": f,
-    "nodes": [{"id","role","addr","pid","run_dir"[,"remoting_addr"]}...]}`; pid is null for a node
-    that is not running; `remoting_addr` is on name servers and brokers; every timer of the run is
-    scaled by time_scale."""
+    """`{"namesrv": addr, "namesrv_remoting": "addr;addr", "rocketmq5_endpoints": "addr;addr",
+    "time_scale": f, "nodes": [{"id","role","addr","pid","run_dir"[,"remoting_addr"][,"rocketmq5_addr"]}...]}`;
+    pid is null for a node that is not running; `remoting_addr` is on name servers and brokers,
+    `rocketmq5_addr` on brokers; every timer of the run is scaled by time_scale."""
     procs = list(procs)
     return {
         "namesrv": namesrv_addr,
         "namesrv_remoting": namesrv_remoting(procs),
+        "rocketmq5_endpoints": rocketmq5_endpoints(procs),
         "time_scale": time_scale,
         "nodes": [_node_entry(p) for p in procs],
     }
@@ -501,12 +514,21 @@ def namesrv_remoting(procs: Iterable[NodeProcess]) -> str:
     return ";".join(p.remoting_addr for p in procs if p.role == "namesrv" and p.remoting_addr)
 
 
+def rocketmq5_endpoints(procs: Iterable[NodeProcess]) -> str:
+    """The masters' RocketMQ 5 endpoints as a 5.x client's `endpoints`: `;`-joined (any one
+    answers QueryRoute for the whole cluster; the client tries them in turn)."""
+    return ";".join(p.rocketmq5_addr for p in procs
+                    if p.role == "broker" and p.rocketmq5_addr and getattr(p.config, "broker_id", 0) == 0)
+
+
 def _node_entry(proc: NodeProcess) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": proc.node_id, "role": proc.role, "addr": proc.addr,
                              "pid": proc.pid if proc.state in LIVE_STATES and proc.alive else None,
                              "run_dir": str(proc.run_dir)}
     if proc.role in REMOTING_ROLES:
         entry["remoting_addr"] = proc.remoting_addr
+    if proc.rocketmq5_addr:
+        entry["rocketmq5_addr"] = proc.rocketmq5_addr
     return entry
 
 

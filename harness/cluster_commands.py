@@ -71,7 +71,8 @@ def up(
         cluster = LocalCluster(cluster_spec, time_scale=time_scale, run_dir=run_dir, detach=detach)
     console.print(nodes_table(cluster.cluster_info()["nodes"], title=f"cluster in {cluster.run_dir}"))
     console.print(f"namesrv: [bold]{';'.join(cluster.namesrv_addrs)}[/]   RocketMQ namesrvAddr: "
-                  f"[bold]{cluster.namesrv_remoting_addr}[/]   time scale: {cluster.spec.time_scale:g}")
+                  f"[bold]{cluster.namesrv_remoting_addr}[/]   RocketMQ 5 endpoints: [bold]{cluster.rocketmq5_endpoints}[/]   "
+                  f"time scale: {cluster.spec.time_scale:g}")
     if detach:
         cluster.detach()
         record_store_mounts(cluster)
@@ -103,7 +104,7 @@ def status(run_dir: RunDirOpt = None) -> None:
     caption = f"time scale {data['time_scale']:g}" if "time_scale" in data else None
     table = Table(title=f"cluster in {path}", caption=caption)
     stores = {n["id"]: store_usage(n) for n in data["nodes"] if n["role"] == "broker"}
-    columns = ("id", "role", "state", "addr", "remoting", "pid", "alive", *(("store",) if any(stores.values()) else ()),
+    columns = ("id", "role", "state", "addr", "remoting", "rocketmq5", "pid", "alive", *(("store",) if any(stores.values()) else ()),
                "status")
     for col in columns:
         table.add_column(col)
@@ -123,7 +124,8 @@ def status(run_dir: RunDirOpt = None) -> None:
         down += not healthy
         store = (stores.get(node["id"]) or "-",) if "store" in columns else ()
         table.add_row(node["id"], node["role"], f"[{'green' if healthy else 'red'}]{state}[/]", node["addr"],
-                      node.get("remoting_addr") or "-", str(pid or "-"), "yes" if alive else "[red]no[/]",
+                      node.get("remoting_addr") or "-", node.get("rocketmq5_addr") or "-", str(pid or "-"),
+                      "yes" if alive else "[red]no[/]",
                       *store, escape(line))
     terminal.console.print(table)
     if down:
@@ -201,11 +203,11 @@ def store_usage(node: dict[str, Any]) -> str | None:
 def nodes_table(nodes: list[dict[str, Any]], *, title: str) -> Table:
     """cluster.json's nodes as a table (what `up` and `demo` print after starting a cluster)."""
     table = Table(title=title)
-    for col in ("id", "role", "addr", "remoting", "pid", "run dir"):
+    for col in ("id", "role", "addr", "remoting", "rocketmq5", "pid", "run dir"):
         table.add_column(col)
     for n in nodes:
-        table.add_row(n["id"], n["role"], n["addr"], n.get("remoting_addr") or "-", str(n["pid"] or "-"),
-                      n["run_dir"])
+        table.add_row(n["id"], n["role"], n["addr"], n.get("remoting_addr") or "-", n.get("rocketmq5_addr") or "-",
+                      str(n["pid"] or "-"), n["run_dir"])
     return table
 
 

@@ -110,6 +110,8 @@ class NodeProcess:
         self.port = port
         # fixed like `port`; 0 for a node without a remoting listener (consumers, stand-ins)
         self.remoting_port = int(getattr(config, "remoting_port", 0) or 0)
+        # a broker's RocketMQ 5 gRPC endpoint, fixed the same way; 0 for every other node
+        self.rocketmq5_port = int(getattr(config, "rocketmq5_port", 0) or 0)
         self.detached = detached
         self.start_budget_ms = start_budget_ms
         self.stop_grace_ms = stop_grace_ms
@@ -138,6 +140,11 @@ class NodeProcess:
     def remoting_addr(self) -> str:
         """The RocketMQ remoting address ("" for a node without a listener)."""
         return f"{LOCALHOST}:{self.remoting_port}" if self.remoting_port else ""
+
+    @property
+    def rocketmq5_addr(self) -> str:
+        """A broker's RocketMQ 5 gRPC endpoint ("" for a node without one)."""
+        return f"{LOCALHOST}:{self.rocketmq5_port}" if self.rocketmq5_port else ""
 
     @property
     def config_path(self) -> Path:
@@ -386,6 +393,10 @@ class NodeProcess:
         if self.remoting_port and announced_remoting is not None and announced_remoting != self.remoting_addr:
             self._fail_start(f"{self.node_id} bound its remoting listener at {announced_remoting}, "
                              f"expected {self.remoting_addr}; check its config.json")
+        announced_rmq5 = ready.extra.get("rocketmq5_addr")
+        if self.rocketmq5_port and announced_rmq5 is not None and announced_rmq5 != self.rocketmq5_addr:
+            self._fail_start(f"{self.node_id} bound its RocketMQ 5 endpoint at {announced_rmq5}, "
+                             f"expected {self.rocketmq5_addr}; check its config.json")
         with self._lock:
             running = self._state is NodeState.STARTING and not self._exited.is_set()
             if running:

@@ -73,6 +73,7 @@ _HARNESS_OWNED: dict[str, str] = {
     "listen_host": "nodes listen on 127.0.0.1",
     "port": "ports are allocated by the harness",
     "remoting_port": "remoting ports are allocated by the harness",
+    "rocketmq5_port": "RocketMQ 5 endpoint ports are allocated by the harness",
     "run_dir": "run dirs are laid out by the harness",
     "namesrv_addrs": "they are derived from the namesrv nodes",
     "dial_overrides": "link proxies are set up by the harness",
@@ -307,7 +308,8 @@ class ClusterSpec:
     # ---- rendering ------------------------------------------------------------------
 
     def render(self, node_id: str, *, ports: Mapping[str, int], run_dir: str | Path,
-               remoting_ports: Mapping[str, int] | None = None, credential: str = "") -> NodeConfig:
+               remoting_ports: Mapping[str, int] | None = None, credential: str = "",
+               rocketmq5_ports: Mapping[str, int] | None = None) -> NodeConfig:
         """The complete config of one node, ready for `save_node_config`.
 
         Args:
@@ -317,6 +319,8 @@ class ClusterSpec:
             remoting_ports: node id -> remoting port, for every name server and broker; None
                 leaves `remoting_port` 0 (the node takes any free port).
             credential: the cluster's control-plane secret (`cluster_credential`); "" for none.
+            rocketmq5_ports: node id -> RocketMQ 5 endpoint port, for every broker; None leaves
+                `rocketmq5_port` 0 (the broker takes any free port).
         """
         node = self.node(node_id)
         missing = [n.id for n in self.nodes if n.id not in ports]
@@ -336,6 +340,10 @@ class ClusterSpec:
             if node.id not in remoting_ports:
                 raise SpecError(f"no remoting port for {node.id}; allocate one per name server and broker")
             common["remoting_port"] = remoting_ports[node.id]
+        if rocketmq5_ports is not None and node.role == "broker":
+            if node.id not in rocketmq5_ports:
+                raise SpecError(f"no RocketMQ 5 endpoint port for {node.id}; allocate one per broker")
+            common["rocketmq5_port"] = rocketmq5_ports[node.id]
         if node.role == "broker":
             common |= {
                 "cluster_name": self.cluster_name,
@@ -360,9 +368,10 @@ class ClusterSpec:
         return config
 
     def render_all(self, *, ports: Mapping[str, int], run_dir: str | Path,
-                   remoting_ports: Mapping[str, int] | None = None, credential: str = "") -> dict[str, NodeConfig]:
+                   remoting_ports: Mapping[str, int] | None = None, credential: str = "",
+                   rocketmq5_ports: Mapping[str, int] | None = None) -> dict[str, NodeConfig]:
         return {n.id: self.render(n.id, ports=ports, run_dir=run_dir, remoting_ports=remoting_ports,
-                                  credential=credential)
+                                  credential=credential, rocketmq5_ports=rocketmq5_ports)
                 for n in self.start_order()}
 
     # ---- validation -----------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Logs go to `<run_dir>/node.log`. When the node serves, exactly one line is printed on
 stdout: `READY {"node_id": ..., "role": ..., "addr": ..., "port": ..., "pid": ...}`, plus
-`"remoting_addr"` for a node whose RocketMQ remoting listener is bound (name server, broker).
+`"remoting_addr"` for a node whose RocketMQ remoting listener is bound (name server, broker) and
+`"rocketmq5_addr"` for a broker (its RocketMQ 5 gRPC endpoint).
 Exit codes: 0 after a clean stop (SIGTERM or Admin.Shutdown), 70 when the node breaks one
 of its own invariants, 78 when the config cannot be used.
 """
@@ -85,6 +86,9 @@ async def _run(role: str, config: Any) -> int:
     remoting_addr = getattr(app, "remoting_addr", "")  # nodes with a RocketMQ remoting listener
     if remoting_addr:
         ready["remoting_addr"] = remoting_addr
+    rocketmq5_addr = getattr(app, "rocketmq5_addr", "")  # brokers: the RocketMQ 5 gRPC endpoint
+    if rocketmq5_addr:
+        ready["rocketmq5_addr"] = rocketmq5_addr
     print("READY " + json.dumps(ready), flush=True)
     logging.getLogger("nodes").info("READY %s", ready)
     await shutdown_requested.wait()

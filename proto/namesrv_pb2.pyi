@@ -16,7 +16,7 @@ class DataVersion(_message.Message):
     def __init__(self, timestamp_ms: _Optional[int] = ..., counter: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_configs", "data_version", "node_id", "channel_token", "remoting_addr")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_configs", "data_version", "node_id", "channel_token", "remoting_addr", "rocketmq5_addr")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class RegisterBrokerRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ROCKETMQ5_ADDR_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -37,7 +38,8 @@ class RegisterBrokerRequest(_message.Message):
     node_id: str
     channel_token: str
     remoting_addr: str
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[DataVersion, _Mapping]] = ..., node_id: _Optional[str] = ..., channel_token: _Optional[str] = ..., remoting_addr: _Optional[str] = ...) -> None: ...
+    rocketmq5_addr: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[DataVersion, _Mapping]] = ..., node_id: _Optional[str] = ..., channel_token: _Optional[str] = ..., remoting_addr: _Optional[str] = ..., rocketmq5_addr: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("code", "remark", "master_addr", "ha_server_addr")
@@ -106,7 +108,7 @@ class QueueData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_addrs", "remoting_addrs")
+    __slots__ = ("cluster", "broker_name", "broker_addrs", "remoting_addrs", "rocketmq5_addrs")
     class BrokerAddrsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -121,15 +123,24 @@ class BrokerData(_message.Message):
         key: int
         value: str
         def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    class Rocketmq5AddrsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDRS_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDRS_FIELD_NUMBER: _ClassVar[int]
+    ROCKETMQ5_ADDRS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_addrs: _containers.ScalarMap[int, str]
     remoting_addrs: _containers.ScalarMap[int, str]
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addrs: _Optional[_Mapping[int, str]] = ..., remoting_addrs: _Optional[_Mapping[int, str]] = ...) -> None: ...
+    rocketmq5_addrs: _containers.ScalarMap[int, str]
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addrs: _Optional[_Mapping[int, str]] = ..., remoting_addrs: _Optional[_Mapping[int, str]] = ..., rocketmq5_addrs: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class TopicRouteData(_message.Message):
     __slots__ = ("queue_datas", "broker_datas", "order_topic_conf")

@@ -89,3 +89,22 @@ if command -v npm >/dev/null 2>&1; then
     fi
   fi
 fi
+# Apache's RocketMQ 5 Python client (the interop tests' 5.x producer) lives in its own venv,
+# .venv-py5: its package `rocketmq` is also the 4.x C++ binding's name in .venv, and its
+# apache.rocketmq.v2 descriptors cannot share a process with the broker's. Pinned by
+# chaos/real_clients/py5/requirements.txt; reinstalled when that file changes.
+PY5_VENV="$REPO/.venv-py5"
+PY5_REQS="$REPO/chaos/real_clients/py5/requirements.txt"
+PY5_STAMP="$PY5_VENV/.mqlab-installed"
+want_py5="$(sha256sum "$PY5_REQS" | cut -d' ' -f1)"
+if [ ! -f "$PY5_STAMP" ] || [ "$(cat "$PY5_STAMP")" != "$want_py5" ]; then
+  echo "mqlab: installing the RocketMQ 5 Python client into .venv-py5..." >&2
+  # a failed install must not stop `mqlab`: only the RocketMQ 5 interop tests need it, and they
+  # fail saying how to install it
+  if { [ -x "$PY5_VENV/bin/python" ] || "$PYTHON" -m venv "$PY5_VENV"; } \
+      && "$PY5_VENV/bin/python" -m pip install -qq -r "$PY5_REQS" >&2; then
+    echo "$want_py5" > "$PY5_STAMP"
+  else
+    echo "mqlab: installing .venv-py5 failed; the RocketMQ 5 interop tests need it" >&2
+  fi
+fi

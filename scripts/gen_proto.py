@@ -21,13 +21,17 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> list[Path]:
+    import grpc_tools
     from grpc_tools import protoc  # dev dependency: grpcio-tools
+
+    # google/protobuf/*.proto (Duration, Timestamp) ship inside grpc_tools
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
 
     sources = sorted(p.relative_to(REPO).as_posix() for p in PROTO_DIR.glob("*.proto"))
     if not sources:
         sys.exit("no .proto files under proto/")
     (out_dir / "proto").mkdir(parents=True, exist_ok=True)
-    args = ["protoc", f"-I{REPO}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
+    args = ["protoc", f"-I{REPO}", f"-I{well_known}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}", *sources]
     if protoc.main(args) != 0:
         sys.exit("protoc failed; see the messages above")

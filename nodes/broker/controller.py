@@ -2,7 +2,8 @@
 runs its lifecycle (RocketMQ BrokerController).
 
 Start: open the store (recovery), load metadata, build the handlers and the one request
-table the transport adapters serve, bind gRPC and the RocketMQ remoting listener, register with every name server and keep a
+table the transport adapters serve, bind gRPC, the RocketMQ remoting listener and the RocketMQ 5
+endpoint, register with every name server and keep a
 channel open to each, start the background services. Stop (SIGTERM): unregister, close the
 name server channels, stop serving (gRPC and remoting), persist offsets, flush and close the store cleanly (the
 abort file goes away).
@@ -50,6 +51,7 @@ from nodes.broker.transport.clients import GrpcMasterLink, GrpcNamesrvApi
 from nodes.broker.transport.consumer_servicer import ConsumerManagerServicer
 from nodes.broker.transport.remoting_adapter import BrokerRemotingAdapter
 from nodes.broker.transport.replication_servicer import ReplicationServicer
+from nodes.broker.transport.rmq5_server import Rmq5Endpoint
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import BrokerConfig, store_config_with_switches
@@ -110,6 +112,8 @@ class BrokerController:
         self._server: grpc.aio.Server | None = None
         self._remoting: RemotingServer | None = None
         self.remoting_adapter: BrokerRemotingAdapter | None = None
+        self.rocketmq5_addr = ""
+        self.rocketmq5: Rmq5Endpoint | None = None
         self._services: list[Service] = []
         self._background: list[asyncio.Task[None]] = []
         self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
@@ -163,6 +167,9 @@ class BrokerController:
         self.send.bind_port(port)
         self.registrar.broker_addr = self.addr
         await self._start_remoting()
+        # RocketMQ 5's endpoint, before the first registration too: routes name it
+        self.rocketmq5 = Rmq5Endpoint(self.config, self.table, self.topics, self._clock, self.store.delay_levels_ms)
+        self.rocketmq5_addr = self.registrar.rocketmq5_addr = await self.rocketmq5.start()
 
         try:
             await self.registrar.register_all()
@@ -336,6 +343,8 @@ class BrokerController:
         if self.remoting_adapter is not None:
             self.remoting_adapter.close()
             await asyncio.sleep(0)  # let the cancelled notification pumps end their channels
+        if self.rocketmq5 is not None:
+            await self.rocketmq5.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
         if self.ha_client is not None:
@@ -375,6 +384,7 @@ class BrokerController:
             "consumer_groups": self.consumers.describe(),
             "notification_streams": self.client_manage.open_channels() if self.client_manage else 0,
             "remoting": self.remoting_adapter.describe() if self.remoting_adapter else None,
+            "rocketmq5": self.rocketmq5.describe() if self.rocketmq5 else None,
             "schedule": self.schedule.describe() if self.schedule else None,
             "queue_locks": self.queue_locks.describe(self._lock_now_ms()) if self.queue_locks else None,
         }

@@ -49,6 +49,7 @@ class BrokerRegistration:
     node_id: str
     channel_token: str = ""
     remoting_addr: str = ""  # "host:port" of this broker's RocketMQ remoting listener, if any
+    rocketmq5_addr: str = ""  # "host:port" of this broker's RocketMQ 5 gRPC endpoint, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,7 @@ class NamesrvRegistrar:
         # The remoting listener's bound address, set by whoever started the listener; until
         # then the configured port stands for it (the harness fixes one per node).
         self.remoting_addr = ""
+        self.rocketmq5_addr = ""  # the RocketMQ 5 endpoint's bound address, set the same way
         self.master_addr = ""
         self.registered_ok = 0
 
@@ -144,7 +146,9 @@ class NamesrvRegistrar:
             cluster_name=self._config.cluster_name, broker_name=self._config.broker_name,
             broker_id=self._config.broker_id, broker_addr=self.broker_addr, ha_server_addr=self.broker_addr,
             topic_configs=tuple(self._topics.all()), data_version=self._topics.data_version,
-            node_id=self._config.node_id, remoting_addr=self.advertised_remoting_addr)
+            node_id=self._config.node_id, remoting_addr=self.advertised_remoting_addr,
+            rocketmq5_addr=self.rocketmq5_addr or (f"{self._config.listen_host}:{self._config.rocketmq5_port}"
+                                                   if self._config.rocketmq5_port else ""))
         results = await asyncio.gather(*(self._register_one(link, request) for link in links),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]

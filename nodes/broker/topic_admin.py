@@ -91,7 +91,7 @@ class TopicAdminHandler:
                                        f"queue counts must be in 1..{self._queue_count_max}")
         perm = cfg.perm or c.PERM_DEFAULT
         self._topics.put(TopicConfig(cfg.topic, cfg.read_queue_nums, cfg.write_queue_nums, perm,
-                                     cfg.topic_sys_flag, cfg.order), self._clock.wall_ms())
+                                     cfg.topic_sys_flag, cfg.order, cfg.message_type), self._clock.wall_ms())
         await self._on_topics_changed()
         return CreateTopicResponse(ResponseCode.SUCCESS)
 

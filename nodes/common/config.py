@@ -239,6 +239,9 @@ class BrokerConfig:
     port: int = 0
     # RocketMQ 4.x remoting listener beside gRPC; 0 takes a free port (the harness fixes one per node)
     remoting_port: int = 0
+    # RocketMQ 5's gRPC MessagingService (the 5.x clients' endpoint), on its own listener; 0
+    # takes a free port (the harness fixes one per broker)
+    rocketmq5_port: int = 0
     run_dir: str = "."
     namesrv_addrs: tuple[str, ...] = ()
     auto_create_topic_enable: bool = True

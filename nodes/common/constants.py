@@ -462,3 +462,25 @@ BROKER_FAULT_SWITCHES[FAULT_LEASE_WALL_CLOCK] = (
 CONSUMER_FAULT_SWITCHES[FAULT_RENEW_GIVES_UP] = (
     "lock renewal retries at every interval: after one renewal call of a broker's queues fails or times "
     "out, the consumer never renews that broker's locks again, so its client leases run out")
+
+# ---------------------------------------------------------------------------
+# RocketMQ 5's gRPC MessagingService (nodes/broker/rmq5): the limits and settings Apache's proxy
+# applies and advertises, so a 5.x client behaves against mqlab as against RocketMQ 5.
+# ---------------------------------------------------------------------------
+# a client with no call and no open stream this long is forgotten; not a Timing: a real 5.x client's
+# 10 s heartbeat cannot be time-scaled, so neither is this
+RMQ5_CLIENT_IDLE_FORGET_MS = 120_000
+RMQ5_PRODUCER_MAX_ATTEMPTS = 3  # settings: a send's attempts in all
+RMQ5_PRODUCER_BACKOFF_INITIAL_MS = 10  # settings: the producer's exponential backoff
+RMQ5_PRODUCER_BACKOFF_MAX_MS = 1_000
+RMQ5_PRODUCER_BACKOFF_MULTIPLIER = 2.0
+RMQ5_LONG_POLLING_TIMEOUT_MS = 20_000  # settings: a consumer's long polling
+RMQ5_RECEIVE_BATCH_MAX = 32  # settings: a receive's batch
+# settings: a push consumer's redelivery backoff, attempt 2 onwards (the delay levels, real seconds)
+RMQ5_CONSUMER_BACKOFF_MS = tuple(
+    int(v[:-1]) * {"s": 1_000, "m": 60_000, "h": 3_600_000}[v[-1]] for v in MESSAGE_DELAY_LEVEL.split())
+RMQ5_MESSAGE_GROUP_BYTES_MAX = 64  # a FIFO message's group (ILLEGAL_MESSAGE_GROUP past it)
+RMQ5_USER_PROPERTIES_MAX = 128  # user properties per message (MESSAGE_PROPERTIES_TOO_LARGE past it)
+RMQ5_PROPERTIES_BYTES_MAX = 16 * 1024  # user properties + tag + keys of one message
+RMQ5_DELIVERY_AHEAD_MS_MAX = 86_400_000  # a delayed message is due at most a day ahead
+RMQ5_PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group, stored as RocketMQ 5 stores it

@@ -227,6 +227,8 @@ class TopicConfig:
     perm: int = c.PERM_DEFAULT
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's message.type: NORMAL, FIFO, DELAY or TRANSACTION; "" unset
+    message_type: str = ""
 
     @property
     def readable(self) -> bool:

@@ -30,6 +30,7 @@ class RegisterBrokerRequest:
     node_id: str = ""
     channel_token: str = ""
     remoting_addr: str = ""  # the broker's RocketMQ remoting listener; empty when it has none
+    rocketmq5_addr: str = ""  # the broker's RocketMQ 5 gRPC endpoint; empty when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ class NameServerHandler:
             cluster=req.cluster_name, broker_name=req.broker_name, broker_id=req.broker_id,
             broker_addr=req.broker_addr, ha_server_addr=req.ha_server_addr, topic_configs=list(req.topic_configs),
             data_version=req.data_version, now_ms=self._clock.monotonic_ms(), node_id=req.node_id,
-            channel_token=req.channel_token, remoting_addr=req.remoting_addr)
+            channel_token=req.channel_token, remoting_addr=req.remoting_addr, rocketmq5_addr=req.rocketmq5_addr)
         return RegisterBrokerResponse(ResponseCode.SUCCESS, master_addr=result.master_addr,
                                       ha_server_addr=result.ha_server_addr)
 

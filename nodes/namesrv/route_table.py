@@ -33,6 +33,8 @@ class BrokerData:
     broker_addrs: dict[int, str] = field(default_factory=dict)
     # broker_id -> RocketMQ remoting address, for the ids whose broker registered one
     remoting_addrs: dict[int, str] = field(default_factory=dict)
+    # broker_id -> RocketMQ 5 gRPC endpoint, for the ids whose broker registered one
+    rocketmq5_addrs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ class RouteTable:
     def register(self, *, cluster: str, broker_name: str, broker_id: int, broker_addr: str,
                  ha_server_addr: str, topic_configs: list[TopicConfig], data_version: tuple[int, int],
                  now_ms: int, node_id: str = "", channel_token: str = "",
-                 remoting_addr: str = "") -> RegisterResult:
+                 remoting_addr: str = "", rocketmq5_addr: str = "") -> RegisterResult:
         """Record a broker heartbeat; returns the master address for slaves."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
         broker = self.brokers.setdefault(broker_name, BrokerData(cluster, broker_name))
@@ -77,12 +79,17 @@ class RouteTable:
             if addr == broker_addr and other_id != broker_id:
                 del broker.broker_addrs[other_id]
                 broker.remoting_addrs.pop(other_id, None)
+                broker.rocketmq5_addrs.pop(other_id, None)
         first_registration = broker_addr not in broker.broker_addrs.values()
         broker.broker_addrs[broker_id] = broker_addr
         if remoting_addr:
             broker.remoting_addrs[broker_id] = remoting_addr
         else:  # a broker restarted without its listener must not keep the old address
             broker.remoting_addrs.pop(broker_id, None)
+        if rocketmq5_addr:
+            broker.rocketmq5_addrs[broker_id] = rocketmq5_addr
+        else:
+            broker.rocketmq5_addrs.pop(broker_id, None)
 
         previous = self.live.get(broker_addr)
         changed = previous is None or previous.data_version != data_version
@@ -158,6 +165,7 @@ class RouteTable:
                 if addr == broker_addr:
                     del broker.broker_addrs[broker_id]
                     broker.remoting_addrs.pop(broker_id, None)
+                    broker.rocketmq5_addrs.pop(broker_id, None)
             if broker.broker_addrs:
                 continue
             # No address of this broker name is left: its queues disappear from every topic.
@@ -175,7 +183,7 @@ class RouteTable:
         if not queues:
             return None
         broker_datas = [
-            BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs), dict(b.remoting_addrs))
+            BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs), dict(b.remoting_addrs), dict(b.rocketmq5_addrs))
             for name in sorted(queues) if (b := self.brokers.get(name)) is not None
         ]
         if not broker_datas:

@@ -232,7 +232,8 @@ def registration_to_pb(reg: BrokerRegistration) -> namesrv_pb2.RegisterBrokerReq
         broker_addr=reg.broker_addr, ha_server_addr=reg.ha_server_addr,
         topic_configs=[wire.topic_config_to_pb(t) for t in reg.topic_configs],
         data_version=namesrv_pb2.DataVersion(timestamp_ms=reg.data_version[0], counter=reg.data_version[1]),
-        node_id=reg.node_id, channel_token=reg.channel_token, remoting_addr=reg.remoting_addr)
+        node_id=reg.node_id, channel_token=reg.channel_token, remoting_addr=reg.remoting_addr,
+        rocketmq5_addr=reg.rocketmq5_addr)
 
 
 def register_result_from_pb(pb: namesrv_pb2.RegisterBrokerResponse) -> RegisterResult:

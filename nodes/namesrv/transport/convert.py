@@ -21,7 +21,7 @@ def register_from_pb(pb: namesrv_pb2.RegisterBrokerRequest) -> RegisterBrokerReq
         broker_addr=pb.broker_addr, ha_server_addr=pb.ha_server_addr,
         topic_configs=tuple(wire.topic_config_from_pb(t) for t in pb.topic_configs),
         data_version=(pb.data_version.timestamp_ms, pb.data_version.counter), node_id=pb.node_id,
-        channel_token=pb.channel_token, remoting_addr=pb.remoting_addr)
+        channel_token=pb.channel_token, remoting_addr=pb.remoting_addr, rocketmq5_addr=pb.rocketmq5_addr)
 
 
 def register_to_pb(answer: RegisterBrokerResponse) -> namesrv_pb2.RegisterBrokerResponse:
@@ -37,7 +37,7 @@ def broker_ref_from_pb(pb: namesrv_pb2.UnregisterBrokerRequest | namesrv_pb2.Wat
 
 def _broker_data_to_pb(b: BrokerData) -> namesrv_pb2.BrokerData:
     return namesrv_pb2.BrokerData(cluster=b.cluster, broker_name=b.broker_name, broker_addrs=b.broker_addrs,
-                                  remoting_addrs=b.remoting_addrs)
+                                  remoting_addrs=b.remoting_addrs, rocketmq5_addrs=b.rocketmq5_addrs)
 
 
 def route_to_pb(route: TopicRoute) -> namesrv_pb2.TopicRouteData:

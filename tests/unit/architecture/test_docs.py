@@ -21,8 +21,8 @@ DOC_PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 OUTSIDE_REFERENCES = tuple("".join(parts) for parts in (
     ("DESIGN", ".md"), ("DESIGN", " §"), ("style", "-anchors"), ("shared", "/"), ("reference", "/"),
     ("reference", " §"), ("Reference", " §"), ("chaos", "-anchors"), ("pyspark", "-notes"), ("rocketmq", "-semantics")))
-# What the repo is made of: the docs, code, configuration and scripts (not .venv, node_modules, runs, caches).
-_SKIPPED_DIRS = {".git", ".venv", "node_modules", "runs", "build", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
+# What the repo is made of: the docs, code, configuration and scripts (not .venv, .venv-py5, node_modules, runs, caches).
+_SKIPPED_DIRS = {".git", ".venv", ".venv-py5", "node_modules", "runs", "build", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 _SCANNED_SUFFIXES = {".md", ".py", ".pyi", ".toml", ".proto", ".sh", ".cfg", ".ini", ".txt"}
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

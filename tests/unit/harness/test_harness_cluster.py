@@ -42,16 +42,18 @@ def _json(cluster):
 def test_cluster_json_matches_the_contract(standin_cluster):
     cluster = standin_cluster().start()
     data = _json(cluster)
-    assert set(data) == {"namesrv", "namesrv_remoting", "time_scale", "nodes"}
+    assert set(data) == {"namesrv", "namesrv_remoting", "rocketmq5_endpoints", "time_scale", "nodes"}
     assert data["time_scale"] == cluster.spec.time_scale == 1.0
     assert data["namesrv"] == cluster.namesrv_addr == cluster.node("namesrv-0").addr
     assert data["namesrv_remoting"] == cluster.namesrv_remoting_addr == cluster.node("namesrv-0").remoting_addr
+    # a 5.x client's endpoints: the masters' RocketMQ 5 endpoints only
+    assert data["rocketmq5_endpoints"] == cluster.rocketmq5_endpoints == cluster.node("broker-a-0").rocketmq5_addr
     assert [n["id"] for n in data["nodes"]] == ["namesrv-0", "broker-a-0", "broker-a-1"]
     for entry, proc in zip(data["nodes"], cluster.nodes(), strict=True):
-        assert set(entry) == {"id", "role", "addr", "remoting_addr", "pid", "run_dir"}
+        rmq5 = {"rocketmq5_addr": f"127.0.0.1:{proc.rocketmq5_port}"} if proc.role == "broker" else {}
         assert entry == {"id": proc.node_id, "role": proc.role, "addr": proc.addr, "pid": proc.pid,
                          "remoting_addr": f"127.0.0.1:{proc.remoting_port}",
-                         "run_dir": str(cluster.run_dir / proc.node_id)}
+                         "run_dir": str(cluster.run_dir / proc.node_id), **rmq5}
     assert read_cluster_json(cluster.run_dir) == data
 
 

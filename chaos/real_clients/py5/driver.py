@@ -1,0 +1,142 @@
+"""A RocketMQ 5 producer or consumer (Apache's Python client 5.x) driven by JSON lines, for the
+interop tests.
+
+Runs in `.venv-py5` (never mqlab's venv) and imports nothing from mqlab. Reads one command per
+line on stdin and answers each with one JSON line on stdout:
+
+  {"op": "start", "endpoints": "h:p;h:p", "topics": ["T"]}       -> {"event": "started", "seconds": s}
+  {"op": "send", "topic": "T", "body": "..." (or "body_bytes": n), "tag": "t", "keys": ["k"],
+   "properties": {"p": "v"}, "group": "g", "delay_s": n}          -> {"event": "sent", "message_id": id,
+                                                                       "queue_id": q, "offset": o, "due": s}
+                                                                  or {"event": "send-failed", "error_type": cls,
+                                                                       "error": text}
+  {"op": "consumer_start", "endpoints": "...", "kind": "push"|"simple", "group": "G", "topic": "T",
+   "await_s": n}                                                  -> {"event": "started", "seconds": s}
+  {"op": "receive", "max": n, "invisible_s": s}  (simple)         -> {"event": "received", "messages": [...]}
+                                                                  or {"event": "receive-failed", ...}
+  {"op": "consumed"}  (push: what the listener got so far)        -> {"event": "consumed", "messages": [...]}
+  {"op": "shutdown"}                                              -> {"event": "done"}, exit 0
+
+One client per driver: a producer or a consumer. `group` makes a FIFO message, `delay_s` a
+DELAY one (due `delay_s` whole seconds from now: the client writes the value into
+Timestamp.seconds). The client's own log goes to $HOME/logs/rocketmq_python; point HOME at a
+test's temporary directory to keep it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def described(msg: Any) -> dict[str, Any]:
+    return {"message_id": msg.message_id, "body": msg.body.decode(errors="replace"), "tag": msg.tag,
+            "keys": sorted(msg.keys or ()), "properties": dict(msg.properties or {}),
+            "delivery_attempt": msg.delivery_attempt, "message_group": msg.message_group}
+
+
+def main() -> int:
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        Message,
+        MessageListener,
+        Producer,
+        PushConsumer,
+        SimpleConsumer,
+    )
+
+    consumed: list[dict[str, Any]] = []
+
+    class Recorder(MessageListener):
+        """A push consumer's listener: records each message (the driver's stdout carries answers only)."""
+
+        def consume(self, message: Any) -> Any:
+            consumed.append(described(message))
+            return ConsumeResult.SUCCESS
+
+    client = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        try:
+            if op == "start":
+                config = ClientConfiguration(cmd["endpoints"], Credentials(), request_timeout=cmd.get("timeout_s", 3))
+                client = Producer(config, tuple(cmd.get("topics", ())))
+                began = time.monotonic()
+                client.startup()
+                emit("started", seconds=round(time.monotonic() - began, 3), client_id=client.client_id)
+            elif op == "send":
+                assert client is not None, "start first"
+                msg = Message()
+                msg.topic = cmd["topic"]
+                msg.body = cmd["body"].encode() if "body" in cmd else b"x" * int(cmd["body_bytes"])
+                if cmd.get("tag"):
+                    msg.tag = cmd["tag"]
+                for key in cmd.get("keys") or ():
+                    msg.keys = key  # the setter adds one key per assignment
+                for key, value in (cmd.get("properties") or {}).items():
+                    msg.add_property(key, value)
+                if cmd.get("group"):
+                    msg.message_group = cmd["group"]
+                due = None
+                if cmd.get("delay_s") is not None:
+                    due = msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])
+                try:
+                    receipt = client.send(msg)
+                except Exception as exc:  # the test judges what the client raised
+                    emit("send-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
+                    continue
+                # the queue prints as "<broker>.<topic>.<queue id>"; the class has no queue id getter
+                queue = str(receipt.message_queue)
+                emit("sent", message_id=receipt.message_id, queue=queue, queue_id=int(queue.rpartition(".")[2]),
+                     offset=receipt.offset, sent_at=time.time(), due=due)
+            elif op == "consumer_start":
+                config = ClientConfiguration(cmd["endpoints"], Credentials(), request_timeout=cmd.get("timeout_s", 3))
+                subscription = {cmd["topic"]: FilterExpression()}
+                if cmd["kind"] == "push":
+                    client = PushConsumer(config, cmd["group"], Recorder(), subscription)
+                else:
+                    client = SimpleConsumer(config, cmd["group"], subscription, await_duration=cmd.get("await_s", 5))
+                began = time.monotonic()
+                client.startup()
+                emit("started", seconds=round(time.monotonic() - began, 3), client_id=client.client_id)
+            elif op == "receive":
+                assert client is not None, "start first"
+                try:
+                    messages = client.receive(int(cmd.get("max", 16)), int(cmd.get("invisible_s", 15)))
+                except Exception as exc:
+                    emit("receive-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
+                    continue
+                emit("received", messages=[described(m) for m in messages])
+            elif op == "consumed":
+                emit("consumed", messages=list(consumed))
+            elif op == "shutdown":
+                if client is not None:
+                    client.shutdown()
+                emit("done")
+                return 0
+            else:
+                emit("error", error=f"unknown op {op!r}")
+        except Exception as exc:
+            emit("error", op=op, error_type=type(exc).__name__, error=str(exc)[:2000],
+                 trace=traceback.format_exc()[-3000:])
+    if client is not None:
+        client.shutdown()
+    emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
