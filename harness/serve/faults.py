@@ -126,9 +126,7 @@ class FaultHistory:
     def node_states(self) -> dict[str, str]:
         """node id -> what an open fault does to it (`killed`, `paused`, `partitioned`, ...)."""
         states: dict[str, str] = {}
-        for w in self.open_windows():
-            if w.state == "starting" and w.op not in NODE_STATE_OF_OP:
-                continue
+        for w in self.open_windows():  # a fault being inflicted (`starting`) counts: its start line comes first
             what = NODE_STATE_OF_OP.get(w.op) or ("partitioned" if w.op == "partition" else w.op)
             for t in w.targets:
                 states[t] = f"{states[t]}, {what}" if t in states and what not in states[t] else what

@@ -105,8 +105,13 @@ def list_runs(root: Path) -> RunsListing:
             children = [c for c in _subdirs(entry) if _is_run_dir(c)]
             if marker is None and not children:
                 continue
-            collections.append(_collection(entry, rel, marker, len(children)))
-            runs.extend(read_run(c, f"{rel}/{c.name}", parent=rel) for c in children)
+            collection = _collection(entry, rel, marker, len(children))
+            collections.append(collection)
+            for child in children:
+                row = read_run(child, f"{rel}/{child.name}", parent=rel)
+                if not _STAMP_RE.match(child.name):  # a matrix cell is named by its cell: it ran in its matrix's time
+                    row.started = collection.started
+                runs.append(row)
         else:
             runs.append(read_run(entry, rel))
     runs.sort(key=lambda r: (r.started or "", r.mtime), reverse=True)
@@ -156,7 +161,8 @@ def read_run(path: Path, rel: str, *, parent: str | None = None) -> RunRow:
     run = run if isinstance(run, dict) else {}
     verdict = read_json(path / VERDICT_JSON)
     started, mtime = _started(path, path / RUN_JSON)
-    row = RunRow(rel, "chaos" if run or verdict is not None else "cluster", "not checked", started=started,
+    chaos = (path / RUN_JSON).exists() or verdict is not None  # a torn run.json is still a chaos run's
+    row = RunRow(rel, "chaos" if chaos else "cluster", "not checked", started=started,
                  mtime=mtime, parent=parent)
     row.suite = _str(run.get("suite")) or (_str(verdict.get("suite")) if isinstance(verdict, dict) else None)
     row.seed = _int(run.get("seed"))
