@@ -21,7 +21,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -85,6 +85,7 @@ def create_app(runs_root: Path, run_dir: Path | None = None) -> Starlette:
     app = Starlette(routes=[
         Route("/", page("live.html")),
         Route("/runs", page("runs.html")),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/live", live),
         Route("/api/clusters", clusters),
         Route("/api/runs", runs),

@@ -33,8 +33,8 @@ SCREENSHOT = os.environ.get("MQLAB_SERVE_SCREENSHOT")  # docs: where to save the
 @pytest.fixture
 def served(tmp_path):
     """`mqlab serve --runs` and a browser page, started before the cluster (they load while it starts)."""
-    with serve_process("--runs", str(tmp_path / "runs")) as url, chromium_page() as page:
-        yield url, page
+    with serve_process("--runs", str(tmp_path / "runs")) as server, chromium_page() as page:
+        yield server, page
 
 
 @pytest.fixture
@@ -59,8 +59,8 @@ def node_row(node: str, *, fault: str | None = None, **exact: str) -> str:
 
 
 def test_live_page_shows_nodes_lag_and_faults_as_they_happen(served, cluster):
-    url, page = served
-    page.goto(url)  # no ?run=: the page picks the live cluster it finds under --runs
+    server, page = served
+    page.goto(server.url())  # no ?run=: the page picks the live cluster it finds under --runs
     # live data: every node with its role, the group's lag per queue from the brokers
     for node, role in (("namesrv-0", "namesrv"), ("broker-a-0", "broker master"),
                        ("broker-a-1", "broker slave"), ("consumer-0", "consumer"), ("consumer-1", "consumer")):

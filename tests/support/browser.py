@@ -40,41 +40,54 @@ def chromium_page(width: int = 1280, height: int = 900) -> Iterator[object]:
             browser.close()
 
 
-@contextlib.contextmanager
-def serve_process(*args: str) -> Iterator[str]:
-    """`mqlab serve ARGS --port 0` as its own process; yields the URL it printed. Stopped with SIGTERM
-    (as Ctrl-C) at the end, and it must exit within SERVE_STOP_BUDGET_S."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "serve", *args, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "400"})
-    lines: queue.Queue[str | None] = queue.Queue()
-    output: list[str] = []
+class ServeProcess:
+    """`mqlab serve ARGS --port 0` as its own process; `url()` waits for the URL it prints."""
 
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            lines.put(line)
-        lines.put(None)
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "serve", *args, "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, "COLUMNS": "400"})
+        self.output: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._url: str | None = None
+        threading.Thread(target=self._pump, daemon=True).start()
 
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        url = None
-        while url is None:
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def url(self) -> str:
+        while self._url is None:
             try:
-                line = lines.get(timeout=SERVE_START_BUDGET_S)
+                line = self._lines.get(timeout=SERVE_START_BUDGET_S)
             except queue.Empty:
-                raise AssertionError(f"mqlab serve printed no URL in {SERVE_START_BUDGET_S} s: {''.join(output)}") from None
+                raise AssertionError(f"mqlab serve printed no URL in {SERVE_START_BUDGET_S} s: "
+                                     f"{''.join(self.output)}") from None
             if line is None:
-                raise AssertionError(f"mqlab serve exited {proc.wait()} before serving: {''.join(output)}")
+                raise AssertionError(f"mqlab serve exited {self.proc.wait()} before serving: {''.join(self.output)}")
             found = _URL_RE.search(line)
-            url = found.group(1) if found else None
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
+            self._url = found.group(1) if found else None
+        return self._url
+
+    def stop(self) -> None:
+        """SIGTERM (as Ctrl-C); it must exit within SERVE_STOP_BUDGET_S."""
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=SERVE_STOP_BUDGET_S)
+            self.proc.wait(timeout=SERVE_STOP_BUDGET_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"mqlab serve did not stop on SIGTERM: {''.join(output)}") from None
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"mqlab serve did not stop on SIGTERM: {''.join(self.output)}") from None
+
+
+@contextlib.contextmanager
+def serve_process(*args: str) -> Iterator[ServeProcess]:
+    """A started `ServeProcess`, stopped at the end (its start overlaps whatever the caller does next)."""
+    served = ServeProcess(*args)
+    try:
+        yield served
+    finally:
+        served.stop()

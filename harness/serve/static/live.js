@@ -3,7 +3,7 @@
 
 const POLL_MS = 1000;          // one request at a time: the next is scheduled when this one ends
 const CLUSTERS_EVERY = 5;      // the cluster picker is refreshed every this many polls
-const TIMELINE_MIN_MS = 60000; // the timeline shows at least the last minute
+const TIMELINE_MIN_MS = 30000; // the timeline shows at least the last 30 s
 
 const $ = (id) => document.getElementById(id);
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -51,7 +51,7 @@ function renderNodes(snap) {
   const rows = snap.processes.map((p) => {
     const role = p.role === "broker" ? `broker ${p.broker_role || ""}` : p.role;
     const answered = p.answered === false ? ` <span class="bad">not answering (${esc(p.answer)})</span>` : "";
-    const fault = p.fault ? ` <span class="badge fault">${esc(p.fault)}</span>` : "";
+    const fault = p.fault && p.fault !== p.state ? ` <span class="badge fault">${esc(p.fault)}</span>` : "";
     return `<tr data-node="${esc(p.id)}" data-state="${esc(p.state)}" data-role="${esc(role)}" data-fault="${esc(p.fault || "")}">
       <td>${esc(p.id)}</td><td class="role">${esc(role)}</td><td class="state">${stateBadge(p.state)}${fault}${answered}</td>
       <td class="num">${esc(p.pid ?? "-")}</td><td>${esc(p.addr)}</td></tr>`;
@@ -67,7 +67,7 @@ function renderBrokers(snap) {
     <td>${esc(b.broker_name)}/${b.broker_id}</td><td>${b.ok ? esc(b.role) : `<span class="bad">${esc(b.code)}</span>`}</td>
     <td class="num">${num(b.max_phys_offset)}</td><td class="num">${num(b.slave_lag_bytes)}</td>
     <td class="num">${b.disk_used_ratio === undefined ? "-" : (100 * b.disk_used_ratio).toFixed(1) + "%"}</td>
-    <td>${b.writes_refused ? `<span class="bad">${esc(b.writes_refused_reason)}</span>` : ""}${b.ok ? "" : esc(b.remark)}</td></tr>`);
+    <td>${b.writes_refused && b.role !== "SLAVE" ? `<span class="bad">${esc(b.writes_refused_reason)}</span>` : ""}${b.ok ? "" : esc(b.remark)}</td></tr>`);
   $("brokers").innerHTML = `<tr><th>broker</th><th>role</th><th>max phys offset</th><th>slave lag B</th><th>disk</th><th></th></tr>${rows.join("")}`;
 }
 
