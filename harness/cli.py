@@ -2,9 +2,9 @@
 
 Owns the command tree and the process's signal handling. The commands live in
 `harness.cluster_commands` (up, status, down), `harness.client_commands` (produce, consume, demo),
-`harness.admin_commands` (admin), `harness.bench.cli` (bench) and `harness.serve.command` (serve); what they share (consoles, exit
-codes, one-line errors) is `harness.terminal`. Imports point one way: this module imports the
-command modules, none of them imports this one.
+`harness.admin_commands` (admin), `harness.bench.cli` (bench) and `harness.serve.command` (serve);
+what they share (consoles, exit codes, one-line errors) is `harness.terminal`. Imports point one
+way: this module imports the command modules, none of them imports this one.
 """
 
 from __future__ import annotations

@@ -5,13 +5,17 @@ matrix.json), its filters, the files it serves, and a live run found by its node
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from starlette.testclient import TestClient
+from typer.testing import CliRunner
 
+from harness import cli, terminal
 from harness.serve.app import create_app
 
 MATRIX = "20261103T090000Z-matrix"
@@ -175,3 +179,17 @@ def test_a_run_in_progress_is_live_and_a_gone_name_server_breaks_nothing(running
     missing = client.get("/api/live", params={"run": "../elsewhere"})
     assert missing.status_code == 404 and "runs page" in missing.json()["error"]
     assert "no cluster picked" in client.get("/api/live").json()["error"]
+
+
+def test_serve_refuses_a_taken_port_and_a_run_dir_without_a_cluster(tmp_path, monkeypatch):
+    monkeypatch.setattr(terminal, "console", Console(width=250, highlight=False))
+    monkeypatch.setattr(terminal, "err_console", Console(width=250, highlight=False, stderr=True))
+    runner = CliRunner()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = runner.invoke(cli.app, ["serve", "--runs", str(tmp_path), "--port", str(taken.getsockname()[1])])
+    assert result.exit_code == 2 and "is in use" in result.output and "--port 0" in result.output
+    result = runner.invoke(cli.app, ["serve", "--run-dir", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "no cluster.json in" in result.output
+    assert "Traceback" not in result.output
