@@ -135,7 +135,7 @@ class LiveCluster:
             self._last_request = time.monotonic()
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name=f"live-{self.run_id}", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=f"live-{self.run_dir.name}", daemon=True)
                 self._thread.start()
 
     def close(self) -> None:
@@ -148,7 +148,7 @@ class LiveCluster:
             self._admin = None
 
     def _run(self) -> None:
-        with ThreadPoolExecutor(LIVE_QUERY_THREADS, thread_name_prefix=f"live-q-{self.run_id}") as pool:
+        with ThreadPoolExecutor(LIVE_QUERY_THREADS, thread_name_prefix=f"live-q-{self.run_dir.name}") as pool:
             while not self._stop.is_set():
                 started = time.monotonic()
                 with self._lock:
@@ -414,7 +414,7 @@ class LiveRegistry:
         with self._lock:
             live = self._clusters.get(key)
             if live is None:
-                live = self._clusters[key] = LiveCluster(key or path.name, path)
+                live = self._clusters[key] = LiveCluster(key, path)
             return live
 
     def close(self) -> None:

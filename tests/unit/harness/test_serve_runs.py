@@ -193,3 +193,12 @@ def test_serve_refuses_a_taken_port_and_a_run_dir_without_a_cluster(tmp_path, mo
     result = runner.invoke(cli.app, ["serve", "--run-dir", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "no cluster.json in" in result.output
     assert "Traceback" not in result.output
+
+
+def test_run_dir_names_the_cluster_a_page_watches_by_default(running, runs):
+    with TestClient(create_app(runs, running)) as http:
+        snap = http.get("/api/live").json()
+        assert (snap["run"], snap["run_dir"]) == ("", str(running))
+        assert [p["id"] for p in snap["processes"]] == ["consumer-0", "consumer-1"]
+        assert snap["run_info"]["suite"] == "lock-takeover"
+        assert http.get("/api/clusters").json()["run_dir"] == {"id": "", "run_dir": str(running)}
