@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -183,12 +184,32 @@ def read_run(path: Path, rel: str, *, parent: str | None = None) -> RunRow:
         row.verdict = "unknown"  # torn or unreadable verdict
     elif row.live:
         row.verdict = "running"
-    if (path / NEMESIS_JSONL).is_file():
-        history = read_history(path / NEMESIS_JSONL)
-        row.faults = len(history.windows)
+    row.faults = count_faults(path / NEMESIS_JSONL)
     row.files = {name.split(".")[0]: f"{rel}/{name}" for name in (REPORT_HTML, VERDICT_JSON, RUN_JSON, CLUSTER_JSON)
                  if (path / name).is_file()}
     return row
+
+
+_fault_counts: dict[Path, tuple[tuple[int, int], int]] = {}  # nemesis.jsonl -> ((size, mtime_ns), faults)
+_fault_counts_lock = threading.Lock()
+
+
+def count_faults(path: Path) -> int | None:
+    """Faults the nemesis started (None without a nemesis history); a file is read again only when it
+    changed, so listing many finished runs every few seconds reads each history once."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (stat.st_size, stat.st_mtime_ns)
+    with _fault_counts_lock:
+        cached = _fault_counts.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    count = len(read_history(path).windows)
+    with _fault_counts_lock:
+        _fault_counts[path] = (key, count)
+    return count
 
 
 def cluster_is_live(path: Path) -> bool:

@@ -44,6 +44,7 @@ async function load() {
       <td class="num">${esc(r.faults ?? "-")}</td><td>${esc(r.started ?? "")}</td>
       <td>${[fileLink(r.files.report, "report"), fileLink(r.files.verdict, "verdict.json"), fileLink(r.files.run, "run.json")].filter(Boolean).join(" · ")}</td></tr>`).join("");
     $("collections").innerHTML = `<tr><th>dir</th><th>kind</th><th>runs</th><th>exit code</th><th>started</th><th>files</th></tr>` +
+      (data.collections.length ? "" : `<tr><td colspan="6" class="muted">none under ${esc(data.root)}</td></tr>`) +
       data.collections.map((c) => `<tr data-collection="${esc(c.id)}"><td><a href="/runs?parent=${encodeURIComponent(c.id)}">${esc(c.id)}</a></td>
       <td>${esc(c.kind)}</td><td class="num">${c.runs}</td><td class="num">${esc(c.exit_code ?? "-")}</td><td>${esc(c.started ?? "")}</td>
       <td>${[fileLink(c.files.index, "index"), fileLink(c.files.matrix, "matrix.json"), fileLink(c.files.selftest, "selftest.json")].filter(Boolean).join(" · ")}</td></tr>`).join("");
