@@ -179,26 +179,40 @@ class FaultTail:
 
     def poll(self) -> FaultHistory:
         with self._lock:
-            try:
-                stat = self.path.stat()
-            except OSError:
-                return self.history  # no faults yet (or none in this run)
-            if self._inode not in (None, stat.st_ino) or stat.st_size < self._offset:
-                self._reset()  # rewritten (a new run in the same dir): start over
-            self._inode = stat.st_ino
-            if stat.st_size == self._offset:
-                return self.history
-            try:
-                with self.path.open("rb") as f:
-                    f.seek(self._offset)
-                    data = f.read(READ_CHUNK_BYTES)
-            except OSError:
-                return self.history
-            self._offset += len(data)
-            *lines, self._partial = (self._partial + data).split(b"\n")
-            for line in lines:
-                self._apply(line)
+            return self._poll_locked()
+
+    def _poll_locked(self) -> FaultHistory:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return self.history  # no faults yet (or none in this run)
+        if self._inode not in (None, stat.st_ino) or stat.st_size < self._offset:
+            self._reset()  # rewritten (a new run in the same dir): start over
+        self._inode = stat.st_ino
+        if stat.st_size == self._offset:
             return self.history
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read(READ_CHUNK_BYTES)
+        except OSError:
+            return self.history
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._apply(line)
+        return self.history
+
+    def view(self, windows_shown: int) -> tuple[dict[str, Any], dict[str, str]]:
+        """Poll, then (the page's `faults` object, node id -> what an open fault does to it), taken under
+        the lock so a request never reads a history another request is extending."""
+        with self._lock:
+            history = self._poll_locked()
+            windows = sorted(history.windows.values(), key=lambda w: w.start_wall_ms)[-windows_shown:]
+            return ({"windows": [w.to_json() for w in windows],
+                     "active": [w.to_json() for w in history.open_windows()],
+                     "cut_links": history.cut_links(), "actions": len(history.actions),
+                     "bad_lines": history.bad_lines}, history.node_states())
 
     def _apply(self, line: bytes) -> None:
         if not line.strip():

@@ -30,6 +30,7 @@ from harness.errors import HarnessError
 from harness.pids import is_node_process
 from harness.serve.faults import NEMESIS_JSONL, FaultTail
 from harness.serve.runs import CLUSTER_JSON, RUN_JSON, read_json
+from nodes.common import constants as c
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,13 @@ class LiveCluster:
         self._touch()
         cluster = read_json(self.run_dir / CLUSTER_JSON)
         processes = self.processes(cluster)
-        history = self.faults.poll()
-        fault_states = history.node_states()
+        faults, fault_states = self.faults.view(FAULT_WINDOWS_SHOWN)
         for p in processes:
             p["fault"] = fault_states.get(p["id"])
         with self._lock:
             admin = dict(self._admin_snapshot)
         _mark_brokers(processes, admin)
         clients = _client_nodes(processes, admin)
-        windows = sorted(history.windows.values(), key=lambda w: w.start_wall_ms)[-FAULT_WINDOWS_SHOWN:]
         run = read_json(self.run_dir / RUN_JSON)
         return {
             "run": self.run_id, "run_dir": str(self.run_dir), "now_wall_ms": _wall_ms(),
@@ -96,10 +95,7 @@ class LiveCluster:
             "run_info": {k: run.get(k) for k in ("suite", "seed", "time_scale", "topology", "client", "phases_s")}
             if isinstance(run, dict) else None,
             "processes": processes,
-            "faults": {"windows": [w.to_json() for w in windows],
-                       "active": [w.to_json() for w in history.open_windows()],
-                       "cut_links": history.cut_links(), "actions": len(history.actions),
-                       "bad_lines": history.bad_lines},
+            "faults": faults,
             "admin": admin,
             "clients": clients,
         }
@@ -117,7 +113,7 @@ class LiveCluster:
                    "pid": pid, "state": _process_state(pid, node_dir),
                    "broker_name": config.get("broker_name"), "broker_id": config.get("broker_id")}
             if row["role"] == "broker" and isinstance(row["broker_id"], int):
-                row["broker_role"] = "master" if row["broker_id"] == 0 else "slave"
+                row["broker_role"] = "master" if row["broker_id"] == c.MASTER_ID else "slave"
             rows.append(row)
         return rows
 
