@@ -2,9 +2,9 @@
 
 Owns the command tree and the process's signal handling. The commands live in
 `harness.cluster_commands` (up, status, down), `harness.client_commands` (produce, consume, demo),
-`harness.admin_commands` (admin) and `harness.bench.cli` (bench); what they share (consoles, exit
-codes, one-line errors) is `harness.terminal`. Imports point one way: this module imports the
-command modules, none of them imports this one.
+`harness.admin_commands` (admin), `harness.bench.cli` (bench) and `harness.serve.command` (serve);
+what they share (consoles, exit codes, one-line errors) is `harness.terminal`. Imports point one
+way: this module imports the command modules, none of them imports this one.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import typer
 
 from harness import admin_commands, client_commands, cluster_commands
 from harness.bench.cli import app as bench_app
+from harness.serve.command import serve
 
 app = typer.Typer(
     name="mqlab", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Run a RocketMQ-style cluster locally, poke at it, and watch it work.")
 
 for _command in (cluster_commands.up, cluster_commands.status, cluster_commands.down,
-                 client_commands.produce, client_commands.consume, client_commands.demo):
+                 client_commands.produce, client_commands.consume, client_commands.demo, serve):
     app.command()(_command)
 app.add_typer(bench_app, name="bench")  # `mqlab bench pull`
 app.add_typer(admin_commands.app, name="admin")  # `mqlab admin topic create ...`

@@ -63,6 +63,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "mqlab: no redis-server on PATH; bench --peers redis needs it: apt-get install -y redis-server" >&2
   fi
 fi
+# The `mqlab serve` browser test drives Debian's Chromium headless (Playwright, told its path,
+# never downloads a browser of its own).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mqlab: installing chromium for the web view's browser test (apt-get)..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >&2 \
+      || echo "mqlab: apt-get could not install chromium; the mqlab serve browser test needs it" >&2
+  else
+    echo "mqlab: no /usr/bin/chromium; the mqlab serve browser test needs it: apt-get install -y chromium" >&2
+  fi
+fi
 # ali-ons, a RocketMQ client written in JavaScript, runs under node as a real-client consumer in
 # `mqlab chaos run SUITE --client ons` and in the interop tests; its exact version is pinned by
 # chaos/real_clients/js/package-lock.json and installed beside it (npm ci).
