@@ -97,6 +97,8 @@ class IndexFile:
         if created or actual == 0:
             HEADER.pack_into(self._mm, 0, 0, 0, 0, 0, 0, 1)
         self._dirty = created
+        # the header as last written by this process (or read at open): a put reads no bytes back
+        self._header = list(self.header())
 
     # --- the header --------------------------------------------------------------------------
 
@@ -106,27 +108,31 @@ class IndexFile:
 
     @property
     def index_count(self) -> int:
-        return self.header()[5]
+        return self._header[5]
 
     @property
     def begin_timestamp_ms(self) -> int:
-        return self.header()[0]
+        return self._header[0]
 
     @property
     def end_timestamp_ms(self) -> int:
-        return self.header()[1]
+        return self._header[1]
 
     @property
     def begin_phys_offset(self) -> int:
-        return self.header()[2]
+        return self._header[2]
 
     @property
     def end_phys_offset(self) -> int:
-        return self.header()[3]
+        return self._header[3]
 
     @property
     def is_full(self) -> bool:
-        return self.index_count >= self.entries
+        return self._header[5] >= self.entries
+
+    def _write_header(self, *fields: int) -> None:
+        HEADER.pack_into(self._mm, 0, *fields)
+        self._header = list(fields)
 
     def header_problem(self) -> str:
         """Why the header cannot be what this code wrote (a torn or garbled file); "" when sane."""
@@ -152,29 +158,48 @@ class IndexFile:
         Raises:
             DiskFullError: the entry's page has no blocks and the disk has none to give.
         """
-        begin_ts, _end_ts, begin_phys, _end_phys, used_slots, count = self.header()
-        if count >= self.entries:
-            return False
-        position = self._entries_start + count * c.INDEX_ENTRY_BYTES
-        self._allocate(position + c.INDEX_ENTRY_BYTES)
-        if count == 1:
-            begin_ts, begin_phys = store_timestamp_ms, phys_offset
-        slot_position = c.INDEX_HEADER_BYTES + (key_hash % self.hash_slots) * c.INDEX_SLOT_BYTES
-        (prev,) = SLOT.unpack_from(self._mm, slot_position)
-        if not 0 < prev < count:
-            prev = 0  # empty, or garbage a torn write left: the chain ends here
-            used_slots += 1
-        time_diff_s = max(0, (store_timestamp_ms - begin_ts) // 1000)
-        ENTRY.pack_into(self._mm, position, key_hash, phys_offset, min(time_diff_s, 0x7FFFFFFF), prev)
-        SLOT.pack_into(self._mm, slot_position, count)
-        HEADER.pack_into(self._mm, 0, begin_ts, store_timestamp_ms, begin_phys, phys_offset, used_slots, count + 1)
-        self._dirty = True
-        return True
+        return self.put_keys((key_hash,), phys_offset, store_timestamp_ms) == 1
+
+    def put_keys(self, key_hashes: tuple[int, ...] | list[int], phys_offset: int, store_timestamp_ms: int) -> int:
+        """Add one entry per hash for one record, the header written once after them; returns how
+        many fit (the rest go to the next file).
+
+        Raises:
+            DiskFullError: an entry's page has no blocks and the disk has none to give (the
+                entries before it are counted).
+        """
+        begin_ts, _end_ts, begin_phys, _end_phys, used_slots, count = self._header
+        written = 0
+        mm = self._mm
+        try:
+            for key_hash in key_hashes:
+                if count >= self.entries:
+                    break
+                position = self._entries_start + count * c.INDEX_ENTRY_BYTES
+                if position + c.INDEX_ENTRY_BYTES > self.allocated_position:
+                    self._allocate(position + c.INDEX_ENTRY_BYTES)
+                if count == 1:
+                    begin_ts, begin_phys = store_timestamp_ms, phys_offset
+                slot_position = c.INDEX_HEADER_BYTES + (key_hash % self.hash_slots) * c.INDEX_SLOT_BYTES
+                (prev,) = SLOT.unpack_from(mm, slot_position)
+                if not 0 < prev < count:
+                    prev = 0  # empty, or garbage a torn write left: the chain ends here
+                    used_slots += 1
+                time_diff_s = max(0, (store_timestamp_ms - begin_ts) // 1000)
+                ENTRY.pack_into(mm, position, key_hash, phys_offset, min(time_diff_s, 0x7FFFFFFF), prev)
+                SLOT.pack_into(mm, slot_position, count)
+                count += 1
+                written += 1
+        finally:
+            if written:
+                self._write_header(begin_ts, store_timestamp_ms, begin_phys, phys_offset, used_slots, count)
+                self._dirty = True
+        return written
 
     def lookup(self, key_hash: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Up to `limit` phys offsets of entries with `key_hash` whose store time (to the second)
         may lie in [begin_ms, end_ms], newest first. Candidates: the caller checks each record."""
-        begin_ts, _end_ts, _bp, _ep, _slots, count = self.header()
+        begin_ts, _end_ts, _bp, _ep, _slots, count = self._header
         (number,) = SLOT.unpack_from(self._mm, c.INDEX_HEADER_BYTES + (key_hash % self.hash_slots) * c.INDEX_SLOT_BYTES)
         found: list[int] = []
         steps = 0
@@ -206,12 +231,12 @@ class IndexFile:
         """Keep entries 1..count-1 only: the header is recomputed from entry count-1 and every slot
         that points at a dropped entry is led back along its chain (`repair`)."""
         count = max(1, min(count, self.entries))
-        begin_ts, _end_ts, begin_phys, _end_phys, _used, _count = self.header()
+        begin_ts, _end_ts, begin_phys, _end_phys, _used, _count = self._header
         if count == 1:
-            HEADER.pack_into(self._mm, 0, 0, 0, 0, 0, 0, 1)
+            self._write_header(0, 0, 0, 0, 0, 1)
         else:
             _hash, last_phys, time_diff_s, _prev = self.entry(count - 1)
-            HEADER.pack_into(self._mm, 0, begin_ts, begin_ts + time_diff_s * 1000, begin_phys, last_phys, 0, count)
+            self._write_header(begin_ts, begin_ts + time_diff_s * 1000, begin_phys, last_phys, 0, count)
         self.repair()
 
     def repair(self) -> int:
@@ -246,9 +271,9 @@ class IndexFile:
             if sys.byteorder == "little":
                 fixed.byteswap()
             self._mm[c.INDEX_HEADER_BYTES:self._entries_start] = fixed.tobytes()
-        header = list(self.header())
+        header = list(self._header)
         header[4] = min(used, max(0, count - 1))
-        HEADER.pack_into(self._mm, 0, *header)
+        self._write_header(*header)
         self._dirty = True
         return changed
 

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nodes.common import constants as c
 from nodes.common.config import StoreConfig
@@ -40,7 +42,20 @@ from nodes.common.errors import CorruptRecordError, DataDirError, DiskFullError,
 from nodes.store.commitlog import CommitLog
 from nodes.store.dispatch import Step, scan_step
 from nodes.store.index_file import IndexFile
-from nodes.store.record import Record, RecordKind, decode_properties, index_fields
+from nodes.store.record import (
+    HEADER,
+    PHYS_OFFSET_FIELD,
+    PHYS_OFFSET_POS,
+    PROPS_LEN,
+    RECORD_BYTES_MIN,
+    RECORD_CRC_PROPERTY_BYTES,
+    SIZE_AND_MAGIC,
+    STORE_TIMESTAMP_FIELD,
+    STORE_TIMESTAMP_POS,
+    Record,
+    RecordKind,
+    decode_properties,
+)
 
 log = logging.getLogger(__name__)
 
@@ -213,11 +228,12 @@ class IndexService:
                 if mapped is None:
                     break
                 limit = min(end_phys_offset, mapped.end_offset)
-                fields = index_fields(mapped.buffer, position - mapped.start_offset, limit - mapped.start_offset,
-                                      position)
+                fields = _framed(mapped.buffer, position - mapped.start_offset, limit - mapped.start_offset,
+                                 position)
                 if fields is not None:
-                    size, topic, _queue_id, _queue_offset, store_timestamp_ms, properties = fields
-                    added += self._index_record(position, topic, store_timestamp_ms, properties)
+                    size, topic, store_timestamp_ms, properties = fields
+                    if properties:
+                        added += self._index_record(position, topic, store_timestamp_ms, properties)
                     self.position = position + size
                     continue
                 step, value = scan_step(commitlog, position, end_phys_offset)
@@ -245,29 +261,22 @@ class IndexService:
             self.catch_up(end_phys_offset)
 
     def _index_record(self, phys_offset: int, topic: str, store_timestamp_ms: int, properties_text: str) -> int:
-        if c.PROPERTY_KEYS not in properties_text and c.PROPERTY_UNIQ_KEY not in properties_text:
-            return 0
         skip: set[int] = set()
         if self._resume_skip is not None:
             skip_phys, hashes = self._resume_skip
             if skip_phys == phys_offset:
                 skip = hashes
             self._resume_skip = None
+        hashes = list(dict.fromkeys(key_hash(topic, key) for key in record_keys(decode_properties(properties_text))))
+        if skip:
+            hashes = [h for h in hashes if h not in skip]
         added = 0
-        for key in record_keys(decode_properties(properties_text)):
-            hashed = key_hash(topic, key)
-            if hashed in skip:
-                continue
-            index_file = self._writable_file()
-            try:
-                if not index_file.put(hashed, phys_offset, store_timestamp_ms):
-                    index_file = self._new_file()
-                    index_file.put(hashed, phys_offset, store_timestamp_ms)
-            except DiskFullError:
-                self._resume_skip = (phys_offset, skip | {h for h in self._tail_hashes(phys_offset)})
-                raise
-            skip.add(hashed)
-            added += 1
+        try:
+            while added < len(hashes):
+                added += self._writable_file().put_keys(hashes[added:], phys_offset, store_timestamp_ms)
+        except DiskFullError:
+            self._resume_skip = (phys_offset, skip | self._tail_hashes(phys_offset))
+            raise
         if added:
             self.indexed_keys += added
             self.last_update_timestamp_ms = store_timestamp_ms
@@ -375,6 +384,47 @@ class IndexService:
         return {"files": len(self.files), "position": self.position, "stalled": self.stalled,
                 "indexed_keys": self.indexed_keys,
                 "entries": sum(max(0, f.index_count - 1) for f in self.files)}
+
+
+_BODY_LEN = struct.Struct(">i")
+_BODY_LEN_POS = HEADER.size - _BODY_LEN.size
+_KEY_NAMES = (c.PROPERTY_KEYS.encode(), c.PROPERTY_UNIQ_KEY.encode())
+
+
+def _framed(buf: Any, pos: int, end: int, phys_offset: int) -> tuple[int, str, int, str] | None:
+    """(total size, topic, store timestamp, properties text or "" when it names no key) of the
+    record at `buf[pos]` when its framing holds: magic, sizes that add up to its total size,
+    its own phys offset. None for anything else (`scan_step` then judges the bytes).
+
+    No CRC: dispatch checked these records already, and a lookup checks each one it returns;
+    the framing alone keeps the walk on record boundaries."""
+    if end - pos < RECORD_BYTES_MIN:
+        return None
+    total_size, magic = SIZE_AND_MAGIC.unpack_from(buf, pos)
+    record_end = pos + total_size
+    if magic != c.RECORD_MAGIC or total_size < RECORD_BYTES_MIN or record_end > end:
+        return None
+    if PHYS_OFFSET_FIELD.unpack_from(buf, pos + PHYS_OFFSET_POS)[0] != phys_offset:
+        return None
+    (body_len,) = _BODY_LEN.unpack_from(buf, pos + _BODY_LEN_POS)
+    topic_len_pos = pos + HEADER.size + body_len
+    if body_len < 0 or topic_len_pos + 1 > record_end:
+        return None
+    topic_start = topic_len_pos + 1
+    props_len_pos = topic_start + buf[topic_len_pos]
+    if props_len_pos == topic_start or props_len_pos + PROPS_LEN.size > record_end:
+        return None
+    (props_len,) = PROPS_LEN.unpack_from(buf, props_len_pos)
+    if props_len < RECORD_CRC_PROPERTY_BYTES or props_len_pos + PROPS_LEN.size + props_len != record_end:
+        return None
+    properties = buf[props_len_pos + PROPS_LEN.size:record_end - RECORD_CRC_PROPERTY_BYTES]
+    (store_timestamp_ms,) = STORE_TIMESTAMP_FIELD.unpack_from(buf, pos + STORE_TIMESTAMP_POS)
+    if _KEY_NAMES[0] not in properties and _KEY_NAMES[1] not in properties:
+        return total_size, "", store_timestamp_ms, ""
+    try:
+        return total_size, str(buf[topic_start:props_len_pos], "utf-8"), store_timestamp_ms, str(properties, "utf-8")
+    except UnicodeDecodeError:
+        return total_size, "", store_timestamp_ms, ""
 
 
 def _time_name(ms: int) -> str:

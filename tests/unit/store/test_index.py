@@ -187,13 +187,11 @@ def test_a_replica_builds_its_own_index(open_store, tmp_path):
 
 def test_a_full_disk_stalls_the_index_not_the_put(open_store, monkeypatch):
     store = open_store(config=TINY_FILES)
-    put_keyed(store, "before", "U0")
+    put_keyed(store, "a b c d e f", "U0")  # 7 entries: the first file is full
 
     def no_room(self, end_position):
         raise DiskFullError(f"no room in {self.path}")
 
-    for i in range(3):
-        put_keyed(store, f"k{i}", f"U{i + 1}")  # fills the first file (7 entries)
     monkeypatch.setattr(IndexFile, "_allocate", no_room)
     stuck = store.put_messages([msg("T", 0, b"x", properties={"KEYS": "stuck", "UNIQ_KEY": "U9"})])
     assert stuck.status is PutStatus.PUT_OK
