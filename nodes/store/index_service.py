@@ -145,8 +145,13 @@ class IndexService:
                 report.files_dropped += len(paths) - i
                 break
             self.files.append(index_file)
-        if self.files:
-            report.entries_dropped = self._drop_unproven_tail(self.files[-1], end_phys_offset)
+        while self.files:
+            report.entries_dropped += self._drop_unproven_tail(self.files[-1], end_phys_offset)
+            if self.files[-1].index_count > 1 or len(self.files) == 1:
+                break
+            # nothing in the newest file is proven: the one before it may hold entries past the end too
+            self.files.pop().destroy()
+            report.files_dropped += 1
         self.position = self._resume_point()
         report.files = len(self.files)
         report.resume_phys_offset = self.position

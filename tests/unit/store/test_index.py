@@ -250,3 +250,23 @@ def test_header_unpacks_as_written(tmp_path):
     assert index_file.header() == (2_000, 5_500, 500, 900, 1, 3)
     assert struct.unpack(">iqii", index_file._mm[96:116]) == (7, 900, 3, 1)  # entry 2: diff 3 s, prev entry 1
     index_file.close()
+
+
+def test_a_cut_reaching_back_into_an_older_file_drops_its_tail_too(open_store, tmp_path):
+    store = open_store(config=TINY_FILES)
+    offsets = [put_keyed(store, f"key-{i}", f"U{i}") for i in range(6)]  # 12 entries: files of 7 and 5
+    crashed = crash_copy(store, tmp_path / "crashed")
+    segment = sorted((crashed / "commitlog").iterdir())[0]
+    with open(segment, "r+b") as f:  # recovery keeps the first two records only
+        f.seek(offsets[2])
+        f.write(bytes(offsets[-1] + 1000 - offsets[2]))
+    again = open_store(crashed, config=TINY_FILES)
+    assert again._files.index_load.entries_dropped == 8 and again._files.index_load.files_dropped == 1
+    assert again.index.describe()["entries"] == 4
+    for i in range(2, 6):
+        assert again.lookup_by_key("T", f"key-{i}", KEY_KIND, 5) == []
+    fresh = [put_keyed(again, f"new-{i}", f"N{i}") for i in range(3)]
+    assert fresh[0] == offsets[2]
+    for i, phys_offset in enumerate(fresh):
+        assert phys_of(again.lookup_by_key("T", f"new-{i}", KEY_KIND, 5)) == [phys_offset]
+    assert phys_of(again.lookup_by_key("T", "key-1", KEY_KIND, 5)) == [offsets[1]]
