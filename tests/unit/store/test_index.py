@@ -211,7 +211,7 @@ def test_a_disabled_index_answers_nothing(open_store, tmp_path):
     assert not (tmp_path / "store" / c.INDEX_DIR).exists()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=st.lists(st.lists(st.sampled_from("abcdefgh"), min_size=0, max_size=3), min_size=1, max_size=40),
        slots=st.integers(1, 8), entries=st.integers(4, 12))
 def test_every_lookup_returns_exactly_the_messages_with_that_key(tmp_path_factory, keys, slots, entries):
@@ -270,3 +270,32 @@ def test_a_cut_reaching_back_into_an_older_file_drops_its_tail_too(open_store, t
     for i, phys_offset in enumerate(fresh):
         assert phys_of(again.lookup_by_key("T", f"new-{i}", KEY_KIND, 5)) == [phys_offset]
     assert phys_of(again.lookup_by_key("T", "key-1", KEY_KIND, 5)) == [offsets[1]]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.sampled_from("abcd"), min_size=2, max_size=30), cut=st.floats(0, 1),
+       later=st.lists(st.sampled_from("abcd"), max_size=5))
+def test_after_a_cut_lookups_return_exactly_the_surviving_and_later_messages(tmp_path_factory, keys, cut, later):
+    """Whatever the commitlog's recovered end, no lookup shows a message recovery cut away, and
+    every kept or later message is found exactly once."""
+    root = tmp_path_factory.mktemp("cut")
+    store = MessageStore(root / "store", TINY_FILES)
+    store.open()
+    sent = [(key, put_keyed(store, key, f"U{i}")) for i, key in enumerate(keys)]
+    crashed = crash_copy(store, root / "crashed")
+    store.close()
+    keep = int(len(sent) * cut)
+    if keep < len(sent):
+        segment = sorted((crashed / "commitlog").iterdir())[0]
+        with open(segment, "r+b") as f:
+            f.seek(sent[keep][1])
+            f.write(bytes(sent[-1][1] + 1000 - sent[keep][1]))
+    again = MessageStore(crashed, TINY_FILES)
+    again.open()
+    try:
+        survivors = sent[:keep] + [(key, put_keyed(again, key, f"L{i}")) for i, key in enumerate(later)]
+        for key in "abcd":
+            expected = [phys_offset for k, phys_offset in reversed(survivors) if k == key]
+            assert phys_of(again.lookup_by_key("T", key, KEY_KIND, 1000)) == expected
+    finally:
+        again.close()
