@@ -86,8 +86,6 @@ class IndexFile:
             self.allocated_position = 0
             if created or actual == 0:
                 self._allocate(self._entries_start + c.INDEX_ENTRY_BYTES)
-            else:
-                self.allocated_position = self.size_bytes  # written before: its pages were allocated then
             self._mm = mmap.mmap(fd, self.size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
@@ -99,6 +97,11 @@ class IndexFile:
         self._dirty = created
         # the header as last written by this process (or read at open): a put reads no bytes back
         self._header = list(self.header())
+        if not (created or actual == 0):
+            # the header, the slots and the counted entries were written, so they have blocks; the
+            # pages after them may not (the file is sparse): allocate before writing there
+            counted = self._header[5] if 1 <= self._header[5] <= entries else 0
+            self.allocated_position = min(self.size_bytes, self._entries_start + counted * c.INDEX_ENTRY_BYTES)
 
     # --- the header --------------------------------------------------------------------------
 
