@@ -304,5 +304,6 @@ class MessageStore:
             "damaged_ranges": [list(r) for r in self._files.dispatcher.damaged_ranges],
             "is_slave": self.is_slave,
             "disk": self._files.disk.describe(),
-            "index": self._files.index.describe(),
+            "index": {**self._files.index.describe(), "files_dropped_at_open": self._files.index_load.files_dropped,
+                      "entries_dropped_at_open": self._files.index_load.entries_dropped},
         }
