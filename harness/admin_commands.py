@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness import terminal
+from harness import admin_message, terminal
 from harness.client_commands import NamesrvOpt, resolve_cluster
 from harness.cluster_admin import (
     DEFAULT_CREATE_QUEUES,
@@ -39,6 +39,7 @@ consumer_app = typer.Typer(name="consumer", no_args_is_help=True, help="A consum
 app.add_typer(topic_app)
 app.add_typer(group_app)
 app.add_typer(consumer_app)
+admin_message.register(app)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 TopicOpt = Annotated[str, typer.Option("--topic", help="Topic name.")]

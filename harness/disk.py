@@ -57,6 +57,8 @@ MOUNT_COMMAND_TIMEOUT_S = 30
 STORE_SEGMENT_MIN_BYTES = 512 * 1024  # store_options_for: commitlog segments on a small disk
 COMMITLOG_SEGMENT_MAX_BYTES = 1024 * MIB
 CQ_UNITS_SMALL_DISK = 16_384  # 320 KiB consume-queue files: many queues still fit a small disk
+INDEX_HASH_SLOTS_SMALL_DISK = 4_096  # 16 KiB of slots and 320 KiB of entries: a 336 KiB index file
+INDEX_ENTRIES_SMALL_DISK = 16_384
 PROC_MOUNTS = Path("/proc/mounts")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": MIB, "g": 1024 * MIB, "t": 1024 * 1024 * MIB}
@@ -149,10 +151,11 @@ class DiskFill:
 def store_options_for(size_bytes: int) -> dict[str, Any]:
     """Broker store settings that fit a store filesystem of `size_bytes`: segments of an eighth of
     it (a default 1 GiB segment cannot be allocated on a small disk), messages of at most a quarter
-    of a segment (a segment holds two of the largest), and small consume-queue files."""
+    of a segment (a segment holds two of the largest), and small consume-queue and index files."""
     segment = max(STORE_SEGMENT_MIN_BYTES, min(COMMITLOG_SEGMENT_MAX_BYTES, size_bytes // 8)) // 4096 * 4096
     return {"store": {"commitlog_segment_bytes": segment, "message_body_bytes_max": segment // 4,
-                      "cq_units_per_file": CQ_UNITS_SMALL_DISK}}
+                      "cq_units_per_file": CQ_UNITS_SMALL_DISK, "index_hash_slots": INDEX_HASH_SLOTS_SMALL_DISK,
+                      "index_entries_per_file": INDEX_ENTRIES_SMALL_DISK}}
 
 
 def _mib(n: int) -> str:

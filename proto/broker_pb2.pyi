@@ -453,3 +453,110 @@ class GetBrokerRuntimeResponse(_message.Message):
     broker_lock_lease_ms: int
     consumer_channel_expiry_ms: int
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ..., broker_lock_lease_ms: _Optional[int] = ..., consumer_channel_expiry_ms: _Optional[int] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_count", "begin_timestamp_ms", "end_timestamp_ms", "unique_key")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_count: int
+    begin_timestamp_ms: int
+    end_timestamp_ms: int
+    unique_key: bool
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_count: _Optional[int] = ..., begin_timestamp_ms: _Optional[int] = ..., end_timestamp_ms: _Optional[int] = ..., unique_key: _Optional[bool] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("msg_id", "topic")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    topic: str
+    def __init__(self, msg_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ViewQueueMessageRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+
+class GroupProgress(_message.Message):
+    __slots__ = ("group", "consumer_offset", "consumed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    consumer_offset: int
+    consumed: bool
+    def __init__(self, group: _Optional[str] = ..., consumer_offset: _Optional[int] = ..., consumed: _Optional[bool] = ...) -> None: ...
+
+class FoundMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "phys_offset", "offset_msg_id", "msg_id", "tags", "keys", "properties", "born_host", "born_timestamp_ms", "store_host", "store_timestamp_ms", "reconsume_times", "body_size", "body_preview", "flag", "sys_flag", "progress")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BODY_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BODY_PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    offset_msg_id: str
+    msg_id: str
+    tags: str
+    keys: str
+    properties: _containers.ScalarMap[str, str]
+    born_host: str
+    born_timestamp_ms: int
+    store_host: str
+    store_timestamp_ms: int
+    reconsume_times: int
+    body_size: int
+    body_preview: bytes
+    flag: int
+    sys_flag: int
+    progress: _containers.RepeatedCompositeFieldContainer[GroupProgress]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., phys_offset: _Optional[int] = ..., offset_msg_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_host: _Optional[str] = ..., born_timestamp_ms: _Optional[int] = ..., store_host: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., body_size: _Optional[int] = ..., body_preview: _Optional[bytes] = ..., flag: _Optional[int] = ..., sys_flag: _Optional[int] = ..., progress: _Optional[_Iterable[_Union[GroupProgress, _Mapping]]] = ...) -> None: ...
+
+class MessageLookupResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "messages")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[FoundMessage]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[FoundMessage, _Mapping]]] = ...) -> None: ...

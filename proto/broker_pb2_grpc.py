@@ -104,6 +104,21 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
                 _registered_method=True)
+        self.QueryMessage = channel.unary_unary(
+                '/mqlab.v1.Broker/QueryMessage',
+                request_serializer=proto_dot_broker__pb2.QueryMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.MessageLookupResponse.FromString,
+                _registered_method=True)
+        self.ViewMessage = channel.unary_unary(
+                '/mqlab.v1.Broker/ViewMessage',
+                request_serializer=proto_dot_broker__pb2.ViewMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.MessageLookupResponse.FromString,
+                _registered_method=True)
+        self.ViewQueueMessage = channel.unary_unary(
+                '/mqlab.v1.Broker/ViewQueueMessage',
+                request_serializer=proto_dot_broker__pb2.ViewQueueMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.MessageLookupResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -202,6 +217,26 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryMessage(self, request, context):
+        """Message lookups (RocketMQ QUERY_MESSAGE, VIEW_MESSAGE_BY_ID; mqadmin queryMsgByKey / ById /
+        ByOffset): answered by masters and slaves alike from their own store and message index.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ViewMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ViewQueueMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +309,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetBrokerRuntime,
                     request_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.SerializeToString,
+            ),
+            'QueryMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessage,
+                    request_deserializer=proto_dot_broker__pb2.QueryMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.MessageLookupResponse.SerializeToString,
+            ),
+            'ViewMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewMessage,
+                    request_deserializer=proto_dot_broker__pb2.ViewMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.MessageLookupResponse.SerializeToString,
+            ),
+            'ViewQueueMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewQueueMessage,
+                    request_deserializer=proto_dot_broker__pb2.ViewQueueMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.MessageLookupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -654,6 +704,87 @@ class Broker:
             '/mqlab.v1.Broker/GetBrokerRuntime',
             proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
             proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/QueryMessage',
+            proto_dot_broker__pb2.QueryMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.MessageLookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ViewMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ViewMessage',
+            proto_dot_broker__pb2.ViewMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.MessageLookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ViewQueueMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ViewQueueMessage',
+            proto_dot_broker__pb2.ViewQueueMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.MessageLookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

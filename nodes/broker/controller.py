@@ -27,6 +27,7 @@ from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
 from nodes.broker.last_pullers import LastPullers
 from nodes.broker.master_sync import MasterSyncHandler
+from nodes.broker.message_lookup import MessageLookupHandler
 from nodes.broker.offset_requests import OffsetRequestHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import PullProcessor
@@ -308,6 +309,10 @@ class BrokerController:
         table.register(RequestKind.CONSUMER_CONNECTIONS, admin.consumer_connections)
         table.register(RequestKind.LIST_CONSUMER_GROUPS, admin.list_consumer_groups)
         table.register(RequestKind.BROKER_RUNTIME, admin.broker_runtime)
+        lookup = MessageLookupHandler(config=config, store=self.store, topics=self.topics, offsets=self.offsets)
+        table.register(RequestKind.QUERY_MESSAGE, lookup.query_message)
+        table.register(RequestKind.VIEW_MESSAGE, lookup.view_message)
+        table.register(RequestKind.VIEW_QUEUE_MESSAGE, lookup.view_queue_message)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its

@@ -45,6 +45,10 @@ class RequestKind(enum.Enum):
     CONSUMER_CONNECTIONS = "consumer-connections"  # (ConsumerConnectionsRequest) -> ConsumerConnectionsResponse
     LIST_CONSUMER_GROUPS = "list-consumer-groups"  # (ListConsumerGroupsRequest) -> ListConsumerGroupsResponse
     BROKER_RUNTIME = "broker-runtime"  # (BrokerRuntimeRequest) -> BrokerRuntimeResponse
+    # message lookups (message_lookup)
+    QUERY_MESSAGE = "query-message"  # (QueryMessageRequest) -> MessageLookupResponse: by key
+    VIEW_MESSAGE = "view-message"  # (ViewMessageRequest) -> MessageLookupResponse: by id or phys offset
+    VIEW_QUEUE_MESSAGE = "view-queue-message"  # (QueueMessageRequest) -> MessageLookupResponse
 
 
 class RequestNotSupportedError(Exception):

@@ -167,6 +167,11 @@ class StoreConfig:
     disk_max_used_space_ratio: float = c.DISK_MAX_USED_SPACE_RATIO
     disk_space_clean_forcibly_ratio: float = c.DISK_SPACE_CLEAN_FORCIBLY_RATIO
     disk_space_warning_level_ratio: float = c.DISK_SPACE_WARNING_LEVEL_RATIO
+    # The message index (RocketMQ messageIndexEnable, maxHashSlotNum, maxIndexNum): lookups by key
+    # and client message id; a file holds index_entries_per_file - 1 keys.
+    message_index_enable: bool = True
+    index_hash_slots: int = c.INDEX_HASH_SLOTS
+    index_entries_per_file: int = c.INDEX_ENTRIES_PER_FILE
     # Test-only fault switches, set by the broker from its fault_switches (never directly):
     # recovery-trust-checkpoint, recovery-keep-torn-tail, read-skip-crc, sparse-segments,
     # ignore-disk-full.
@@ -192,6 +197,9 @@ class StoreConfig:
             raise ConfigError("store.cq_units_per_file must be at least 16")
         if self.memory_budget_bytes <= 0:
             raise ConfigError("store.memory_budget_bytes must be positive")
+        if self.index_hash_slots < c.INDEX_HASH_SLOTS_MIN or self.index_entries_per_file < c.INDEX_ENTRIES_PER_FILE_MIN:
+            raise ConfigError(f"store.index_hash_slots must be at least {c.INDEX_HASH_SLOTS_MIN} and "
+                              f"store.index_entries_per_file at least {c.INDEX_ENTRIES_PER_FILE_MIN}")
         if self.flush_disk_type not in c.FLUSH_DISK_TYPES:
             raise ConfigError(f"store.flush_disk_type must be one of {c.FLUSH_DISK_TYPES}, "
                               f"got {self.flush_disk_type!r}")

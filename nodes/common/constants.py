@@ -484,3 +484,25 @@ RMQ5_USER_PROPERTIES_MAX = 128  # user properties per message (MESSAGE_PROPERTIE
 RMQ5_PROPERTIES_BYTES_MAX = 16 * 1024  # user properties + tag + keys of one message
 RMQ5_DELIVERY_AHEAD_MS_MAX = 86_400_000  # a delayed message is due at most a day ahead
 RMQ5_PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group, stored as RocketMQ 5 stores it
+
+# ---------------------------------------------------------------------------
+# Message index (nodes/store/index_file.py, index_service.py): RocketMQ's IndexFile. Each file
+# is a 40-byte header, HASH_SLOTS 4-byte slots and ENTRIES 20-byte entries. RocketMQ's
+# maxHashSlotNum / maxIndexNum (5,000,000 / 20,000,000: a 420 MB file) are far too big for a
+# test cluster; the defaults make a 42 MB file whose entry region is allocated as it fills.
+# ---------------------------------------------------------------------------
+INDEX_HEADER_BYTES = 40
+INDEX_SLOT_BYTES = 4
+INDEX_ENTRY_BYTES = 20
+INDEX_HASH_SLOTS = 500_000  # store.index_hash_slots (RocketMQ maxHashSlotNum 5,000,000)
+INDEX_ENTRIES_PER_FILE = 2_000_000  # store.index_entries_per_file (RocketMQ maxIndexNum 20,000,000)
+INDEX_HASH_SLOTS_TEST = 64  # test-sized: collisions and full files within a few hundred messages
+INDEX_ENTRIES_PER_FILE_TEST = 256
+INDEX_HASH_SLOTS_MIN = 1
+INDEX_ENTRIES_PER_FILE_MIN = 4
+INDEX_KEY_SEPARATOR = "#"  # an index key is "topic#key" (RocketMQ's buildKey)
+INDEX_DIR = "index"
+INDEX_QUERY_MAX_DEFAULT = 32  # RocketMQ defaultQueryMaxNum: what a query without a count gets
+INDEX_QUERY_MAX = 64  # RocketMQ maxMsgsNumBatch: the most messages one key query answers
+INDEX_CHAIN_STEPS_MAX = 100_000  # a slot chain longer than this is a damaged file: the walk stops
+INDEX_BODY_PREVIEW_BYTES = 256  # how much of a body a message lookup answer carries

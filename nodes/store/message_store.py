@@ -20,6 +20,7 @@ from typing import Any
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import StoreConfig
 from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS
+from nodes.store.index_service import IndexService
 from nodes.store.metadata import MetadataStore
 from nodes.store.read_path import GetResult, GetStatus, StoreReader
 from nodes.store.record import CheckedRecord, MessageToStore, Record
@@ -44,7 +45,7 @@ class MessageStore:
         self.config = config
         self.metadata: MetadataStore
         self._recovery: RecoveryReport | None = None  # what the last open found
-        self._files = StoreFiles(self.root, config, self.delay_levels_ms, is_slave=is_slave)
+        self._files = StoreFiles(self.root, config, self.delay_levels_ms, is_slave=is_slave, wall_ms=clock.wall_ms)
         self._files.reporter = reporter
         self._writer = StoreWriter(self._files, clock, self.delay_levels_ms)
         self._reader = StoreReader(self._files, offset_check_in_slave=offset_check_in_slave)
@@ -137,6 +138,8 @@ class MessageStore:
         if not self._files.running:
             return []
         events = clean_pass(self._files, now_ms=now_ms, reserved_ms=reserved_ms)
+        if events:
+            self._files.index.delete_expired(self._files.commitlog.min_phys_offset)
         for event in events:
             safe_report(self._files.reporter, event)
         return events
@@ -212,6 +215,7 @@ class MessageStore:
             dispatcher = files.dispatcher
             dispatcher.reput_from_phys_offset = min(dispatcher.reput_from_phys_offset, phys_offset)
             dispatcher.damaged_ranges[:] = [(a, b) for a, b in dispatcher.damaged_ranges if b <= phys_offset]
+            files.index.truncate_after(phys_offset)
             queue_ends = {f"{q.topic}/{q.queue_id}": q.max_queue_offset for q in files.consume_queues.values()}
             writer = self._writer
             writer.put_only_from_phys_offset = min(writer.put_only_from_phys_offset, phys_offset)
@@ -260,6 +264,16 @@ class MessageStore:
     def queue_first_phys_offset(self, topic: str, queue_id: int) -> int | None:
         return self._reader.queue_first_phys_offset(topic, queue_id)
 
+    @property
+    def index(self) -> IndexService:
+        """The message index: lookups by key and client message id (index_service.py)."""
+        return self._files.index
+
+    def lookup_by_key(self, topic: str, key: str, kind: str, max_count: int, begin_ms: int = 0,
+                      end_ms: int = 2**62) -> list[Record]:
+        """Records of `topic` indexed under `key` (IndexService.lookup: each one read and checked)."""
+        return self._files.index.lookup(topic, key, kind, max_count, begin_ms, end_ms)
+
     def is_in_memory(self, phys_offset: int) -> bool:
         return self._reader.is_in_memory(phys_offset)
 
@@ -290,4 +304,6 @@ class MessageStore:
             "damaged_ranges": [list(r) for r in self._files.dispatcher.damaged_ranges],
             "is_slave": self.is_slave,
             "disk": self._files.disk.describe(),
+            "index": {**self._files.index.describe(), "files_dropped_at_open": self._files.index_load.files_dropped,
+                      "entries_dropped_at_open": self._files.index_load.entries_dropped},
         }

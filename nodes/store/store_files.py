@@ -8,6 +8,7 @@ is running. The write path (write_path.py) and the read path (read_path.py) shar
 Layout under `root`:
     commitlog/<20-digit phys offset>                 the messages (commitlog.py)
     consumequeue/<topic>/<queue_id>/<20-digit byte>  the per-queue indexes (consume_queue.py)
+    index/<yyyyMMddHHmmssSSS>                        the message index by key (index_service.py)
     checkpoint                                       flush timestamps (checkpoint.py)
     flushed.json                                     the positions the last fsync covered
     abort                                            exists while open: its presence at open
@@ -25,7 +26,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from nodes.store.delay import schedule_tag_code_of
 from nodes.store.disk_guard import DiskGuard
 from nodes.store.dispatch import ArrivalListener, Dispatcher
 from nodes.store.group_commit import GroupCommitService
+from nodes.store.index_service import IndexLoadReport, IndexService
 from nodes.store.metadata import MetadataStore
 from nodes.store.recovery import RecoveryReport, recover
 from nodes.store.store_events import BadRecordReporter, Reporter, recovery_events, safe_report
@@ -52,7 +55,8 @@ def is_path_safe(topic: str) -> bool:
 
 
 class StoreFiles:
-    def __init__(self, root: Path, config: StoreConfig, delay_levels_ms: Sequence[int], *, is_slave: bool) -> None:
+    def __init__(self, root: Path, config: StoreConfig, delay_levels_ms: Sequence[int], *, is_slave: bool,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.root = root
         self.config = config
         # A slave's commitlog is written only by replication (append_commitlog), never by put.
@@ -64,6 +68,9 @@ class StoreFiles:
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queue_for,
                                      tag_code=lambda topic, properties, store_timestamp_ms: schedule_tag_code_of(
                                          topic, properties, store_timestamp_ms, delay_levels_ms))
+        # the message index follows dispatch: every caller that dispatches calls `index.catch_up`
+        self.index = IndexService(root / c.INDEX_DIR, self.commitlog, config, wall_ms)
+        self.index_load = IndexLoadReport()
         self.metadata: MetadataStore
         self.lock = threading.Lock()
         self.running = False
@@ -105,6 +112,9 @@ class StoreFiles:
             except DiskFullError as exc:
                 raise DataDirError(f"recovery of the store at {self.root} needs a new file and the disk is full "
                                    f"({exc}): free space on that filesystem and start again") from exc
+            self.index_load = self.index.load(self.commitlog.max_phys_offset)
+            self.index.on_disk_full = self.note_disk_full
+            self.index.catch_up(self.dispatcher.reput_from_phys_offset)
             self.metadata = MetadataStore(self.root / "metadata")
             self._carry_flushed_over()
         except OSError as exc:
@@ -207,6 +217,8 @@ class StoreFiles:
             self.dispatcher.dispatch_until(self.commitlog.max_phys_offset)
         except DiskFullError:
             return False
+        finally:
+            self.index.catch_up(self.dispatcher.reput_from_phys_offset)
         self.disk.logic_queue_error = False
         log.warning("dispatch caught up at phys offset %d after a full disk", self.dispatcher.reput_from_phys_offset)
         return True
@@ -219,6 +231,9 @@ class StoreFiles:
         if self.disk.logic_queue_error and self.running:
             with self.lock:
                 self.retry_dispatch()
+        if self.index.stalled and self.running and not self.disk.full:
+            with self.lock:
+                self.index.retry(self.dispatcher.reput_from_phys_offset)
 
     def check_open(self) -> None:
         if not self.running:
@@ -238,6 +253,7 @@ class StoreFiles:
             self.commitlog.close()
             for queue in self.consume_queues.values():
                 queue.close()
+            self.index.close()
             self.metadata.close()
             (self.root / "abort").unlink(missing_ok=True)
 
@@ -258,6 +274,7 @@ class StoreFiles:
         self.commitlog.flush()
         for queue in queues:
             queue.flush()
+        self.index.flush()
         if store_timestamp_ms:
             try:
                 write_checkpoint(self.root / "checkpoint", Checkpoint(store_timestamp_ms, store_timestamp_ms, 0))

@@ -179,6 +179,7 @@ class StoreWriter:
                 # Stored in the commitlog, not yet indexed: PUT_OK (as RocketMQ, whose dispatch runs
                 # after the answer anyway); later puts wait until dispatch caught up.
                 files.dispatch_failed(exc)
+            files.index.catch_up(self._dispatcher.reput_from_phys_offset)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
         return PutResult(PutStatus.PUT_OK, appended)
@@ -237,6 +238,7 @@ class StoreWriter:
                 files.disk.logic_queue_error = False
             except DiskFullError as exc:  # the bytes are stored (and acknowledged); indexing resumes later
                 files.dispatch_failed(exc)
+            files.index.catch_up(self._dispatcher.reput_from_phys_offset)
             self.reset_put_only()
             arrivals = self._take_arrivals()
         self._fire(arrivals)

@@ -22,7 +22,7 @@ import grpc.aio
 from nodes.broker.admin_queries import BrokerRuntimeRequest, ListConsumerGroupsRequest
 from nodes.broker.pull import PullAnswer, PullSession
 from nodes.broker.request_table import RequestKind, RequestTable
-from nodes.broker.transport import admin_convert, convert
+from nodes.broker.transport import admin_convert, convert, lookup_convert
 from nodes.common.codes import ResponseCode
 from nodes.common.grpc_adapter import CODE_TO_PB, answers_errors, failure_remark
 from proto import broker_pb2, broker_pb2_grpc
@@ -50,6 +50,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
         self._list_groups = table[RequestKind.LIST_CONSUMER_GROUPS]
         self._runtime = table[RequestKind.BROKER_RUNTIME]
+        self._query_message = table[RequestKind.QUERY_MESSAGE]
+        self._view_message = table[RequestKind.VIEW_MESSAGE]
+        self._view_queue_message = table[RequestKind.VIEW_QUEUE_MESSAGE]
         self.open_pull_streams = 0
         self.open_send_streams = 0
 
@@ -196,6 +199,21 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def GetBrokerRuntime(self, request: broker_pb2.GetBrokerRuntimeRequest,
                                context: grpc.aio.ServicerContext) -> broker_pb2.GetBrokerRuntimeResponse:
         return admin_convert.runtime_to_pb(self._runtime(BrokerRuntimeRequest()))
+
+    @answers_errors(broker_pb2.MessageLookupResponse, "query message")
+    async def QueryMessage(self, request: broker_pb2.QueryMessageRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.MessageLookupResponse:
+        return lookup_convert.lookup_to_pb(self._query_message(lookup_convert.query_from_pb(request)))
+
+    @answers_errors(broker_pb2.MessageLookupResponse, "view message")
+    async def ViewMessage(self, request: broker_pb2.ViewMessageRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.MessageLookupResponse:
+        return lookup_convert.lookup_to_pb(self._view_message(lookup_convert.view_from_pb(request)))
+
+    @answers_errors(broker_pb2.MessageLookupResponse, "view queue message")
+    async def ViewQueueMessage(self, request: broker_pb2.ViewQueueMessageRequest,
+                               context: grpc.aio.ServicerContext) -> broker_pb2.MessageLookupResponse:
+        return lookup_convert.lookup_to_pb(self._view_queue_message(lookup_convert.queue_view_from_pb(request)))
 
 
 class _AnswerWriter:

@@ -21,6 +21,7 @@ from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.transport import remoting_send
 from nodes.broker.transport.remoting_admin import RemotingAdmin
 from nodes.broker.transport.remoting_consumers import RemotingConsumers
+from nodes.broker.transport.remoting_lookup import RemotingLookup
 from nodes.broker.transport.remoting_offsets import RemotingOffsets
 from nodes.broker.transport.remoting_pull import RemotingPullSession
 from nodes.common.codes import ResponseCode
@@ -41,6 +42,7 @@ class BrokerRemotingAdapter:
         self.consumers = RemotingConsumers(table)
         offsets = RemotingOffsets(table, self.consumers.client_ids_on)
         admin = RemotingAdmin(table)
+        lookup = RemotingLookup(table)
         self._pulls: dict[int, RemotingPullSession] = {}
         self._routes: dict[int, Route] = {
             RequestCode.SEND_MESSAGE: self._send_message,
@@ -64,6 +66,8 @@ class BrokerRemotingAdapter:
             RequestCode.GET_CONSUME_STATS: admin.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.connections,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime,
+            RequestCode.QUERY_MESSAGE: lookup.query_message,
+            RequestCode.VIEW_MESSAGE_BY_ID: lookup.view_message,
         }
 
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
