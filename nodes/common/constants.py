@@ -458,3 +458,24 @@ BROKER_FAULT_SWITCHES[FAULT_LEASE_WALL_CLOCK] = (
 CONSUMER_FAULT_SWITCHES[FAULT_RENEW_GIVES_UP] = (
     "lock renewal retries at every interval: after one renewal call of a broker's queues fails or times "
     "out, the consumer never renews that broker's locks again, so its client leases run out")
+
+# ---------------------------------------------------------------------------
+# POP consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,
+# ChangeInvisibleTimeProcessor, PopReviveService, ConsumerOrderInfoManager): nodes/broker/pop/
+# ---------------------------------------------------------------------------
+POP_REVIVE_INTERVAL_MS = 1_000  # reviveInterval: an expired pop is moved to the retry topic within this
+POP_BATCH_MAX = 32  # the most messages one pop hands out (the proxy's and the broker's cap)
+POP_INVISIBLE_MIN_MS = 10_000  # minInvisibleTimeMillsForRecv: a receive handler's floor (the engine takes any > 0)
+POP_INVISIBLE_MAX_MS = 12 * 3_600_000  # maxInvisibleTimeMills: the longest invisible time a pop or a change takes
+POP_POLL_MAX_MS = 20_000  # the longest long-poll a pop waits (the proxy clamps receives to 5..20 s)
+POP_RETRY_FIRST_PERCENT = 20  # popFromRetryProbability: how often the retry topic is popped first
+POP_RETRY_QUEUE_NUMS = 1  # a pop retry topic has one queue (RocketMQ revives into queue 0)
+POP_RETRY_TOPIC_SEPARATOR = "_"  # %RETRY%<group>_<topic>: RocketMQ 5's retry topic v1 name
+POP_HANDLE_VERSION = "p1"  # the first field of our receipt handles
+POP_FIFO_KIND = "f"  # a handle's kind: a FIFO pop (redelivered in place, never through the retry topic)
+POP_NORMAL_KIND = "n"  # a handle's kind: a message of the topic itself
+POP_RETRY_KIND = "r"  # a handle's kind: a message of the group's retry topic for the topic
+POP_REVIVE_BATCH_MAX = 1_024  # expired pops one revive pass moves, so one pass never hogs the event loop
+PROPERTY_POP_FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME, set on the first revive
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # where a dead-lettered pop came from (RocketMQ 5)
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
