@@ -105,7 +105,7 @@ class QueuePopper:
 
     # --- FIFO ----------------------------------------------------------------------------------
 
-    def pop_fifo_queue(self, call: PopCall, queue_id: int, want: int) -> list[Popped]:
+    def pop_fifo_queue(self, call: PopCall, queue_id: int, want: int, depth: int = 0) -> list[Popped]:
         state, topic = self._state, call.topic
         key = (call.group, topic, queue_id)
         batch = state.orders.get(key)
@@ -130,12 +130,14 @@ class QueuePopper:
         offsets: list[int] = []
         counts: dict[int, int] = {}
         out: list[Popped] = []
+        dead_lettered = 0
         for record in records:
             count = previous_counts.get(record.queue_offset, 0) + 1
             if count > call.max_attempts:
                 if not self._dead_letter_in_place(call, record, count - 1):
                     next_offset = record.queue_offset  # not past it: the queue must not skip a message
                     break
+                dead_lettered += 1
                 continue
             entry = self._hand_out(call, record, topic, count)
             offsets.append(record.queue_offset)
@@ -146,6 +148,8 @@ class QueuePopper:
         state.set_offset(key, next_offset)
         if out or batch is not None:
             state.put_order(key, OrderBatch(offsets, counts, call.attempt_id, call.now_wall_ms))
+        if not out and dead_lettered and depth < _READS_PER_QUEUE_MAX:
+            return self.pop_fifo_queue(call, queue_id, want, depth + 1)  # the queue moved on: read on
         return out
 
     def _repeat(self, call: PopCall, unacked: list[InFlight]) -> list[Popped]:
