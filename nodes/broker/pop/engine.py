@@ -30,7 +30,15 @@ from nodes.broker.pop.handle import MalformedHandle, ReceiptHandle
 from nodes.broker.pop.journal import PopJournal
 from nodes.broker.pop.persist import StateWriter
 from nodes.broker.pop.popping import PopCall, Popped, QueuePopper
-from nodes.broker.pop.state import INFLIGHT_TABLE, META_TABLE, OFFSETS_TABLE, ORDERS_TABLE, InFlight, PopState
+from nodes.broker.pop.state import (
+    INFLIGHT_TABLE,
+    META_TABLE,
+    OFFSETS_TABLE,
+    ORDERS_TABLE,
+    REVIVED,
+    InFlight,
+    PopState,
+)
 from nodes.broker.pop.values import AckResult, ChangeInvisibleResult, PopCode, PoppedMessage, PopResult
 from nodes.broker.pop.waiters import PopWaiters
 from nodes.broker.pull import subscription_tags
@@ -198,7 +206,7 @@ class PopEngine:
         if isinstance(found, AckResult):
             return found
         entry = found
-        self.state.settle(entry, forget_after_wall_ms=entry.deadline_wall_ms)
+        self.state.settle(entry)
         self.journal.acked(entry, "ok")
         self._wake_if_unblocked(entry)
         if not await self._persist():
@@ -218,7 +226,9 @@ class PopEngine:
             return ChangeInvisibleResult(found.code, remark=found.remark)
         now_ms = self._clock.wall_ms()
         changed = dataclasses.replace(found, generation=self.state.next_generation(), pop_wall_ms=now_ms,
-                                      invisible_ms=invisible_ms, deadline_wall_ms=now_ms + invisible_ms)
+                                      invisible_ms=invisible_ms, deadline_wall_ms=now_ms + invisible_ms,
+                                      handles_until_wall_ms=max(found.handles_until_wall_ms, found.deadline_wall_ms,
+                                                                now_ms + invisible_ms))
         self.state.put_inflight(changed)
         self.journal.changed(found, changed)
         if not await self._persist():
@@ -248,7 +258,7 @@ class PopEngine:
             return AckResult(PopCode.UNAVAILABLE, f"{exc}; try again later")
         if self._on_put is not None:
             self._on_put()
-        self.state.settle(entry, forget_after_wall_ms=entry.deadline_wall_ms)
+        self.state.settle(entry)
         self.journal.dead_lettered(entry, reason="client", to_topic=dlq_topic(group),
                                    to_queue_offset=appended.queue_offset)
         self._wake_if_unblocked(entry)
@@ -285,6 +295,9 @@ class PopEngine:
         settled = self.state.settled.get(key)
         if settled is not None and settled[0] == handle.generation:
             return AckResult(PopCode.OK, "already settled")
+        if settled is not None and settled[0] == REVIVED and entry is None:
+            return self._invalid(handle, topic, "expired: its message was revived and comes back with its next "
+                                                "attempt")
         if entry is not None or settled is not None:
             return self._invalid(handle, topic, "superseded: a newer handle of this message is current (its "
                                                 "invisible time was changed, or it was handed out again)")
@@ -360,7 +373,7 @@ class PopEngine:
         if record is None:
             log.warning("expired pop of %s queue %d offset %d: the message is gone (retention); dropping it",
                         entry.queue_topic, entry.queue_id, entry.queue_offset)
-            self.state.remove_inflight(entry.key)
+            self.state.retire(entry)
             self.journal.revived(entry, to_topic=None, to_queue_offset=None, in_place=False, lost=True)
             return
         group_config = self._groups.groups.get(entry.group)
@@ -368,14 +381,14 @@ class PopEngine:
         if entry.attempt >= max_attempts:
             appended = moves.to_dlq(self._store, self._topics, record, group=entry.group, topic=entry.topic,
                                     now_ms=now_ms)
-            self.state.remove_inflight(entry.key)
+            self.state.retire(entry)
             self.journal.dead_lettered(entry, reason="max-attempts", to_topic=dlq_topic(entry.group),
                                        to_queue_offset=appended.queue_offset)
             return
         first_pop = record.properties.get(c.PROPERTY_POP_FIRST_POP_TIME) or str(entry.pop_wall_ms)
         appended = moves.to_retry(self._store, self._topics, record, group=entry.group, topic=entry.topic,
                                   first_pop_wall_ms=int(first_pop), now_ms=now_ms)
-        self.state.remove_inflight(entry.key)
+        self.state.retire(entry)
         self.journal.revived(entry, to_topic=moves.pop_retry_topic(entry.group, entry.topic),
                              to_queue_offset=appended.queue_offset, in_place=False)
 

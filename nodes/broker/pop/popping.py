@@ -87,7 +87,8 @@ class QueuePopper:
                          queue_offset=record.queue_offset, phys_offset=record.phys_offset, size=record.total_size,
                          generation=state.next_generation(), pop_wall_ms=call.now_wall_ms,
                          invisible_ms=call.invisible_ms, deadline_wall_ms=call.now_wall_ms + call.invisible_ms,
-                         attempt=attempt, fifo=call.fifo, client_id=call.client_id)
+                         attempt=attempt, fifo=call.fifo, client_id=call.client_id,
+                         handles_until_wall_ms=call.now_wall_ms + call.invisible_ms)
         state.put_inflight(entry)
         self._journal.popped(entry, record.msg_id, attempt_id=call.attempt_id, repeat=False)
         return entry
@@ -125,7 +126,7 @@ class QueuePopper:
         records, next_offset = self._read(call, topic, queue_id, start, want)
         previous_counts = batch.counts if batch is not None else {}
         for entry in expired:
-            state.remove_inflight(entry.key)
+            state.retire(entry)
             self._journal.revived(entry, to_topic=None, to_queue_offset=None, in_place=True)
         offsets: list[int] = []
         counts: dict[int, int] = {}

@@ -27,6 +27,7 @@ INFLIGHT_TABLE = "pop_inflight"
 ORDERS_TABLE = "pop_orders"
 META_TABLE = "pop_meta"
 GENERATION_KEY = "generation"
+REVIVED = -1  # the settled generation of a retired entry: no handle of it is current
 
 QueueKey = tuple[str, str, int]  # (group, queue topic, queue id)
 EntryKey = tuple[str, str, int, int]  # (group, queue topic, queue id, queue offset)
@@ -66,6 +67,9 @@ class InFlight:
     attempt: int  # the delivery attempt this hand-out is (1 = first)
     fifo: bool
     client_id: str = ""
+    # the latest deadline of any handle issued for this entry (a change may shorten the current
+    # one): how long a settled or revived entry must be remembered to refuse its old handles
+    handles_until_wall_ms: int = 0
 
     @property
     def key(self) -> EntryKey:
@@ -121,8 +125,9 @@ class PopState:
         self.inflight: dict[EntryKey, InFlight] = {}
         self.orders: dict[QueueKey, OrderBatch] = {}
         self.generation = 0
-        # entry key -> (generation acked or dead-lettered, forget after wall ms): a repeated ack
-        # of that handle is answered OK, one of an older generation is refused. In memory only.
+        # entry key -> (generation acked or dead-lettered, or REVIVED; forget after wall ms): a
+        # repeated ack of that handle is answered OK, any other handle of the entry is refused.
+        # In memory only: a restart forgets it (then only the handle's own deadline is checked).
         self.settled: dict[EntryKey, tuple[int, int]] = {}
         self._delta = Delta()
 
@@ -165,10 +170,16 @@ class PopState:
             self._delta.delete(INFLIGHT_TABLE, encode_key(key))
         return entry
 
-    def settle(self, entry: InFlight, forget_after_wall_ms: int) -> None:
+    def settle(self, entry: InFlight) -> None:
         """Remove an acked or dead-lettered entry, remembering its generation for repeated acks."""
         self.remove_inflight(entry.key)
-        self.settled[entry.key] = (entry.generation, forget_after_wall_ms)
+        self.settled[entry.key] = (entry.generation, max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
+
+    def retire(self, entry: InFlight) -> None:
+        """Remove an expired entry (revived, or about to be handed out again in place): every
+        handle of it is stale from now on."""
+        self.remove_inflight(entry.key)
+        self.settled[entry.key] = (REVIVED, max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
 
     def put_order(self, key: QueueKey, batch: OrderBatch) -> None:
         self.orders[key] = batch
