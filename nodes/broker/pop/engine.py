@@ -223,6 +223,9 @@ class PopEngine:
                                                                           f"outside 0..{c.POP_INVISIBLE_MAX_MS} ms")
         found = self._current(group, topic, receipt_handle)
         if isinstance(found, AckResult):
+            if found.code is PopCode.OK:  # settled: there is nothing left to make invisible
+                return ChangeInvisibleResult(PopCode.INVALID_RECEIPT_HANDLE,
+                                             remark="receipt handle is settled: its message was acknowledged")
             return ChangeInvisibleResult(found.code, remark=found.remark)
         now_ms = self._clock.wall_ms()
         changed = dataclasses.replace(found, generation=self.state.next_generation(), pop_wall_ms=now_ms,
