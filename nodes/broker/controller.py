@@ -326,6 +326,10 @@ class BrokerController:
         table.register(RequestKind.CONSUMER_CONNECTIONS, admin.consumer_connections)
         table.register(RequestKind.LIST_CONSUMER_GROUPS, admin.list_consumer_groups)
         table.register(RequestKind.BROKER_RUNTIME, admin.broker_runtime)
+        table.register(RequestKind.POP_MESSAGE, self.pop.handle_pop)
+        table.register(RequestKind.POP_ACK, self.pop.handle_ack)
+        table.register(RequestKind.POP_CHANGE_INVISIBLE, self.pop.handle_change_invisible)
+        table.register(RequestKind.POP_FORWARD_TO_DLQ, self.pop.handle_forward_to_dlq)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its

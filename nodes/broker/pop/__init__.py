@@ -10,7 +10,16 @@ ack, change-invisible-duration and forward-to-DLQ, free of any transport.
 from nodes.broker.pop.engine import PopEngine
 from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.pop.revive import PopReviveService
-from nodes.broker.pop.values import AckResult, ChangeInvisibleResult, PopCode, PoppedMessage, PopResult
+from nodes.broker.pop.values import (
+    AckResult,
+    ChangeInvisibleRequest,
+    ChangeInvisibleResult,
+    PopAckRequest,
+    PopCode,
+    PoppedMessage,
+    PopRequest,
+    PopResult,
+)
 
-__all__ = ["AckResult", "ChangeInvisibleResult", "PopCode", "PopEngine", "PopResult", "PopReviveService",
-           "PoppedMessage", "ReceiptHandle"]
+__all__ = ["AckResult", "ChangeInvisibleRequest", "ChangeInvisibleResult", "PopAckRequest", "PopCode", "PopEngine",
+           "PopRequest", "PopResult", "PopReviveService", "PoppedMessage", "ReceiptHandle"]

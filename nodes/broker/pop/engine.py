@@ -39,7 +39,16 @@ from nodes.broker.pop.state import (
     InFlight,
     PopState,
 )
-from nodes.broker.pop.values import AckResult, ChangeInvisibleResult, PopCode, PoppedMessage, PopResult
+from nodes.broker.pop.values import (
+    AckResult,
+    ChangeInvisibleRequest,
+    ChangeInvisibleResult,
+    PopAckRequest,
+    PopCode,
+    PoppedMessage,
+    PopRequest,
+    PopResult,
+)
 from nodes.broker.pop.waiters import PopWaiters
 from nodes.broker.pull import subscription_tags
 from nodes.broker.send_back import dlq_topic
@@ -394,6 +403,22 @@ class PopEngine:
         self.state.retire(entry)
         self.journal.revived(entry, to_topic=moves.pop_retry_topic(entry.group, entry.topic),
                              to_queue_offset=appended.queue_offset, in_place=False)
+
+    # --- the request table's handlers (one request value each) -----------------------------------
+
+    async def handle_pop(self, req: PopRequest) -> PopResult:
+        return await self.pop(group=req.group, topic=req.topic, max_nums=req.max_nums, invisible_ms=req.invisible_ms,
+                              poll_timeout_ms=req.poll_timeout_ms, fifo=req.fifo, attempt_id=req.attempt_id,
+                              tag_expression=req.tag_expression, client_id=req.client_id)
+
+    async def handle_ack(self, req: PopAckRequest) -> AckResult:
+        return await self.ack(req.group, req.topic, req.receipt_handle)
+
+    async def handle_forward_to_dlq(self, req: PopAckRequest) -> AckResult:
+        return await self.forward_to_dlq(req.group, req.topic, req.receipt_handle)
+
+    async def handle_change_invisible(self, req: ChangeInvisibleRequest) -> ChangeInvisibleResult:
+        return await self.change_invisible(req.group, req.topic, req.receipt_handle, req.invisible_ms)
 
     # --- persistence and status ------------------------------------------------------------------
 

@@ -21,6 +21,38 @@ class PopCode(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class PopRequest:
+    """POP_MESSAGE as the request table carries it (PopEngine.pop's arguments)."""
+
+    group: str
+    topic: str
+    max_nums: int
+    invisible_ms: int
+    poll_timeout_ms: int = 0
+    fifo: bool | None = None
+    attempt_id: str = ""
+    tag_expression: str = "*"
+    client_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PopAckRequest:
+    """POP_ACK and POP_FORWARD_TO_DLQ."""
+
+    group: str
+    topic: str
+    receipt_handle: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeInvisibleRequest:
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoppedMessage:
     """One message handed out, with everything a RocketMQ 5 answer carries."""
 
