@@ -110,11 +110,11 @@ def test_change_invisible_gives_a_new_handle_and_moves_the_deadline(rig):
     rig.put("T", 0, b"slow")
 
     async def scenario():
-        first = (await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=200)).messages[0]
+        first = (await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=500)).messages[0]
         changed = await rig.engine.change_invisible(G, "T", first.receipt_handle, 60_000)
         assert changed.code is PopCode.OK and changed.receipt_handle != first.receipt_handle
         # past the first deadline and several revive passes: nothing comes back
-        nothing = await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=60_000, poll_timeout_ms=600)
+        nothing = await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=60_000, poll_timeout_ms=800)
         assert nothing.code is PopCode.NOT_FOUND
         stale = await rig.engine.ack(G, "T", first.receipt_handle)
         assert stale.code is PopCode.INVALID_RECEIPT_HANDLE and "superseded" in stale.remark
