@@ -476,6 +476,7 @@ POP_FIFO_KIND = "f"  # a handle's kind: a FIFO pop (redelivered in place, never 
 POP_NORMAL_KIND = "n"  # a handle's kind: a message of the topic itself
 POP_RETRY_KIND = "r"  # a handle's kind: a message of the group's retry topic for the topic
 POP_REVIVE_BATCH_MAX = 1_024  # expired pops one revive pass moves, so one pass never hogs the event loop
+PROPERTY_POP_RETRY_GROUP = "POP_RETRY_GROUP"  # the pop group a revived copy belongs to (names can collide, see moves.py)
 PROPERTY_POP_FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME, set on the first revive
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # where a dead-lettered pop came from (RocketMQ 5)
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"

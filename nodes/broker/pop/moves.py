@@ -2,7 +2,11 @@
 
 The pop retry topic is RocketMQ 5's (v1 name) `%RETRY%<group>_<topic>`: one per group and
 topic, so a pop of topic A never meets a retry of topic B, and a 4.x push consumer of the same
-group (which subscribes `%RETRY%<group>`) never takes a pop's retries. The dead-letter topic is
+group (which subscribes `%RETRY%<group>`) never takes a pop's retries. The name is ambiguous, as
+RocketMQ's v1 is (group `g` with topic `X_T` and group `g_X` with topic `T` share
+`%RETRY%g_X_T`; so does a 4.x group `g_X_T`): every copy therefore carries its group
+(POP_RETRY_GROUP) and topic (RETRY_TOPIC), and a pop takes from a retry queue only its own copies
+(each group has its own pop offset there, so skipping another's copies takes nothing from it). The dead-letter topic is
 the group's usual `%DLQ%<group>`, created like a send-back creates it (send_back.py).
 """
 
@@ -38,10 +42,12 @@ def is_pop_retry_topic(queue_topic: str, group: str, topic: str) -> bool:
     return queue_topic == pop_retry_topic(group, topic)
 
 
-def _copy(record: Record, topic: str, queue_id: int, reconsume_times: int, extra: dict[str, str]) -> MessageToStore:
+def _copy(record: Record, topic: str, queue_id: int, reconsume_times: int, defaults: dict[str, str],
+          overrides: dict[str, str]) -> MessageToStore:
     properties = {k: v for k, v in record.properties.items() if k != c.PROPERTY_DELAY}
-    for name, value in extra.items():
+    for name, value in defaults.items():
         properties.setdefault(name, value)
+    properties.update(overrides)
     properties.setdefault(c.PROPERTY_ORIGIN_MESSAGE_ID, record.msg_id)
     return MessageToStore(topic=topic, queue_id=queue_id, body=record.body, flag=record.flag, properties=properties,
                           born_timestamp_ms=record.born_timestamp_ms, born_host=record.born_host,
@@ -63,8 +69,15 @@ def to_retry(store: MessageStore, topics: TopicConfigManager, record: Record, *,
     config = create_topic_in_send_back(topics, retry, c.POP_RETRY_QUEUE_NUMS, c.PERM_DEFAULT, now_ms)
     if not config.writable:
         raise MoveFailed(f"the pop retry topic {retry} is not writable; give it write permission")
-    return _put(store, _copy(record, retry, 0, record.reconsume_times + 1, {
-        c.PROPERTY_RETRY_TOPIC: topic, c.PROPERTY_POP_FIRST_POP_TIME: str(first_pop_wall_ms)}))
+    return _put(store, _copy(record, retry, 0, record.reconsume_times + 1,
+                             {c.PROPERTY_POP_FIRST_POP_TIME: str(first_pop_wall_ms)},
+                             {c.PROPERTY_RETRY_TOPIC: topic, c.PROPERTY_POP_RETRY_GROUP: group}))
+
+
+def is_own_copy(record: Record, group: str, topic: str) -> bool:
+    """Whether a record of a pop retry queue was revived there for this group and topic."""
+    props = record.properties
+    return props.get(c.PROPERTY_POP_RETRY_GROUP) == group and props.get(c.PROPERTY_RETRY_TOPIC) == topic
 
 
 def to_dlq(store: MessageStore, topics: TopicConfigManager, record: Record, *, group: str, topic: str,
@@ -73,6 +86,5 @@ def to_dlq(store: MessageStore, topics: TopicConfigManager, record: Record, *, g
     config = create_topic_in_send_back(topics, dead, c.DLQ_NUMS_PER_GROUP, c.PERM_DEFAULT, now_ms)
     if not config.writable:
         raise MoveFailed(f"the dead-letter topic {dead} is not writable; give it write permission")
-    return _put(store, _copy(record, dead, 0, record.reconsume_times, {
-        c.PROPERTY_RETRY_TOPIC: topic, c.PROPERTY_DLQ_ORIGIN_TOPIC: topic,
-        c.PROPERTY_DLQ_ORIGIN_MESSAGE_ID: record.msg_id}))
+    return _put(store, _copy(record, dead, 0, record.reconsume_times, {c.PROPERTY_RETRY_TOPIC: topic},
+                             {c.PROPERTY_DLQ_ORIGIN_TOPIC: topic, c.PROPERTY_DLQ_ORIGIN_MESSAGE_ID: record.msg_id}))

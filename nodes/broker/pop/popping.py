@@ -72,6 +72,8 @@ class QueuePopper:
                 records = [decode_record(data) for data in got.records]
                 if call.tags is not None:  # the tag hash may collide: the tag itself decides
                     records = [r for r in records if r.tags in call.tags]
+                if queue_topic != call.topic:  # a retry queue another group or topic may share
+                    records = [r for r in records if moves.is_own_copy(r, call.group, call.topic)]
                 if records:
                     return records, next_offset
             if got.status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE) or next_offset == offset:

@@ -211,3 +211,23 @@ def test_a_slave_refuses_pops(rig):
     async def scenario():
         return await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=1_000)
     assert rig.run(scenario, revive=False).code is PopCode.NOT_MASTER
+
+
+def test_two_groups_whose_retry_topics_share_a_name_each_get_only_their_own_retries(rig):
+    # group g with topic X_T and group g_X with topic T both revive into %RETRY%g_X_T
+    rig.topic("X_T")
+    rig.group("g_X")
+    rig.put("X_T", 0, b"for g")
+    rig.put("T", 0, b"for g_X")
+
+    async def scenario():
+        for group, topic in (("g", "X_T"), ("g_X", "T")):
+            assert (await rig.engine.pop(group=group, topic=topic, max_nums=1, invisible_ms=100)).code is PopCode.OK
+        back = {}
+        for group, topic in (("g", "X_T"), ("g_X", "T")):
+            popped = await rig.engine.pop(group=group, topic=topic, max_nums=32, invisible_ms=60_000,
+                                          poll_timeout_ms=100 + REVIVE_MS + slack_ms())
+            back[group] = [(m.body, m.queue_topic, m.delivery_attempt) for m in popped.messages]
+        return back
+
+    assert rig.run(scenario) == {"g": [(b"for g", "%RETRY%g_X_T", 2)], "g_X": [(b"for g_X", "%RETRY%g_X_T", 2)]}
