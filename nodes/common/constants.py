@@ -475,6 +475,7 @@ POP_HANDLE_VERSION = "p1"  # the first field of our receipt handles
 POP_FIFO_KIND = "f"  # a handle's kind: a FIFO pop (redelivered in place, never through the retry topic)
 POP_NORMAL_KIND = "n"  # a handle's kind: a message of the topic itself
 POP_RETRY_KIND = "r"  # a handle's kind: a message of the group's retry topic for the topic
+POP_SETTLED_REMEMBERED_MAX = 100_000  # settled handles remembered (to answer repeated acks); the oldest go first
 POP_REVIVE_BATCH_MAX = 1_024  # expired pops one revive pass moves, so one pass never hogs the event loop
 PROPERTY_POP_RETRY_GROUP = "POP_RETRY_GROUP"  # the pop group a revived copy belongs to (names can collide, see moves.py)
 PROPERTY_POP_FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME, set on the first revive

@@ -154,8 +154,9 @@ class PopEngine:
             if self._topics.data_version != version:
                 await self._topics_changed()
             if not stored:
-                return PopResult(PopCode.UNAVAILABLE, remark="the pop state could not be written (is the disk full?); "
-                                                            "the messages stay where they were, try again later")
+                return PopResult(PopCode.UNAVAILABLE, remark="the pop state could not be written (is the disk full?): "
+                                                            "the messages read are not handed out and come back after "
+                                                            "the invisible time; try again later")
             if popped:
                 return PopResult(PopCode.OK, [self._answer(call, entry, record) for entry, record in popped])
             remaining_ms = deadline_ms - self._clock.monotonic_ms()

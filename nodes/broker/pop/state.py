@@ -22,6 +22,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nodes.common import constants as c
+
 OFFSETS_TABLE = "pop_offsets"
 INFLIGHT_TABLE = "pop_inflight"
 ORDERS_TABLE = "pop_orders"
@@ -173,13 +175,20 @@ class PopState:
     def settle(self, entry: InFlight) -> None:
         """Remove an acked or dead-lettered entry, remembering its generation for repeated acks."""
         self.remove_inflight(entry.key)
-        self.settled[entry.key] = (entry.generation, max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
+        self._remember(entry, entry.generation)
 
     def retire(self, entry: InFlight) -> None:
         """Remove an expired entry (revived, or about to be handed out again in place): every
         handle of it is stale from now on."""
         self.remove_inflight(entry.key)
-        self.settled[entry.key] = (REVIVED, max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
+        self._remember(entry, REVIVED)
+
+    def _remember(self, entry: InFlight, generation: int) -> None:
+        self.settled.pop(entry.key, None)  # re-inserted last: the dict stays oldest first
+        self.settled[entry.key] = (generation, max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
+        if len(self.settled) > c.POP_SETTLED_REMEMBERED_MAX:
+            # the oldest goes: a repeated ack of it is then judged by its handle's deadline alone
+            del self.settled[next(iter(self.settled))]
 
     def put_order(self, key: QueueKey, batch: OrderBatch) -> None:
         self.orders[key] = batch
