@@ -131,6 +131,9 @@ class PopState:
         # repeated ack of that handle is answered OK, any other handle of the entry is refused.
         # In memory only: a restart forgets it (then only the handle's own deadline is checked).
         self.settled: dict[EntryKey, tuple[int, int]] = {}
+        # no entry's deadline is earlier than this (it may be lower than the true earliest: a
+        # removal leaves it), so a revive pass before it has nothing to look at
+        self._earliest_deadline_ms = 0
         self._delta = Delta()
 
     # --- loading ---------------------------------------------------------------------------------
@@ -164,6 +167,7 @@ class PopState:
 
     def put_inflight(self, entry: InFlight) -> None:
         self.inflight[entry.key] = entry
+        self._earliest_deadline_ms = min(self._earliest_deadline_ms, entry.deadline_wall_ms)
         self._delta.put(INFLIGHT_TABLE, encode_key(entry.key), asdict(entry))
 
     def remove_inflight(self, key: EntryKey) -> InFlight | None:
@@ -212,6 +216,18 @@ class PopState:
             del self.settled[key]
 
     def due(self, now_wall_ms: int) -> list[InFlight]:
-        """Entries whose invisible time is over, earliest deadline first."""
-        return sorted((e for e in self.inflight.values() if e.deadline_wall_ms <= now_wall_ms),
-                      key=lambda e: e.deadline_wall_ms)
+        """Entries whose invisible time is over, earliest deadline first. Scans the table only
+        when something may be due."""
+        if now_wall_ms < self._earliest_deadline_ms:
+            return []
+        due: list[InFlight] = []
+        earliest_later = now_wall_ms + c.POP_INVISIBLE_MAX_MS
+        for entry in self.inflight.values():
+            if entry.deadline_wall_ms <= now_wall_ms:
+                due.append(entry)
+            else:
+                earliest_later = min(earliest_later, entry.deadline_wall_ms)
+        # what is due now stays in the table until moved (FIFO batches until popped again): keep
+        # looking at every pass while there is any
+        self._earliest_deadline_ms = now_wall_ms if due else earliest_later
+        return sorted(due, key=lambda e: e.deadline_wall_ms)
