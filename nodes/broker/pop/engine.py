@@ -162,6 +162,9 @@ class PopEngine:
             remaining_ms = deadline_ms - self._clock.monotonic_ms()
             if remaining_ms <= 0:
                 return PopResult(PopCode.NOT_FOUND, remark="no new message")
+            if self.waiters.waiting_on(topic) >= c.POP_POLLING_MAX:
+                return PopResult(PopCode.POLLING_FULL, remark=f"{c.POP_POLLING_MAX} pops already wait on {topic}; "
+                                                              "poll again later or with a shorter poll time")
             await self.waiters.wait(watched, remaining_ms)
 
     def _pop_once(self, call: PopCall, max_nums: int) -> list[Popped]:

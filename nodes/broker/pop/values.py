@@ -11,6 +11,7 @@ class PopCode(enum.Enum):
 
     OK = "OK"
     NOT_FOUND = "NOT_FOUND"  # nothing to hand out within the poll time (MESSAGE_NOT_FOUND)
+    POLLING_FULL = "POLLING_FULL"  # too many pops already wait on the topic (TOO_MANY_REQUESTS)
     INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"  # expired, superseded or revived (INVALID_RECEIPT_HANDLE)
     ILLEGAL_ARGUMENT = "ILLEGAL_ARGUMENT"  # a malformed handle, batch size, invisible time or name (BAD_REQUEST)
     TOPIC_NOT_EXIST = "TOPIC_NOT_EXIST"  # (TOPIC_NOT_FOUND)

@@ -29,6 +29,9 @@ class PopWaiters:
         """Waiting pops (one may wait on several topics)."""
         return len(set().union(*self._by_topic.values())) if self._by_topic else 0
 
+    def waiting_on(self, topic: str) -> int:
+        return len(self._by_topic.get(topic, ()))
+
     def has_waiters(self, topic: str) -> bool:
         return bool(self._by_topic.get(topic))
 

@@ -231,3 +231,21 @@ def test_two_groups_whose_retry_topics_share_a_name_each_get_only_their_own_retr
         return back
 
     assert rig.run(scenario) == {"g": [(b"for g", "%RETRY%g_X_T", 2)], "g_X": [(b"for g_X", "%RETRY%g_X_T", 2)]}
+
+
+def test_a_pop_past_the_held_limit_is_answered_polling_full(rig, monkeypatch):
+    monkeypatch.setattr(c, "POP_POLLING_MAX", 2)
+
+    async def scenario():
+        held = [asyncio.create_task(rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=60_000,
+                                                   poll_timeout_ms=10_000)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        full = await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=60_000, poll_timeout_ms=10_000)
+        rig.put("T", 0, b"one")
+        rig.put("T", 1, b"two")
+        answers = await asyncio.gather(*held)
+        return full, answers
+
+    full, answers = rig.run(scenario, revive=False)
+    assert full.code is PopCode.POLLING_FULL
+    assert sorted(a.messages[0].body for a in answers) == [b"one", b"two"]
