@@ -44,10 +44,11 @@ class PopJournal:
             "queue_topic": queue_topic, "queue_id": queue_id, "queue_offset": queue_offset,
             "generation": generation, "status": "invalid", "reason": reason})
 
-    def changed(self, before: InFlight, after: InFlight) -> None:
+    def changed(self, before: InFlight, after: InFlight, *, reason: str = "client") -> None:
+        """`reason`: client (change_invisible), client-gone (release_client)."""
         self._record("pop-change-invisible", before, new_generation=after.generation,
                      invisible_ms=after.invisible_ms, previous_deadline_wall_ms=before.deadline_wall_ms,
-                     deadline_wall_ms=after.deadline_wall_ms)
+                     deadline_wall_ms=after.deadline_wall_ms, reason=reason)
 
     def revived(self, entry: InFlight, *, to_topic: str | None, to_queue_offset: int | None, in_place: bool,
                 lost: bool = False) -> None:
