@@ -7,6 +7,7 @@ RocketMQ 5 MessagingService (or any other adapter) calls.
     ack(group, topic, receipt_handle)                     -> AckResult
     change_invisible(group, topic, receipt_handle, ms)    -> ChangeInvisibleResult
     forward_to_dlq(group, topic, receipt_handle)          -> AckResult
+    release_client(client_id)                             -> released count
     revive()                                              -> moved count (PopReviveService)
 
 Owns the rules of a handle's validity: a handle is current while its entry is in flight with
