@@ -1,7 +1,10 @@
 """PopReviveService: every `pop_revive_interval_ms` (RocketMQ's reviveInterval, 1 s, scaled by
 the time knob) the engine moves the expired, unacknowledged pops back (engine.revive). A message
 whose invisible time ends at D therefore comes back no sooner than D and, barring a backlog of
-more than POP_REVIVE_BATCH_MAX expiries or a stopped broker, no later than D + the interval."""
+more than POP_REVIVE_BATCH_MAX expiries or a stopped broker, no later than D + the interval + the
+time one pass takes (the next pass starts an interval after the last one ended; a pass costs a
+store put per message moved and one state transaction). Measured on the shared 2-core machine
+with a 50 ms interval and 400 expiries in 300 ms: 32..127 ms after the deadline, median 78."""
 
 from __future__ import annotations
 
