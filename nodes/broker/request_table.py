@@ -49,6 +49,11 @@ class RequestKind(enum.Enum):
     QUERY_MESSAGE = "query-message"  # (QueryMessageRequest) -> MessageLookupResponse: by key
     VIEW_MESSAGE = "view-message"  # (ViewMessageRequest) -> MessageLookupResponse: by id or phys offset
     VIEW_QUEUE_MESSAGE = "view-queue-message"  # (QueueMessageRequest) -> MessageLookupResponse
+    # POP consumption (nodes/broker/pop), masters only
+    POP_MESSAGE = "pop"  # async (PopRequest) -> PopResult
+    POP_ACK = "pop-ack"  # async (PopAckRequest) -> AckResult
+    POP_CHANGE_INVISIBLE = "pop-change-invisible"  # async (ChangeInvisibleRequest) -> ChangeInvisibleResult
+    POP_FORWARD_TO_DLQ = "pop-forward-to-dlq"  # async (PopAckRequest) -> AckResult
 
 
 class RequestNotSupportedError(Exception):
