@@ -54,6 +54,7 @@ def produce(
     count: Annotated[int, typer.Option("--count", min=1, help="Messages to send.")] = 1000,
     body_bytes: Annotated[int, typer.Option("--body-bytes", min=1, help="Body size in bytes.")] = 1024,
     tags: Annotated[str | None, typer.Option("--tags", help="Tag for every message.")] = None,
+    keys: Annotated[str | None, typer.Option("--keys", help="Key of every message, '{n}' replaced by its number (e.g. 'order-{n}'), so `mqlab admin message --key` finds it.")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Send batches of K messages (send_batch).")] = 1,
     inflight: Annotated[int, typer.Option("--inflight", min=1, help="Async sends in flight (1 = synchronous).")] = 1,
     group: Annotated[str, typer.Option("--group", help="Producer group.")] = "mqlab_cli_producer",
@@ -63,7 +64,7 @@ def produce(
     tag = f"p{time.time_ns() // 1_000_000:x}"
     with _started(Producer(addr, group=group, timing=timing)) as producer, terminal.progress() as bar:
         task = bar.add_task("sending", total=count)
-        stats = tools.produce(producer, topic, count, body_bytes=body_bytes, tags=tags, batch=batch,
+        stats = tools.produce(producer, topic, count, body_bytes=body_bytes, tags=tags, keys=keys, batch=batch,
                               inflight=inflight, tag=tag, on_progress=lambda n: bar.advance(task, n))
     terminal.console.print(summary_table("produce", [
         ("sent", stats.attempted), ("SEND_OK", stats.ok),

@@ -74,12 +74,13 @@ class ProduceStats:
 
 
 def produce(producer: Any, topic: str, count: int, *, body_bytes: int = 1024, tags: str | None = None,
-            batch: int = 1, inflight: int = 1, tag: str = "mqlab",
+            keys: str | None = None, batch: int = 1, inflight: int = 1, tag: str = "mqlab",
             on_progress: ProgressFn | None = None) -> ProduceStats:
     """Send `count` messages with bodies `make_body(tag, seq, body_bytes)`, seq = 0..count-1.
 
     Args:
         producer: a started `nodes.client.Producer` (or anything with its shape).
+        keys: every message's KEYS, with "{n}" replaced by its seq (so each can be looked up).
         batch: > 1 sends `send_batch` lists of this many messages (one queue per batch).
         inflight: > 1 keeps this many `send_async` calls outstanding (ignored with batch > 1).
         on_progress: called with the number of messages just finished (ok or not).
@@ -103,7 +104,8 @@ def produce(producer: Any, topic: str, count: int, *, body_bytes: int = 1024, ta
         progress(len(seqs))
 
     def message(seq: int) -> Message:
-        return Message(topic, make_body(tag, seq, body_bytes), tags=tags)
+        return Message(topic, make_body(tag, seq, body_bytes), tags=tags,
+                       keys=keys.replace("{n}", str(seq)) if keys else None)
 
     if batch > 1:
         for first in range(0, count, batch):

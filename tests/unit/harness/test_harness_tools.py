@@ -32,6 +32,17 @@ def test_produce_sync_acks_every_message(fake_mq):
     assert sum(len(q) for q in fake_mq.broker.queues.values()) == 50
 
 
+def test_produce_keys_each_message_by_its_number(fake_mq):
+    producer = fake_mq.Producer("ns")
+    producer.start()
+    tools.produce(producer, "T", 12, body_bytes=64, tag="x", keys="order-{n}")
+    stored = [m for q in fake_mq.broker.queues.values() for m in q]
+    by_seq = {tools.body_id(m.body)[1]: m.properties.get("KEYS") for m in stored}
+    assert by_seq == {n: f"order-{n}" for n in range(12)}
+    tools.produce(producer, "U", 2, body_bytes=64, tag="y")
+    assert all("KEYS" not in m.properties for q in fake_mq.broker.queues.values() for m in q if m.topic == "U")
+
+
 def test_produce_counts_failures_and_non_ok_statuses(fake_mq):
     fake_mq.broker.fail = {b"x:0000000003:": RequestTimeoutError("send: no answer"),
                            b"x:0000000004:": SendStatus.FLUSH_SLAVE_TIMEOUT}
