@@ -453,3 +453,128 @@ class GetBrokerRuntimeResponse(_message.Message):
     broker_lock_lease_ms: int
     consumer_channel_expiry_ms: int
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ..., broker_lock_lease_ms: _Optional[int] = ..., consumer_channel_expiry_ms: _Optional[int] = ...) -> None: ...
+
+class PopMessageRequest(_message.Message):
+    __slots__ = ("group", "topic", "max_nums", "invisible_ms", "poll_timeout_ms", "fifo", "attempt_id", "tag_expression", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUMS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    POLL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    max_nums: int
+    invisible_ms: int
+    poll_timeout_ms: int
+    fifo: bool
+    attempt_id: str
+    tag_expression: str
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_nums: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., poll_timeout_ms: _Optional[int] = ..., fifo: _Optional[bool] = ..., attempt_id: _Optional[str] = ..., tag_expression: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class PoppedMessage(_message.Message):
+    __slots__ = ("topic", "queue_topic", "broker_name", "queue_id", "queue_offset", "phys_offset", "body", "properties", "msg_id", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host", "reconsume_times", "delivery_attempt", "receipt_handle", "invisible_deadline_wall_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DEADLINE_WALL_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_topic: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    msg_id: str
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    reconsume_times: int
+    delivery_attempt: int
+    receipt_handle: str
+    invisible_deadline_wall_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., phys_offset: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., msg_id: _Optional[str] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., receipt_handle: _Optional[str] = ..., invisible_deadline_wall_ms: _Optional[int] = ...) -> None: ...
+
+class PopMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "pop_code", "messages")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    POP_CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    pop_code: str
+    messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., pop_code: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ...) -> None: ...
+
+class AckPopMessageRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class AckPopMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "pop_code")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    POP_CODE_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    pop_code: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., pop_code: _Optional[str] = ...) -> None: ...
+
+class ChangePopInvisibleTimeRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class ChangePopInvisibleTimeResponse(_message.Message):
+    __slots__ = ("code", "remark", "pop_code", "receipt_handle", "invisible_deadline_wall_ms")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    POP_CODE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DEADLINE_WALL_MS_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    pop_code: str
+    receipt_handle: str
+    invisible_deadline_wall_ms: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., pop_code: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_deadline_wall_ms: _Optional[int] = ...) -> None: ...

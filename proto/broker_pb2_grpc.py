@@ -104,6 +104,26 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
                 _registered_method=True)
+        self.PopMessage = channel.unary_unary(
+                '/mqlab.v1.Broker/PopMessage',
+                request_serializer=proto_dot_broker__pb2.PopMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.PopMessageResponse.FromString,
+                _registered_method=True)
+        self.AckPopMessage = channel.unary_unary(
+                '/mqlab.v1.Broker/AckPopMessage',
+                request_serializer=proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.AckPopMessageResponse.FromString,
+                _registered_method=True)
+        self.ChangePopInvisibleTime = channel.unary_unary(
+                '/mqlab.v1.Broker/ChangePopInvisibleTime',
+                request_serializer=proto_dot_broker__pb2.ChangePopInvisibleTimeRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ChangePopInvisibleTimeResponse.FromString,
+                _registered_method=True)
+        self.ForwardPopToDeadLetter = channel.unary_unary(
+                '/mqlab.v1.Broker/ForwardPopToDeadLetter',
+                request_serializer=proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.AckPopMessageResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -202,6 +222,33 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PopMessage(self, request, context):
+        """POP consumption (RocketMQ 5's pop / ack / change invisible time; docs/architecture.md,
+        "POP consumption"): a master's engine, over our own API. A pop that finds nothing is held
+        up to its poll_timeout_ms; give the call a deadline longer than that.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckPopMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangePopInvisibleTime(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardPopToDeadLetter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +321,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetBrokerRuntime,
                     request_deserializer=proto_dot_broker__pb2.GetBrokerRuntimeRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.GetBrokerRuntimeResponse.SerializeToString,
+            ),
+            'PopMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopMessage,
+                    request_deserializer=proto_dot_broker__pb2.PopMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.PopMessageResponse.SerializeToString,
+            ),
+            'AckPopMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckPopMessage,
+                    request_deserializer=proto_dot_broker__pb2.AckPopMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.AckPopMessageResponse.SerializeToString,
+            ),
+            'ChangePopInvisibleTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangePopInvisibleTime,
+                    request_deserializer=proto_dot_broker__pb2.ChangePopInvisibleTimeRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ChangePopInvisibleTimeResponse.SerializeToString,
+            ),
+            'ForwardPopToDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardPopToDeadLetter,
+                    request_deserializer=proto_dot_broker__pb2.AckPopMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.AckPopMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -654,6 +721,114 @@ class Broker:
             '/mqlab.v1.Broker/GetBrokerRuntime',
             proto_dot_broker__pb2.GetBrokerRuntimeRequest.SerializeToString,
             proto_dot_broker__pb2.GetBrokerRuntimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/PopMessage',
+            proto_dot_broker__pb2.PopMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.PopMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckPopMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/AckPopMessage',
+            proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.AckPopMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangePopInvisibleTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ChangePopInvisibleTime',
+            proto_dot_broker__pb2.ChangePopInvisibleTimeRequest.SerializeToString,
+            proto_dot_broker__pb2.ChangePopInvisibleTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardPopToDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ForwardPopToDeadLetter',
+            proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.AckPopMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

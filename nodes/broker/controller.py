@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from nodes.broker.last_pullers import LastPullers
 from nodes.broker.master_sync import MasterSyncHandler
 from nodes.broker.offset_requests import OffsetRequestHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
+from nodes.broker.pop import PopEngine, PopReviveService
 from nodes.broker.pull import PullProcessor
 from nodes.broker.pull_hold import PullRequestHoldService
 from nodes.broker.queue_locks import (
@@ -66,6 +68,17 @@ from nodes.store.message_store import MessageStore, RecoveryReport
 from proto import broker_pb2_grpc, consumer_pb2_grpc, replication_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+
+def _fan_out(listeners: list[Callable[..., None]]) -> Callable[..., None]:
+    """One store arrival listener calling several, in order."""
+    if len(listeners) == 1:
+        return listeners[0]
+
+    def notify(*args: object) -> None:
+        for listener in listeners:
+            listener(*args)
+    return notify
 
 
 class FlushService(Service):
@@ -150,8 +163,18 @@ class BrokerController:
         poll_ms = timing.long_poll_scan_ms if self.config.long_polling_enable else timing.short_poll_ms
         self.pull_hold = PullRequestHoldService(self.store, self._clock, poll_ms, on_crash=crash_node)
         self.send = SendProcessor(self.config, self.store, self.topics, self._clock, groups=self.groups)
-        if self.config.is_master and self.config.long_polling_enable:
-            self.store.on_arrival = self.pull_hold.notify_arrival
+        self.pop = PopEngine(store=self.store, topics=self.topics, groups=self.groups, clock=self._clock,
+                             broker_name=self.config.broker_name, is_master=self.config.is_master, events=self.events,
+                             writes_open=lambda: self.replication.writes.is_open, on_put=self.replication.log_grew,
+                             on_topics_changed=self._register_now,
+                             readable=lambda: bool(self.config.broker_perm & c.PERM_READ))
+        self.pop.load()
+        self.pop.bind_loop()
+        if self.config.is_master:
+            # held pulls (with long polling) and waiting pops both hear of every arrival
+            listeners = [self.pull_hold.notify_arrival] if self.config.long_polling_enable else []
+            listeners.append(self.pop.notify_arrival)
+            self.store.on_arrival = _fan_out(listeners)
         self._register_handlers()
 
         server = make_server()
@@ -201,6 +224,9 @@ class BrokerController:
             else:  # it writes too: not before the lost tail is back (or the wait gave up)
                 self._background.append(asyncio.create_task(self._start_when_writable(self.schedule),
                                                             name="schedule-after-restore"))
+        if self.config.is_master:
+            self._services.append(PopReviveService(self.pop, timing.pop_revive_interval_ms, on_crash=crash_node,
+                                                   clock=self._clock))
         if self.queue_locks is not None:
             self._services.append(LockExpiryScanService(self.queue_locks, self._lock_now_ms,
                                                         timing.broker_lock_expiry_scan_ms, on_crash=crash_node,
@@ -308,6 +334,10 @@ class BrokerController:
         table.register(RequestKind.CONSUMER_CONNECTIONS, admin.consumer_connections)
         table.register(RequestKind.LIST_CONSUMER_GROUPS, admin.list_consumer_groups)
         table.register(RequestKind.BROKER_RUNTIME, admin.broker_runtime)
+        table.register(RequestKind.POP_MESSAGE, self.pop.handle_pop)
+        table.register(RequestKind.POP_ACK, self.pop.handle_ack)
+        table.register(RequestKind.POP_CHANGE_INVISIBLE, self.pop.handle_change_invisible)
+        table.register(RequestKind.POP_FORWARD_TO_DLQ, self.pop.handle_forward_to_dlq)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its
@@ -387,6 +417,7 @@ class BrokerController:
             "rocketmq5": self.rocketmq5.describe() if self.rocketmq5 else None,
             "schedule": self.schedule.describe() if self.schedule else None,
             "queue_locks": self.queue_locks.describe(self._lock_now_ms()) if self.queue_locks else None,
+            "pop": self.pop.describe() if running else None,
         }
         role = "M" if self.config.is_master else "S"
         if self.ha_client is not None and running:

@@ -45,6 +45,11 @@ class RequestKind(enum.Enum):
     CONSUMER_CONNECTIONS = "consumer-connections"  # (ConsumerConnectionsRequest) -> ConsumerConnectionsResponse
     LIST_CONSUMER_GROUPS = "list-consumer-groups"  # (ListConsumerGroupsRequest) -> ListConsumerGroupsResponse
     BROKER_RUNTIME = "broker-runtime"  # (BrokerRuntimeRequest) -> BrokerRuntimeResponse
+    # POP consumption (nodes/broker/pop), masters only
+    POP_MESSAGE = "pop"  # async (PopRequest) -> PopResult
+    POP_ACK = "pop-ack"  # async (PopAckRequest) -> AckResult
+    POP_CHANGE_INVISIBLE = "pop-change-invisible"  # async (ChangeInvisibleRequest) -> ChangeInvisibleResult
+    POP_FORWARD_TO_DLQ = "pop-forward-to-dlq"  # async (PopAckRequest) -> AckResult
 
 
 class RequestNotSupportedError(Exception):

@@ -40,6 +40,8 @@ class SubscriptionGroupConfig:
     broker_id: int = c.MASTER_ID
     which_broker_when_consume_slowly: int = c.GROUP_WHICH_BROKER_WHEN_CONSUME_SLOWLY
     notify_consumer_ids_changed_enable: bool = True
+    # consumeMessageOrderly: the group pops FIFO (one unacked batch per queue at a time, redelivered in place)
+    consume_message_orderly: bool = False
 
 
 class TopicConfigManager:

@@ -100,6 +100,8 @@ class Timing:
     # fileReservedTime: a store rule, but a duration, so it scales with the time knob like the
     # clean service that applies it (a scaled run would otherwise never see a segment expire)
     file_reserved_time_ms: int = c.FILE_RESERVED_TIME_MS
+    # POP consumption: how often expired pops are revived (PopReviveService's reviveInterval)
+    pop_revive_interval_ms: int = c.POP_REVIVE_INTERVAL_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.

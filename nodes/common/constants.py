@@ -484,3 +484,26 @@ RMQ5_USER_PROPERTIES_MAX = 128  # user properties per message (MESSAGE_PROPERTIE
 RMQ5_PROPERTIES_BYTES_MAX = 16 * 1024  # user properties + tag + keys of one message
 RMQ5_DELIVERY_AHEAD_MS_MAX = 86_400_000  # a delayed message is due at most a day ahead
 RMQ5_PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group, stored as RocketMQ 5 stores it
+
+# ---------------------------------------------------------------------------
+# POP consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,
+# ChangeInvisibleTimeProcessor, PopReviveService, ConsumerOrderInfoManager): nodes/broker/pop/
+# ---------------------------------------------------------------------------
+POP_REVIVE_INTERVAL_MS = 1_000  # reviveInterval: an expired pop is moved to the retry topic within this
+POP_BATCH_MAX = 32  # the most messages one pop hands out (the proxy's and the broker's cap)
+POP_INVISIBLE_MIN_MS = 10_000  # minInvisibleTimeMillsForRecv: a receive handler's floor (the engine takes any > 0)
+POP_INVISIBLE_MAX_MS = 12 * 3_600_000  # maxInvisibleTimeMills: the longest invisible time a pop or a change takes
+POP_POLL_MAX_MS = 20_000  # the longest long-poll a pop waits (the proxy clamps receives to 5..20 s)
+POP_RETRY_FIRST_PERCENT = 20  # popFromRetryProbability: how often the retry topic is popped first
+POP_RETRY_QUEUE_NUMS = 1  # a pop retry topic has one queue (RocketMQ revives into queue 0)
+POP_RETRY_TOPIC_SEPARATOR = "_"  # %RETRY%<group>_<topic>: RocketMQ 5's retry topic v1 name
+POP_HANDLE_VERSION = "p1"  # the first field of our receipt handles
+POP_FIFO_KIND = "f"  # a handle's kind: a FIFO pop (redelivered in place, never through the retry topic)
+POP_NORMAL_KIND = "n"  # a handle's kind: a message of the topic itself
+POP_RETRY_KIND = "r"  # a handle's kind: a message of the group's retry topic for the topic
+POP_SETTLED_REMEMBERED_MAX = 100_000  # settled handles remembered (to answer repeated acks); the oldest go first
+POP_REVIVE_BATCH_MAX = 1_024  # expired pops one revive pass moves, so one pass never hogs the event loop
+PROPERTY_POP_RETRY_GROUP = "POP_RETRY_GROUP"  # the pop group a revived copy belongs to (names can collide, see moves.py)
+PROPERTY_POP_FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME, set on the first revive
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # where a dead-lettered pop came from (RocketMQ 5)
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"

@@ -1,5 +1,5 @@
-"""Broker metadata in LMDB: topic configs, subscription groups, consumer offsets and delay
-offsets, one named sub-DB each, JSON values under string keys.
+"""Broker metadata in LMDB: topic configs, subscription groups, consumer offsets, delay
+offsets and POP consumption's state, one named sub-DB each, JSON values under string keys.
 
 Owns: the LMDB environment at `<store root>/metadata/` and the one thread every LMDB call
 runs on (py-lmdb transactions must stay on the thread that opened them, so the API is
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +23,9 @@ from nodes.common.errors import DataDirError, StoreError
 
 log = logging.getLogger(__name__)
 
-TABLES = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets")
+# pop_*: POP consumption's state (nodes/broker/pop/state.py), written only by a master
+TABLES = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets",
+          "pop_offsets", "pop_inflight", "pop_orders", "pop_meta")
 
 T = TypeVar("T")
 
@@ -107,6 +109,22 @@ class MetadataStore:
                 txn.drop(db, delete=False)
                 for key, value in encoded:
                     txn.put(key, value)
+        self._write(write)
+
+    def write_batch(self, puts: Mapping[str, Mapping[str, Any]], deletes: Mapping[str, Iterable[str]]) -> None:
+        """Deletes, then puts, over several tables in ONE transaction: all of it lands or none."""
+        encoded_deletes = [(self._db(table), [key.encode() for key in keys]) for table, keys in deletes.items()]
+        encoded_puts = [(self._db(table), [(key.encode(), json.dumps(value).encode()) for key, value in rows.items()])
+                        for table, rows in puts.items()]
+
+        def write() -> None:
+            with self._env.begin(write=True) as txn:
+                for db, keys in encoded_deletes:
+                    for key in keys:
+                        txn.delete(key, db=db)
+                for db, rows in encoded_puts:
+                    for key, value in rows:
+                        txn.put(key, value, db=db)
         self._write(write)
 
     def delete(self, table: str, key: str) -> None:

@@ -22,7 +22,7 @@ import grpc.aio
 from nodes.broker.admin_queries import BrokerRuntimeRequest, ListConsumerGroupsRequest
 from nodes.broker.pull import PullAnswer, PullSession
 from nodes.broker.request_table import RequestKind, RequestTable
-from nodes.broker.transport import admin_convert, convert
+from nodes.broker.transport import admin_convert, convert, pop_convert
 from nodes.common.codes import ResponseCode
 from nodes.common.grpc_adapter import CODE_TO_PB, answers_errors, failure_remark
 from proto import broker_pb2, broker_pb2_grpc
@@ -50,6 +50,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
         self._list_groups = table[RequestKind.LIST_CONSUMER_GROUPS]
         self._runtime = table[RequestKind.BROKER_RUNTIME]
+        self._pop = table[RequestKind.POP_MESSAGE]
+        self._pop_ack = table[RequestKind.POP_ACK]
+        self._pop_change = table[RequestKind.POP_CHANGE_INVISIBLE]
+        self._pop_forward = table[RequestKind.POP_FORWARD_TO_DLQ]
         self.open_pull_streams = 0
         self.open_send_streams = 0
 
@@ -196,6 +200,28 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def GetBrokerRuntime(self, request: broker_pb2.GetBrokerRuntimeRequest,
                                context: grpc.aio.ServicerContext) -> broker_pb2.GetBrokerRuntimeResponse:
         return admin_convert.runtime_to_pb(self._runtime(BrokerRuntimeRequest()))
+
+    # --- POP consumption ----------------------------------------------------------------------
+
+    @answers_errors(broker_pb2.PopMessageResponse, "pop")
+    async def PopMessage(self, request: broker_pb2.PopMessageRequest, context: grpc.aio.ServicerContext
+                         ) -> broker_pb2.PopMessageResponse:
+        return pop_convert.pop_result_to_pb(await self._pop(pop_convert.pop_request_from_pb(request)))
+
+    @answers_errors(broker_pb2.AckPopMessageResponse, "pop ack")
+    async def AckPopMessage(self, request: broker_pb2.AckPopMessageRequest, context: grpc.aio.ServicerContext
+                            ) -> broker_pb2.AckPopMessageResponse:
+        return pop_convert.ack_result_to_pb(await self._pop_ack(pop_convert.ack_request_from_pb(request)))
+
+    @answers_errors(broker_pb2.ChangePopInvisibleTimeResponse, "pop change invisible time")
+    async def ChangePopInvisibleTime(self, request: broker_pb2.ChangePopInvisibleTimeRequest,
+                                     context: grpc.aio.ServicerContext) -> broker_pb2.ChangePopInvisibleTimeResponse:
+        return pop_convert.change_result_to_pb(await self._pop_change(pop_convert.change_request_from_pb(request)))
+
+    @answers_errors(broker_pb2.AckPopMessageResponse, "pop forward to DLQ")
+    async def ForwardPopToDeadLetter(self, request: broker_pb2.AckPopMessageRequest,
+                                     context: grpc.aio.ServicerContext) -> broker_pb2.AckPopMessageResponse:
+        return pop_convert.ack_result_to_pb(await self._pop_forward(pop_convert.ack_request_from_pb(request)))
 
 
 class _AnswerWriter:
