@@ -191,7 +191,8 @@ class BrokerController:
         self.registrar.broker_addr = self.addr
         await self._start_remoting()
         # RocketMQ 5's endpoint, before the first registration too: routes name it
-        self.rocketmq5 = Rmq5Endpoint(self.config, self.table, self.topics, self._clock, self.store.delay_levels_ms)
+        self.rocketmq5 = Rmq5Endpoint(self.config, self.table, self.topics, self.groups, self._clock,
+                                       self.store.delay_levels_ms)
         self.rocketmq5_addr = self.registrar.rocketmq5_addr = await self.rocketmq5.start()
 
         try:

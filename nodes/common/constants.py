@@ -484,6 +484,14 @@ RMQ5_USER_PROPERTIES_MAX = 128  # user properties per message (MESSAGE_PROPERTIE
 RMQ5_PROPERTIES_BYTES_MAX = 16 * 1024  # user properties + tag + keys of one message
 RMQ5_DELIVERY_AHEAD_MS_MAX = 86_400_000  # a delayed message is due at most a day ahead
 RMQ5_PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group, stored as RocketMQ 5 stores it
+# a receive's long poll, clamped as the proxy does (scaled by the broker's time_scale, so a scaled
+# test can await 1 s; a client's whole-second await would otherwise hit the 5 s floor)
+RMQ5_RECEIVE_POLL_MIN_MS = 5_000
+RMQ5_RECEIVE_POLL_MAX_MS = 20_000
+# room left between a long poll's end and the call's gRPC deadline (a transport budget: unscaled)
+RMQ5_RECEIVE_DEADLINE_MARGIN_MS = 500
+# the invisible time of an auto_renew receive (a PushConsumer's: it asks none), scaled like the floor
+RMQ5_AUTO_RENEW_INVISIBLE_MS = 60_000
 
 # ---------------------------------------------------------------------------
 # POP consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,

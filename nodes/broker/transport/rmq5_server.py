@@ -11,7 +11,7 @@ import grpc.aio
 
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.rmq5.clients import Rmq5ClientRegistry
-from nodes.broker.rmq5.consume import Rmq5Consume
+from nodes.broker.rmq5.consume import GroupLookup, PopHandlers, Rmq5Consume
 from nodes.broker.rmq5.route import Rmq5Routes, TopicLookup
 from nodes.broker.rmq5.send import Rmq5Send
 from nodes.broker.rmq5.service import Rmq5Service
@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 
 
 class Rmq5Endpoint:
-    def __init__(self, config: BrokerConfig, table: RequestTable, topics: TopicLookup, clock: Clock,
-                 delay_levels_ms: tuple[int, ...]) -> None:
+    def __init__(self, config: BrokerConfig, table: RequestTable, topics: TopicLookup, groups: GroupLookup,
+                 clock: Clock, delay_levels_ms: tuple[int, ...]) -> None:
         self._config = config
         registry = Rmq5ClientRegistry(clock.monotonic_ms)
         self._routes = NamesrvRoutes(config)
@@ -37,7 +37,11 @@ class Rmq5Endpoint:
             clients=registry, routes=Rmq5Routes(topics, self._routes, registry),
             send=Rmq5Send(topics=topics, send=table[RequestKind.SEND_MESSAGE], registry=registry, now_ms=clock.wall_ms,
                           body_bytes_max=body_max, delay_levels_ms=delay_levels_ms),
-            consume=Rmq5Consume(registry), settings=ServerSettings(max_body_bytes=body_max))
+            consume=Rmq5Consume(registry, PopHandlers(
+                pop=table[RequestKind.POP_MESSAGE], ack=table[RequestKind.POP_ACK],
+                change_invisible=table[RequestKind.POP_CHANGE_INVISIBLE],
+                forward_to_dlq=table[RequestKind.POP_FORWARD_TO_DLQ]), groups, time_scale=config.time_scale),
+            settings=ServerSettings(max_body_bytes=body_max))
         self._server: grpc.aio.Server | None = None
         self.addr = ""
 

@@ -1,0 +1,265 @@
+"""Apache's RocketMQ 5 Python client (5.1.2, its own venv and process) consuming from a real
+cluster through POP: SimpleConsumer receive, ack, change-invisible, redelivery, long polling and
+groups; PushConsumers concurrent and FIFO; the DLQ; a 4.x consumer beside a 5.x one.
+
+The cluster runs at the interop time scale (0.05), so RocketMQ's 10 s invisible floor is 0.5 s
+and a receive's long poll is clamped to 0.25 … 1 s: the client's whole-second durations (1–3 s)
+are accepted and everything comes back within seconds."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import LocalCluster
+from interop.mqlab_side import read_until
+from interop.rmq5_procs import Py5Producer
+from interop.test_rmq5_clients import make_topic, rmq5_state
+from nodes.client import ConsumeConcurrentlyStatus, PushConsumer
+from nodes.client import ConsumeFromWhere as Where
+
+# one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("rmq5-consumers")]
+
+# how late after its invisible time an unacked message may come back: the revive pass (50 ms at
+# this scale), a held receive's wake-up, and a loaded machine's scheduling
+REVIVE_SLACK_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def producer(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Py5Producer]:
+    client = Py5Producer(tmp_path_factory.mktemp("py5"), "py5-sender")
+    try:
+        client.start(shared_cluster.rocketmq5_endpoints, [])
+        yield client
+        client.shutdown()
+    finally:
+        client.close()
+
+
+class Consumers:
+    """5.x consumer processes of one test, closed at its end."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path) -> None:
+        self._cluster = cluster
+        self._workdir = workdir
+        self._procs: list[Py5Producer] = []
+
+    def simple(self, group: str, topic: str, await_s: int = 1) -> Py5Producer:
+        proc = self._new(f"simple-{group}-{len(self._procs)}")
+        proc.call(op="consumer_start", endpoints=self._cluster.rocketmq5_endpoints, kind="simple", group=group,
+                  topic=topic, await_s=await_s)
+        return proc
+
+    def push(self, group: str, topic: str, fail_once: tuple[str, ...] = ()) -> Py5Producer:
+        proc = self._new(f"push-{group}-{len(self._procs)}")
+        started = proc.call(op="consumer_start", endpoints=self._cluster.rocketmq5_endpoints, kind="push",
+                            group=group, topic=topic, fail_once=list(fail_once))
+        assert started["seconds"] < 10, started  # a push consumer's start waits for its settings
+        return proc
+
+    def _new(self, name: str) -> Py5Producer:
+        proc = Py5Producer(self._workdir, name)
+        self._procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self._procs:
+            proc.close()
+
+
+@pytest.fixture
+def consumers(shared_cluster: LocalCluster, tmp_path: Path) -> Iterator[Consumers]:
+    procs = Consumers(shared_cluster, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.close()
+
+
+def send_all(producer: Py5Producer, topic: str, bodies: list[str], **fields: Any) -> dict[str, dict[str, Any]]:
+    sent = {}
+    for body in bodies:
+        answer = producer.send(topic, body, **fields)
+        assert answer["event"] == "sent", answer
+        sent[body] = answer
+    return sent
+
+
+def receive(consumer: Py5Producer, invisible_s: int, max_n: int = 32) -> list[dict[str, Any]]:
+    answer = consumer.call(op="receive", max=max_n, invisible_s=invisible_s)
+    assert answer["event"] == "received", answer
+    return answer["messages"]
+
+
+def receive_until(consumer: Py5Producer, invisible_s: int, done: Callable[[list[dict[str, Any]]], bool],
+                  budget_s: float, what: str) -> list[dict[str, Any]]:
+    """Receive (acking nothing) until `done(everything received so far)`."""
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + budget_s
+    while not done(got):
+        assert time.monotonic() < deadline, f"{what} not within {budget_s:.0f} s; got {got}"
+        got += receive(consumer, invisible_s)
+    return got
+
+
+def consumed(consumer: Py5Producer) -> list[dict[str, Any]]:
+    return consumer.call(op="consumed")["messages"]
+
+
+def wait_for(predicate: Callable[[], Any], what: str, budget_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + budget_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"{what} not within {budget_s:.0f} s"
+        time.sleep(0.1)
+    return value
+
+
+def test_simple_consumer_receive_ack_redelivery_and_change_invisible(shared_cluster: LocalCluster,
+                                                                     producer: Py5Producer,
+                                                                     consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5Simple")
+    bodies = ["acked", "left", "changed", "changed-then-acked"]
+    sent = send_all(producer, "R5Simple", bodies, tag="TagS", keys=["k1"], properties={"color": "red"})
+    consumer = consumers.simple("r5-simple", "R5Simple")
+    first = receive_until(consumer, 2, lambda got: len(got) >= 4, 15, "the four messages")
+    by_body = {m["body"]: m for m in first}
+    assert sorted(by_body) == sorted(bodies) and len(first) == 4  # none twice while invisible
+    for body, m in by_body.items():
+        assert m["message_id"] == sent[body]["message_id"] and m["delivery_attempt"] == 1
+        assert m["tag"] == "TagS" and m["keys"] == ["k1"] and m["properties"] == {"color": "red"}
+        assert m["receipt_handle"]
+    assert consumer.call(op="ack", ref=by_body["acked"]["ref"])["event"] == "acked"
+    # acking twice is harmless (RocketMQ's acks are idempotent)
+    assert consumer.call(op="ack", ref=by_body["acked"]["ref"])["event"] == "acked"
+    changed = consumer.call(op="change_invisible", ref=by_body["changed"]["ref"], invisible_s=4)
+    assert changed["event"] == "changed" and changed["receipt_handle"] != by_body["changed"]["receipt_handle"]
+    renewed = consumer.call(op="change_invisible", ref=by_body["changed-then-acked"]["ref"], invisible_s=3)
+    assert renewed["event"] == "changed"
+    # the message object holds the new handle now: an ack with it works
+    assert consumer.call(op="ack", ref=by_body["changed-then-acked"]["ref"])["event"] == "acked"
+
+    again = receive_until(consumer, 10, lambda got: {"left", "changed"} <= {m["body"] for m in got}, 20,
+                          "the unacked and the changed message back")
+    back = {m["body"]: m for m in again}
+    assert set(back) == {"left", "changed"}, [m["body"] for m in again]  # acked ones never come back
+    left_due = by_body["left"]["at"] + 2
+    assert left_due - 0.3 <= back["left"]["at"] <= left_due + REVIVE_SLACK_S, (back["left"]["at"] - left_due)
+    changed_due = changed["at"] + 4
+    assert changed_due - 0.3 <= back["changed"]["at"] <= changed_due + REVIVE_SLACK_S, (
+        back["changed"]["at"] - changed_due)
+    for body in ("left", "changed"):
+        assert back[body]["delivery_attempt"] == 2 and back[body]["message_id"] == sent[body]["message_id"]
+        assert back[body]["receipt_handle"] != by_body[body]["receipt_handle"]
+    stale = consumer.call(op="ack", ref=by_body["left"]["ref"])  # the first delivery's handle
+    assert stale["event"] == "ack-failed" and stale["error_type"] == "BadRequestException", stale
+    assert "INVALID_RECEIPT_HANDLE" in stale["error"] or "40013" in stale["error"], stale
+    for body in ("left", "changed"):
+        assert consumer.call(op="ack", ref=back[body]["ref"])["event"] == "acked"
+    assert receive(consumer, 2) == []  # everything settled
+
+
+def test_long_poll_returns_empty_after_its_await_and_wakes_on_a_send(shared_cluster: LocalCluster,
+                                                                     producer: Py5Producer,
+                                                                     consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5Poll")
+    consumer = consumers.simple("r5-poll", "R5Poll", await_s=1)
+    empty = consumer.call(op="receive", max=4, invisible_s=2)
+    assert empty["event"] == "received" and empty["messages"] == [], empty
+    assert empty["seconds"] >= 0.9, empty  # held for its await (1 s), not answered at once
+    consumer.submit(op="receive", max=4, invisible_s=2)
+    time.sleep(0.2)  # the receive is held at the broker
+    sent = producer.send("R5Poll", "wake-up")
+    got = consumer.answer({"op": "receive"})
+    assert got["event"] == "received" and [m["body"] for m in got["messages"]] == ["wake-up"], got
+    # woken by the arrival: a poll that only looked again at its end would answer ~0.8 s later
+    assert got["messages"][0]["at"] - sent["sent_at"] < 0.5, got["messages"][0]["at"] - sent["sent_at"]
+
+
+def test_two_groups_each_get_every_message(shared_cluster: LocalCluster, producer: Py5Producer,
+                                           consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5TwoGroups")
+    bodies = [f"both-{i}" for i in range(6)]
+    send_all(producer, "R5TwoGroups", bodies)
+    for group in ("r5-group-a", "r5-group-b"):
+        consumer = consumers.simple(group, "R5TwoGroups")
+        got = receive_until(consumer, 5, lambda got: len(got) >= 6, 15, f"every message for {group}")
+        assert sorted(m["body"] for m in got) == bodies
+        for m in got:
+            assert consumer.call(op="ack", ref=m["ref"])["event"] == "acked"
+
+
+def test_push_consumers_in_two_processes_consume_everything_and_a_failure_comes_back(
+        shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5Push")
+    bodies = [f"push-{i}" for i in range(20)]
+    one = consumers.push("r5-push", "R5Push", fail_once=("push-7",))
+    two = consumers.push("r5-push", "R5Push", fail_once=("push-7",))
+    # each asks its assignment 1 s after its start, then holds a receive at the broker
+    receives = rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0)
+    wait_for(lambda: rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0) >= receives + 4,
+             "both push consumers receiving")
+    send_all(producer, "R5Push", bodies)
+
+    def all_done() -> list[dict[str, Any]] | None:
+        seen = consumed(one) + consumed(two)
+        ok = {m["body"] for m in seen if m["result"] == "SUCCESS"}
+        return seen if ok == set(bodies) else None
+    seen = wait_for(all_done, "every message consumed by the two push consumers")
+    failed = [m for m in seen if m["body"] == "push-7"]
+    assert [(m["result"], m["delivery_attempt"]) for m in failed] == [("FAILURE", 1), ("SUCCESS", 2)], failed
+    successes = [m["body"] for m in seen if m["result"] == "SUCCESS"]
+    assert sorted(successes) == sorted(bodies)  # each once: acked messages are never redelivered
+    assert consumed(one) and consumed(two)  # the broker's messages were shared between both
+
+
+def test_a_4x_push_consumer_and_a_5x_simple_consumer_both_get_everything(
+        shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5Mixed")
+    got_4x: set[str] = set()
+    lock = threading.Lock()
+
+    def listener(msgs: Any, ctx: Any) -> ConsumeConcurrentlyStatus:
+        with lock:
+            got_4x.update(m.body.decode() for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    push = PushConsumer(shared_cluster.namesrv_addr, "r5-mixed-4x", consume_from_where=Where.CONSUME_FROM_FIRST_OFFSET,
+                        timing=shared_cluster.timing, instance_name="r5-mixed")
+    push.subscribe("R5Mixed")
+    push.register_listener(listener)
+    simple = consumers.simple("r5-mixed-5x", "R5Mixed")
+    bodies = [f"mixed-{i}" for i in range(8)]
+    with push:
+        send_all(producer, "R5Mixed", bodies)
+        got = receive_until(simple, 5, lambda got: len(got) >= 8, 15, "every message for the 5.x group")
+        for m in got:
+            assert simple.call(op="ack", ref=m["ref"])["event"] == "acked"
+        wait_for(lambda: got_4x >= set(bodies), "every message for the 4.x group")
+    assert sorted(m["body"] for m in got) == bodies and got_4x == set(bodies)
+
+
+@pytest.mark.slow
+def test_a_message_never_acked_goes_to_the_dlq_after_max_attempts(shared_cluster: LocalCluster,
+                                                                   producer: Py5Producer,
+                                                                   consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5Dlq")
+    sent = producer.send("R5Dlq", "doomed")
+    consumer = consumers.simple("r5-dlq", "R5Dlq")
+    attempts: list[int] = []
+    deadline = time.monotonic() + 120
+    dlq = []
+    while not dlq:
+        assert time.monotonic() < deadline, f"never dead-lettered; attempts {attempts}"
+        attempts += [m["delivery_attempt"] for m in receive(consumer, 1)]
+        if len(attempts) >= 17:
+            dlq = read_until(shared_cluster, "%DLQ%r5-dlq", "r5-dlq-reader", 1, 0)
+    assert attempts == list(range(1, 18))  # max attempts: retryMaxTimes 16 + 1
+    dlq = read_until(shared_cluster, "%DLQ%r5-dlq", "r5-dlq-reader", 1, 10)
+    assert [m.body for m in dlq] == [b"doomed"] and dlq[0].properties["UNIQ_KEY"] == sent["message_id"]
+    assert receive(consumer, 1) == []  # not delivered again
