@@ -23,6 +23,7 @@ import grpc
 from nodes.broker.admin_queries import AdminQueryHandler
 from nodes.broker.client_manage import ClientManageHandler
 from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
+from nodes.broker.group_admin import GroupAdminHandler
 from nodes.broker.ha_check import StoreErrors
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
@@ -314,6 +315,8 @@ class BrokerController:
                                         broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic)
         table.register(RequestKind.CREATE_TOPIC, topic_admin.create_topic)
         table.register(RequestKind.DELETE_TOPIC, topic_admin.delete_topic)
+        table.register(RequestKind.UPDATE_SUBSCRIPTION_GROUP,
+                       GroupAdminHandler(self.groups, is_master=config.is_master).update_group)
         table.register(RequestKind.HEART_BEAT, self.client_manage.heartbeat)
         table.register(RequestKind.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, self.client_manage.consumer_list)

@@ -45,6 +45,7 @@ class RequestKind(enum.Enum):
     CONSUMER_CONNECTIONS = "consumer-connections"  # (ConsumerConnectionsRequest) -> ConsumerConnectionsResponse
     LIST_CONSUMER_GROUPS = "list-consumer-groups"  # (ListConsumerGroupsRequest) -> ListConsumerGroupsResponse
     BROKER_RUNTIME = "broker-runtime"  # (BrokerRuntimeRequest) -> BrokerRuntimeResponse
+    UPDATE_SUBSCRIPTION_GROUP = "update-group"  # (UpdateGroupRequest) -> UpdateGroupResponse (group_admin)
     # POP consumption (nodes/broker/pop), masters only
     POP_MESSAGE = "pop"  # async (PopRequest) -> PopResult
     POP_ACK = "pop-ack"  # async (PopAckRequest) -> AckResult

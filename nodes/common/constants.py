@@ -109,6 +109,7 @@ MASTER_ID = 0
 # Subscription group defaults (SubscriptionGroupConfig)
 GROUP_RETRY_QUEUE_NUMS = 1
 GROUP_RETRY_MAX_TIMES = 16
+GROUP_RETRY_MAX_TIMES_LIMIT = 128  # the most an operator may set (`mqlab admin group update --retry-max-times`)
 GROUP_WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 
 # Message property names (MessageConst)

@@ -50,6 +50,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
         self._list_groups = table[RequestKind.LIST_CONSUMER_GROUPS]
         self._runtime = table[RequestKind.BROKER_RUNTIME]
+        self._update_group = table[RequestKind.UPDATE_SUBSCRIPTION_GROUP]
         self._pop = table[RequestKind.POP_MESSAGE]
         self._pop_ack = table[RequestKind.POP_ACK]
         self._pop_change = table[RequestKind.POP_CHANGE_INVISIBLE]
@@ -200,6 +201,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def GetBrokerRuntime(self, request: broker_pb2.GetBrokerRuntimeRequest,
                                context: grpc.aio.ServicerContext) -> broker_pb2.GetBrokerRuntimeResponse:
         return admin_convert.runtime_to_pb(self._runtime(BrokerRuntimeRequest()))
+
+    @answers_errors(broker_pb2.UpdateSubscriptionGroupResponse, "update subscription group")
+    async def UpdateSubscriptionGroup(self, request: broker_pb2.UpdateSubscriptionGroupRequest,
+                                      context: grpc.aio.ServicerContext) -> broker_pb2.UpdateSubscriptionGroupResponse:
+        return admin_convert.update_group_to_pb(self._update_group(admin_convert.update_group_from_pb(request)))
 
     # --- POP consumption ----------------------------------------------------------------------
 
