@@ -1,6 +1,7 @@
 """Apache's RocketMQ 5 Python client (5.1.2, its own venv and process) consuming from a real
 cluster through POP: SimpleConsumer receive, ack, change-invisible, redelivery, long polling and
-groups; PushConsumers concurrent and FIFO; the DLQ; a 4.x consumer beside a 5.x one.
+groups; PushConsumers concurrent and FIFO (a group made FIFO with `mqlab admin group update`);
+the DLQ; 4.x and 5.x consumers of one topic.
 
 The cluster runs at the interop time scale (0.05), so RocketMQ's 10 s invisible floor is 0.5 s
 and a receive's long poll is clamped to 0.25 … 1 s: the client's whole-second durations (1–3 s)
@@ -8,20 +9,28 @@ are accepted and everything comes back within seconds."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from typer.testing import CliRunner
 
-from harness import LocalCluster
-from interop.mqlab_side import read_until
+from harness import LocalCluster, cli
+from harness.spec import NodeSpec
+from interop.mqlab_side import interop_spec, read_until, start_cluster
 from interop.rmq5_procs import Py5Producer
-from interop.test_rmq5_clients import make_topic, rmq5_state
+from interop.test_rmq5_clients import CLIENT_ID, make_topic, rmq5_state
 from nodes.client import ConsumeConcurrentlyStatus, PushConsumer
 from nodes.client import ConsumeFromWhere as Where
+from proto import rmq5_definition_pb2 as d
+from proto import rmq5_service_pb2 as s
+from proto import rmq5_service_pb2_grpc
 
 # one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("rmq5-consumers")]
@@ -29,6 +38,20 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("rmq5-consumers")]
 # how late after its invisible time an unacked message may come back: the revive pass (50 ms at
 # this scale), a held receive's wake-up, and a loaded machine's scheduling
 REVIVE_SLACK_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The module's cluster: a name server and one master (POP state lives on masters only; a
+    slave would only cost this module's start-up time)."""
+    spec = dataclasses.replace(interop_spec(), nodes=(NodeSpec("namesrv-0", "namesrv"),
+                                                      NodeSpec("broker-a-0", "broker", broker_name="broker-a", broker_id=0)))
+    cluster = start_cluster(spec, tmp_path_factory.mktemp("interop") / "run")
+    try:
+        yield cluster
+        assert not cluster.unexpected_exits, f"nodes died unexpectedly: {cluster.unexpected_exits}"
+    finally:
+        cluster.close()
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +79,11 @@ class Consumers:
                   topic=topic, await_s=await_s)
         return proc
 
-    def push(self, group: str, topic: str, fail_once: tuple[str, ...] = ()) -> Py5Producer:
+    def push(self, group: str, topic: str, fail_once: tuple[str, ...] = (),
+             fail_always: tuple[str, ...] = ()) -> Py5Producer:
         proc = self._new(f"push-{group}-{len(self._procs)}")
         started = proc.call(op="consumer_start", endpoints=self._cluster.rocketmq5_endpoints, kind="push",
-                            group=group, topic=topic, fail_once=list(fail_once))
+                            group=group, topic=topic, fail_once=list(fail_once), fail_always=list(fail_always))
         assert started["seconds"] < 10, started  # a push consumer's start waits for its settings
         return proc
 
@@ -137,7 +161,7 @@ def test_simple_consumer_receive_ack_redelivery_and_change_invisible(shared_clus
     assert consumer.call(op="ack", ref=by_body["acked"]["ref"])["event"] == "acked"
     # acking twice is harmless (RocketMQ's acks are idempotent)
     assert consumer.call(op="ack", ref=by_body["acked"]["ref"])["event"] == "acked"
-    changed = consumer.call(op="change_invisible", ref=by_body["changed"]["ref"], invisible_s=4)
+    changed = consumer.call(op="change_invisible", ref=by_body["changed"]["ref"], invisible_s=3)
     assert changed["event"] == "changed" and changed["receipt_handle"] != by_body["changed"]["receipt_handle"]
     renewed = consumer.call(op="change_invisible", ref=by_body["changed-then-acked"]["ref"], invisible_s=3)
     assert renewed["event"] == "changed"
@@ -150,7 +174,7 @@ def test_simple_consumer_receive_ack_redelivery_and_change_invisible(shared_clus
     assert set(back) == {"left", "changed"}, [m["body"] for m in again]  # acked ones never come back
     left_due = by_body["left"]["at"] + 2
     assert left_due - 0.3 <= back["left"]["at"] <= left_due + REVIVE_SLACK_S, (back["left"]["at"] - left_due)
-    changed_due = changed["at"] + 4
+    changed_due = changed["at"] + 3
     assert changed_due - 0.3 <= back["changed"]["at"] <= changed_due + REVIVE_SLACK_S, (
         back["changed"]["at"] - changed_due)
     for body in ("left", "changed"):
@@ -181,19 +205,6 @@ def test_long_poll_returns_empty_after_its_await_and_wakes_on_a_send(shared_clus
     assert got["messages"][0]["at"] - sent["sent_at"] < 0.5, got["messages"][0]["at"] - sent["sent_at"]
 
 
-def test_two_groups_each_get_every_message(shared_cluster: LocalCluster, producer: Py5Producer,
-                                           consumers: Consumers) -> None:
-    make_topic(shared_cluster, "R5TwoGroups")
-    bodies = [f"both-{i}" for i in range(6)]
-    send_all(producer, "R5TwoGroups", bodies)
-    for group in ("r5-group-a", "r5-group-b"):
-        consumer = consumers.simple(group, "R5TwoGroups")
-        got = receive_until(consumer, 5, lambda got: len(got) >= 6, 15, f"every message for {group}")
-        assert sorted(m["body"] for m in got) == bodies
-        for m in got:
-            assert consumer.call(op="ack", ref=m["ref"])["event"] == "acked"
-
-
 def test_push_consumers_in_two_processes_consume_everything_and_a_failure_comes_back(
         shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
     make_topic(shared_cluster, "R5Push")
@@ -211,14 +222,17 @@ def test_push_consumers_in_two_processes_consume_everything_and_a_failure_comes_
         ok = {m["body"] for m in seen if m["result"] == "SUCCESS"}
         return seen if ok == set(bodies) else None
     seen = wait_for(all_done, "every message consumed by the two push consumers")
-    failed = [m for m in seen if m["body"] == "push-7"]
-    assert [(m["result"], m["delivery_attempt"]) for m in failed] == [("FAILURE", 1), ("SUCCESS", 2)], failed
+    # each process fails push-7 the first time it sees it: once or twice in all, then a success,
+    # each delivery one attempt later than the one before
+    failed = sorted((m for m in seen if m["body"] == "push-7"), key=lambda m: m["at"])
+    outcomes = [(m["result"], m["delivery_attempt"]) for m in failed]
+    assert outcomes in ([("FAILURE", 1), ("SUCCESS", 2)], [("FAILURE", 1), ("FAILURE", 2), ("SUCCESS", 3)]), outcomes
     successes = [m["body"] for m in seen if m["result"] == "SUCCESS"]
     assert sorted(successes) == sorted(bodies)  # each once: acked messages are never redelivered
     assert consumed(one) and consumed(two)  # the broker's messages were shared between both
 
 
-def test_a_4x_push_consumer_and_a_5x_simple_consumer_both_get_everything(
+def test_two_5x_groups_and_a_4x_push_consumer_each_get_every_message(
         shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
     make_topic(shared_cluster, "R5Mixed")
     got_4x: set[str] = set()
@@ -233,33 +247,85 @@ def test_a_4x_push_consumer_and_a_5x_simple_consumer_both_get_everything(
                         timing=shared_cluster.timing, instance_name="r5-mixed")
     push.subscribe("R5Mixed")
     push.register_listener(listener)
-    simple = consumers.simple("r5-mixed-5x", "R5Mixed")
+    simple = [consumers.simple(group, "R5Mixed") for group in ("r5-mixed-a", "r5-mixed-b")]
     bodies = [f"mixed-{i}" for i in range(8)]
     with push:
         send_all(producer, "R5Mixed", bodies)
-        got = receive_until(simple, 5, lambda got: len(got) >= 8, 15, "every message for the 5.x group")
-        for m in got:
-            assert simple.call(op="ack", ref=m["ref"])["event"] == "acked"
+        for consumer in simple:
+            got = receive_until(consumer, 5, lambda got: len(got) >= 8, 15, "every message for a 5.x group")
+            assert sorted(m["body"] for m in got) == bodies
+            for m in got:
+                assert consumer.call(op="ack", ref=m["ref"])["event"] == "acked"
         wait_for(lambda: got_4x >= set(bodies), "every message for the 4.x group")
-    assert sorted(m["body"] for m in got) == bodies and got_4x == set(bodies)
+    assert got_4x == set(bodies)
 
 
-@pytest.mark.slow
+def update_group(cluster: LocalCluster, group: str, *args: str) -> dict[str, Any]:
+    """`mqlab admin group update` against the cluster, as an operator runs it; the stored group."""
+    result = CliRunner().invoke(cli.app, ["admin", "group", "update", "--group", group, *args, "--json",
+                                          "--run-dir", str(cluster.run_dir)])
+    assert result.exit_code == 0, result.output
+    answers = json.loads(result.output)
+    assert [a["broker_name"] for a in answers] == ["broker-a"] and answers[0]["code"] == "SUCCESS", answers
+    return answers[0]["rows"][0]
+
+
+def settings_answer(cluster: LocalCluster, group: str, topic: str) -> d.Settings:
+    """The settings a 5.x push consumer of `group` is told (one Telemetry write, raw)."""
+    settings = d.Settings(client_type=d.PUSH_CONSUMER, subscription=d.Subscription(
+        group=d.Resource(name=group), subscriptions=[d.SubscriptionEntry(topic=d.Resource(name=topic))]))
+    with grpc.insecure_channel(cluster.rocketmq5_endpoints.split(";")[0]) as channel:
+        call = rmq5_service_pb2_grpc.MessagingServiceStub(channel).Telemetry(
+            iter([s.TelemetryCommand(settings=settings)]), metadata=CLIENT_ID, timeout=10)
+        answers = list(call)
+    assert len(answers) == 1 and answers[0].status.code == d.OK, answers
+    return answers[0].settings
+
+
+@pytest.mark.slow  # FIFO's DLQ forward is in the default run; this is the revive's DLQ (pop unit tests too)
 def test_a_message_never_acked_goes_to_the_dlq_after_max_attempts(shared_cluster: LocalCluster,
                                                                    producer: Py5Producer,
                                                                    consumers: Consumers) -> None:
     make_topic(shared_cluster, "R5Dlq")
+    assert update_group(shared_cluster, "r5-dlq", "--retry-max-times", "2") == {
+        "group": "r5-dlq", "orderly": False, "retry_max_times": 2}
+    assert settings_answer(shared_cluster, "r5-dlq", "R5Dlq").backoff_policy.max_attempts == 3
     sent = producer.send("R5Dlq", "doomed")
     consumer = consumers.simple("r5-dlq", "R5Dlq")
-    attempts: list[int] = []
-    deadline = time.monotonic() + 120
-    dlq = []
-    while not dlq:
-        assert time.monotonic() < deadline, f"never dead-lettered; attempts {attempts}"
-        attempts += [m["delivery_attempt"] for m in receive(consumer, 1)]
-        if len(attempts) >= 17:
-            dlq = read_until(shared_cluster, "%DLQ%r5-dlq", "r5-dlq-reader", 1, 0)
-    assert attempts == list(range(1, 18))  # max attempts: retryMaxTimes 16 + 1
-    dlq = read_until(shared_cluster, "%DLQ%r5-dlq", "r5-dlq-reader", 1, 10)
+    attempts = [m["delivery_attempt"] for m in receive_until(
+        consumer, 1, lambda got: len(got) >= 3, 30, "three deliveries")]
+    assert attempts == [1, 2, 3]
+    shared_cluster.wait_until_routable("%DLQ%r5-dlq")  # created by the revive that dead-lettered it
+    dlq = read_until(shared_cluster, "%DLQ%r5-dlq", "r5-dlq-reader", 1, 15)  # a 4.x pull reads the DLQ
     assert [m.body for m in dlq] == [b"doomed"] and dlq[0].properties["UNIQ_KEY"] == sent["message_id"]
     assert receive(consumer, 1) == []  # not delivered again
+
+
+def test_fifo_push_consumer_keeps_each_group_in_order_and_dead_letters_a_failing_message(
+        shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5FifoPush", queue_nums=2, order=True)
+    assert update_group(shared_cluster, "r5-fifo", "--orderly", "--retry-max-times", "1")["orderly"] is True
+    settings = settings_answer(shared_cluster, "r5-fifo", "R5FifoPush")
+    assert settings.subscription.fifo and settings.backoff_policy.max_attempts == 2
+    push = consumers.push("r5-fifo", "R5FifoPush", fail_once=("g1:2",), fail_always=("g2:3",))
+    groups = ("g0", "g1", "g2")
+    for seq in range(6):
+        for group in groups:
+            assert producer.send("R5FifoPush", f"{group}:{seq}", group=group)["event"] == "sent"
+
+    def done() -> list[dict[str, Any]] | None:
+        seen = consumed(push)
+        return seen if {m["body"] for m in seen} >= {f"{g}:{i}" for g in groups for i in range(6)} and \
+            sum(m["body"] == "g2:3" for m in seen) >= 2 and any(m["body"] == "g2:5" for m in seen) else None
+    seen = wait_for(done, "every message of the three groups consumed")
+    for group in groups:
+        mine = [(m["body"], m["result"]) for m in seen if m["message_group"] == group]
+        expected = [(f"{group}:{i}", "SUCCESS") for i in range(6)]
+        if group == "g1":  # failed once, retried in place before anything after it
+            expected[2:3] = [("g1:2", "FAILURE"), ("g1:2", "SUCCESS")]
+        if group == "g2":  # failed every time: its 2 attempts, then the DLQ, then the rest of the group
+            expected[3:4] = [("g2:3", "FAILURE"), ("g2:3", "FAILURE")]
+        assert mine == expected, mine
+    shared_cluster.wait_until_routable("%DLQ%r5-fifo")
+    dlq = read_until(shared_cluster, "%DLQ%r5-fifo", "r5-fifo-dlq-reader", 1, 15)
+    assert [m.body for m in dlq] == [b"g2:3"]

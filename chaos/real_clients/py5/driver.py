@@ -11,7 +11,8 @@ line on stdin and answers each with one JSON line on stdout:
                                                                   or {"event": "send-failed", "error_type": cls,
                                                                        "error": text}
   {"op": "consumer_start", "endpoints": "...", "kind": "push"|"simple", "group": "G", "topic": "T",
-   "await_s": n, "fail_once": ["body", ...]}                      -> {"event": "started", "seconds": s}
+   "await_s": n, "fail_once": ["body", ...],
+   "fail_always": ["body", ...]}                                  -> {"event": "started", "seconds": s}
   {"op": "receive", "max": n, "invisible_s": s}  (simple)         -> {"event": "received", "messages": [...],
                                                                        "seconds": s}
                                                                   or {"event": "receive-failed", ...}
@@ -24,8 +25,8 @@ line on stdin and answers each with one JSON line on stdout:
 Each received message is described with a `ref`: the index of the client's message object that
 `ack` and `change_invisible` act on (a later receive of the same message gets a new ref, so an
 old ref acks with the handle of that earlier delivery). A push consumer's listener answers
-FAILURE the first time it sees a body listed in `fail_once`, SUCCESS otherwise; every call is
-recorded, failures too (`"result"`).
+FAILURE the first time it sees a body listed in `fail_once`, always for one in `fail_always`,
+SUCCESS otherwise; every call is recorded, failures too (`"result"`).
 
 One client per driver: a producer or a consumer. `group` makes a FIFO message, `delay_s` a
 DELAY one (due `delay_s` whole seconds from now: the client writes the value into
@@ -68,6 +69,7 @@ def main() -> int:
 
     consumed: list[dict[str, Any]] = []
     fail_once: set[str] = set()
+    fail_always: set[str] = set()
     held: list[Any] = []  # received messages, by ref
 
     class Recorder(MessageListener):
@@ -77,7 +79,7 @@ def main() -> int:
             seen = described(message)
             body = seen["body"]
             result = ConsumeResult.SUCCESS
-            if body in fail_once:
+            if body in fail_once or body in fail_always:
                 fail_once.discard(body)
                 result = ConsumeResult.FAILURE
             seen["result"] = result.name
@@ -126,6 +128,7 @@ def main() -> int:
                 config = ClientConfiguration(cmd["endpoints"], Credentials(), request_timeout=cmd.get("timeout_s", 3))
                 subscription = {cmd["topic"]: FilterExpression(cmd.get("tags") or "*")}
                 fail_once.update(cmd.get("fail_once") or ())
+                fail_always.update(cmd.get("fail_always") or ())
                 if cmd["kind"] == "push":
                     client = PushConsumer(config, cmd["group"], Recorder(), subscription)
                 else:
