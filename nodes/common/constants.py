@@ -493,6 +493,14 @@ RMQ5_RECEIVE_POLL_MAX_MS = 20_000
 RMQ5_RECEIVE_DEADLINE_MARGIN_MS = 500
 # the invisible time of an auto_renew receive (a PushConsumer's: it asks none), scaled like the floor
 RMQ5_AUTO_RENEW_INVISIBLE_MS = 60_000
+# auto-renew (the proxy's DefaultReceiptHandleManager): how often held messages are looked at
+# (a Timing), how close to its invisible time's end one is renewed, for how long at most, and how
+# soon the messages of a client that ended are visible again (all scaled by the time knob)
+RMQ5_RENEW_SCAN_MS = 5_000
+RMQ5_RENEW_AHEAD_MS = 10_000
+RMQ5_RENEW_MAX_MS = 3 * 3_600_000
+RMQ5_RENEW_RELEASE_MS = 1_000
+RMQ5_RENEW_HELD_MAX = 100_000  # messages held for renewal at once; later ones just expire
 
 # ---------------------------------------------------------------------------
 # POP consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,

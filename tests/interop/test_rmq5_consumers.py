@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from harness import LocalCluster, cli
 from harness.spec import NodeSpec
-from interop.mqlab_side import interop_spec, read_until, start_cluster
+from interop.mqlab_side import TIME_SCALE, interop_spec, read_until, start_cluster
 from interop.rmq5_procs import Py5Producer
 from interop.test_rmq5_clients import CLIENT_ID, make_topic, rmq5_state
 from nodes.client import ConsumeConcurrentlyStatus, PushConsumer
@@ -80,10 +80,11 @@ class Consumers:
         return proc
 
     def push(self, group: str, topic: str, fail_once: tuple[str, ...] = (),
-             fail_always: tuple[str, ...] = ()) -> Py5Producer:
+             fail_always: tuple[str, ...] = (), slow: dict[str, float] | None = None) -> Py5Producer:
         proc = self._new(f"push-{group}-{len(self._procs)}")
         started = proc.call(op="consumer_start", endpoints=self._cluster.rocketmq5_endpoints, kind="push",
-                            group=group, topic=topic, fail_once=list(fail_once), fail_always=list(fail_always))
+                            group=group, topic=topic, fail_once=list(fail_once), fail_always=list(fail_always),
+                            slow=slow or {})
         assert started["seconds"] < 10, started  # a push consumer's start waits for its settings
         return proc
 
@@ -209,8 +210,10 @@ def test_push_consumers_in_two_processes_consume_everything_and_a_failure_comes_
         shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
     make_topic(shared_cluster, "R5Push")
     bodies = [f"push-{i}" for i in range(20)]
-    one = consumers.push("r5-push", "R5Push", fail_once=("push-7",))
-    two = consumers.push("r5-push", "R5Push", fail_once=("push-7",))
+    # push-13's listener outlasts the auto_renew invisible time (60 s scaled: 3 s): renewed, not redelivered
+    slow = {"push-13": 60 * TIME_SCALE + 1.5}
+    one = consumers.push("r5-push", "R5Push", fail_once=("push-7",), slow=slow)
+    two = consumers.push("r5-push", "R5Push", fail_once=("push-7",), slow=slow)
     # each asks its assignment 1 s after its start, then holds a receive at the broker
     receives = rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0)
     wait_for(lambda: rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0) >= receives + 4,
@@ -229,6 +232,11 @@ def test_push_consumers_in_two_processes_consume_everything_and_a_failure_comes_
     assert outcomes in ([("FAILURE", 1), ("SUCCESS", 2)], [("FAILURE", 1), ("FAILURE", 2), ("SUCCESS", 3)]), outcomes
     successes = [m["body"] for m in seen if m["result"] == "SUCCESS"]
     assert sorted(successes) == sorted(bodies)  # each once: acked messages are never redelivered
+    assert [m["delivery_attempt"] for m in seen if m["body"] == "push-13"] == [1]
+    time.sleep(60 * TIME_SCALE)  # push-13's last renewal would have expired by now, had its ack not settled it
+    assert [m["body"] for m in consumed(one) + consumed(two)].count("push-13") == 1
+    renew = rmq5_state(shared_cluster)["auto_renew"]
+    assert renew["renewed"] >= 1 and renew["held"] == 0, renew
     assert consumed(one) and consumed(two)  # the broker's messages were shared between both
 
 

@@ -12,7 +12,7 @@ line on stdin and answers each with one JSON line on stdout:
                                                                        "error": text}
   {"op": "consumer_start", "endpoints": "...", "kind": "push"|"simple", "group": "G", "topic": "T",
    "await_s": n, "fail_once": ["body", ...],
-   "fail_always": ["body", ...]}                                  -> {"event": "started", "seconds": s}
+   "fail_always": ["body", ...], "slow": {"body": s}}             -> {"event": "started", "seconds": s}
   {"op": "receive", "max": n, "invisible_s": s}  (simple)         -> {"event": "received", "messages": [...],
                                                                        "seconds": s}
                                                                   or {"event": "receive-failed", ...}
@@ -26,7 +26,8 @@ Each received message is described with a `ref`: the index of the client's messa
 `ack` and `change_invisible` act on (a later receive of the same message gets a new ref, so an
 old ref acks with the handle of that earlier delivery). A push consumer's listener answers
 FAILURE the first time it sees a body listed in `fail_once`, always for one in `fail_always`,
-SUCCESS otherwise; every call is recorded, failures too (`"result"`).
+SUCCESS otherwise, after sleeping `slow[body]` seconds for a body listed there; every call is
+recorded from its start, failures too (`"result"`: RUNNING until the listener answers).
 
 One client per driver: a producer or a consumer. `group` makes a FIFO message, `delay_s` a
 DELAY one (due `delay_s` whole seconds from now: the client writes the value into
@@ -70,20 +71,23 @@ def main() -> int:
     consumed: list[dict[str, Any]] = []
     fail_once: set[str] = set()
     fail_always: set[str] = set()
+    slow: dict[str, float] = {}
     held: list[Any] = []  # received messages, by ref
 
     class Recorder(MessageListener):
         """A push consumer's listener: records each message (the driver's stdout carries answers only)."""
 
         def consume(self, message: Any) -> Any:
-            seen = described(message)
+            seen = {**described(message), "result": "RUNNING"}  # recorded from the call's start
+            consumed.append(seen)
             body = seen["body"]
+            if body in slow:
+                time.sleep(slow[body])
             result = ConsumeResult.SUCCESS
             if body in fail_once or body in fail_always:
                 fail_once.discard(body)
                 result = ConsumeResult.FAILURE
             seen["result"] = result.name
-            consumed.append(seen)
             return result
 
     client = None
@@ -129,6 +133,7 @@ def main() -> int:
                 subscription = {cmd["topic"]: FilterExpression(cmd.get("tags") or "*")}
                 fail_once.update(cmd.get("fail_once") or ())
                 fail_always.update(cmd.get("fail_always") or ())
+                slow.update(cmd.get("slow") or {})
                 if cmd["kind"] == "push":
                     client = PushConsumer(config, cmd["group"], Recorder(), subscription)
                 else:

@@ -6,7 +6,8 @@ What this layer adds to the engine is the proxy's part:
 - a receive's invisible time must be 10 s … 12 h (ILLEGAL_INVISIBLE_TIME), the 10 s floor scaled
   by the broker's time_scale so a scaled cluster's tests can ask 1–2 s (the Python client sends
   whole seconds); an `auto_renew` receive (a PushConsumer's, which asks none) gets
-  RMQ5_AUTO_RENEW_INVISIBLE_MS, scaled the same way;
+  RMQ5_AUTO_RENEW_INVISIBLE_MS, scaled the same way, and its messages are renewed while the
+  client lives (renew.py);
 - the long poll is the request's (else the call's remaining deadline), clamped to 5 … 20 s
   scaled, and always cut to end before the call's gRPC deadline: a receive answered after its
   deadline fails the whole call and strands what it popped until the invisible time is over;
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from nodes.broker.pop.values import (
     AckResult,
@@ -39,6 +40,7 @@ from nodes.broker.pop.values import (
 )
 from nodes.broker.rmq5.clients import CallContext, Rmq5ClientRegistry
 from nodes.broker.rmq5.codes import OK, Rmq5Code, Status
+from nodes.broker.rmq5.renew import AutoRenew
 from nodes.broker.rmq5.settings import ServerSettings
 from nodes.broker.topics import SubscriptionGroupConfig
 from nodes.common import constants as c
@@ -55,6 +57,14 @@ _BY_POP_CODE: dict[PopCode, Rmq5Code] = {
     PopCode.NOT_MASTER: Rmq5Code.FORBIDDEN,
     PopCode.UNAVAILABLE: Rmq5Code.INTERNAL_SERVER_ERROR,
 }
+
+
+_Result = TypeVar("_Result", AckResult, ChangeInvisibleResult)
+
+
+def auto_renew_invisible_ms(time_scale: float) -> int:
+    """An auto_renew receive's invisible time: RocketMQ's 60 s, scaled, never under the scaled floor."""
+    return max(round(c.POP_INVISIBLE_MIN_MS * time_scale), round(c.RMQ5_AUTO_RENEW_INVISIBLE_MS * time_scale), 1)
 
 
 def pop_status(code: PopCode, remark: str) -> Status:
@@ -112,12 +122,13 @@ class Rmq5Consume:
     """
 
     def __init__(self, registry: Rmq5ClientRegistry, pop: PopHandlers, groups: GroupLookup,
-                 time_scale: float = 1.0) -> None:
+                 time_scale: float = 1.0, renew: AutoRenew | None = None) -> None:
         self._registry = registry
         self._pop = pop
         self._groups = groups
+        self.renew = renew
         self.invisible_min_ms = max(1, round(c.POP_INVISIBLE_MIN_MS * time_scale))
-        self.auto_renew_invisible_ms = max(self.invisible_min_ms, round(c.RMQ5_AUTO_RENEW_INVISIBLE_MS * time_scale))
+        self.auto_renew_invisible_ms = auto_renew_invisible_ms(time_scale)
         self.poll_min_ms = max(1, round(c.RMQ5_RECEIVE_POLL_MIN_MS * time_scale))
         self.poll_max_ms = max(self.poll_min_ms, round(c.RMQ5_RECEIVE_POLL_MAX_MS * time_scale))
 
@@ -145,6 +156,8 @@ class Rmq5Consume:
             poll_timeout_ms=self.poll_ms(req.long_polling_ms, req.remaining_ms), fifo=None,
             attempt_id=req.attempt_id, tag_expression=req.filter_expression.strip() or "*", client_id=ctx.client_id))
         if result.code is PopCode.OK and result.messages:
+            if req.auto_renew and self.renew is not None:
+                self.renew.hold(ctx.client_id, req.group, result.messages)
             return ReceiveAnswer(OK, tuple(result.messages))
         return ReceiveAnswer(pop_status(result.code, result.remark))
 
@@ -161,7 +174,10 @@ class Rmq5Consume:
 
     async def ack(self, ctx: CallContext, group: str, topic: str, message_id: str, receipt_handle: str) -> HandleAnswer:
         self._registry.touch(ctx, "AckMessage")
-        result = await self._pop.ack(PopAckRequest(group=group, topic=topic, receipt_handle=receipt_handle))
+
+        async def ack(handle: str) -> AckResult:
+            return await self._pop.ack(PopAckRequest(group=group, topic=topic, receipt_handle=handle))
+        result = await self._with_newest(group, receipt_handle, ack)
         return HandleAnswer(pop_status(result.code, result.remark), receipt_handle)
 
     async def change_invisible(self, ctx: CallContext, group: str, topic: str, message_id: str,
@@ -173,16 +189,40 @@ class Rmq5Consume:
             return HandleAnswer(Status(Rmq5Code.ILLEGAL_INVISIBLE_TIME,
                                        f"invisible duration {invisible_ms} ms is outside 0 … "
                                        f"{c.POP_INVISIBLE_MAX_MS} ms"), receipt_handle)
-        result = await self._pop.change_invisible(ChangeInvisibleRequest(
-            group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms))
+
+        async def change(handle: str) -> ChangeInvisibleResult:
+            return await self._pop.change_invisible(ChangeInvisibleRequest(
+                group=group, topic=topic, receipt_handle=handle, invisible_ms=invisible_ms))
+        result = await self._with_newest(group, receipt_handle, change)
         status = pop_status(result.code, result.remark)
         return HandleAnswer(status, result.receipt_handle if status.ok else receipt_handle)
 
     async def forward_to_dlq(self, ctx: CallContext, group: str, topic: str, message_id: str,
                              receipt_handle: str) -> HandleAnswer:
         self._registry.touch(ctx, "ForwardMessageToDeadLetterQueue")
-        result = await self._pop.forward_to_dlq(PopAckRequest(group=group, topic=topic, receipt_handle=receipt_handle))
+
+        async def forward(handle: str) -> AckResult:
+            return await self._pop.forward_to_dlq(PopAckRequest(group=group, topic=topic, receipt_handle=handle))
+        result = await self._with_newest(group, receipt_handle, forward)
         return HandleAnswer(pop_status(result.code, result.remark))
+
+    async def _with_newest(self, group: str, handle: str, call: Callable[[str], Awaitable[_Result]]) -> _Result:
+        """`call` with the newest handle of the message the client's `handle` names: the handle
+        itself, or the one auto-renew last got for it (the message is not renewed after the
+        client's own ack, nack or forward, unless the engine could not take it: then it may try again)."""
+        held = self.renew.held(group, handle) if self.renew is not None else None
+        if held is None:
+            return await call(handle)
+        async with held.lock:
+            result = await call(held.latest)
+            if result.code is not PopCode.UNAVAILABLE and self.renew is not None:
+                self.renew.settle(group, handle)
+            return result
+
+    async def client_gone(self, client_id: str) -> None:
+        """NotifyClientTermination: what the client's auto_renew receives still hold comes back soon."""
+        if self.renew is not None:
+            await self.renew.release_client(client_id)
 
     # --- settings --------------------------------------------------------------------------------
 

@@ -84,6 +84,7 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
                                       context: grpc.aio.ServicerContext) -> s.NotifyClientTerminationResponse:
         async def body(ctx: CallContext) -> s.NotifyClientTerminationResponse:
             self._svc.clients.terminate(ctx, request.group.name)
+            await self._svc.consume.client_gone(ctx.client_id)
             return s.NotifyClientTerminationResponse(status=conv.status_to_pb(OK))
         return await self._unary("NotifyClientTermination", s.NotifyClientTerminationResponse, context, body)
 
