@@ -337,3 +337,43 @@ def test_fifo_push_consumer_keeps_each_group_in_order_and_dead_letters_a_failing
     shared_cluster.wait_until_routable("%DLQ%r5-fifo")
     dlq = read_until(shared_cluster, "%DLQ%r5-fifo", "r5-fifo-dlq-reader", 1, 15)
     assert [m.body for m in dlq] == [b"g2:3"]
+
+
+@pytest.mark.slow  # its own cluster (master and slave), a master SIGKILL and restart with its tail restore
+def test_a_master_sigkilled_under_a_5x_producer_and_consumer(tmp_path: Path) -> None:
+    with start_cluster(interop_spec(), tmp_path / "run") as cluster:
+        make_topic(cluster, "R5Kill")
+        procs = Consumers(cluster, tmp_path)
+        sender = Py5Producer(tmp_path, "py5-kill-sender")
+        try:
+            sender.start(cluster.rocketmq5_endpoints, ["R5Kill"])
+            consumer = procs.simple("r5-kill", "R5Kill")
+            send_all(sender, "R5Kill", [f"before-{i}" for i in range(6)])
+            got = {m["body"]: m for m in receive_until(consumer, 3, lambda got: len(got) >= 6, 15, "six messages")}
+            for i in range(3):  # acked before the kill: never again; the other three are in flight
+                assert consumer.call(op="ack", ref=got[f"before-{i}"]["ref"])["event"] == "acked"
+
+            cluster.kill("broker-a-0")
+            # while the only master is down both clients fail their calls and stay up
+            assert sender.send("R5Kill", "while-down")["event"] == "send-failed"
+            assert consumer.call(op="receive", max=4, invisible_s=3)["event"] == "receive-failed"
+            cluster.restart("broker-a-0")
+            cluster.wait_until_routable("R5Kill")
+
+            # the restarted master takes sends once it restored its tail (writes are held until then)
+            def sent_after() -> dict[str, Any] | None:
+                answer = sender.send("R5Kill", "after")
+                return answer if answer["event"] == "sent" else None
+            wait_for(sent_after, "a send to the restarted master", 60)
+            wanted = {"before-3", "before-4", "before-5", "after"}
+            back = receive_until(consumer, 3, lambda got: wanted <= {m["body"] for m in got}, 60,
+                                 "the in-flight messages and the new one")
+            assert {m["body"] for m in back} == wanted  # nothing acked before the kill came back
+            for m in back:
+                assert m["delivery_attempt"] == (1 if m["body"] == "after" else 2), m
+                assert consumer.call(op="ack", ref=m["ref"])["event"] == "acked"
+            assert receive(consumer, 3) == []
+            sender.shutdown()
+        finally:
+            sender.close()
+            procs.close()
