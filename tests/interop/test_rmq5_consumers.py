@@ -339,6 +339,23 @@ def test_fifo_push_consumer_keeps_each_group_in_order_and_dead_letters_a_failing
     assert [m.body for m in dlq] == [b"g2:3"]
 
 
+def test_an_orderly_group_s_simple_consumer_gets_one_batch_of_a_queue_at_a_time(
+        shared_cluster: LocalCluster, producer: Py5Producer, consumers: Consumers) -> None:
+    make_topic(shared_cluster, "R5FifoSimple", queue_nums=1, order=True)
+    update_group(shared_cluster, "r5-fifo-simple", "--orderly")
+    send_all(producer, "R5FifoSimple", [f"g:{i}" for i in range(4)], group="g")
+    consumer = consumers.simple("r5-fifo-simple", "R5FifoSimple")
+    first = receive(consumer, 3, max_n=2)  # everything was sent before: the batch is full at once
+    assert [(m["body"], m["delivery_attempt"]) for m in first] == [("g:0", 1), ("g:1", 1)]
+    assert receive(consumer, 3, max_n=2) == []  # the queue is blocked while its batch is unacked
+    for m in first:
+        assert consumer.call(op="ack", ref=m["ref"])["event"] == "acked"
+    second = receive(consumer, 1, max_n=2)  # unblocked by the acks; this batch is left to expire
+    assert [(m["body"], m["delivery_attempt"]) for m in second] == [("g:2", 1), ("g:3", 1)]
+    again = wait_for(lambda: receive(consumer, 3, max_n=2), "the expired batch back in place", 15)
+    assert [(m["body"], m["delivery_attempt"]) for m in again] == [("g:2", 2), ("g:3", 2)]
+
+
 @pytest.mark.slow  # its own cluster (master and slave), a master SIGKILL and restart with its tail restore
 def test_a_master_sigkilled_under_a_5x_producer_and_consumer(tmp_path: Path) -> None:
     with start_cluster(interop_spec(), tmp_path / "run") as cluster:
