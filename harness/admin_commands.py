@@ -30,6 +30,7 @@ from harness.cluster_admin import (
     real_client_margins,
 )
 from harness.terminal import EXIT_PROBLEM, CliError, RunDirOpt, cli_command
+from nodes.common import constants as c
 
 app = typer.Typer(name="admin", no_args_is_help=True, help="Operate a running cluster: topics, consumer groups, "
                                                               "brokers (RocketMQ's mqadmin).")
@@ -206,6 +207,34 @@ def group_list(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: J
         terminal.console.print(_table("consumer groups", ("group", "broker", "online clients", "consume type",
                                                           "model", "topics"), sorted(rows),
                                       right=("online clients",)))
+    _finish(answers)
+
+
+@group_app.command("update")
+@cli_command
+def group_update(
+    group: GroupOpt,
+    orderly: Annotated[bool | None, typer.Option(
+        "--orderly/--concurrently", help="Consume in order (RocketMQ's consumeMessageOrderly, updateSubGroup -o): "
+                                         "the group pops FIFO and RocketMQ 5 consumers are told `fifo`. "
+                                         "Default: unchanged.")] = None,
+    retry_max_times: Annotated[int | None, typer.Option(
+        "--retry-max-times", min=0, max=c.GROUP_RETRY_MAX_TIMES_LIMIT,
+        help="Redeliveries before the DLQ (updateSubGroup -r). Default: unchanged (16 for a new group).")] = None,
+    broker: BrokerOpt = None,
+    namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Create GROUP or change its FIFO flag and retries on every master (RocketMQ updateSubGroup).
+    A RocketMQ 5 PushConsumer reads the flag when it starts: update the group before its consumers start."""
+    with _admin(namesrv, run_dir) as admin:
+        answers = admin.update_group(group, orderly=orderly, retry_max_times=retry_max_times, broker_name=broker)
+    if as_json:
+        _emit_json([a.to_json() for a in answers])
+    else:
+        rows = [(a.broker.label, a.broker.addr, "yes" if r["orderly"] else "no", r["retry_max_times"])
+                for a in answers for r in a.rows]
+        terminal.console.print(_table(f"group {group}", ("broker", "addr", "orderly", "retry max times"), rows,
+                                      right=("retry max times",)))
     _finish(answers)
 
 

@@ -169,6 +169,22 @@ class ClusterAdmin:
     def delete_topic(self, topic: str, *, broker_name: str | None = None) -> list[BrokerAnswer]:
         return self._on_masters(broker_name, "DeleteTopic", broker_pb2.DeleteTopicRequest(topic=topic))
 
+    def update_group(self, group: str, *, orderly: bool | None = None, retry_max_times: int | None = None,
+                     broker_name: str | None = None) -> list[BrokerAnswer]:
+        """Create GROUP or change its FIFO flag and retries on every master (RocketMQ updateSubGroup);
+        each answer's row is the group as that master stored it."""
+        request = broker_pb2.UpdateSubscriptionGroupRequest(group=group)
+        if orderly is not None:
+            request.consume_message_orderly = orderly
+        if retry_max_times is not None:
+            request.retry_max_times = retry_max_times
+
+        def fill(answer: BrokerAnswer, resp: Any) -> None:
+            if answer.ok:
+                answer.rows.append({"group": group, "orderly": resp.consume_message_orderly,
+                                    "retry_max_times": resp.retry_max_times})
+        return self._ask_each(self._masters(broker_name), "UpdateSubscriptionGroup", request, fill)
+
     def topic_status(self, topic: str) -> list[BrokerAnswer]:
         """Per queue on every broker of the topic's route, masters and slaves: min, max, last store time."""
         return self._ask_each(self._route_brokers(self.route(topic)), "GetTopicStats",
@@ -203,6 +219,9 @@ class ClusterAdmin:
                 yield BrokerRef(cluster.get((q.broker_name, bid), ""), q.broker_name, bid, addr)
 
     def _on_masters(self, broker_name: str | None, method: str, request: Any) -> list[BrokerAnswer]:
+        return [self._ask(ref, method, request)[0] for ref in self._masters(broker_name)]
+
+    def _masters(self, broker_name: str | None) -> list[BrokerRef]:
         brokers = self.brokers()
         masters = [b for b in brokers if b.is_master and broker_name in (None, b.broker_name)]
         if not masters:
@@ -211,7 +230,7 @@ class ClusterAdmin:
                                f"{', '.join(known) or 'none'} (`mqlab admin cluster`)" if broker_name else
                                "no master broker is registered with the name server: is the cluster up "
                                "(`mqlab status`)?")
-        return [self._ask(ref, method, request)[0] for ref in masters]
+        return masters
 
     def _ask_each(self, refs: Iterable[BrokerRef], method: str, request: Any,
                   fill: Callable[[BrokerAnswer, Any], None]) -> list[BrokerAnswer]:

@@ -242,6 +242,28 @@ class CreateTopicResponse(_message.Message):
     remark: str
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
 
+class UpdateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group", "consume_message_orderly", "retry_max_times")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    consume_message_orderly: bool
+    retry_max_times: int
+    def __init__(self, group: _Optional[str] = ..., consume_message_orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+
+class UpdateSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("code", "remark", "consume_message_orderly", "retry_max_times")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    consume_message_orderly: bool
+    retry_max_times: int
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., consume_message_orderly: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -119,6 +119,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.ViewQueueMessageRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.MessageLookupResponse.FromString,
                 _registered_method=True)
+        self.UpdateSubscriptionGroup = channel.unary_unary(
+                '/mqlab.v1.Broker/UpdateSubscriptionGroup',
+                request_serializer=proto_dot_broker__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.UpdateSubscriptionGroupResponse.FromString,
+                _registered_method=True)
         self.PopMessage = channel.unary_unary(
                 '/mqlab.v1.Broker/PopMessage',
                 request_serializer=proto_dot_broker__pb2.PopMessageRequest.SerializeToString,
@@ -257,6 +262,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateSubscriptionGroup(self, request, context):
+        """Create a subscription group or change its FIFO flag and retries (RocketMQ updateSubGroup).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PopMessage(self, request, context):
         """POP consumption (RocketMQ 5's pop / ack / change invisible time; docs/architecture.md,
         "POP consumption"): a master's engine, over our own API. A pop that finds nothing is held
@@ -371,6 +383,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ViewQueueMessage,
                     request_deserializer=proto_dot_broker__pb2.ViewQueueMessageRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.MessageLookupResponse.SerializeToString,
+            ),
+            'UpdateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSubscriptionGroup,
+                    request_deserializer=proto_dot_broker__pb2.UpdateSubscriptionGroupRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.UpdateSubscriptionGroupResponse.SerializeToString,
             ),
             'PopMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.PopMessage,
@@ -852,6 +869,33 @@ class Broker:
             '/mqlab.v1.Broker/ViewQueueMessage',
             proto_dot_broker__pb2.ViewQueueMessageRequest.SerializeToString,
             proto_dot_broker__pb2.MessageLookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/UpdateSubscriptionGroup',
+            proto_dot_broker__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+            proto_dot_broker__pb2.UpdateSubscriptionGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

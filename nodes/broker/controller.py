@@ -23,6 +23,7 @@ import grpc
 from nodes.broker.admin_queries import AdminQueryHandler
 from nodes.broker.client_manage import ClientManageHandler
 from nodes.broker.consumers import ClientHousekeepingService, ConsumerRegistry
+from nodes.broker.group_admin import GroupAdminHandler
 from nodes.broker.ha_check import StoreErrors
 from nodes.broker.ha_master import ReplicationMaster, ReplicationState
 from nodes.broker.ha_slave import HaClient
@@ -192,7 +193,8 @@ class BrokerController:
         self.registrar.broker_addr = self.addr
         await self._start_remoting()
         # RocketMQ 5's endpoint, before the first registration too: routes name it
-        self.rocketmq5 = Rmq5Endpoint(self.config, self.table, self.topics, self._clock, self.store.delay_levels_ms)
+        self.rocketmq5 = Rmq5Endpoint(self.config, self.table, self.topics, self.groups, self._clock,
+                                       self.store.delay_levels_ms)
         self.rocketmq5_addr = self.registrar.rocketmq5_addr = await self.rocketmq5.start()
 
         try:
@@ -314,6 +316,8 @@ class BrokerController:
                                         broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic)
         table.register(RequestKind.CREATE_TOPIC, topic_admin.create_topic)
         table.register(RequestKind.DELETE_TOPIC, topic_admin.delete_topic)
+        table.register(RequestKind.UPDATE_SUBSCRIPTION_GROUP,
+                       GroupAdminHandler(self.groups, is_master=config.is_master).update_group)
         table.register(RequestKind.HEART_BEAT, self.client_manage.heartbeat)
         table.register(RequestKind.UNREGISTER_CLIENT, self.client_manage.unregister_client)
         table.register(RequestKind.GET_CONSUMER_LIST_BY_GROUP, self.client_manage.consumer_list)

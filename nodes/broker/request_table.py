@@ -49,6 +49,7 @@ class RequestKind(enum.Enum):
     QUERY_MESSAGE = "query-message"  # (QueryMessageRequest) -> MessageLookupResponse: by key
     VIEW_MESSAGE = "view-message"  # (ViewMessageRequest) -> MessageLookupResponse: by id or phys offset
     VIEW_QUEUE_MESSAGE = "view-queue-message"  # (QueueMessageRequest) -> MessageLookupResponse
+    UPDATE_SUBSCRIPTION_GROUP = "update-group"  # (UpdateGroupRequest) -> UpdateGroupResponse (group_admin)
     # POP consumption (nodes/broker/pop), masters only
     POP_MESSAGE = "pop"  # async (PopRequest) -> PopResult
     POP_ACK = "pop-ack"  # async (PopAckRequest) -> AckResult

@@ -102,6 +102,8 @@ class Timing:
     file_reserved_time_ms: int = c.FILE_RESERVED_TIME_MS
     # POP consumption: how often expired pops are revived (PopReviveService's reviveInterval)
     pop_revive_interval_ms: int = c.POP_REVIVE_INTERVAL_MS
+    # RocketMQ 5 auto-renew: how often the messages of PushConsumers' receives are renewed
+    rmq5_renew_scan_ms: int = c.RMQ5_RENEW_SCAN_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.

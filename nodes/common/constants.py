@@ -109,6 +109,7 @@ MASTER_ID = 0
 # Subscription group defaults (SubscriptionGroupConfig)
 GROUP_RETRY_QUEUE_NUMS = 1
 GROUP_RETRY_MAX_TIMES = 16
+GROUP_RETRY_MAX_TIMES_LIMIT = 128  # the most an operator may set (`mqlab admin group update --retry-max-times`)
 GROUP_WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 
 # Message property names (MessageConst)
@@ -484,6 +485,22 @@ RMQ5_USER_PROPERTIES_MAX = 128  # user properties per message (MESSAGE_PROPERTIE
 RMQ5_PROPERTIES_BYTES_MAX = 16 * 1024  # user properties + tag + keys of one message
 RMQ5_DELIVERY_AHEAD_MS_MAX = 86_400_000  # a delayed message is due at most a day ahead
 RMQ5_PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group, stored as RocketMQ 5 stores it
+# a receive's long poll, clamped as the proxy does (scaled by the broker's time_scale, so a scaled
+# test can await 1 s; a client's whole-second await would otherwise hit the 5 s floor)
+RMQ5_RECEIVE_POLL_MIN_MS = 5_000
+RMQ5_RECEIVE_POLL_MAX_MS = 20_000
+# room left between a long poll's end and the call's gRPC deadline (a transport budget: unscaled)
+RMQ5_RECEIVE_DEADLINE_MARGIN_MS = 500
+# the invisible time of an auto_renew receive (a PushConsumer's: it asks none), scaled like the floor
+RMQ5_AUTO_RENEW_INVISIBLE_MS = 60_000
+# auto-renew (the proxy's DefaultReceiptHandleManager): how often held messages are looked at
+# (a Timing), how close to its invisible time's end one is renewed, for how long at most, and how
+# soon the messages of a client that ended are visible again (all scaled by the time knob)
+RMQ5_RENEW_SCAN_MS = 5_000
+RMQ5_RENEW_AHEAD_MS = 10_000
+RMQ5_RENEW_MAX_MS = 3 * 3_600_000
+RMQ5_RENEW_RELEASE_MS = 1_000
+RMQ5_RENEW_HELD_MAX = 100_000  # messages held for renewal at once; later ones just expire
 
 # ---------------------------------------------------------------------------
 # Message index (nodes/store/index_file.py, index_service.py): RocketMQ's IndexFile. Each file
@@ -506,6 +523,8 @@ INDEX_QUERY_MAX_DEFAULT = 32  # RocketMQ defaultQueryMaxNum: what a query withou
 INDEX_QUERY_MAX = 64  # RocketMQ maxMsgsNumBatch: the most messages one key query answers
 INDEX_CHAIN_STEPS_MAX = 100_000  # a slot chain longer than this is a damaged file: the walk stops
 INDEX_BODY_PREVIEW_BYTES = 256  # how much of a body a message lookup answer carries
+
+# ---------------------------------------------------------------------------
 # POP consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor,
 # ChangeInvisibleTimeProcessor, PopReviveService, ConsumerOrderInfoManager): nodes/broker/pop/
 # ---------------------------------------------------------------------------

@@ -151,3 +151,8 @@ def test_names_that_do_not_exist_get_an_answer_that_says_so(local_cluster, runne
     no_broker = runner.invoke(cli.app, ["admin", "topic", "create", "--topic", "T2", "--broker", "broker-z",
                                         "--run-dir", str(cluster.run_dir)])
     assert no_broker.exit_code == 2 and "no live master of broker 'broker-z'" in no_broker.output
+    orderly = _admin(runner, cluster, "group", "update", "--group", "cli-fifo", "--orderly", "--retry-max-times", "3")
+    assert "group cli-fifo" in orderly and "broker-a/0" in orderly and "yes" in orderly and " 3 " in orderly
+    bad_group = runner.invoke(cli.app, ["admin", "group", "update", "--group", "bad group!", "--orderly",
+                                        "--run-dir", str(cluster.run_dir)])
+    assert bad_group.exit_code == 1 and "INVALID_ARGUMENT" in bad_group.output

@@ -253,3 +253,23 @@ def test_a_producer_send_is_pulled_over_remoting_with_its_properties(cluster, re
     record = next(iter_records(answer.body))
     assert record.body == b"from-grpc" and record.tags == "TagY" and record.keys == "kk"
     assert record.properties["size"] == "L" and record.properties["UNIQ_KEY"] == sent.msg_id
+
+
+def test_mqadmin_update_sub_group_makes_a_group_orderly_with_its_retries(cluster, remoting):
+    client = remoting()
+    config = {"groupName": "RemotingFifo", "consumeEnable": True, "consumeBroadcastEnable": True,
+              "consumeMessageOrderly": True, "retryQueueNums": 1, "retryMaxTimes": 3, "brokerId": 0,
+              "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
+    made = client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
+    assert made.code == 0, made.remark
+    stored = cluster.call(lambda: cluster.broker.groups.groups["RemotingFifo"])
+    assert (stored.consume_message_orderly, stored.retry_max_times) == (True, 3)
+    # the body replaces the config: what it leaves out takes RocketMQ's default
+    assert client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                          body=b'{"groupName":"RemotingFifo"}').code == 0
+    stored = cluster.call(lambda: cluster.broker.groups.groups["RemotingFifo"])
+    assert (stored.consume_message_orderly, stored.retry_max_times) == (False, 16)
+    bad = client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"bad group!"}')
+    assert bad.code != 0 and "bad group!" in bad.remark
+    no_name = client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"retryMaxTimes":1}')
+    assert no_name.code != 0 and "groupName" in no_name.remark

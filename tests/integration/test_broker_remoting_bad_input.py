@@ -25,7 +25,7 @@ CODES = [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND
          # the read-only operator requests (creating or deleting topics would change what the
          # healthy connection reads)
          RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS, RequestCode.GET_CONSUMER_CONNECTION_LIST,
-         RequestCode.GET_BROKER_RUNTIME_INFO]
+         RequestCode.GET_BROKER_RUNTIME_INFO, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP]
 FIELDS = ["topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "consumerGroup", "commitOffset", "offset",
           "group", "timestamp", "clientID", "batch", "b", "e", "f", "m", "suspendTimeoutMillis", "subVersion",
           "delayLevel", "properties"]
@@ -37,7 +37,9 @@ BODIES = st.one_of(
     JSON_VALUES.map(lambda v: json.dumps(v).encode()),
     st.fixed_dictionaries({}, optional={"clientID": JSON_VALUES, "consumerDataSet": JSON_VALUES,
                                         "producerDataSet": JSON_VALUES, "clientId": JSON_VALUES,
-                                        "consumerGroup": JSON_VALUES, "mqSet": JSON_VALUES}
+                                        "consumerGroup": JSON_VALUES, "mqSet": JSON_VALUES,
+                                        "groupName": JSON_VALUES, "consumeMessageOrderly": JSON_VALUES,
+                                        "retryMaxTimes": JSON_VALUES}
                           ).map(lambda v: json.dumps(v).encode()))
 EXT = st.dictionaries(st.sampled_from(FIELDS), st.one_of(st.text(max_size=12), st.integers(-2**40, 2**40).map(str),
                                                           st.sampled_from(["", "-1", "1", "true", "RemotingBad"])),

@@ -71,9 +71,16 @@ class Py5Producer:
         self._answers.put(None)
 
     def call(self, **command: Any) -> dict[str, Any]:
+        self.submit(**command)
+        return self.answer(command)
+
+    def submit(self, **command: Any) -> None:
+        """Write a command without waiting for its answer (`answer` reads it)."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(command) + "\n")
         self.proc.stdin.flush()
+
+    def answer(self, command: dict[str, Any]) -> dict[str, Any]:
         try:
             answer = self._answers.get(timeout=ANSWER_BUDGET_S)
         except queue.Empty:

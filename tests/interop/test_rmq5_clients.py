@@ -1,7 +1,6 @@
 """Apache's RocketMQ 5 Python client (5.1.2, its own venv and process) against a real cluster's
 RocketMQ 5 endpoint: start, sends of each type read back by mqlab's PullConsumer, and the
-refusals a client must see; 5.x consumers start and are told that receiving is not there yet
-(POP is pending). The wire-level answers a client library never shows (a missing
+refusals a client must see (consuming: test_rmq5_consumers.py). The wire-level answers a client library never shows (a missing
 client id, the calls mqlab does not implement) are asked with raw stubs, in this process."""
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 from support.rpc import broker_stub
 
 from harness import LocalCluster
@@ -208,19 +208,34 @@ def test_wire_answers_a_client_library_never_shows(shared_cluster: LocalCluster)
         assignment = stub.QueryAssignment(s.QueryAssignmentRequest(topic=topic, group=d.Resource(name="r5-group")),
                                           metadata=CLIENT_ID, timeout=10)
         assert [(a.message_queue.id, a.message_queue.broker.name) for a in assignment.assignments] == [(-1, "broker-a")]
+        group = d.Resource(name="r5-group")
+        no_invisible = list(stub.ReceiveMessage(s.ReceiveMessageRequest(
+            group=group, message_queue=route.message_queues[0], batch_size=4), metadata=CLIENT_ID, timeout=10))
+        assert no_invisible[0].status.code == d.ILLEGAL_INVISIBLE_TIME and len(no_invisible) == 2
+        # no message: MESSAGE_NOT_FOUND after the long poll, then the server's time, then the end
+        began = time.monotonic()
         receive = list(stub.ReceiveMessage(s.ReceiveMessageRequest(
-            group=d.Resource(name="r5-group"), message_queue=route.message_queues[0]), metadata=CLIENT_ID, timeout=10))
-        assert receive[0].status.code == d.NOT_IMPLEMENTED and receive[-1].HasField("delivery_timestamp")
-        ack = stub.AckMessage(s.AckMessageRequest(group=d.Resource(name="r5-group"), topic=topic, entries=[
+            group=group, message_queue=route.message_queues[0], batch_size=4,
+            invisible_duration=duration_pb2.Duration(seconds=1), long_polling_timeout=duration_pb2.Duration(seconds=5),
+            filter_expression=d.FilterExpression(type=d.TAG, expression="*")), metadata=CLIENT_ID, timeout=10))
+        assert [r.WhichOneof("content") for r in receive] == ["status", "delivery_timestamp"]
+        assert receive[0].status.code == d.MESSAGE_NOT_FOUND
+        assert time.monotonic() - began < 5, "the long poll is clamped to 20 s scaled (1 s at 0.05)"
+        sql = list(stub.ReceiveMessage(s.ReceiveMessageRequest(
+            group=group, message_queue=route.message_queues[0], batch_size=4, auto_renew=True,
+            filter_expression=d.FilterExpression(type=d.SQL, expression="a > 1")), metadata=CLIENT_ID, timeout=10))
+        assert sql[0].status.code == d.ILLEGAL_FILTER_EXPRESSION
+        ack = stub.AckMessage(s.AckMessageRequest(group=group, topic=topic, entries=[
             s.AckMessageEntry(message_id="m", receipt_handle="h")]), metadata=CLIENT_ID, timeout=10)
-        assert ack.status.code == d.NOT_IMPLEMENTED
+        assert ack.status.code == d.BAD_REQUEST and "receipt handle" in ack.entries[0].status.message
         empty_ack = stub.AckMessage(s.AckMessageRequest(group=d.Resource(name="r5-group"), topic=topic),
                                     metadata=CLIENT_ID, timeout=10)
         assert empty_ack.status.code == d.BAD_REQUEST
         changed = stub.ChangeInvisibleDuration(s.ChangeInvisibleDurationRequest(
-            group=d.Resource(name="r5-group"), topic=topic, receipt_handle="h", message_id="m"),
-            metadata=CLIENT_ID, timeout=10)
-        assert changed.status.code == d.NOT_IMPLEMENTED and changed.receipt_handle == "h"
+            group=d.Resource(name="r5-group"), topic=topic, receipt_handle="h", message_id="m",
+            invisible_duration=duration_pb2.Duration(seconds=1)), metadata=CLIENT_ID, timeout=10)
+        # a refusal hands the client's own handle back (the client stores it before checking)
+        assert changed.status.code == d.BAD_REQUEST and changed.receipt_handle == "h"
         assert stub.EndTransaction(s.EndTransactionRequest(topic=topic), metadata=CLIENT_ID,
                                    timeout=10).status.code == d.NOT_IMPLEMENTED
         settings = d.Settings(client_type=d.SIMPLE_CONSUMER, subscription=d.Subscription(
@@ -231,36 +246,6 @@ def test_wire_answers_a_client_library_never_shows(shared_cluster: LocalCluster)
     merged = answers[0].settings.subscription
     assert merged.group.name == "r5-group" and merged.receive_batch_size == 32
     assert merged.long_polling_timeout.seconds == 20 and answers[0].settings.backoff_policy.max_attempts == 17
-
-
-def test_consumers_start_and_are_told_receiving_is_not_implemented_yet(shared_cluster: LocalCluster,
-                                                                      tmp_path: Path) -> None:
-    make_topic(shared_cluster, "R5Consume")
-    endpoints = shared_cluster.rocketmq5_endpoints
-    simple = Py5Producer(tmp_path, "py5-simple")
-    push = Py5Producer(tmp_path, "py5-push")
-    try:
-        simple.call(op="consumer_start", endpoints=endpoints, kind="simple", group="r5-simple", topic="R5Consume")
-        refused = simple.call(op="receive", max=4, invisible_s=15)
-        assert refused["event"] == "receive-failed" and refused["error_type"] == "UnsupportedException", refused
-        assert "POP" in refused["error"]
-        # a push consumer's start waits (up to 10 s) for a settings answer with status OK
-        started = push.call(op="consumer_start", endpoints=endpoints, kind="push", group="r5-push", topic="R5Consume")
-        assert started["seconds"] < 10, started
-
-        def retrying(state: dict[str, Any]) -> bool:
-            me = [c for c in state["clients"] if c["client_id"] == started["client_id"]]
-            return bool(me) and state["calls"].get("QueryAssignment", 0) >= 1 and \
-                state["calls"].get("ReceiveMessage", 0) >= 2
-        state = wait_state(shared_cluster, retrying, "the push consumer's assignment and receive retries")
-        me = next(c for c in state["clients"] if c["client_id"] == started["client_id"])
-        assert (me["client_type"], me["group"], me["topics"]) == ("PUSH_CONSUMER", "r5-push", ["R5Consume"])
-        assert push.call(op="consumed")["messages"] == []
-        simple.shutdown()
-        push.shutdown()
-    finally:
-        simple.close()
-        push.close()
 
 
 @pytest.mark.slow

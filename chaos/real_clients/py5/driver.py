@@ -11,11 +11,23 @@ line on stdin and answers each with one JSON line on stdout:
                                                                   or {"event": "send-failed", "error_type": cls,
                                                                        "error": text}
   {"op": "consumer_start", "endpoints": "...", "kind": "push"|"simple", "group": "G", "topic": "T",
-   "await_s": n}                                                  -> {"event": "started", "seconds": s}
-  {"op": "receive", "max": n, "invisible_s": s}  (simple)         -> {"event": "received", "messages": [...]}
+   "await_s": n, "fail_once": ["body", ...],
+   "fail_always": ["body", ...], "slow": {"body": s}}             -> {"event": "started", "seconds": s}
+  {"op": "receive", "max": n, "invisible_s": s}  (simple)         -> {"event": "received", "messages": [...],
+                                                                       "seconds": s}
                                                                   or {"event": "receive-failed", ...}
+  {"op": "ack", "ref": n}  (simple)                               -> {"event": "acked"} or {"event": "ack-failed", ...}
+  {"op": "change_invisible", "ref": n, "invisible_s": s}          -> {"event": "changed", "receipt_handle": h}
+                                                                  or {"event": "change-failed", ...}
   {"op": "consumed"}  (push: what the listener got so far)        -> {"event": "consumed", "messages": [...]}
   {"op": "shutdown"}                                              -> {"event": "done"}, exit 0
+
+Each received message is described with a `ref`: the index of the client's message object that
+`ack` and `change_invisible` act on (a later receive of the same message gets a new ref, so an
+old ref acks with the handle of that earlier delivery). A push consumer's listener answers
+FAILURE the first time it sees a body listed in `fail_once`, always for one in `fail_always`,
+SUCCESS otherwise, after sleeping `slow[body]` seconds for a body listed there; every call is
+recorded from its start, failures too (`"result"`: RUNNING until the listener answers).
 
 One client per driver: a producer or a consumer. `group` makes a FIFO message, `delay_s` a
 DELAY one (due `delay_s` whole seconds from now: the client writes the value into
@@ -39,7 +51,8 @@ def emit(event: str, **fields: Any) -> None:
 def described(msg: Any) -> dict[str, Any]:
     return {"message_id": msg.message_id, "body": msg.body.decode(errors="replace"), "tag": msg.tag,
             "keys": sorted(msg.keys or ()), "properties": dict(msg.properties or {}),
-            "delivery_attempt": msg.delivery_attempt, "message_group": msg.message_group}
+            "delivery_attempt": msg.delivery_attempt, "message_group": msg.message_group,
+            "receipt_handle": msg.receipt_handle, "at": time.time()}
 
 
 def main() -> int:
@@ -56,13 +69,26 @@ def main() -> int:
     )
 
     consumed: list[dict[str, Any]] = []
+    fail_once: set[str] = set()
+    fail_always: set[str] = set()
+    slow: dict[str, float] = {}
+    held: list[Any] = []  # received messages, by ref
 
     class Recorder(MessageListener):
         """A push consumer's listener: records each message (the driver's stdout carries answers only)."""
 
         def consume(self, message: Any) -> Any:
-            consumed.append(described(message))
-            return ConsumeResult.SUCCESS
+            seen = {**described(message), "result": "RUNNING"}  # recorded from the call's start
+            consumed.append(seen)
+            body = seen["body"]
+            if body in slow:
+                time.sleep(slow[body])
+            result = ConsumeResult.SUCCESS
+            if body in fail_once or body in fail_always:
+                fail_once.discard(body)
+                result = ConsumeResult.FAILURE
+            seen["result"] = result.name
+            return result
 
     client = None
     for line in sys.stdin:
@@ -104,7 +130,10 @@ def main() -> int:
                      offset=receipt.offset, sent_at=time.time(), due=due)
             elif op == "consumer_start":
                 config = ClientConfiguration(cmd["endpoints"], Credentials(), request_timeout=cmd.get("timeout_s", 3))
-                subscription = {cmd["topic"]: FilterExpression()}
+                subscription = {cmd["topic"]: FilterExpression(cmd.get("tags") or "*")}
+                fail_once.update(cmd.get("fail_once") or ())
+                fail_always.update(cmd.get("fail_always") or ())
+                slow.update(cmd.get("slow") or {})
                 if cmd["kind"] == "push":
                     client = PushConsumer(config, cmd["group"], Recorder(), subscription)
                 else:
@@ -114,12 +143,33 @@ def main() -> int:
                 emit("started", seconds=round(time.monotonic() - began, 3), client_id=client.client_id)
             elif op == "receive":
                 assert client is not None, "start first"
+                began = time.monotonic()
                 try:
                     messages = client.receive(int(cmd.get("max", 16)), int(cmd.get("invisible_s", 15)))
                 except Exception as exc:
                     emit("receive-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
                     continue
-                emit("received", messages=[described(m) for m in messages])
+                seconds = round(time.monotonic() - began, 3)
+                out = []
+                for m in messages:
+                    out.append({**described(m), "ref": len(held)})
+                    held.append(m)
+                emit("received", messages=out, seconds=seconds)
+            elif op == "ack":
+                try:
+                    client.ack(held[int(cmd["ref"])])
+                except Exception as exc:
+                    emit("ack-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
+                    continue
+                emit("acked")
+            elif op == "change_invisible":
+                msg = held[int(cmd["ref"])]
+                try:
+                    client.change_invisible_duration(msg, int(cmd["invisible_s"]))
+                except Exception as exc:
+                    emit("change-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
+                    continue
+                emit("changed", receipt_handle=msg.receipt_handle, at=time.time())
             elif op == "consumed":
                 emit("consumed", messages=list(consumed))
             elif op == "shutdown":

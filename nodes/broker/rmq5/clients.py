@@ -117,6 +117,10 @@ class Rmq5ClientRegistry:
             self.terminated += 1
             log.info("rocketmq5 client %s terminated%s", ctx.client_id, f" (group {group})" if group else "")
 
+    def now_ms(self) -> int:
+        """The registry's clock (monotonic): what `last_seen_ms` is measured on."""
+        return self._now_ms()
+
     def get(self, client_id: str) -> Rmq5Client | None:
         return self._clients.get(client_id)
 

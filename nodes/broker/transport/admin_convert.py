@@ -16,9 +16,25 @@ from nodes.broker.admin_queries import (
     TopicStatsRequest,
     TopicStatsResponse,
 )
+from nodes.broker.group_admin import UpdateGroupRequest, UpdateGroupResponse
 from nodes.broker.topic_admin import DeleteTopicRequest, DeleteTopicResponse
 from nodes.common.grpc_adapter import CODE_TO_PB
 from proto import broker_pb2
+
+
+def update_group_from_pb(pb: broker_pb2.UpdateSubscriptionGroupRequest) -> UpdateGroupRequest:
+    return UpdateGroupRequest(
+        pb.group,
+        consume_message_orderly=pb.consume_message_orderly if pb.HasField("consume_message_orderly") else None,
+        retry_max_times=pb.retry_max_times if pb.HasField("retry_max_times") else None)
+
+
+def update_group_to_pb(answer: UpdateGroupResponse) -> broker_pb2.UpdateSubscriptionGroupResponse:
+    pb = broker_pb2.UpdateSubscriptionGroupResponse(code=CODE_TO_PB[answer.code], remark=answer.remark)
+    if answer.config is not None:
+        pb.consume_message_orderly = answer.config.consume_message_orderly
+        pb.retry_max_times = answer.config.retry_max_times
+    return pb
 
 
 def delete_topic_from_pb(pb: broker_pb2.DeleteTopicRequest) -> DeleteTopicRequest:

@@ -53,6 +53,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._query_message = table[RequestKind.QUERY_MESSAGE]
         self._view_message = table[RequestKind.VIEW_MESSAGE]
         self._view_queue_message = table[RequestKind.VIEW_QUEUE_MESSAGE]
+        self._update_group = table[RequestKind.UPDATE_SUBSCRIPTION_GROUP]
         self._pop = table[RequestKind.POP_MESSAGE]
         self._pop_ack = table[RequestKind.POP_ACK]
         self._pop_change = table[RequestKind.POP_CHANGE_INVISIBLE]
@@ -218,6 +219,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def ViewQueueMessage(self, request: broker_pb2.ViewQueueMessageRequest,
                                context: grpc.aio.ServicerContext) -> broker_pb2.MessageLookupResponse:
         return lookup_convert.lookup_to_pb(self._view_queue_message(lookup_convert.queue_view_from_pb(request)))
+
+    @answers_errors(broker_pb2.UpdateSubscriptionGroupResponse, "update subscription group")
+    async def UpdateSubscriptionGroup(self, request: broker_pb2.UpdateSubscriptionGroupRequest,
+                                      context: grpc.aio.ServicerContext) -> broker_pb2.UpdateSubscriptionGroupResponse:
+        return admin_convert.update_group_to_pb(self._update_group(admin_convert.update_group_from_pb(request)))
 
     # --- POP consumption ----------------------------------------------------------------------
 

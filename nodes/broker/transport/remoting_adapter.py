@@ -61,6 +61,7 @@ class BrokerRemotingAdapter:
             RequestCode.LOCK_BATCH_MQ: self.consumers.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.consumers.unlock_batch,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
             RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
             RequestCode.GET_CONSUME_STATS: admin.consume_stats,

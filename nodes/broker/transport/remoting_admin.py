@@ -1,5 +1,6 @@
 """The operator requests over remoting (what RocketMQ 4.x's mqadmin sends a broker) -> the same
-handlers gRPC calls: UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215),
+handlers gRPC calls: UPDATE_AND_CREATE_TOPIC (17), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200,
+mqadmin updateSubGroup), DELETE_TOPIC_IN_BROKER (215),
 GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_CONSUMER_CONNECTION_LIST (203) and
 GET_BROKER_RUNTIME_INFO (28).
 
@@ -28,11 +29,13 @@ from nodes.broker.admin_queries import (
     TopicStatsRequest,
     TopicStatsResponse,
 )
+from nodes.broker.group_admin import UpdateGroupRequest
 from nodes.broker.pull import subscription_tags
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.topic_admin import CreateTopicRequest, DeleteTopicRequest
 from nodes.broker.transport import remoting_codes
-from nodes.broker.transport.remoting_json import BodyError, dumps
+from nodes.broker.transport.remoting_json import BodyError, dumps, loads
+from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.common.types import TopicConfig
 from nodes.remoting.command import RemotingCommand
@@ -50,6 +53,7 @@ class RemotingAdmin:
         self._consume_stats = table[RequestKind.CONSUME_STATS]
         self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
         self._runtime = table[RequestKind.BROKER_RUNTIME]
+        self._update_group = table[RequestKind.UPDATE_SUBSCRIPTION_GROUP]
 
     async def create_topic(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         """CreateTopicRequestHeader: topic, readQueueNums, writeQueueNums, perm (required, as
@@ -57,6 +61,21 @@ class RemotingAdmin:
         config = TopicConfig(cmd.ext_str("topic"), cmd.ext_int("readQueueNums"), cmd.ext_int("writeQueueNums"),
                              cmd.ext_int("perm"), cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"))
         answer = await self._create_topic(CreateTopicRequest(config))
+        return remoting_codes.answer(cmd, answer.code, answer.remark)
+
+    def update_group(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """The body is a whole SubscriptionGroupConfig as fastjson writes it; of its fields mqlab
+        keeps `consumeMessageOrderly` and `retryMaxTimes`. As in RocketMQ the body replaces the
+        group's config, so a field it leaves out takes RocketMQ's default."""
+        body = loads(cmd.body)
+        if not isinstance(body, dict) or not isinstance(body.get("groupName"), str):
+            raise BodyError("the body must be a SubscriptionGroupConfig object with a groupName")
+        orderly = body.get("consumeMessageOrderly", False)
+        retry_max_times = body.get("retryMaxTimes", c.GROUP_RETRY_MAX_TIMES)
+        if not isinstance(orderly, bool) or isinstance(retry_max_times, bool) or not isinstance(retry_max_times, int):
+            raise BodyError("consumeMessageOrderly must be a boolean and retryMaxTimes an integer")
+        answer = self._update_group(UpdateGroupRequest(body["groupName"], consume_message_orderly=orderly,
+                                                       retry_max_times=retry_max_times))
         return remoting_codes.answer(cmd, answer.code, answer.remark)
 
     async def delete_topic(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:

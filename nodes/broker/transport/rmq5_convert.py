@@ -8,14 +8,20 @@ exporting metrics to an endpoint that is not there.
 
 from __future__ import annotations
 
+import hashlib
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from nodes.broker.pop.values import PoppedMessage
 from nodes.broker.rmq5.clients import CallContext
 from nodes.broker.rmq5.codes import Status
+from nodes.broker.rmq5.consume import ReceiveRequest
 from nodes.broker.rmq5.route import RouteQueue
-from nodes.broker.rmq5.send import Rmq5Message
+from nodes.broker.rmq5.send import RESERVED_PROPERTIES, Rmq5Message
 from nodes.broker.rmq5.settings import ServerSettings
+from nodes.common import constants as c
 from proto import rmq5_definition_pb2 as d
+from proto import rmq5_service_pb2 as s
 
 _PERMISSION = {(True, True): d.READ_WRITE, (True, False): d.READ, (False, True): d.WRITE, (False, False): d.NONE}
 
@@ -71,6 +77,67 @@ def message_from_pb(pb: d.Message) -> Rmq5Message:
         delivery_timestamp_ms=_timestamp_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None,
         message_group=sp.message_group if sp.HasField("message_group") else None,
         body_encoding=d.Encoding.Name(sp.body_encoding) if sp.body_encoding in d.Encoding.values() else "")
+
+
+def _ms_timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _duration_ms(pb: duration_pb2.Duration) -> int:
+    return pb.seconds * 1000 + pb.nanos // 1_000_000
+
+
+def receive_request_from_pb(req: s.ReceiveMessageRequest, remaining_s: float | None) -> ReceiveRequest:
+    """A ReceiveMessageRequest as plain values; `remaining_s` is the call's deadline left (gRPC's
+    time_remaining()). The request's queue is not kept: a receive pops the whole broker."""
+    fe = req.filter_expression
+    return ReceiveRequest(
+        group=req.group.name, topic=req.message_queue.topic.name, batch_size=req.batch_size,
+        invisible_ms=_duration_ms(req.invisible_duration) if req.HasField("invisible_duration") else None,
+        auto_renew=req.auto_renew,
+        long_polling_ms=_duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else None,
+        attempt_id=req.attempt_id, filter_type=d.FilterType.Name(fe.type) if fe.type in (d.TAG, d.SQL) else "",
+        filter_expression=fe.expression or "*",
+        remaining_ms=None if remaining_s is None else int(remaining_s * 1000))
+
+
+# properties that are the message's system properties (or broker bookkeeping), never a user's
+_NOT_USER_PROPERTIES = RESERVED_PROPERTIES | {c.PROPERTY_POP_RETRY_GROUP, c.PROPERTY_POP_FIRST_POP_TIME}
+
+
+def _message_type(props: dict[str, str]) -> int:
+    """The proxy's inference: a transaction's, a delayed one's, a FIFO one's, else NORMAL."""
+    if props.get("TRAN_MSG") == "true":
+        return d.TRANSACTION
+    if any(k in props for k in (c.PROPERTY_DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                                "__STARTDELIVERTIME")):
+        return d.DELAY
+    if c.RMQ5_PROPERTY_SHARDING_KEY in props:
+        return d.FIFO
+    return d.NORMAL
+
+
+def popped_to_pb(m: PoppedMessage) -> d.Message:
+    """One popped message as a 5.x client reads it: IDENTITY encoding and an MD5 digest (a missing
+    encoding fails the client's whole receive), delivery_attempt >= 1 (a PushConsumer's nack
+    computes its backoff from it), the receipt handle, the stored tag, keys and group."""
+    props = m.properties
+    sp = d.SystemProperties(
+        keys=(m.keys or props.get(c.PROPERTY_KEYS, "")).split(),
+        message_id=props.get(c.PROPERTY_UNIQ_KEY) or m.msg_id,
+        body_digest=d.Digest(type=d.MD5, checksum=hashlib.md5(m.body).hexdigest().upper()),
+        body_encoding=d.IDENTITY, message_type=_message_type(props),
+        born_timestamp=_ms_timestamp(m.born_timestamp_ms), born_host=m.born_host[0],
+        store_timestamp=_ms_timestamp(m.store_timestamp_ms), store_host=f"{m.store_host[0]}:{m.store_host[1]}",
+        receipt_handle=m.receipt_handle, queue_id=m.queue_id, queue_offset=m.queue_offset,
+        delivery_attempt=max(1, m.delivery_attempt))
+    tag = m.tags if m.tags is not None else props.get(c.PROPERTY_TAGS)
+    if tag:
+        sp.tag = tag
+    if group := props.get(c.RMQ5_PROPERTY_SHARDING_KEY):
+        sp.message_group = group
+    user = {k: v for k, v in props.items() if k not in _NOT_USER_PROPERTIES}
+    return d.Message(topic=d.Resource(name=m.topic), user_properties=user, system_properties=sp, body=m.body)
 
 
 def _duration(ms: int) -> duration_pb2.Duration:

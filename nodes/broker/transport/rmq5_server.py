@@ -11,7 +11,8 @@ import grpc.aio
 
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.rmq5.clients import Rmq5ClientRegistry
-from nodes.broker.rmq5.consume import Rmq5Consume
+from nodes.broker.rmq5.consume import GroupLookup, PopHandlers, Rmq5Consume, auto_renew_invisible_ms
+from nodes.broker.rmq5.renew import AutoRenew, AutoRenewService
 from nodes.broker.rmq5.route import Rmq5Routes, TopicLookup
 from nodes.broker.rmq5.send import Rmq5Send
 from nodes.broker.rmq5.service import Rmq5Service
@@ -20,6 +21,7 @@ from nodes.broker.transport.rmq5_namesrv import NamesrvRoutes
 from nodes.broker.transport.rmq5_servicer import MessagingServicer
 from nodes.common.clock import Clock
 from nodes.common.config import BrokerConfig
+from nodes.common.node import crash_node
 from nodes.common.rpc import bind, make_server
 from proto import rmq5_service_pb2_grpc
 
@@ -27,17 +29,26 @@ log = logging.getLogger(__name__)
 
 
 class Rmq5Endpoint:
-    def __init__(self, config: BrokerConfig, table: RequestTable, topics: TopicLookup, clock: Clock,
-                 delay_levels_ms: tuple[int, ...]) -> None:
+    def __init__(self, config: BrokerConfig, table: RequestTable, topics: TopicLookup, groups: GroupLookup,
+                 clock: Clock, delay_levels_ms: tuple[int, ...]) -> None:
         self._config = config
         registry = Rmq5ClientRegistry(clock.monotonic_ms)
+        self.renew = AutoRenew(table[RequestKind.POP_CHANGE_INVISIBLE], registry, clock, time_scale=config.time_scale,
+                               invisible_ms=auto_renew_invisible_ms(config.time_scale))
+        self._renew_service = AutoRenewService(self.renew, config.timing.rmq5_renew_scan_ms, on_crash=crash_node,
+                                               clock=clock)
         self._routes = NamesrvRoutes(config)
         body_max = config.store.message_body_bytes_max
         self.service = Rmq5Service(
             clients=registry, routes=Rmq5Routes(topics, self._routes, registry),
             send=Rmq5Send(topics=topics, send=table[RequestKind.SEND_MESSAGE], registry=registry, now_ms=clock.wall_ms,
                           body_bytes_max=body_max, delay_levels_ms=delay_levels_ms),
-            consume=Rmq5Consume(registry), settings=ServerSettings(max_body_bytes=body_max))
+            consume=Rmq5Consume(registry, PopHandlers(
+                pop=table[RequestKind.POP_MESSAGE], ack=table[RequestKind.POP_ACK],
+                change_invisible=table[RequestKind.POP_CHANGE_INVISIBLE],
+                forward_to_dlq=table[RequestKind.POP_FORWARD_TO_DLQ]), groups, time_scale=config.time_scale,
+                renew=self.renew),
+            settings=ServerSettings(max_body_bytes=body_max))
         self._server: grpc.aio.Server | None = None
         self.addr = ""
 
@@ -47,14 +58,17 @@ class Rmq5Endpoint:
         port = bind(server, self._config.listen_host, self._config.rocketmq5_port)
         await server.start()
         self._server = server
+        self._renew_service.start()
         self.addr = f"{self._config.listen_host}:{port}"
         log.info("RocketMQ 5 endpoint (MessagingService) on %s", self.addr)
         return self.addr
 
     async def stop(self) -> None:
+        await self._renew_service.stop()
         if self._server is not None:
             await self._server.stop(grace=0.5)
         await self._routes.close()
 
     def describe(self) -> dict[str, Any]:
-        return {"addr": self.addr, **self.service.describe()}
+        return {"addr": self.addr, **self.service.describe(),
+                "auto_renew": {"held": len(self.renew), "renewed": self.renew.renewed, "released": self.renew.released}}

@@ -84,6 +84,7 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
                                       context: grpc.aio.ServicerContext) -> s.NotifyClientTerminationResponse:
         async def body(ctx: CallContext) -> s.NotifyClientTerminationResponse:
             self._svc.clients.terminate(ctx, request.group.name)
+            await self._svc.consume.client_gone(ctx.client_id)
             return s.NotifyClientTerminationResponse(status=conv.status_to_pb(OK))
         return await self._unary("NotifyClientTermination", s.NotifyClientTerminationResponse, context, body)
 
@@ -100,18 +101,23 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[s.ReceiveMessageResponse]:
-        # The stream always ends right after its answer: the client collects every response
-        # until the end, and a stream held open fails the whole call at its deadline.
+        # The proxy's shape: the status, then each message, then the server's time, and the
+        # stream ends at once: the client collects every response until the end, and a stream
+        # held open fails the whole call at its deadline.
         ctx = conv.call_context(context.invocation_metadata(), context.peer())
+        messages: tuple[Any, ...] = ()
         if ctx is None:
             status = _CLIENT_ID_REQUIRED
         else:
             try:
-                status = (await self._svc.consume.receive(ctx, request.group.name,
-                                                          request.message_queue.topic.name)).status
+                answer = await self._svc.consume.receive(ctx, conv.receive_request_from_pb(request,
+                                                                                           context.time_remaining()))
+                status, messages = answer.status, answer.messages
             except Exception as exc:
                 status = Status(Rmq5Code.INTERNAL_SERVER_ERROR, failure_remark("rocketmq5 ReceiveMessage", exc))
         yield s.ReceiveMessageResponse(status=conv.status_to_pb(status))
+        for message in messages:
+            yield s.ReceiveMessageResponse(message=conv.popped_to_pb(message))
         now = timestamp_pb2.Timestamp()
         now.GetCurrentTime()
         yield s.ReceiveMessageResponse(delivery_timestamp=now)
@@ -177,9 +183,9 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
                 if command.HasField("settings"):
                     client_type, group, topics = conv.settings_identity(command.settings)
                     self._svc.clients.settings(ctx, client_type, group, topics)
+                    server = self._svc.consume.subscription_settings(group, self._svc.settings)
                     outgoing.put_nowait(s.TelemetryCommand(
-                        status=conv.status_to_pb(OK), settings=conv.merged_settings(command.settings,
-                                                                                   self._svc.settings)))
+                        status=conv.status_to_pb(OK), settings=conv.merged_settings(command.settings, server)))
                 # thread stack traces and verify results answer commands mqlab never sends
         except (grpc.RpcError, asyncio.CancelledError):
             pass
