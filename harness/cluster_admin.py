@@ -176,6 +176,16 @@ class ClusterAdmin:
 
     # ---- consumers -----------------------------------------------------------------------------
 
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> list[BrokerAnswer]:
+        """resetOffsetByTime on every master of the topic's route: per queue the old and new offset,
+        and (extra `clients_told`) the clients each master told."""
+        masters = [b for b in self._route_brokers(self.route(topic)) if b.is_master]
+        if not masters:
+            raise HarnessError(f"no master of topic {topic!r} is registered (its slaves keep a copy of the "
+                               "offsets and refuse resets): `mqlab admin cluster` shows the brokers")
+        return self._ask_each(masters, "ResetConsumerOffset", broker_pb2.ResetConsumerOffsetRequest(
+            consumer_group=group, topic=topic, timestamp_ms=timestamp_ms), _reset_rows)
+
     def consumer_progress(self, group: str, topic: str = "") -> list[BrokerAnswer]:
         """Per (topic, queue) on every broker: broker offset, the group's offset, lag, who pulls it."""
         return self._ask_each(self.brokers(), "GetConsumeStats",
@@ -300,3 +310,9 @@ def _runtime_rows(answer: BrokerAnswer, pb: broker_pb2.GetBrokerRuntimeResponse)
         "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
         "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr,
         "broker_lock_lease_ms": pb.broker_lock_lease_ms, "consumer_channel_expiry_ms": pb.consumer_channel_expiry_ms}]
+
+
+def _reset_rows(answer: BrokerAnswer, pb: broker_pb2.ResetConsumerOffsetResponse) -> None:
+    answer.rows = [{"queue_id": q.queue_id, "old_offset": q.old_offset, "new_offset": q.new_offset}
+                   for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+    answer.extra["clients_told"] = list(pb.clients_told)

@@ -453,3 +453,39 @@ class GetBrokerRuntimeResponse(_message.Message):
     broker_lock_lease_ms: int
     consumer_channel_expiry_ms: int
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[str] = ..., min_phys_offset: _Optional[int] = ..., max_phys_offset: _Optional[int] = ..., slave_lag_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., writes_refused: _Optional[bool] = ..., writes_refused_reason: _Optional[str] = ..., time_scale: _Optional[float] = ..., topics: _Optional[int] = ..., store_errors: _Optional[int] = ..., master_addr: _Optional[str] = ..., broker_lock_lease_ms: _Optional[int] = ..., consumer_channel_expiry_ms: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "timestamp_ms")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    timestamp_ms: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueueOffsetReset(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerOffsetResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues", "clients_told")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_TOLD_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsetReset]
+    clients_told: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueOffsetReset, _Mapping]]] = ..., clients_told: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -61,17 +61,19 @@ class MessageQueue(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     topic_sys_flag: int
     order: bool
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...

@@ -27,6 +27,7 @@ from nodes.broker.ha_slave import HaClient
 from nodes.broker.last_pullers import LastPullers
 from nodes.broker.master_sync import MasterSyncHandler
 from nodes.broker.offset_requests import OffsetRequestHandler
+from nodes.broker.offset_reset import OffsetResetHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pull import PullProcessor
 from nodes.broker.pull_hold import PullRequestHoldService
@@ -300,6 +301,9 @@ class BrokerController:
         table.register(RequestKind.CONSUMER_CONNECTIONS, admin.consumer_connections)
         table.register(RequestKind.LIST_CONSUMER_GROUPS, admin.list_consumer_groups)
         table.register(RequestKind.BROKER_RUNTIME, admin.broker_runtime)
+        resets = OffsetResetHandler(config=config, store=self.store, topics=self.topics, offsets=self.offsets,
+                                    consumers=self.consumers, client_manage=self.client_manage, master_addr=self._master_addr)
+        table.register(RequestKind.RESET_CONSUMER_OFFSET, resets.reset)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its

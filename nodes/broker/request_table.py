@@ -45,6 +45,7 @@ class RequestKind(enum.Enum):
     CONSUMER_CONNECTIONS = "consumer-connections"  # (ConsumerConnectionsRequest) -> ConsumerConnectionsResponse
     LIST_CONSUMER_GROUPS = "list-consumer-groups"  # (ListConsumerGroupsRequest) -> ListConsumerGroupsResponse
     BROKER_RUNTIME = "broker-runtime"  # (BrokerRuntimeRequest) -> BrokerRuntimeResponse
+    RESET_CONSUMER_OFFSET = "reset-consumer-offset"  # (ResetOffsetRequest) -> ResetOffsetResponse
 
 
 class RequestNotSupportedError(Exception):

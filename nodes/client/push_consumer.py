@@ -19,6 +19,7 @@ Everything but the listener runs on the `ClientInstance` loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from nodes.client.instance import (
     validate_group,
 )
 from nodes.client.lock_service import LockRenewalService, QueueLocker
+from nodes.client.offset_reset import apply_offset_reset, reset_event
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
     LocalFileOffsetStore,
@@ -52,7 +54,7 @@ from nodes.client.pull_api import PullApi
 from nodes.client.pull_service import PullService
 from nodes.client.push_rebalance import PushOrderlyLocks, PushRebalanceDeps
 from nodes.client.rebalance import RebalanceImpl, RebalanceService
-from nodes.client.rpc.api import ConsumerData
+from nodes.client.rpc.api import ConsumerData, OffsetReset
 from nodes.client.send_back import MessageSender
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
@@ -164,6 +166,7 @@ class PushConsumer:
                                     client_lock_lease_ms=self.timing.client_lock_lease_ms)
         self._sender: MessageSender | None = None
         self._services: list[Service] = []
+        self._reset_tasks: set[asyncio.Task[None]] = set()
 
     # --- configuration ------------------------------------------------------------------
     @property
@@ -339,7 +342,7 @@ class PushConsumer:
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
         self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
             consumer_data=self._consumer_data, topics=state.topics,
-            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash))
+            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash, on_reset=self._on_reset))
         for topic in state.topics():
             try:
                 await instance.routes.update_topic(topic)
@@ -385,6 +388,9 @@ class PushConsumer:
     async def _ashutdown(self) -> None:
         for service in self._services:
             await service.stop()
+        for task in list(self._reset_tasks):
+            task.cancel()
+        await asyncio.gather(*self._reset_tasks, return_exceptions=True)
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         # persistConsumerOffset. RocketMQ unlocks an orderly consumer's queues first; here the
@@ -485,6 +491,18 @@ class PushConsumer:
         consume = self._consume
         assert isinstance(consume, ConsumeMessageConcurrentlyService)
         consume.submit_consume_request(msgs, pq, mq)
+
+    def _on_reset(self, reset: OffsetReset) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: restart the reset queues this consumer holds (offset_reset)."""
+        if self.lifecycle.state != Lifecycle.RUNNING:
+            return
+        task = asyncio.get_running_loop().create_task(self._reset(reset), name=f"reset-{self.group}-{reset.topic}")
+        self._reset_tasks.add(task)
+        task.add_done_callback(self._reset_tasks.discard)
+
+    async def _reset(self, reset: OffsetReset) -> None:
+        restarted = await apply_offset_reset(self._rebalance, reset)
+        self._emit(reset_event(self.group, self.client_id, reset, restarted))
 
     # --- orderly (loop) ------------------------------------------------------------------------------
     async def _lock_one(self, mq: MessageQueue) -> bool:

@@ -1,4 +1,4 @@
-"""protobuf <-> the operator queries' plain values (admin_queries, topic_admin's delete).
+"""protobuf <-> the operator queries' plain values (admin_queries, topic_admin's delete, offset_reset).
 
 Apart from convert.py so the client-facing conversions stay in one short module; the same
 rules hold: codes convert by name, every field the proto names is written.
@@ -16,6 +16,7 @@ from nodes.broker.admin_queries import (
     TopicStatsRequest,
     TopicStatsResponse,
 )
+from nodes.broker.offset_reset import ResetOffsetRequest, ResetOffsetResponse
 from nodes.broker.topic_admin import DeleteTopicRequest, DeleteTopicResponse
 from nodes.common.grpc_adapter import CODE_TO_PB
 from proto import broker_pb2
@@ -90,3 +91,15 @@ def runtime_to_pb(answer: BrokerRuntimeResponse) -> broker_pb2.GetBrokerRuntimeR
         time_scale=answer.time_scale, topics=answer.topics, store_errors=answer.store_errors,
         master_addr=answer.master_addr, broker_lock_lease_ms=answer.broker_lock_lease_ms,
         consumer_channel_expiry_ms=answer.consumer_channel_expiry_ms)
+
+
+def reset_offset_from_pb(pb: broker_pb2.ResetConsumerOffsetRequest) -> ResetOffsetRequest:
+    return ResetOffsetRequest(pb.consumer_group, pb.topic, pb.timestamp_ms)
+
+
+def reset_offset_to_pb(answer: ResetOffsetResponse) -> broker_pb2.ResetConsumerOffsetResponse:
+    return broker_pb2.ResetConsumerOffsetResponse(
+        code=CODE_TO_PB[answer.code], remark=answer.remark, broker_name=answer.broker_name,
+        broker_id=answer.broker_id, clients_told=answer.clients_told,
+        queues=[broker_pb2.QueueOffsetReset(queue_id=q.queue_id, old_offset=q.old_offset, new_offset=q.new_offset)
+                for q in answer.queues])

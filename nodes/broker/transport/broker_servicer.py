@@ -50,6 +50,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._connections = table[RequestKind.CONSUMER_CONNECTIONS]
         self._list_groups = table[RequestKind.LIST_CONSUMER_GROUPS]
         self._runtime = table[RequestKind.BROKER_RUNTIME]
+        self._reset_offset = table[RequestKind.RESET_CONSUMER_OFFSET]
         self.open_pull_streams = 0
         self.open_send_streams = 0
 
@@ -196,6 +197,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def GetBrokerRuntime(self, request: broker_pb2.GetBrokerRuntimeRequest,
                                context: grpc.aio.ServicerContext) -> broker_pb2.GetBrokerRuntimeResponse:
         return admin_convert.runtime_to_pb(self._runtime(BrokerRuntimeRequest()))
+
+    @answers_errors(broker_pb2.ResetConsumerOffsetResponse, "reset consumer offset")
+    async def ResetConsumerOffset(self, request: broker_pb2.ResetConsumerOffsetRequest,
+                                  context: grpc.aio.ServicerContext) -> broker_pb2.ResetConsumerOffsetResponse:
+        return admin_convert.reset_offset_to_pb(self._reset_offset(admin_convert.reset_offset_from_pb(request)))
 
 
 class _AnswerWriter:

@@ -81,6 +81,25 @@ class ConsumerData:
     subscriptions: Sequence[tuple[str, str, int]]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """RESET_CONSUMER_CLIENT_OFFSET from a broker: the group's offsets of these queues were reset."""
+
+    group: str
+    topic: str
+    timestamp_ms: int
+    offsets: Mapping[MessageQueue, int]
+
+
+def notice_from_pb(note: consumer_pb2.ConsumerNotification) -> str | OffsetReset:
+    """A group whose consumer ids changed, or an offset reset."""
+    if note.HasField("reset"):
+        r = note.reset
+        return OffsetReset(r.consumer_group, r.topic, r.timestamp_ms,
+                           {wire.mq_from_pb(q.queue): q.queue_offset for q in r.offsets})
+    return note.consumer_group
+
+
 def _raise_unless_success(resp: Any) -> None:
     if resp.code != common_pb2.SUCCESS:
         raise for_code(wire.code_name(resp.code), resp.remark)
@@ -337,8 +356,9 @@ class ClientApi:
                                    f"consumer list of {group} at {addr}")
         return list(resp.client_ids)
 
-    async def notifications(self, addr: str, client_id: str) -> AsyncIterator[str]:
-        """The groups named by the broker's NOTIFY_CONSUMER_IDS_CHANGED, until the stream ends.
+    async def notifications(self, addr: str, client_id: str) -> AsyncIterator[str | OffsetReset]:
+        """The broker's notices until the stream ends: a group's name for its
+        NOTIFY_CONSUMER_IDS_CHANGED, an OffsetReset for a RESET_CONSUMER_CLIENT_OFFSET.
 
         Raises:
             TransportError: the stream broke.
@@ -346,7 +366,7 @@ class ClientApi:
         call: Any = self.consumer_stub(addr).Notifications(consumer_pb2.NotificationsRequest(client_id=client_id))
         try:
             async for note in call:
-                yield note.consumer_group
+                yield notice_from_pb(note)
         except grpc.RpcError as exc:
             raise rpc_error(exc, f"notifications from {addr}") from None
         finally:
