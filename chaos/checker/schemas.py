@@ -49,8 +49,9 @@ is accepted instead.
     offset-commit    client: group, client_id, topic, broker_name, queue_id, offset,
                      target_broker_id (or broker_id), ok, decided_mono_ms (when it was
                      decided and sent; the line is written at the answer); broker: the value it stored, with
-                     `source` (client | slave-sync | admin | load: what a starting broker
-                     read from disk) and optionally client_id
+                     `source` (client | slave-sync | reset: an operator's reset by time, a
+                     deliberate rewind | load: what a starting broker read from disk) and
+                     optionally client_id
     lock             client or broker: group, client_id (the holder / requester), topic,
                      broker_name, queue_id, action (requested|granted|denied|renewed|expired|
                      released|lost), lease_end_mono_ms (client: the deadline it believes;
