@@ -26,10 +26,13 @@ from nodes.common.rpc import make_sync_channel
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 ADMIN_RPC_TIMEOUT_MS = 3_000
-# `mqlab admin topic create --type`: FIFO sets the topic config's `order` flag (RocketMQ 4.x's
-# TopicConfig.order; an orderly sender still picks the queue per sharding key); a 4.x client sends
-# delayed and transactional messages to a NORMAL topic
-TOPIC_TYPES = ("NORMAL", "FIFO")
+# `mqlab admin topic create --type`: stored as the topic's message type (RocketMQ 5's attribute
+# message.type, which a RocketMQ 5 client reads to know what the topic takes; a 4.x client ignores
+# it); FIFO also sets the config's `order` flag (RocketMQ 4.x's TopicConfig.order)
+TOPIC_TYPES = c.TOPIC_MESSAGE_TYPES
+# `mqlab admin topic update --perm`: RocketMQ's permission letters -> bits
+PERMS = {"RW": c.PERM_READ | c.PERM_WRITE, "R": c.PERM_READ, "W": c.PERM_WRITE, "-": 0}
+PERM_KEEP = -1  # an update that leaves the perm as stored
 DEFAULT_CREATE_QUEUES = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
 
 T = TypeVar("T")
@@ -159,12 +162,36 @@ class ClusterAdmin:
                      broker_name: str | None = None) -> list[BrokerAnswer]:
         """Create (or update) TOPIC on every master, or on BROKER_NAME's master only."""
         if topic_type not in TOPIC_TYPES:
-            raise HarnessError(f"topic type {topic_type!r} is not one this cluster stores: types are "
-                               f"{', '.join(TOPIC_TYPES)} (a RocketMQ 4.x client sends delayed and transactional "
-                               "messages to a NORMAL topic)")
+            raise HarnessError(f"topic type {topic_type!r} is not one a topic can have: types are "
+                               f"{', '.join(TOPIC_TYPES)}")
         config = common_pb2.TopicConfig(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
-                                        perm=c.PERM_DEFAULT, order=topic_type == "FIFO")
+                                        perm=c.PERM_DEFAULT, order=topic_type == "FIFO", message_type=topic_type)
         return self._on_masters(broker_name, "CreateTopic", broker_pb2.CreateTopicRequest(config=config))
+
+    def update_topic(self, topic: str, *, read_queues: int = 0, write_queues: int = 0, perm: int = PERM_KEEP
+                     ) -> list[BrokerAnswer]:
+        """updateTopic on an existing topic, on every master of its route: 0 or PERM_KEEP keeps a value."""
+        masters = [b for b in self._route_brokers(self.route(topic)) if b.is_master]
+        if not masters:
+            raise HarnessError(f"no master of topic {topic!r} is registered: `mqlab admin cluster` shows the brokers")
+        config = common_pb2.TopicConfig(topic=topic, read_queue_nums=read_queues, write_queue_nums=write_queues,
+                                        perm=perm)
+        return [self._ask(ref, "CreateTopic", broker_pb2.CreateTopicRequest(config=config, update=True))[0]
+                for ref in masters]
+
+    def topic_types(self, topics: Iterable[str]) -> dict[str, str]:
+        """Each topic's message type as the first master that has it answers (an unset one reads
+        NORMAL; "" when no master answered)."""
+        masters = [b for b in self.brokers() if b.is_master]
+        types = {}
+        for topic in topics:
+            types[topic] = ""
+            for ref in masters:
+                answer, pb = self._ask(ref, "GetTopicStats", broker_pb2.GetTopicStatsRequest(topic=topic))
+                if pb is not None and answer.ok:
+                    types[topic] = pb.message_type or c.TOPIC_MESSAGE_TYPE_DEFAULT
+                    break
+        return types
 
     def delete_topic(self, topic: str, *, broker_name: str | None = None) -> list[BrokerAnswer]:
         return self._on_masters(broker_name, "DeleteTopic", broker_pb2.DeleteTopicRequest(topic=topic))
@@ -271,6 +298,8 @@ def _topic_stats_rows(answer: BrokerAnswer, pb: broker_pb2.GetTopicStatsResponse
     answer.rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
                     "last_store_timestamp_ms": q.last_store_timestamp_ms}
                    for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+    if answer.ok:
+        answer.extra["message_type"] = pb.message_type or c.TOPIC_MESSAGE_TYPE_DEFAULT
 
 
 def _progress_rows(answer: BrokerAnswer, pb: broker_pb2.GetConsumeStatsResponse) -> None:

@@ -277,7 +277,8 @@ class BrokerController:
         table.register(RequestKind.UPDATE_CONSUMER_OFFSET, offsets.update_consumer_offset)
         table.register(RequestKind.GET_QUEUE_OFFSET, offsets.get_queue_offset)
         topic_admin = TopicAdminHandler(self.topics, clock, self._register_now, is_master=config.is_master,
-                                        broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic)
+                                        broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic,
+                                        master_addr=self._master_addr)
         table.register(RequestKind.CREATE_TOPIC, topic_admin.create_topic)
         table.register(RequestKind.DELETE_TOPIC, topic_admin.delete_topic)
         table.register(RequestKind.HEART_BEAT, self.client_manage.heartbeat)

@@ -227,6 +227,7 @@ class TopicConfig:
     perm: int = c.PERM_DEFAULT
     topic_sys_flag: int = 0
     order: bool = False
+    message_type: str = ""  # c.TOPIC_MESSAGE_TYPES, or "" unset (reads as NORMAL)
 
     @property
     def readable(self) -> bool:

@@ -25,13 +25,13 @@ def mq_from_pb(pb: common_pb2.MessageQueue) -> MessageQueue:
 def topic_config_to_pb(cfg: TopicConfig) -> common_pb2.TopicConfig:
     return common_pb2.TopicConfig(
         topic=cfg.topic, read_queue_nums=cfg.read_queue_nums, write_queue_nums=cfg.write_queue_nums,
-        perm=cfg.perm, topic_sys_flag=cfg.topic_sys_flag, order=cfg.order)
+        perm=cfg.perm, topic_sys_flag=cfg.topic_sys_flag, order=cfg.order, message_type=cfg.message_type)
 
 
 def topic_config_from_pb(pb: common_pb2.TopicConfig) -> TopicConfig:
     return TopicConfig(topic=pb.topic, read_queue_nums=pb.read_queue_nums,
                        write_queue_nums=pb.write_queue_nums, perm=pb.perm,
-                       topic_sys_flag=pb.topic_sys_flag, order=pb.order)
+                       topic_sys_flag=pb.topic_sys_flag, order=pb.order, message_type=pb.message_type)
 
 
 def parse_host_port(addr: str) -> tuple[str, int]:

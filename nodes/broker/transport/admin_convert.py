@@ -37,7 +37,7 @@ def topic_stats_from_pb(pb: broker_pb2.GetTopicStatsRequest) -> TopicStatsReques
 def topic_stats_to_pb(answer: TopicStatsResponse) -> broker_pb2.GetTopicStatsResponse:
     return broker_pb2.GetTopicStatsResponse(
         code=CODE_TO_PB[answer.code], remark=answer.remark, broker_name=answer.broker_name,
-        broker_id=answer.broker_id,
+        broker_id=answer.broker_id, message_type=answer.message_type,
         queues=[broker_pb2.QueueStats(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
                                       last_store_timestamp_ms=q.last_store_timestamp_ms) for q in answer.queues])
 

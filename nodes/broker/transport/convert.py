@@ -119,7 +119,7 @@ def offset_answer_fields(response: OffsetResponse) -> dict[str, object]:
 
 
 def create_topic_from_pb(pb: broker_pb2.CreateTopicRequest) -> CreateTopicRequest:
-    return CreateTopicRequest(wire.topic_config_from_pb(pb.config))
+    return CreateTopicRequest(wire.topic_config_from_pb(pb.config), update=pb.update)
 
 
 # --- consumer management ------------------------------------------------------------------------
