@@ -23,6 +23,7 @@ import grpc
 from harness.errors import HarnessError, NamesrvUnreachable
 from nodes.common import constants as c
 from nodes.common.rpc import make_sync_channel
+from nodes.common.timing_margins import LOCK_LEASE, broken_margins
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 ADMIN_RPC_TIMEOUT_MS = 3_000
@@ -93,17 +94,21 @@ class BrokerAnswer:
 def real_client_margins(broker_lock_lease_ms: int, consumer_channel_expiry_ms: int) -> list[str]:
     """What a RocketMQ client, whose timers nothing scales, breaks against a broker's timers (none
     at time scale 1): one sentence each, naming the margin and what to do."""
-    broken = []
-    if 0 < broker_lock_lease_ms <= c.LOCK_RENEW_INTERVAL_MS:
-        broken.append(f"the brokers lease orderly locks for {broker_lock_lease_ms / 1000:g} s but a RocketMQ client "
-                      f"renews them every {c.LOCK_RENEW_INTERVAL_MS / 1000:g} s: its locks lapse between renewals "
-                      "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
-                      f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
-    if 0 < consumer_channel_expiry_ms <= c.CLIENT_HEARTBEAT_MS:
-        broken.append(f"the brokers drop a client silent for {consumer_channel_expiry_ms / 1000:g} s but a RocketMQ "
-                      f"client heartbeats every {c.CLIENT_HEARTBEAT_MS / 1000:g} s: it leaves its group between "
-                      f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
-    return broken
+    lines = []
+    for margin in broken_margins(broker_lock_lease_ms=broker_lock_lease_ms,
+                                 consumer_channel_expiry_ms=consumer_channel_expiry_ms,
+                                 lock_renew_interval_ms=c.LOCK_RENEW_INTERVAL_MS,
+                                 client_heartbeat_ms=c.CLIENT_HEARTBEAT_MS):
+        if margin.kind == LOCK_LEASE:
+            lines.append(f"the brokers lease orderly locks for {margin.broker_ms / 1000:g} s but a RocketMQ client "
+                         f"renews them every {margin.client_ms / 1000:g} s: its locks lapse between renewals "
+                         "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
+                         f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
+        else:
+            lines.append(f"the brokers drop a client silent for {margin.broker_ms / 1000:g} s but a RocketMQ "
+                         f"client heartbeats every {margin.client_ms / 1000:g} s: it leaves its group between "
+                         f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
+    return lines
 
 
 class ClusterAdmin:

@@ -19,7 +19,9 @@ orderly queue's start offset, which is re-read from the broker, is the reset one
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from nodes.client.process_queue import ProcessQueue
@@ -73,3 +75,32 @@ def reset_event(group: str, client_id: str, reset: OffsetReset,
     return {"event": "offset-reset", "side": "client", "group": group, "client_id": client_id,
             "topic": reset.topic, "timestamp_ms": reset.timestamp_ms,
             "queues": [[mq.broker_name, mq.queue_id, before, offset] for mq, before, offset in restarted]}
+
+
+class OffsetResets:
+    """A push consumer's resets being applied, one loop task each (its heartbeat's `on_reset`);
+    `close()` at shutdown cancels those still running."""
+
+    def __init__(self, rebalance: RebalanceImpl, client_id: str, emit: Callable[[dict[str, Any]], None]) -> None:
+        self._rebalance = rebalance
+        self._client_id = client_id
+        self._emit = emit
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def apply(self, reset: OffsetReset) -> None:
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._apply(reset), name=f"reset-{reset.group}-{reset.topic}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _apply(self, reset: OffsetReset) -> None:
+        restarted = await apply_offset_reset(self._rebalance, reset)
+        self._emit(reset_event(self._rebalance.group, self._client_id, reset, restarted))
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -19,7 +19,6 @@ Everything but the listener runs on the `ClientInstance` loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ from nodes.client.instance import (
     validate_group,
 )
 from nodes.client.lock_service import LockRenewalService, QueueLocker
-from nodes.client.offset_reset import apply_offset_reset, reset_event
+from nodes.client.offset_reset import OffsetResets
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
     LocalFileOffsetStore,
@@ -54,7 +53,7 @@ from nodes.client.pull_api import PullApi
 from nodes.client.pull_service import PullService
 from nodes.client.push_rebalance import PushOrderlyLocks, PushRebalanceDeps
 from nodes.client.rebalance import RebalanceImpl, RebalanceService
-from nodes.client.rpc.api import ConsumerData, OffsetReset
+from nodes.client.rpc.api import ConsumerData
 from nodes.client.send_back import MessageSender
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
@@ -92,7 +91,8 @@ class PushConsumer:
         allocate: the queue allocation strategy (CLUSTERING).
         consume_from_where: where a queue with no committed offset starts.
 
-    Keyword options (RocketMQ's names in brackets): `timing`; `dial_overrides`;
+    Keyword options (RocketMQ's names in brackets): `timing` (default: RocketMQ's at the cluster's
+    time scale, which the name server tells at start()); `dial_overrides`;
     `consume_thread_min` [consumeThreadMin]; `consume_message_batch_max_size`;
     `pull_batch_size`; `max_reconsume_times` (-1 = 16); `consume_timestamp_ms` (for
     CONSUME_FROM_TIMESTAMP; default half an hour ago); `instance_name`; `offset_store_dir`
@@ -166,7 +166,6 @@ class PushConsumer:
                                     client_lock_lease_ms=self.timing.client_lock_lease_ms)
         self._sender: MessageSender | None = None
         self._services: list[Service] = []
-        self._reset_tasks: set[asyncio.Task[None]] = set()
 
     # --- configuration ------------------------------------------------------------------
     @property
@@ -252,6 +251,8 @@ class PushConsumer:
         except BaseException:
             self.lifecycle.transition(Lifecycle.FAILED)
             raise
+        self.timing = self._instance.timing  # the cluster's, when none was given (cluster_timing)
+        self._state.client_lock_lease_ms = self.timing.client_lock_lease_ms
         try:
             self._instance.run(self._astart(), self._rpc_budget_s() * 2 + 10, f"start push consumer {self.group}")
         except BaseException:
@@ -340,9 +341,10 @@ class PushConsumer:
             compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None,
             on_pulled=self._offset_store.note_pulled if commit_pulled else None)
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
+        self._resets = OffsetResets(self._rebalance, self.client_id, self._emit)
         self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
             consumer_data=self._consumer_data, topics=state.topics,
-            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash, on_reset=self._on_reset))
+            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash, on_reset=self._resets.apply))
         for topic in state.topics():
             try:
                 await instance.routes.update_topic(topic)
@@ -388,9 +390,7 @@ class PushConsumer:
     async def _ashutdown(self) -> None:
         for service in self._services:
             await service.stop()
-        for task in list(self._reset_tasks):
-            task.cancel()
-        await asyncio.gather(*self._reset_tasks, return_exceptions=True)
+        await self._resets.close()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         # persistConsumerOffset. RocketMQ unlocks an orderly consumer's queues first; here the
@@ -491,18 +491,6 @@ class PushConsumer:
         consume = self._consume
         assert isinstance(consume, ConsumeMessageConcurrentlyService)
         consume.submit_consume_request(msgs, pq, mq)
-
-    def _on_reset(self, reset: OffsetReset) -> None:
-        """RESET_CONSUMER_CLIENT_OFFSET: restart the reset queues this consumer holds (offset_reset)."""
-        if self.lifecycle.state != Lifecycle.RUNNING:
-            return
-        task = asyncio.get_running_loop().create_task(self._reset(reset), name=f"reset-{self.group}-{reset.topic}")
-        self._reset_tasks.add(task)
-        task.add_done_callback(self._reset_tasks.discard)
-
-    async def _reset(self, reset: OffsetReset) -> None:
-        restarted = await apply_offset_reset(self._rebalance, reset)
-        self._emit(reset_event(self.group, self.client_id, reset, restarted))
 
     # --- orderly (loop) ------------------------------------------------------------------------------
     async def _lock_one(self, mq: MessageQueue) -> bool:

@@ -269,6 +269,13 @@ class ClientApi:
         _raise_unless_success(resp)
         return route_from_pb(resp.route)
 
+    async def cluster_time_scale(self, addr: str, timeout_ms: int) -> float:
+        """GetClusterInfo's time scale: what the cluster's timers are multiplied by (1: RocketMQ's)."""
+        resp = await self.unary(self.namesrv_stub(addr).GetClusterInfo, namesrv_pb2.GetClusterInfoRequest(),
+                                timeout_ms, f"GetClusterInfo at {addr}")
+        _raise_unless_success(resp)
+        return resp.time_scale or 1.0  # a name server that predates the field runs unscaled timers
+
     # --- sending ------------------------------------------------------------------------------
     async def send(self, addr: str, mq: MessageQueue, outs: Sequence[Outgoing], uids: Sequence[str], *,
                    group: str, default_topic_queue_nums: int, born_host: str, timeout_ms: int,
