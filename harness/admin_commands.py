@@ -143,7 +143,8 @@ def topic_update(
         changes = ", ".join(f"{name} {value}" for name, value in (
             ("read queues", read_queues), ("write queues", write_queues), ("perm", perm and perm.upper()))
             if value is not None)
-        terminal.console.print(_results_table(f"update topic {topic}: {changes}", answers))
+        terminal.console.print(_results_table(f"update topic {topic}", answers))
+        terminal.console.print(f"changed: {escape(changes)}; the rest as it was")
     _finish(answers)
 
 
