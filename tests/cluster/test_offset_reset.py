@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from harness import cli, terminal
 from nodes.client import Producer, PushConsumer
-from nodes.common.types import ConsumeConcurrentlyStatus, Message, SendStatus
+from nodes.common.types import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, Message, SendStatus
 
 pytestmark = pytest.mark.cluster
 
@@ -130,3 +130,48 @@ def _events(cluster, node_id: str, kind: str) -> list[dict]:
     path = cluster.run_dir / node_id / "events.jsonl"
     return [event for line in path.read_text().splitlines() if (event := json.loads(line))["event"] == kind]
 
+
+
+def test_an_orderly_consumer_is_reset_in_queue_order_and_keeps_its_locks(local_cluster, runner):
+    cluster = local_cluster
+    topic, group = "ResetOrderly", "reset-orderly-group"
+    _admin(runner, cluster, "topic", "create", "--topic", topic, "--queues", str(QUEUES), "--type", "FIFO")
+    with Producer(cluster.namesrv_addr) as producer:
+        for i in range(MESSAGES):
+            if i == SPLIT:
+                time.sleep(GAP_S / 2)
+                reset_ms = int(time.time() * 1000)
+                time.sleep(GAP_S / 2)
+            assert producer.send(Message(topic, f"o{i}".encode())).status is SendStatus.SEND_OK
+    got: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    locks: list[dict] = []
+
+    def listener(msgs, ctx):
+        with lock:
+            got.extend((m.queue_id, m.queue_offset) for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    consumer = PushConsumer(cluster.namesrv_addr, group, timing=cluster.timing,
+                            on_event=lambda e: locks.append(e) if e["event"] == "lock" else None)
+    consumer.subscribe(topic)
+    consumer.register_orderly_listener(listener)
+    consumer.start()
+    try:
+        _wait("every message consumed", lambda: len(got) >= MESSAGES)
+        answers = json.loads(_admin(runner, cluster, "reset-offset", "--group", group, "--topic", topic,
+                                    "--timestamp-ms", str(reset_ms), "--json"))
+        with lock:
+            seen, locks_before = len(got), len(locks)
+            ends = {q: max(off for qq, off in got if qq == q) + 1 for q, _ in got}
+        rows = {r["queue_id"]: r for r in answers[0]["rows"]}
+        _wait("the messages after the reset time again", lambda: len(got) >= seen + MESSAGES - SPLIT)
+        time.sleep(QUIET_S)
+        with lock:
+            again, after = got[seen:], locks[locks_before:]
+    finally:
+        consumer.shutdown()
+    assert sum(ends.values()) == MESSAGES and sum(r["new_offset"] for r in rows.values()) == SPLIT
+    for queue_id, r in rows.items():  # each queue from its reset offset, in queue order, once
+        assert [off for q, off in again if q == queue_id] == list(range(r["new_offset"], ends[queue_id]))
+    assert {e["action"] for e in after} <= {"renewed", "granted", "requested"}, after  # never released or lost
