@@ -3,8 +3,9 @@
 The time scale is a cluster fact (the name server answers it in GetClusterInfo): a client built
 with no `timing` takes the cluster's, RocketMQ's timers times the scale, so its lock renewals and
 heartbeats keep inside the brokers' lease and silent-client expiry however fast the cluster's
-clock runs. A client given its own `timing` keeps it, and one whose timers break a margin against
-the cluster's (nodes.common.timing_margins) logs one warning saying which. A name server that
+clock runs (its start waits for the answer). A client given its own `timing` keeps it, and one
+whose timers break a margin against the cluster's (nodes.common.timing_margins) logs one warning
+saying which (asked in the background: its start does not wait). A name server that
 does not answer leaves the timing as it is, with a warning (the client starts all the same).
 """
 

@@ -159,12 +159,19 @@ class ClientInstance:
         self._loop.run_forever()
 
     async def _astart(self) -> None:
-        self.cluster_time_scale = await cluster_time_scale(self.api, self.namesrv_addrs, self.timing.rpc_timeout_ms)
-        self.timing = timing_for_cluster(self.name, self.timing, given=self.timing_given,
-                                         scale=self.cluster_time_scale)
+        if self.timing_given:  # only a warning depends on the answer: start does not wait for it
+            asyncio.get_running_loop().create_task(self._check_time_scale(), name=f"time-scale-{self.name}")
+        else:
+            await self._check_time_scale()
         self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms,
                                                   self.timing.route_poll_first_ms)
         self._route_service.start()
+
+    async def _check_time_scale(self) -> None:
+        """The cluster's time scale: taken for the timers when none were given (cluster_timing)."""
+        self.cluster_time_scale = await cluster_time_scale(self.api, self.namesrv_addrs, self.timing.rpc_timeout_ms)
+        self.timing = timing_for_cluster(self.name, self.timing, given=self.timing_given,
+                                         scale=self.cluster_time_scale)
 
     def close(self) -> None:
         """Stop polling, close pull streams and channels, stop the loop and join its thread."""
