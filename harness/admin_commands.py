@@ -364,6 +364,3 @@ def cluster(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: Json
         "time scale"), rows, right=("max phys offset", "slave lag bytes", "disk used", "disk free MiB")))
     _warn_margins(answers, "[dim]for RocketMQ clients (their timers are not scaled):[/]")
     _finish(answers)
-
-
-from harness import admin_offsets  # noqa: E402, F401  (`mqlab admin reset-offset`: its command uses the helpers above)

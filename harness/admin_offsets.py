@@ -24,13 +24,17 @@ from harness.admin_commands import (
     _finish,
     _table,
     _time,
-    app,
 )
 from harness.client_commands import NamesrvOpt
 from harness.terminal import RunDirOpt, cli_command
 
 
-@app.command("reset-offset")
+def register(admin_app: typer.Typer) -> None:
+    """Mount `reset-offset` on `mqlab admin` (harness.cli does; this module imports admin_commands'
+    helpers, so admin_commands cannot import it back)."""
+    admin_app.command("reset-offset")(reset_offset)
+
+
 @cli_command
 def reset_offset(group: GroupOpt, topic: TopicOpt,
                  timestamp_ms: Annotated[int, typer.Option(
