@@ -183,3 +183,14 @@ def test_an_operator_reset_explains_the_rewinds_it_causes_and_nothing_below_it(s
     assert r.parts["monotonic"] is True and r.counts["decreases"] == {"unexplained": 0, "explained": 3}, r.examples
     below = check_offset_resync(_reset(4).history(spark), config())
     assert below.parts["monotonic"] is False and below.counts["decreases"] == {"unexplained": 2, "explained": 1}
+
+
+@pytest.mark.slow
+def test_a_commit_up_to_a_forward_reset_is_not_ahead(spark):
+    # c1 consumed 0..4; an operator reset the queue forward to 10 (skipping 5..9); c1 commits 10
+    run = Run().sends_for(0, 12).consume(0, range(5), t0=200).commit(260, 5).stored(260, 5)
+    run.stored(300, 10, source="reset").commit(400, 10).stored(400, 10)
+    r = check_offset_resync(run.history(spark), config())
+    assert r.parts["ahead"] is True and r.counts["commits_ahead"] == 0, r.examples
+    beyond = check_offset_resync(run.commit(500, 11).history(spark), config())
+    assert beyond.parts["ahead"] is False and beyond.counts["commits_ahead"] == 1

@@ -15,7 +15,8 @@ from chaos.checker.verdict import CheckResult, combine_parts, unknown
 
 RESYNC = (
     "Per group and queue: (1) ahead - no client commits an offset above 1 + the highest offset the group was "
-    "delivered on that queue before the commit (a crash would then lose messages); (2) monotonic - the "
+    "delivered on that queue before the commit, or an operator's reset set before it (a crash would then lose "
+    "messages); (2) monotonic - the "
     "group's committed offset (a client's commits in the order it decided them) never decreases, except when a broker fault (restart, or a returning master "
     "overwriting the slave's newer offsets, RocketMQ #1094/#2513) lies between the two commits, when the "
     "decrease is a hand-over between clients of a concurrent group (also when the same client commits lower "
@@ -116,6 +117,11 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
 
 def _ahead(h: History) -> DataFrame:
     d = h.queue_deliveries.select(*GQ, "t", F.col("queue_offset").alias("d_off"), F.lit(0).alias("kind"))
+    # an operator's reset forward skips what lies before its offset on purpose: from then on a
+    # commit up to it is not ahead of what the group processed
+    skipped = h.broker_offsets.filter(F.col("source") == "reset").select(
+        *GQ, "t", (F.col("offset") - 1).alias("d_off"), F.lit(0).alias("kind"))
+    d = d.unionByName(skipped)
     c = h.commits.filter(~F.col("topic").startswith("%RETRY%")).select(
         *GQ, "t", "offset", "client_id", F.lit(1).alias("kind"))
     u = d.unionByName(c, allowMissingColumns=True)
