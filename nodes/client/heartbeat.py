@@ -5,8 +5,9 @@ topics, whom to tell about a notification), the periodic heartbeat to every brok
 topics, all groups in one request (RocketMQ `sendHeartbeatToAllBrokerWithLock`), one
 `ConsumerManager.Notifications` stream per broker address (a NOTIFY_CONSUMER_IDS_CHANGED for a
 group wakes that consumer's rebalance, a RESET_CONSUMER_CLIENT_OFFSET goes to the consumer's
-`on_reset`; the stream's end is the broker's "channel closed" for this client), and unregistering a group on its consumer's shutdown. Does not decide anything
-about queues; what a heartbeat carries comes from each consumer.
+`on_reset`; the stream's end is the broker's "channel closed" for this client), and
+unregistering a group on its consumer's shutdown. Does not decide anything about queues; what a
+heartbeat carries comes from each consumer.
 """
 
 from __future__ import annotations
