@@ -73,7 +73,7 @@ def reset_event(group: str, client_id: str, reset: OffsetReset,
                 restarted: list[tuple[MessageQueue, int, int]]) -> dict[str, Any]:
     """The client's journal line of a reset it applied."""
     return {"event": "offset-reset", "side": "client", "group": group, "client_id": client_id,
-            "topic": reset.topic, "timestamp_ms": reset.timestamp_ms,
+            "topic": reset.topic, "reset_timestamp_ms": reset.timestamp_ms,
             "queues": [[mq.broker_name, mq.queue_id, before, offset] for mq, before, offset in restarted]}
 
 

@@ -173,6 +173,9 @@ def _reset(lowest_after: int):
     the client consumes from 6 again and commits `lowest_after`, then 12."""
     run = Run().sends_for(0, 12).consume(0, range(12), t0=200).commit(330, 12).stored(330, 12)
     run.stored(350, 6, source="reset").commit(360, 12).stored(360, 12)
+    # the consumer's own line of the reset it applied (loaded, not judged)
+    run.event("offset-reset", 370, "consumer-1", side="client", group=G, client_id="c1", topic=T,
+              reset_timestamp_ms=1_700_000_000_340, queues=[["broker-a", 0, 12, 6]])  # as the client writes it
     run.consume(0, range(6, 12), t0=400).commit(500, lowest_after).stored(500, lowest_after)
     return run.commit(600, 12).stored(600, 12)
 
