@@ -24,6 +24,8 @@ from harness import admin_message, terminal
 from harness.client_commands import NamesrvOpt, resolve_cluster
 from harness.cluster_admin import (
     DEFAULT_CREATE_QUEUES,
+    PERM_KEEP,
+    PERMS,
     TOPIC_TYPES,
     BrokerAnswer,
     ClusterAdmin,
@@ -107,13 +109,44 @@ def topic_create(
     broker: BrokerOpt = None,
     namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Create or update TOPIC on every master (RocketMQ updateTopic); it is routable once this returns."""
+    """Create TOPIC (or replace its config) on every master (RocketMQ updateTopic); it is routable once this returns."""
     with _admin(namesrv, run_dir) as admin:
         answers = admin.create_topic(topic, queues=queues, topic_type=topic_type.upper(), broker_name=broker)
     if as_json:
         _emit_json([a.to_json() for a in answers])
     else:
         terminal.console.print(_results_table(f"topic {topic}: {queues} queues, {topic_type.upper()}", answers))
+    _finish(answers)
+
+
+@topic_app.command("update")
+@cli_command
+def topic_update(
+    topic: TopicOpt,
+    read_queues: Annotated[int | None, typer.Option("--read-queues", min=1, max=1024, help="Read queues per broker.")
+                           ] = None,
+    write_queues: Annotated[int | None, typer.Option("--write-queues", min=1, max=1024,
+                                                     help="Write queues per broker.")] = None,
+    perm: Annotated[str | None, typer.Option("--perm", help=f"Permission: {' | '.join(PERMS)}.")] = None,
+    namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Change an existing TOPIC on every master of its route (RocketMQ updateTopic); what is not given stays."""
+    if perm is not None and perm.upper() not in PERMS:
+        raise CliError(f"--perm {perm!r} is not one of {', '.join(PERMS)} (read and write, read only, write only, "
+                       "neither)")
+    if read_queues is None and write_queues is None and perm is None:
+        raise CliError("nothing to update: give --read-queues, --write-queues or --perm")
+    with _admin(namesrv, run_dir) as admin:
+        answers = admin.update_topic(topic, read_queues=read_queues or 0, write_queues=write_queues or 0,
+                                     perm=PERM_KEEP if perm is None else PERMS[perm.upper()])
+    if as_json:
+        _emit_json([a.to_json() for a in answers])
+    else:
+        changes = ", ".join(f"{name} {value}" for name, value in (
+            ("read queues", read_queues), ("write queues", write_queues), ("perm", perm and perm.upper()))
+            if value is not None)
+        terminal.console.print(_results_table(f"update topic {topic}", answers))
+        terminal.console.print(f"changed: {escape(changes)}; the rest as it was")
     _finish(answers)
 
 
@@ -137,10 +170,12 @@ def topic_list(namesrv: NamesrvOpt = None, run_dir: RunDirOpt = None, as_json: J
     """Every topic with a live route (RocketMQ topicList)."""
     with _admin(namesrv, run_dir) as admin:
         topics, time_scale = admin.topics()
+        types = admin.topic_types(topics)
     if as_json:
-        _emit_json({"topics": topics, "time_scale": time_scale})
+        _emit_json({"topics": topics, "types": types, "time_scale": time_scale})
         return
-    terminal.console.print(_table(f"{len(topics)} topics", ("topic",), [(t,) for t in topics]))
+    terminal.console.print(_table(f"{len(topics)} topics", ("topic", "type"),
+                                  [(t, types.get(t) or "-") for t in topics]))
     terminal.console.print(f"name server time scale: {time_scale:g}")
 
 
@@ -184,7 +219,8 @@ def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = None, run_dir: RunDirOpt
     else:
         rows = [(a.broker.label, r["queue_id"], f"{r['min_offset']:,}", f"{r['max_offset']:,}",
                  _time(r["last_store_timestamp_ms"])) for a in answers for r in a.rows]
-        terminal.console.print(_table(f"status of {topic}", ("broker", "queue", "min offset", "max offset",
+        kinds = sorted({a.extra["message_type"] for a in answers if "message_type" in a.extra})
+        terminal.console.print(_table(f"status of {topic} ({', '.join(kinds) or '-'})", ("broker", "queue", "min offset", "max offset",
                                                              "last store time (UTC)"), rows,
                                       right=("queue", "min offset", "max offset")))
     _finish(answers)

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import typer
 
-from harness import admin_commands, client_commands, cluster_commands
+from harness import admin_commands, admin_offsets, client_commands, cluster_commands
 from harness.bench.cli import app as bench_app
 from harness.serve.command import serve
 
@@ -28,6 +28,7 @@ for _command in (cluster_commands.up, cluster_commands.status, cluster_commands.
                  client_commands.produce, client_commands.consume, client_commands.demo, serve):
     app.command()(_command)
 app.add_typer(bench_app, name="bench")  # `mqlab bench pull`
+admin_offsets.register(admin_commands.app)  # `mqlab admin reset-offset`
 app.add_typer(admin_commands.app, name="admin")  # `mqlab admin topic create ...`
 
 

@@ -266,7 +266,9 @@ def demo(
 
 
 def resolve_cluster(namesrv: str | None, run_dir: Path | None) -> tuple[str, Timing | None]:
-    """(namesrv address, client timing): with a run dir the clients use the cluster's timing."""
+    """(namesrv address, client timing): with a run dir the clients use the cluster's timing (the
+    spec's [timing] included); with only --namesrv, None: the clients take the cluster's time scale
+    from the name server at start."""
     if namesrv and run_dir:
         raise CliError("give either --namesrv or --run-dir, not both")
     if namesrv:
@@ -275,7 +277,7 @@ def resolve_cluster(namesrv: str | None, run_dir: Path | None) -> tuple[str, Tim
     try:
         _, config = load_node_config(Path(data["nodes"][0]["run_dir"]) / "config.json")
     except (ConfigError, IndexError):
-        return data["namesrv"], None  # the clients' default timing still works, just with production timers
+        return data["namesrv"], None  # the clients take the cluster's time scale from the name server
     return data["namesrv"], config.timing
 
 

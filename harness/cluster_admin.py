@@ -23,13 +23,17 @@ import grpc
 from harness.errors import HarnessError, NamesrvUnreachable
 from nodes.common import constants as c
 from nodes.common.rpc import make_sync_channel
+from nodes.common.timing_margins import LOCK_LEASE, broken_margins
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 ADMIN_RPC_TIMEOUT_MS = 3_000
-# `mqlab admin topic create --type`: FIFO sets the topic config's `order` flag (RocketMQ 4.x's
-# TopicConfig.order; an orderly sender still picks the queue per sharding key); a 4.x client sends
-# delayed and transactional messages to a NORMAL topic
-TOPIC_TYPES = ("NORMAL", "FIFO")
+# `mqlab admin topic create --type`: stored as the topic's message type (RocketMQ 5's attribute
+# message.type, which a RocketMQ 5 client reads to know what the topic takes; a 4.x client ignores
+# it); FIFO also sets the config's `order` flag (RocketMQ 4.x's TopicConfig.order)
+TOPIC_TYPES = c.TOPIC_MESSAGE_TYPES
+# `mqlab admin topic update --perm`: RocketMQ's permission letters -> bits
+PERMS = {"RW": c.PERM_READ | c.PERM_WRITE, "R": c.PERM_READ, "W": c.PERM_WRITE, "-": 0}
+PERM_KEEP = -1  # an update that leaves the perm as stored
 DEFAULT_CREATE_QUEUES = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
 
 T = TypeVar("T")
@@ -90,17 +94,21 @@ class BrokerAnswer:
 def real_client_margins(broker_lock_lease_ms: int, consumer_channel_expiry_ms: int) -> list[str]:
     """What a RocketMQ client, whose timers nothing scales, breaks against a broker's timers (none
     at time scale 1): one sentence each, naming the margin and what to do."""
-    broken = []
-    if 0 < broker_lock_lease_ms <= c.LOCK_RENEW_INTERVAL_MS:
-        broken.append(f"the brokers lease orderly locks for {broker_lock_lease_ms / 1000:g} s but a RocketMQ client "
-                      f"renews them every {c.LOCK_RENEW_INTERVAL_MS / 1000:g} s: its locks lapse between renewals "
-                      "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
-                      f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
-    if 0 < consumer_channel_expiry_ms <= c.CLIENT_HEARTBEAT_MS:
-        broken.append(f"the brokers drop a client silent for {consumer_channel_expiry_ms / 1000:g} s but a RocketMQ "
-                      f"client heartbeats every {c.CLIENT_HEARTBEAT_MS / 1000:g} s: it leaves its group between "
-                      f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
-    return broken
+    lines = []
+    for margin in broken_margins(broker_lock_lease_ms=broker_lock_lease_ms,
+                                 consumer_channel_expiry_ms=consumer_channel_expiry_ms,
+                                 lock_renew_interval_ms=c.LOCK_RENEW_INTERVAL_MS,
+                                 client_heartbeat_ms=c.CLIENT_HEARTBEAT_MS):
+        if margin.kind == LOCK_LEASE:
+            lines.append(f"the brokers lease orderly locks for {margin.broker_ms / 1000:g} s but a RocketMQ client "
+                         f"renews them every {margin.client_ms / 1000:g} s: its locks lapse between renewals "
+                         "and another consumer can take a queue it still consumes (run the cluster at time scale 1, "
+                         f"or keep broker_lock_lease_ms = {c.BROKER_LOCK_LEASE_MS} in the spec's [timing])")
+        else:
+            lines.append(f"the brokers drop a client silent for {margin.broker_ms / 1000:g} s but a RocketMQ "
+                         f"client heartbeats every {margin.client_ms / 1000:g} s: it leaves its group between "
+                         f"heartbeats (keep consumer_channel_expiry_ms = {c.CONSUMER_CHANNEL_EXPIRY_MS} in [timing])")
+    return lines
 
 
 class ClusterAdmin:
@@ -159,12 +167,36 @@ class ClusterAdmin:
                      broker_name: str | None = None) -> list[BrokerAnswer]:
         """Create (or update) TOPIC on every master, or on BROKER_NAME's master only."""
         if topic_type not in TOPIC_TYPES:
-            raise HarnessError(f"topic type {topic_type!r} is not one this cluster stores: types are "
-                               f"{', '.join(TOPIC_TYPES)} (a RocketMQ 4.x client sends delayed and transactional "
-                               "messages to a NORMAL topic)")
+            raise HarnessError(f"topic type {topic_type!r} is not one a topic can have: types are "
+                               f"{', '.join(TOPIC_TYPES)}")
         config = common_pb2.TopicConfig(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
-                                        perm=c.PERM_DEFAULT, order=topic_type == "FIFO")
+                                        perm=c.PERM_DEFAULT, order=topic_type == "FIFO", message_type=topic_type)
         return self._on_masters(broker_name, "CreateTopic", broker_pb2.CreateTopicRequest(config=config))
+
+    def update_topic(self, topic: str, *, read_queues: int = 0, write_queues: int = 0, perm: int = PERM_KEEP
+                     ) -> list[BrokerAnswer]:
+        """updateTopic on an existing topic, on every master of its route: 0 or PERM_KEEP keeps a value."""
+        masters = [b for b in self._route_brokers(self.route(topic)) if b.is_master]
+        if not masters:
+            raise HarnessError(f"no master of topic {topic!r} is registered: `mqlab admin cluster` shows the brokers")
+        config = common_pb2.TopicConfig(topic=topic, read_queue_nums=read_queues, write_queue_nums=write_queues,
+                                        perm=perm)
+        return [self._ask(ref, "CreateTopic", broker_pb2.CreateTopicRequest(config=config, update=True))[0]
+                for ref in masters]
+
+    def topic_types(self, topics: Iterable[str]) -> dict[str, str]:
+        """Each topic's message type as the first master that has it answers (an unset one reads
+        NORMAL; "" when no master answered)."""
+        masters = [b for b in self.brokers() if b.is_master]
+        types = {}
+        for topic in topics:
+            types[topic] = ""
+            for ref in masters:
+                answer, pb = self._ask(ref, "GetTopicStats", broker_pb2.GetTopicStatsRequest(topic=topic))
+                if pb is not None and answer.ok:
+                    types[topic] = pb.message_type or c.TOPIC_MESSAGE_TYPE_DEFAULT
+                    break
+        return types
 
     def delete_topic(self, topic: str, *, broker_name: str | None = None) -> list[BrokerAnswer]:
         return self._on_masters(broker_name, "DeleteTopic", broker_pb2.DeleteTopicRequest(topic=topic))
@@ -191,6 +223,16 @@ class ClusterAdmin:
                               broker_pb2.GetTopicStatsRequest(topic=topic), _topic_stats_rows)
 
     # ---- consumers -----------------------------------------------------------------------------
+
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> list[BrokerAnswer]:
+        """resetOffsetByTime on every master of the topic's route: per queue the old and new offset,
+        and (extra `clients_told`) the clients each master told."""
+        masters = [b for b in self._route_brokers(self.route(topic)) if b.is_master]
+        if not masters:
+            raise HarnessError(f"no master of topic {topic!r} is registered (its slaves keep a copy of the "
+                               "offsets and refuse resets): `mqlab admin cluster` shows the brokers")
+        return self._ask_each(masters, "ResetConsumerOffset", broker_pb2.ResetConsumerOffsetRequest(
+            consumer_group=group, topic=topic, timestamp_ms=timestamp_ms), _reset_rows)
 
     def consumer_progress(self, group: str, topic: str = "") -> list[BrokerAnswer]:
         """Per (topic, queue) on every broker: broker offset, the group's offset, lag, who pulls it."""
@@ -280,6 +322,8 @@ def _topic_stats_rows(answer: BrokerAnswer, pb: broker_pb2.GetTopicStatsResponse
     answer.rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
                     "last_store_timestamp_ms": q.last_store_timestamp_ms}
                    for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+    if answer.ok:
+        answer.extra["message_type"] = pb.message_type or c.TOPIC_MESSAGE_TYPE_DEFAULT
 
 
 def _progress_rows(answer: BrokerAnswer, pb: broker_pb2.GetConsumeStatsResponse) -> None:
@@ -319,3 +363,9 @@ def _runtime_rows(answer: BrokerAnswer, pb: broker_pb2.GetBrokerRuntimeResponse)
         "writes_refused_reason": pb.writes_refused_reason, "time_scale": pb.time_scale,
         "topics": pb.topics, "store_errors": pb.store_errors, "master_addr": pb.master_addr,
         "broker_lock_lease_ms": pb.broker_lock_lease_ms, "consumer_channel_expiry_ms": pb.consumer_channel_expiry_ms}]
+
+
+def _reset_rows(answer: BrokerAnswer, pb: broker_pb2.ResetConsumerOffsetResponse) -> None:
+    answer.rows = [{"queue_id": q.queue_id, "old_offset": q.old_offset, "new_offset": q.new_offset}
+                   for q in sorted(pb.queues, key=lambda q: q.queue_id)]
+    answer.extra["clients_told"] = list(pb.clients_told)

@@ -229,10 +229,12 @@ class GetQueueOffsetResponse(_message.Message):
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("config",)
+    __slots__ = ("config", "update")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
     config: _common_pb2.TopicConfig
-    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+    update: bool
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., update: _Optional[bool] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("code", "remark")
@@ -297,18 +299,20 @@ class QueueStats(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class GetTopicStatsResponse(_message.Message):
-    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues")
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues", "message_type")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     code: _common_pb2.Code
     remark: str
     broker_name: str
     broker_id: int
     queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
-    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class GetConsumeStatsRequest(_message.Message):
     __slots__ = ("consumer_group", "topic")
@@ -707,3 +711,39 @@ class ChangePopInvisibleTimeResponse(_message.Message):
     receipt_handle: str
     invisible_deadline_wall_ms: int
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., pop_code: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_deadline_wall_ms: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "timestamp_ms")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    timestamp_ms: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueueOffsetReset(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerOffsetResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "broker_id", "queues", "clients_told")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_TOLD_FIELD_NUMBER: _ClassVar[int]
+    code: _common_pb2.Code
+    remark: str
+    broker_name: str
+    broker_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsetReset]
+    clients_told: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueOffsetReset, _Mapping]]] = ..., clients_told: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -144,6 +144,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.AckPopMessageResponse.FromString,
                 _registered_method=True)
+        self.ResetConsumerOffset = channel.unary_unary(
+                '/mqlab.v1.Broker/ResetConsumerOffset',
+                request_serializer=proto_dot_broker__pb2.ResetConsumerOffsetRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ResetConsumerOffsetResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -296,6 +301,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetConsumerOffset(self, request, context):
+        """RocketMQ INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): masters only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -408,6 +420,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ForwardPopToDeadLetter,
                     request_deserializer=proto_dot_broker__pb2.AckPopMessageRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.AckPopMessageResponse.SerializeToString,
+            ),
+            'ResetConsumerOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumerOffset,
+                    request_deserializer=proto_dot_broker__pb2.ResetConsumerOffsetRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ResetConsumerOffsetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1004,6 +1021,33 @@ class Broker:
             '/mqlab.v1.Broker/ForwardPopToDeadLetter',
             proto_dot_broker__pb2.AckPopMessageRequest.SerializeToString,
             proto_dot_broker__pb2.AckPopMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetConsumerOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqlab.v1.Broker/ResetConsumerOffset',
+            proto_dot_broker__pb2.ResetConsumerOffsetRequest.SerializeToString,
+            proto_dot_broker__pb2.ResetConsumerOffsetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -92,10 +92,12 @@ class NotificationsRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ...) -> None: ...
 
 class ConsumerNotification(_message.Message):
-    __slots__ = ("consumer_group",)
+    __slots__ = ("consumer_group", "reset")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
-    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+    reset: ResetOffsetNotice
+    def __init__(self, consumer_group: _Optional[str] = ..., reset: _Optional[_Union[ResetOffsetNotice, _Mapping]] = ...) -> None: ...
 
 class ConsumerSendMsgBackRequest(_message.Message):
     __slots__ = ("consumer_group", "phys_offset", "delay_level", "origin_msg_id", "origin_topic", "max_reconsume_times")
@@ -158,3 +160,23 @@ class UnlockBatchResponse(_message.Message):
     code: _common_pb2.Code
     remark: str
     def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class ResetOffsetNotice(_message.Message):
+    __slots__ = ("consumer_group", "topic", "timestamp_ms", "offsets")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    timestamp_ms: int
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class QueueOffset(_message.Message):
+    __slots__ = ("queue", "queue_offset")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue: _common_pb2.MessageQueue
+    queue_offset: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ...) -> None: ...

@@ -183,16 +183,18 @@ class BrokerLiveInfo(_message.Message):
     def __init__(self, broker_addr: _Optional[str] = ..., last_update_timestamp_ms: _Optional[int] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("code", "brokers", "live", "topics")
+    __slots__ = ("code", "brokers", "live", "topics", "time_scale")
     CODE_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TIME_SCALE_FIELD_NUMBER: _ClassVar[int]
     code: _common_pb2.Code
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerData]
     live: _containers.RepeatedCompositeFieldContainer[BrokerLiveInfo]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ..., live: _Optional[_Iterable[_Union[BrokerLiveInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    time_scale: float
+    def __init__(self, code: _Optional[_Union[_common_pb2.Code, str]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ..., live: _Optional[_Iterable[_Union[BrokerLiveInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ..., time_scale: _Optional[float] = ...) -> None: ...
 
 class GetTopicListRequest(_message.Message):
     __slots__ = ()

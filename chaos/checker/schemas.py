@@ -49,12 +49,16 @@ is accepted instead.
     offset-commit    client: group, client_id, topic, broker_name, queue_id, offset,
                      target_broker_id (or broker_id), ok, decided_mono_ms (when it was
                      decided and sent; the line is written at the answer); broker: the value it stored, with
-                     `source` (client | slave-sync | admin | load: what a starting broker
-                     read from disk) and optionally client_id
+                     `source` (client | slave-sync | reset: an operator's reset by time, a
+                     deliberate rewind | load: what a starting broker read from disk) and
+                     optionally client_id
     lock             client or broker: group, client_id (the holder / requester), topic,
                      broker_name, queue_id, action (requested|granted|denied|renewed|expired|
                      released|lost), lease_end_mono_ms (client: the deadline it believes;
                      broker: the lease it granted)
+    offset-reset     client, a reset a push consumer applied (shown, not checked): group,
+                     client_id, topic, reset_timestamp_ms, queues as lists of [broker_name,
+                     queue_id, offset before, reset offset]
     rebalance        client: group, client_id, topic, before / after / removed as lists of
                      [broker_name, queue_id], reason (`lock-regained`: an orderly queue re-opened
                      after its lock came back; it is in removed and in after)
@@ -193,6 +197,8 @@ EVENTS = _schema(
     ("decided_mono_ms", LongType()),
     ("source", StringType()),
     ("error", StringType()),
+    # offset-reset (client)
+    ("reset_timestamp_ms", LongType()),
     # lock
     ("action", StringType()),
     ("lease_end_mono_ms", LongType()),

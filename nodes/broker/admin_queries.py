@@ -64,6 +64,7 @@ class TopicStatsResponse:
     broker_name: str = ""
     broker_id: int = 0
     queues: tuple[QueueStats, ...] = ()
+    message_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,7 @@ class AdminQueryHandler:
             queues.append(QueueStats(queue_id, self._store.min_queue_offset(req.topic, queue_id), max_offset,
                                      self._store_time(req.topic, queue_id, max_offset - 1)))
         return TopicStatsResponse(ResponseCode.SUCCESS, "", self._config.broker_name, self._config.broker_id,
-                                  tuple(queues))
+                                  tuple(queues), config.message_type)
 
     # --- consume stats -------------------------------------------------------------------------
 

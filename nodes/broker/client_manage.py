@@ -58,19 +58,40 @@ class ClientManageResponse:
     client_ids: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ResetNotice:
+    """RESET_CONSUMER_CLIENT_OFFSET: the group's offsets of these queues of this broker were reset
+    (queue id -> queue offset); the client restarts each queue it holds from there."""
+
+    group: str
+    topic: str
+    broker_name: str
+    timestamp_ms: int
+    offsets: tuple[tuple[int, int], ...]
+
+
+Notice = str | ResetNotice  # a group name: NOTIFY_CONSUMER_IDS_CHANGED for it
+
+
 class NotificationChannel:
-    """The pending notices of one open client channel (group names, coalesced)."""
+    """The pending notices of one open client channel: group names (coalesced) and offset resets
+    (each kept, in order: a later reset of another topic does not replace an earlier one)."""
 
     def __init__(self, client_id: str, peer: str, on_end: Callable[[NotificationChannel], None]) -> None:
         self.client_id = client_id
         self.peer = peer
         self._on_end = on_end
         self.pending: dict[str, None] = {}
+        self.resets: list[ResetNotice] = []
         self.closed = False
         self.wakeup = asyncio.Event()
 
     def push(self, group: str) -> None:
         self.pending[group] = None
+        self.wakeup.set()
+
+    def push_reset(self, notice: ResetNotice) -> None:
+        self.resets.append(notice)
         self.wakeup.set()
 
     def close(self) -> None:
@@ -81,16 +102,18 @@ class NotificationChannel:
         """The transport's channel ended (the client went away, or its stream was cancelled)."""
         self._on_end(self)
 
-    async def next_groups(self) -> list[str] | None:
-        """The groups changed since the last call (waits for one), or None once closed."""
+    async def next_notices(self) -> list[Notice] | None:
+        """The notices since the last call (waits for one): changed groups, then resets; None
+        once closed."""
         while True:
             await self.wakeup.wait()
             self.wakeup.clear()
             if self.closed:
                 return None
-            if self.pending:
-                groups, self.pending = list(self.pending), {}
-                return groups
+            if self.pending or self.resets:
+                notices: list[Notice] = [*self.pending, *self.resets]
+                self.pending, self.resets = {}, []
+                return notices
 
 
 class ClientManageHandler:
@@ -172,6 +195,18 @@ class ClientManageHandler:
             for channel in self._channels.get(client_id, []):
                 channel.push(group)
                 self.notifications_sent += 1
+
+    def notify_reset(self, notice: ResetNotice) -> list[str]:
+        """Broker2Client#resetOffset's sends: the notice to every open channel of every member of
+        the group; returns the client ids it went to (none: the group is offline here)."""
+        told = []
+        for client_id in dict.fromkeys(self._registry.client_ids(notice.group)):
+            channels = self._channels.get(client_id, [])
+            for channel in channels:
+                channel.push_reset(notice)
+            if channels:
+                told.append(client_id)
+        return told
 
     def close_channels_of_expired(self, removed: list[tuple[str, str]]) -> None:
         """After the housekeeping scan: close the channel of a client that is now gone from

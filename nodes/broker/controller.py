@@ -31,6 +31,7 @@ from nodes.broker.last_pullers import LastPullers
 from nodes.broker.master_sync import MasterSyncHandler
 from nodes.broker.message_lookup import MessageLookupHandler
 from nodes.broker.offset_requests import OffsetRequestHandler
+from nodes.broker.offset_reset import OffsetResetHandler
 from nodes.broker.offsets import ConsumerOffsetTable, OffsetPersistService
 from nodes.broker.pop import PopEngine, PopReviveService
 from nodes.broker.pull import PullProcessor
@@ -313,7 +314,8 @@ class BrokerController:
         table.register(RequestKind.UPDATE_CONSUMER_OFFSET, offsets.update_consumer_offset)
         table.register(RequestKind.GET_QUEUE_OFFSET, offsets.get_queue_offset)
         topic_admin = TopicAdminHandler(self.topics, clock, self._register_now, is_master=config.is_master,
-                                        broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic)
+                                        broker_name=config.broker_name, on_topic_deleted=last_pullers.forget_topic,
+                                        master_addr=self._master_addr)
         table.register(RequestKind.CREATE_TOPIC, topic_admin.create_topic)
         table.register(RequestKind.DELETE_TOPIC, topic_admin.delete_topic)
         table.register(RequestKind.UPDATE_SUBSCRIPTION_GROUP,
@@ -347,6 +349,9 @@ class BrokerController:
         table.register(RequestKind.POP_ACK, self.pop.handle_ack)
         table.register(RequestKind.POP_CHANGE_INVISIBLE, self.pop.handle_change_invisible)
         table.register(RequestKind.POP_FORWARD_TO_DLQ, self.pop.handle_forward_to_dlq)
+        resets = OffsetResetHandler(config=config, store=self.store, topics=self.topics, offsets=self.offsets,
+                                    consumers=self.consumers, client_manage=self.client_manage, master_addr=self._master_addr)
+        table.register(RequestKind.RESET_CONSUMER_OFFSET, resets.reset)
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its

@@ -9,7 +9,7 @@ migrated when the table loads. What may be committed is checked before (validati
 
 Every change of a stored value is recorded as an `offset-commit` event (side broker) with its
 `source`: `client` (an update or a pull's piggy-backed commit), `slave-sync` (the master's
-table copied over a slave's) or `admin` (an operator's reset). A value written again unchanged
+table copied over a slave's) or `reset` (an operator's reset by time, offset_reset.py). A value written again unchanged
 records nothing: a piggy-backed commit arrives with nearly every pull.
 """
 
@@ -30,7 +30,7 @@ OFFSETS_TABLE = "consumer_offsets"
 # `source` of a broker's offset-commit event: who changed the stored value
 SOURCE_CLIENT = "client"
 SOURCE_SLAVE_SYNC = "slave-sync"
-SOURCE_ADMIN = "admin"
+SOURCE_RESET = "reset"
 SOURCE_LOAD = "load"  # the table as read from disk at start: a crash loses what was not flushed
 
 
@@ -95,7 +95,7 @@ class ConsumerOffsetTable:
 
     def commit(self, group: str, topic: str, queue_id: int, queue_offset: int, *, source: str = SOURCE_CLIENT,
                client_id: str | None = None, commit_seq: int = 0) -> None:
-        """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_ADMIN).
+        """Store a committed offset (`source`: SOURCE_CLIENT or SOURCE_RESET).
 
         A commit from the client whose commit was applied last for this queue, with a lower
         `commit_seq` than that one, overtook it on another stream and is dropped: RocketMQ's

@@ -55,6 +55,7 @@ class RequestKind(enum.Enum):
     POP_ACK = "pop-ack"  # async (PopAckRequest) -> AckResult
     POP_CHANGE_INVISIBLE = "pop-change-invisible"  # async (ChangeInvisibleRequest) -> ChangeInvisibleResult
     POP_FORWARD_TO_DLQ = "pop-forward-to-dlq"  # async (PopAckRequest) -> AckResult
+    RESET_CONSUMER_OFFSET = "reset-consumer-offset"  # (ResetOffsetRequest) -> ResetOffsetResponse
 
 
 class RequestNotSupportedError(Exception):

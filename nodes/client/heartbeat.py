@@ -4,9 +4,10 @@ Owns: the consumers registered on the instance (group -> what its heartbeat carr
 topics, whom to tell about a notification), the periodic heartbeat to every broker of their
 topics, all groups in one request (RocketMQ `sendHeartbeatToAllBrokerWithLock`), one
 `ConsumerManager.Notifications` stream per broker address (a NOTIFY_CONSUMER_IDS_CHANGED for a
-group wakes that consumer's rebalance; the stream's end is the broker's "channel closed" for
-this client), and unregistering a group on its consumer's shutdown. Does not decide anything
-about queues; what a heartbeat carries comes from each consumer.
+group wakes that consumer's rebalance, a RESET_CONSUMER_CLIENT_OFFSET goes to the consumer's
+`on_reset`; the stream's end is the broker's "channel closed" for this client), and
+unregistering a group on its consumer's shutdown. Does not decide anything about queues; what a
+heartbeat carries comes from each consumer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from nodes.client.routes import RouteCache
-from nodes.client.rpc.api import ClientApi, ConsumerData
+from nodes.client.rpc.api import ClientApi, ConsumerData, OffsetReset
 from nodes.common.errors import MqError
 from nodes.common.service import CrashHandler, Service
 
@@ -33,6 +34,7 @@ class RegisteredConsumer:
     topics: Callable[[], Iterable[str]]  # whose brokers get heartbeats (retry topic included)
     on_notification: Callable[[], None]  # the broker says the group's consumer ids changed
     on_crash: CrashHandler | None = None
+    on_reset: Callable[[OffsetReset], None] | None = None  # None: resets are logged and ignored
 
 
 class HeartbeatService(Service):
@@ -120,15 +122,28 @@ class HeartbeatService(Service):
     async def _watch_routine(self, addr: str) -> None:
         """Read one broker's notification stream until it ends; the next heartbeat re-opens it."""
         try:
-            async for group in self._api.notifications(addr, self.client_id):
+            async for notice in self._api.notifications(addr, self.client_id):
                 self.notifications += 1
-                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, group, addr)
-                consumer = self.consumers.get(group)
+                if isinstance(notice, OffsetReset):
+                    self._reset(addr, notice)
+                    continue
+                log.info("%s: consumer ids of %s changed (from %s)", self.client_id, notice, addr)
+                consumer = self.consumers.get(notice)
                 if consumer is not None:
                     consumer.on_notification()
             log.info("notification stream from %s ended", addr)
         except MqError as err:
             log.info("notification stream from %s closed: %s", addr, err)
+
+    def _reset(self, addr: str, notice: OffsetReset) -> None:
+        consumer = self.consumers.get(notice.group)
+        log.info("%s: offsets of %s on %s reset by %s: %s", self.client_id, notice.group, notice.topic, addr,
+                 {f"{mq.broker_name}:{mq.queue_id}": offset for mq, offset in sorted(notice.offsets.items())})
+        if consumer is None or consumer.on_reset is None:
+            log.warning("%s: no consumer of %s here takes offset resets (a pull consumer reads the reset "
+                        "offsets from the broker with its next offset query)", self.client_id, notice.group)
+            return
+        consumer.on_reset(notice)
 
     async def close_notifications(self) -> None:
         """End every notification stream (the brokers then forget this client's channel)."""

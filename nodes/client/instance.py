@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from nodes.client.cluster_timing import cluster_time_scale, timing_for_cluster
 from nodes.client.heartbeat import HeartbeatService, RegisteredConsumer
 from nodes.client.msg_id import local_ipv4
 from nodes.client.routes import RouteCache, RouteRefreshService, RouteSnapshot
@@ -109,6 +110,9 @@ class ClientInstance:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timing = timing or Timing()
         self.timing.validate()
+        # no timing given: the cluster's is taken at start (cluster_timing)
+        self.timing_given = timing is not None
+        self.cluster_time_scale: float | None = None
         self.name = f"{name}-{next(_instance_ids)}"
         self.client_id = client_id or self.name
         self._manager = manager
@@ -155,9 +159,19 @@ class ClientInstance:
         self._loop.run_forever()
 
     async def _astart(self) -> None:
+        if self.timing_given:  # only a warning depends on the answer: start does not wait for it
+            asyncio.get_running_loop().create_task(self._check_time_scale(), name=f"time-scale-{self.name}")
+        else:
+            await self._check_time_scale()
         self._route_service = RouteRefreshService(self.routes, self.timing.route_poll_ms,
                                                   self.timing.route_poll_first_ms)
         self._route_service.start()
+
+    async def _check_time_scale(self) -> None:
+        """The cluster's time scale: taken for the timers when none were given (cluster_timing)."""
+        self.cluster_time_scale = await cluster_time_scale(self.api, self.namesrv_addrs, self.timing.rpc_timeout_ms)
+        self.timing = timing_for_cluster(self.name, self.timing, given=self.timing_given,
+                                         scale=self.cluster_time_scale)
 
     def close(self) -> None:
         """Stop polling, close pull streams and channels, stop the loop and join its thread."""
@@ -367,7 +381,8 @@ class ClientInstance:
 
     def same_settings(self, namesrv_addr: str, timing: Timing | None, dial_overrides: Mapping[str, str] | None,
                       producer_default_queue_nums: int | None) -> bool:
-        return (parse_namesrv_addrs(namesrv_addr) == self.namesrv_addrs and (timing or Timing()) == self.timing
+        same_timing = (timing is None and not self.timing_given) or (timing or Timing()) == self.timing
+        return (parse_namesrv_addrs(namesrv_addr) == self.namesrv_addrs and same_timing
                 and dict(dial_overrides or {}) == dict(self.dial_overrides)
                 and producer_default_queue_nums in (None, self.routes.producer_default_queue_nums))
 

@@ -139,7 +139,8 @@ class Producer:
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
         group: the producer group.
-        timing: durations (route polling); defaults to RocketMQ's.
+        timing: durations (route polling); default: RocketMQ's at the cluster's time scale, which
+            the name server tells at start().
         send_timeout_ms: budget of one send, retries included (default timing.send_timeout_ms).
         retry_times: extra attempts of a synchronous send (retryTimesWhenSendFailed).
         retry_times_async: extra attempts of an asynchronous send (retryTimesWhenSendAsyncFailed).
@@ -168,7 +169,7 @@ class Producer:
                  instance_name: str = c.CLIENT_INSTANCE_NAME_DEFAULT,
                  latency_fault_enable: bool = c.SEND_LATENCY_FAULT_ENABLE) -> None:
         validate_group(group, "producer")
-        timing = timing or Timing()
+        given_timing, timing = timing, timing or Timing()
         self.send_timeout_ms = timing.send_timeout_ms if send_timeout_ms is None else send_timeout_ms
         for name, value, low in (("send_timeout_ms", self.send_timeout_ms, 1), ("retry_times", retry_times, 0),
                                  ("retry_times_async", retry_times_async, 0), ("async_window", async_window, 1),
@@ -186,7 +187,7 @@ class Producer:
         if not isinstance(instance_name, str) or not instance_name:
             raise InvalidArgumentError(f"instance_name must be a non-empty string, got {instance_name!r}")
         self.client_id = make_client_id(instance_name)
-        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"producer-{group}", timing=timing,
+        self._instance = CLIENT_MANAGER.instance(self.client_id, namesrv_addr, name=f"producer-{group}", timing=given_timing,
                                                  dial_overrides=dial_overrides,
                                                  producer_default_queue_nums=default_topic_queue_nums)
         self._attached = False
@@ -208,6 +209,13 @@ class Producer:
         self._born_host = f"{local_ipv4()}:0"
         self._instance.attach(ROLE_PRODUCER, self.group)
         self._attached = True
+        if self.latency_faults is not None and not self._instance.timing_given:  # the cluster's time scale
+            self.latency_faults = LatencyFaultTable(self._instance.timing.send_not_available_max_ms)
+
+    @property
+    def timing(self) -> Timing:
+        """The timers this producer runs with: the given ones, or from start() on the cluster's."""
+        return self._instance.timing
 
     def shutdown(self) -> None:
         """Wait (boundedly) for asynchronous sends in flight, then close everything.

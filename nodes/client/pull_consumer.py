@@ -75,7 +75,8 @@ class PullConsumer:
     Args:
         namesrv_addr: "host:port" of the name server (several separated by ';').
         group: the consumer group (offsets are kept per group on the broker).
-        timing: durations (route polling, long-poll hold); defaults to RocketMQ's.
+        timing: durations (route polling, long-poll hold); default: RocketMQ's at the cluster's time
+            scale, which the name server tells at start().
         dial_overrides: address -> address to dial instead (harness link proxies).
         pull_timeout_ms: deadline of a pull that does not long-poll (consumerPullTimeoutMillis).
         on_routing_event: called (on the client's loop thread) with a dict for every pull's routing
@@ -117,6 +118,7 @@ class PullConsumer:
     def start(self) -> None:
         self._instance.attach(ROLE_CONSUMER, self.group)
         self._attached = True
+        self.timing = self._instance.timing  # the cluster's, when none was given (cluster_timing)
 
     def shutdown(self) -> None:
         if self._attached:

@@ -41,6 +41,7 @@ from nodes.client.instance import (
     validate_group,
 )
 from nodes.client.lock_service import LockRenewalService, QueueLocker
+from nodes.client.offset_reset import OffsetResets
 from nodes.client.offset_store import (
     ConsumerOffsetPersistService,
     LocalFileOffsetStore,
@@ -90,7 +91,8 @@ class PushConsumer:
         allocate: the queue allocation strategy (CLUSTERING).
         consume_from_where: where a queue with no committed offset starts.
 
-    Keyword options (RocketMQ's names in brackets): `timing`; `dial_overrides`;
+    Keyword options (RocketMQ's names in brackets): `timing` (default: RocketMQ's at the cluster's
+    time scale, which the name server tells at start()); `dial_overrides`;
     `consume_thread_min` [consumeThreadMin]; `consume_message_batch_max_size`;
     `pull_batch_size`; `max_reconsume_times` (-1 = 16); `consume_timestamp_ms` (for
     CONSUME_FROM_TIMESTAMP; default half an hour ago); `instance_name`; `offset_store_dir`
@@ -249,6 +251,8 @@ class PushConsumer:
         except BaseException:
             self.lifecycle.transition(Lifecycle.FAILED)
             raise
+        self.timing = self._instance.timing  # the cluster's, when none was given (cluster_timing)
+        self._state.client_lock_lease_ms = self.timing.client_lock_lease_ms
         try:
             self._instance.run(self._astart(), self._rpc_budget_s() * 2 + 10, f"start push consumer {self.group}")
         except BaseException:
@@ -337,9 +341,10 @@ class PushConsumer:
             compute_pull_from_where=self._rebalance.compute_pull_from_where if orderly else None,
             on_pulled=self._offset_store.note_pulled if commit_pulled else None)
         self._rebalance_service = RebalanceService(self._rebalance, timing.rebalance_interval_ms, on_crash=self._on_crash)
+        self._resets = OffsetResets(self._rebalance, self.client_id, self._emit)
         self._heartbeat = await instance.register_consumer(self.group, RegisteredConsumer(
             consumer_data=self._consumer_data, topics=state.topics,
-            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash))
+            on_notification=self._rebalance_service.wakeup, on_crash=self._on_crash, on_reset=self._resets.apply))
         for topic in state.topics():
             try:
                 await instance.routes.update_topic(topic)
@@ -385,6 +390,7 @@ class PushConsumer:
     async def _ashutdown(self) -> None:
         for service in self._services:
             await service.stop()
+        await self._resets.close()
         await self._pull.stop()
         await self._consume.shutdown(self.await_termination_ms)
         # persistConsumerOffset. RocketMQ unlocks an orderly consumer's queues first; here the

@@ -69,6 +69,9 @@ PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 PERM_DEFAULT = PERM_READ | PERM_WRITE  # 6
+# RocketMQ 5's topic attribute message.type: which messages a topic takes (a 4.x client ignores it)
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+TOPIC_MESSAGE_TYPE_DEFAULT = "NORMAL"  # what an unset type reads as
 AUTO_CREATE_TOPIC_KEY = "TBW102"  # the template topic that lets producers find auto-creating brokers
 BROKER_DEFAULT_TOPIC_QUEUE_NUMS = 8  # defaultTopicQueueNums on the broker
 PRODUCER_DEFAULT_TOPIC_QUEUE_NUMS = 4  # defaultTopicQueueNums on the producer

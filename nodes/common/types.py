@@ -227,8 +227,7 @@ class TopicConfig:
     perm: int = c.PERM_DEFAULT
     topic_sys_flag: int = 0
     order: bool = False
-    # RocketMQ 5's message.type: NORMAL, FIFO, DELAY or TRANSACTION; "" unset
-    message_type: str = ""
+    message_type: str = ""  # c.TOPIC_MESSAGE_TYPES, or "" unset (reads as NORMAL)
 
     @property
     def readable(self) -> bool:

@@ -82,6 +82,7 @@ class ClusterInfo:
     brokers: tuple[BrokerData, ...]
     live: tuple[BrokerLiveInfo, ...]
     topics: tuple[str, ...]
+    time_scale: float = 1.0  # a cluster fact: clients built with no timing adopt it
 
 
 class NameServerHandler:
@@ -123,7 +124,7 @@ class NameServerHandler:
             brokers=tuple(sorted(self._table.brokers.values(), key=lambda b: b.broker_name)),
             live=tuple(BrokerLiveInfo(addr, live.node_id, live.last_update_ms + wall_minus_mono_ms)
                        for addr, live in sorted(self._table.live.items())),
-            topics=tuple(self._table.topics()))
+            topics=tuple(self._table.topics()), time_scale=self._time_scale)
 
     def topic_list(self) -> TopicList:
         """Topics some live broker serves: a topic whose every broker went is gone already

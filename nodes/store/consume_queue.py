@@ -267,8 +267,11 @@ class ConsumeQueue:
 
     # --- search by time ----------------------------------------------------------------------
 
-    def search_offset(self, timestamp_ms: int, store_timestamp_at: Callable[[int, int], int | None]) -> int:
-        """The queue offset whose record was stored nearest `timestamp_ms`.
+    def search_offset(self, timestamp_ms: int, store_timestamp_at: Callable[[int, int], int | None], *,
+                      at_or_after: bool = False) -> int:
+        """The queue offset whose record was stored nearest `timestamp_ms`; with `at_or_after`, the
+        first record stored at or after it (the max offset when none is: a reset by time skips
+        exactly what was stored before the time, never one message more or less).
 
         Binary search over the records' store timestamps (`store_timestamp_at(phys_offset,
         size)`, None for an unreadable record; such units and holes are stepped over). An
@@ -278,7 +281,7 @@ class ConsumeQueue:
         """
         low, high = self.min_queue_offset, self.max_queue_offset
         if low >= high:
-            return 0
+            return high if at_or_after else 0
 
         def timed_at_or_after(queue_offset: int, stop: int) -> tuple[int, int | None]:
             while queue_offset < stop:
@@ -297,7 +300,7 @@ class ConsumeQueue:
             else:
                 lo = found + 1
         right, right_timestamp = timed_at_or_after(lo, high)
-        if right_timestamp == timestamp_ms:
+        if right_timestamp == timestamp_ms or at_or_after:
             return right
         left, left_timestamp = lo - 1, None
         while left >= low and left_timestamp is None:

@@ -248,9 +248,10 @@ class MessageStore:
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         return self._reader.max_queue_offset(topic, queue_id)
 
-    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The queue offset whose store time is nearest `timestamp_ms` (ConsumeQueue.search_offset)."""
-        return self._reader.search_queue_offset(topic, queue_id, timestamp_ms)
+    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int, *, at_or_after: bool = False) -> int:
+        """The queue offset whose store time is nearest `timestamp_ms`, or with `at_or_after` the
+        first stored at or after it (ConsumeQueue.search_offset)."""
+        return self._reader.search_queue_offset(topic, queue_id, timestamp_ms, at_or_after=at_or_after)
 
     def lookup_message(self, phys_offset: int, size: int | None = None) -> Record | None:
         """The record at `phys_offset`, or None if nothing valid is there."""

@@ -309,11 +309,11 @@ class StoreReader:
         queue = self._consume_queues.get((topic, queue_id))
         return queue.max_queue_offset if queue is not None else 0
 
-    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int, *, at_or_after: bool = False) -> int:
         queue = self._consume_queues.get((topic, queue_id))
         if queue is None:
             return 0
-        return queue.search_offset(timestamp_ms, self._store_timestamp_at)
+        return queue.search_offset(timestamp_ms, self._store_timestamp_at, at_or_after=at_or_after)
 
     def _store_timestamp_at(self, phys_offset: int, size: int) -> int | None:
         record = self.lookup_message(phys_offset, size)

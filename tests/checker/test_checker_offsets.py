@@ -165,3 +165,35 @@ def test_master_and_slave_offsets_converge(spark):
 def test_slave_offset_never_converges(spark):
     r = check_offset_resync(_stored(8).history(spark), config())
     assert r.valid is False and r.counts["not_converged"] == 1
+
+
+def _reset(lowest_after: int):
+    """c1 consumed 0..11 and committed 12; an operator reset the queue to 6 (the broker journals it,
+    source `reset`); a commit of 12 the client sent before it applied the reset lands after it; then
+    the client consumes from 6 again and commits `lowest_after`, then 12."""
+    run = Run().sends_for(0, 12).consume(0, range(12), t0=200).commit(330, 12).stored(330, 12)
+    run.stored(350, 6, source="reset").commit(360, 12).stored(360, 12)
+    # the consumer's own line of the reset it applied (loaded, not judged)
+    run.event("offset-reset", 370, "consumer-1", side="client", group=G, client_id="c1", topic=T,
+              reset_timestamp_ms=1_700_000_000_340, queues=[["broker-a", 0, 12, 6]])  # as the client writes it
+    run.consume(0, range(6, 12), t0=400).commit(500, lowest_after).stored(500, lowest_after)
+    return run.commit(600, 12).stored(600, 12)
+
+
+def test_an_operator_reset_explains_the_rewinds_it_causes_and_nothing_below_it(spark):
+    r = check_offset_resync(_reset(9).history(spark), config())
+    # the client's 12 -> 9, the broker's 12 -> 6 (the reset) and 12 -> 9
+    assert r.parts["monotonic"] is True and r.counts["decreases"] == {"unexplained": 0, "explained": 3}, r.examples
+    below = check_offset_resync(_reset(4).history(spark), config())
+    assert below.parts["monotonic"] is False and below.counts["decreases"] == {"unexplained": 2, "explained": 1}
+
+
+@pytest.mark.slow
+def test_a_commit_up_to_a_forward_reset_is_not_ahead(spark):
+    # c1 consumed 0..4; an operator reset the queue forward to 10 (skipping 5..9); c1 commits 10
+    run = Run().sends_for(0, 12).consume(0, range(5), t0=200).commit(260, 5).stored(260, 5)
+    run.stored(300, 10, source="reset").commit(400, 10).stored(400, 10)
+    r = check_offset_resync(run.history(spark), config())
+    assert r.parts["ahead"] is True and r.counts["commits_ahead"] == 0, r.examples
+    beyond = check_offset_resync(run.commit(500, 11).history(spark), config())
+    assert beyond.parts["ahead"] is False and beyond.counts["commits_ahead"] == 1

@@ -142,9 +142,9 @@ def test_names_that_do_not_exist_get_an_answer_that_says_so(local_cluster, runne
     offline = runner.invoke(cli.app, ["admin", "consumer", "connections", "--group", "no-such-group",
                                       "--run-dir", str(cluster.run_dir)])
     assert offline.exit_code == 2 and "no client of group 'no-such-group'" in offline.output
-    bad_type = runner.invoke(cli.app, ["admin", "topic", "create", "--topic", "T1", "--type", "DELAY",
+    bad_type = runner.invoke(cli.app, ["admin", "topic", "create", "--topic", "T1", "--type", "BATCH",
                                        "--run-dir", str(cluster.run_dir)])
-    assert bad_type.exit_code == 2 and "types are NORMAL, FIFO" in bad_type.output
+    assert bad_type.exit_code == 2 and "types are NORMAL, FIFO, DELAY, TRANSACTION" in bad_type.output
     bad_name = runner.invoke(cli.app, ["admin", "topic", "create", "--topic", "bad topic!",
                                        "--run-dir", str(cluster.run_dir)])
     assert bad_name.exit_code == 1 and "INVALID_ARGUMENT" in bad_name.output

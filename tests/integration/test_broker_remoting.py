@@ -15,6 +15,7 @@ import time
 import pytest
 from support.rpc import create_topic
 
+from nodes.broker.transport.remoting_admin import object_keyed_map_from_text
 from nodes.client import (
     ConsumeConcurrentlyStatus,
     Message,
@@ -273,3 +274,56 @@ def test_mqadmin_update_sub_group_makes_a_group_orderly_with_its_retries(cluster
     assert bad.code != 0 and "bad group!" in bad.remark
     no_name = client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"retryMaxTimes":1}')
     assert no_name.code != 0 and "groupName" in no_name.remark
+
+
+def test_invoke_broker_to_reset_offset_answers_the_tool_and_tells_each_client_in_its_shape(cluster, remoting):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) from a tool: the answer and the stored offsets are the first
+    message at or after the time, and every member's heartbeat connection gets a oneway
+    RESET_CONSUMER_CLIENT_OFFSET (220): a Java client fastjson's MessageQueue-keyed map, a C++ client
+    the list its decoder reads (ResetOffsetBodyForC)."""
+    create_topic(cluster, TOPIC, 2)
+    sender, cpp, java, tool = remoting(), remoting(), remoting(), remoting()
+    for i in range(3):
+        assert send_v1(sender, f"early-{i}".encode(), 0, {}).code == 0
+    time.sleep(0.05)
+    reset_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    for i in range(2):
+        assert send_v1(sender, f"late-{i}".encode(), 0, {}).code == 0
+    assert cpp.request(RequestCode.HEART_BEAT, body=heartbeat_body("cpp-1", "ResetG")).code == 0
+    java_hb = java.send_raw_json(RequestCode.HEART_BEAT, {}, heartbeat_body("java-1", "ResetG"))
+    assert java.answer(java_hb).code == 0
+    assert cpp.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "ResetG", "topic": TOPIC, "queueId": 0,
+                                                            "commitOffset": 5}).code == 0
+
+    opaque = tool.send_raw_json(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                {"topic": TOPIC, "group": "ResetG", "timestamp": reset_ms, "isForce": True})
+    answer = tool.answer(opaque)
+    assert answer.code == 0, answer.remark
+    table = {(k["topic"], k["queueId"]): v for k, v in
+             object_keyed_map_from_text(answer.body.decode()[len('{"offsetTable":'):-1])}
+    assert table == {(TOPIC, 0): 3, (TOPIC, 1): 0}
+    stored = cpp.request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "ResetG", "topic": TOPIC, "queueId": 0})
+    assert stored.code == 0 and stored.ext["offset"] == "3"
+
+    to_cpp, to_java = _reset_frame(cpp), _reset_frame(java)
+    for frame in (to_cpp, to_java):
+        assert frame.flag & 2  # oneway: the client answers nothing
+        assert {k: frame.ext[k] for k in ("topic", "group", "timestamp", "isForce")} == \
+            {"topic": TOPIC, "group": "ResetG", "timestamp": str(reset_ms), "isForce": "true"}
+    assert sorted((e["topic"], e["queueId"], e["offset"]) for e in json.loads(to_cpp.body)["offsetTable"]) == \
+        [(TOPIC, 0, 3), (TOPIC, 1, 0)]
+    assert {(k["topic"], k["queueId"]): v for k, v in
+            object_keyed_map_from_text(to_java.body.decode()[len('{"offsetTable":'):-1])} == table
+
+    unknown = tool.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                           {"topic": TOPIC, "group": "NoSuchGroup", "timestamp": reset_ms, "isForce": "true"})
+    assert unknown.code == 26 and "NoSuchGroup" in unknown.remark  # SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+def _reset_frame(client: RawClient) -> RemotingCommand:
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        frame = client.server_requests.get(timeout=max(0.01, deadline - time.monotonic()))
+        if frame.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            return frame

@@ -15,12 +15,16 @@ from chaos.checker.verdict import CheckResult, combine_parts, unknown
 
 RESYNC = (
     "Per group and queue: (1) ahead - no client commits an offset above 1 + the highest offset the group was "
-    "delivered on that queue before the commit (a crash would then lose messages); (2) monotonic - the "
+    "delivered on that queue before the commit, or an operator's reset set before it (a crash would then lose "
+    "messages); (2) monotonic - the "
     "group's committed offset (a client's commits in the order it decided them) never decreases, except when a broker fault (restart, or a returning master "
     "overwriting the slave's newer offsets, RocketMQ #1094/#2513) lies between the two commits, when the "
     "decrease is a hand-over between clients of a concurrent group (also when the same client commits lower "
-    "after another client committed that lower value in between, as the broker applied them), or when a broker records an admin reset; "
-    "the same for each broker's stored offsets, where a slave-sync overwrite is the master-return case; "
+    "after another client committed that lower value in between, as the broker applied them), or when an "
+    "operator reset the queue's offset (a broker's `offset-commit` with source `reset`) between the two commits, or at most P_c "
+    "before the higher one (a commit the client sent before it applied the reset), and the lower value is not below the reset one; "
+    "the same for each broker's stored offsets, where a slave-sync overwrite is the master-return case and the reset itself "
+    "is an operator's deliberate rewind; "
     "(3) resume - the first offset consumed after a consumer restart or a broker fault is >= the last commit "
     "C_last (a deeper rewind is explained only by a broker fault in between and must stay within the "
     "redelivery budget rate x (P_c + max(F_b, S_s)) + one batch) and never the queue start 0 while C_last > 0; "
@@ -40,6 +44,7 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
         "broker_dec": _broker_decrease_candidates(h),
         "last_stored": h.broker_offsets.groupBy("node", "broker_id", *GQ).agg(
             F.max_by("offset", "t").alias("offset"), F.max("t").alias("t")),
+        "resets": h.broker_offsets.filter(F.col("source") == "reset").select(*GQ, "offset", "t"),
     }
     if h.faults or h.exits:
         parts["resume"] = h.epochs.filter(F.col("c_last").isNotNull()).select(
@@ -70,8 +75,9 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
         examples += examples_of(got["ahead"], n, anomaly="commit ahead of processing")
 
     # (2) monotonic commits (the group's view and each broker's stored value)
-    decreases = _classify_client_decreases(h, cfg, got["client_dec"]) + \
-        _classify_broker_decreases(h, cfg, got["broker_dec"])
+    resets = _Resets(got["resets"], cfg.bounds.P_c + cfg.clock_slack_ms, cfg.clock_slack_ms)
+    decreases = _classify_client_decreases(h, cfg, got["client_dec"], resets) + \
+        _classify_broker_decreases(h, cfg, got["broker_dec"], resets)
     bad = [x for x in decreases if not x.get("explained_by")]
     counts["decreases"] = {"unexplained": len(bad), "explained": len(decreases) - len(bad)}
     result["monotonic"] = not bad
@@ -111,6 +117,11 @@ def check_offset_resync(h: History, cfg: CheckerConfig) -> CheckResult:
 
 def _ahead(h: History) -> DataFrame:
     d = h.queue_deliveries.select(*GQ, "t", F.col("queue_offset").alias("d_off"), F.lit(0).alias("kind"))
+    # an operator's reset forward skips what lies before its offset on purpose: from then on a
+    # commit up to it is not ahead of what the group processed
+    skipped = h.broker_offsets.filter(F.col("source") == "reset").select(
+        *GQ, "t", (F.col("offset") - 1).alias("d_off"), F.lit(0).alias("kind"))
+    d = d.unionByName(skipped)
     c = h.commits.filter(~F.col("topic").startswith("%RETRY%")).select(
         *GQ, "t", "offset", "client_id", F.lit(1).alias("kind"))
     u = d.unionByName(c, allowMissingColumns=True)
@@ -166,10 +177,32 @@ def _explain_decrease(h: History, cfg: CheckerConfig, t0: int, t1: int, broker_n
     return f"broker fault: {hit[0].label}" if hit else None
 
 
-def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class _Resets:
+    """Operators' offset resets (broker `offset-commit` events with source `reset`), per queue."""
+
+    def __init__(self, rows: list[dict[str, Any]], before_ms: int, slack_ms: int) -> None:
+        self._by_queue: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+        for r in rows:
+            self._by_queue.setdefault((r["group"], r["topic"], r["broker_name"], r["queue_id"]), []).append(
+                (r["t"], r["offset"]))
+        self._before_ms = before_ms
+        self._slack_ms = slack_ms
+
+    def explain(self, r: dict[str, Any]) -> str | None:
+        """A reset of r's queue between its two offsets (or up to `before_ms` before the higher one: a
+        commit sent before the client applied the reset) that the lower offset does not undercut."""
+        key = (r["group"], r["topic"], r["broker_name"], r["queue_id"])
+        for t, offset in self._by_queue.get(key, ()):
+            if r["p_t"] - self._before_ms <= t <= r["t"] + self._slack_ms and r["offset"] >= offset:
+                return f"offset reset to {offset} by an operator"
+        return None
+
+
+def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]],
+                               resets: _Resets) -> list[dict[str, Any]]:
     out = []
     for r in sorted(cands, key=lambda r: r["t"]):
-        why = _explain_decrease(h, cfg, r["p_t"], r["t"], r.get("broker_name"))
+        why = resets.explain(r) or _explain_decrease(h, cfg, r["p_t"], r["t"], r.get("broker_name"))
         if why is None and r["p_client"] != r["client_id"] and not r["orderly"]:
             why = "hand-over between clients of a concurrent group"
         if why is None and r["lowered_by"] and not r["orderly"]:
@@ -180,11 +213,14 @@ def _classify_client_decreases(h: History, cfg: CheckerConfig, cands: list[dict[
     return out
 
 
-def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _classify_broker_decreases(h: History, cfg: CheckerConfig, cands: list[dict[str, Any]],
+                               resets: _Resets) -> list[dict[str, Any]]:
     out = []
     for r in sorted(cands, key=lambda r: r["t"]):
-        if r["source"] == "admin":
-            why: str | None = "admin reset"
+        if r["source"] == "reset":
+            why: str | None = "offset reset by an operator"
+        elif reset := resets.explain(r):
+            why = reset
         elif r["source"] == "slave-sync" and cfg.allow_master_return_regression:
             why = "slave sync from the master (master-return overwrite)"
         else:

@@ -177,7 +177,7 @@ def _causes(h: History) -> DataFrame:
     resync = h.pulls.filter(F.col("status") == "OFFSET_ILLEGAL").select(
         F.lit(None).cast("string").alias("node"), F.col("client_id").alias("client"), "group", "broker_name",
         "queue_id", F.lit("offset-illegal").alias("kind"), F.col("t").alias("start"), F.col("t").alias("end"))
-    reset = h.broker_offsets.filter(F.col("source").isin("admin", "load")).select(
+    reset = h.broker_offsets.filter(F.col("source").isin("reset", "load")).select(
         F.lit(None).cast("string").alias("node"), F.lit(None).cast("string").alias("client"), "group",
         "broker_name", "queue_id", F.concat(F.lit("offset-"), "source").alias("kind"), F.col("t").alias("start"),
         F.col("t").alias("end"))

@@ -1,4 +1,4 @@
-"""protobuf <-> the operator queries' plain values (admin_queries, topic_admin's delete).
+"""protobuf <-> the operator queries' plain values (admin_queries, topic_admin's delete, offset_reset).
 
 Apart from convert.py so the client-facing conversions stay in one short module; the same
 rules hold: codes convert by name, every field the proto names is written.
@@ -17,6 +17,7 @@ from nodes.broker.admin_queries import (
     TopicStatsResponse,
 )
 from nodes.broker.group_admin import UpdateGroupRequest, UpdateGroupResponse
+from nodes.broker.offset_reset import ResetOffsetRequest, ResetOffsetResponse
 from nodes.broker.topic_admin import DeleteTopicRequest, DeleteTopicResponse
 from nodes.common.grpc_adapter import CODE_TO_PB
 from proto import broker_pb2
@@ -52,7 +53,7 @@ def topic_stats_from_pb(pb: broker_pb2.GetTopicStatsRequest) -> TopicStatsReques
 def topic_stats_to_pb(answer: TopicStatsResponse) -> broker_pb2.GetTopicStatsResponse:
     return broker_pb2.GetTopicStatsResponse(
         code=CODE_TO_PB[answer.code], remark=answer.remark, broker_name=answer.broker_name,
-        broker_id=answer.broker_id,
+        broker_id=answer.broker_id, message_type=answer.message_type,
         queues=[broker_pb2.QueueStats(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
                                       last_store_timestamp_ms=q.last_store_timestamp_ms) for q in answer.queues])
 
@@ -106,3 +107,15 @@ def runtime_to_pb(answer: BrokerRuntimeResponse) -> broker_pb2.GetBrokerRuntimeR
         time_scale=answer.time_scale, topics=answer.topics, store_errors=answer.store_errors,
         master_addr=answer.master_addr, broker_lock_lease_ms=answer.broker_lock_lease_ms,
         consumer_channel_expiry_ms=answer.consumer_channel_expiry_ms)
+
+
+def reset_offset_from_pb(pb: broker_pb2.ResetConsumerOffsetRequest) -> ResetOffsetRequest:
+    return ResetOffsetRequest(pb.consumer_group, pb.topic, pb.timestamp_ms)
+
+
+def reset_offset_to_pb(answer: ResetOffsetResponse) -> broker_pb2.ResetConsumerOffsetResponse:
+    return broker_pb2.ResetConsumerOffsetResponse(
+        code=CODE_TO_PB[answer.code], remark=answer.remark, broker_name=answer.broker_name,
+        broker_id=answer.broker_id, clients_told=answer.clients_told,
+        queues=[broker_pb2.QueueOffsetReset(queue_id=q.queue_id, old_offset=q.old_offset, new_offset=q.new_offset)
+                for q in answer.queues])

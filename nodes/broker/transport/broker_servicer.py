@@ -58,6 +58,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self._pop_ack = table[RequestKind.POP_ACK]
         self._pop_change = table[RequestKind.POP_CHANGE_INVISIBLE]
         self._pop_forward = table[RequestKind.POP_FORWARD_TO_DLQ]
+        self._reset_offset = table[RequestKind.RESET_CONSUMER_OFFSET]
         self.open_pull_streams = 0
         self.open_send_streams = 0
 
@@ -246,6 +247,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def ForwardPopToDeadLetter(self, request: broker_pb2.AckPopMessageRequest,
                                      context: grpc.aio.ServicerContext) -> broker_pb2.AckPopMessageResponse:
         return pop_convert.ack_result_to_pb(await self._pop_forward(pop_convert.ack_request_from_pb(request)))
+
+    @answers_errors(broker_pb2.ResetConsumerOffsetResponse, "reset consumer offset")
+    async def ResetConsumerOffset(self, request: broker_pb2.ResetConsumerOffsetRequest,
+                                  context: grpc.aio.ServicerContext) -> broker_pb2.ResetConsumerOffsetResponse:
+        return admin_convert.reset_offset_to_pb(self._reset_offset(admin_convert.reset_offset_from_pb(request)))
 
 
 class _AnswerWriter:

@@ -1,7 +1,9 @@
 """The ConsumerManager gRPC servicer: decode, call the handler from the request table, encode.
 
 A client's Notifications stream is its notification channel: the stream carries the
-channel's notices, and the stream's end is the channel's end.
+channel's notices (a group whose consumer ids changed in `consumer_group`, an offset reset in
+`reset`, which a client that predates it reads as a notice for group ""), and the stream's end
+is the channel's end.
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ class ConsumerManagerServicer(consumer_pb2_grpc.ConsumerManagerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "client_id is required")
         channel = self._open_channel(request.client_id, context.peer())
         try:
-            while (groups := await channel.next_groups()) is not None:
-                for group in groups:
-                    yield consumer_pb2.ConsumerNotification(consumer_group=group)
+            while (notices := await channel.next_notices()) is not None:
+                for notice in notices:
+                    yield convert.notice_to_pb(notice)
         finally:
             channel.end()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from nodes.broker.client_manage import ConsumerListRequest, HeartbeatRequest, UnregisterClientRequest
+from nodes.broker.client_manage import ConsumerListRequest, HeartbeatRequest, Notice, UnregisterClientRequest
 from nodes.broker.consumers import ClientConnection, ConsumerRegistration, Subscription
 from nodes.broker.ha_master import LogChunk, Refusal, SlaveReport
 from nodes.broker.master_sync import DigestRequest, DigestResponse, VerifyStoreResponse
@@ -119,7 +119,7 @@ def offset_answer_fields(response: OffsetResponse) -> dict[str, object]:
 
 
 def create_topic_from_pb(pb: broker_pb2.CreateTopicRequest) -> CreateTopicRequest:
-    return CreateTopicRequest(wire.topic_config_from_pb(pb.config))
+    return CreateTopicRequest(wire.topic_config_from_pb(pb.config), update=pb.update)
 
 
 # --- consumer management ------------------------------------------------------------------------
@@ -249,3 +249,14 @@ def watch_channel_to_pb(broker: BrokerIdentity, channel_token: str) -> namesrv_p
 def unregister_broker_to_pb(broker: BrokerIdentity) -> namesrv_pb2.UnregisterBrokerRequest:
     return namesrv_pb2.UnregisterBrokerRequest(cluster_name=broker.cluster_name, broker_name=broker.broker_name,
                                                broker_id=broker.broker_id, broker_addr=broker.broker_addr)
+
+
+def notice_to_pb(notice: Notice) -> consumer_pb2.ConsumerNotification:
+    """A group name -> NOTIFY_CONSUMER_IDS_CHANGED; a reset -> RESET_CONSUMER_CLIENT_OFFSET."""
+    if isinstance(notice, str):
+        return consumer_pb2.ConsumerNotification(consumer_group=notice)
+    return consumer_pb2.ConsumerNotification(reset=consumer_pb2.ResetOffsetNotice(
+        consumer_group=notice.group, topic=notice.topic, timestamp_ms=notice.timestamp_ms,
+        offsets=[consumer_pb2.QueueOffset(queue=wire.mq_to_pb(MessageQueue(notice.topic, notice.broker_name, queue_id)),
+                                          queue_offset=queue_offset)
+                 for queue_id, queue_offset in notice.offsets]))

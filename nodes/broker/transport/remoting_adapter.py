@@ -4,7 +4,7 @@ Owns the code table, the per-connection state (its pull session; its notificatio
 in `RemotingConsumers`) and what a connection's close undoes. Each code's translation lives
 beside its kind: send (remoting_send), pull (remoting_pull), offsets (remoting_offsets),
 consumer management, send-back and locks (remoting_consumers), the operator requests
-(remoting_admin). The listener itself is `nodes.remoting.server`; the controller starts it
+(remoting_admin), offset resets (remoting_reset). The listener itself is `nodes.remoting.server`; the controller starts it
 with `dispatch` and `channel_closed`.
 
 A code with no entry answers REQUEST_CODE_NOT_SUPPORTED. A slave refuses sends and locks
@@ -24,6 +24,7 @@ from nodes.broker.transport.remoting_consumers import RemotingConsumers
 from nodes.broker.transport.remoting_lookup import RemotingLookup
 from nodes.broker.transport.remoting_offsets import RemotingOffsets
 from nodes.broker.transport.remoting_pull import RemotingPullSession
+from nodes.broker.transport.remoting_reset import RemotingReset
 from nodes.common.codes import ResponseCode
 from nodes.remoting.command import RemotingCommand, RequestCode
 from nodes.remoting.server import Channel
@@ -69,6 +70,7 @@ class BrokerRemotingAdapter:
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime,
             RequestCode.QUERY_MESSAGE: lookup.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: lookup.view_message,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: RemotingReset(table).invoke_reset,
         }
 
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -1,6 +1,6 @@
 """The operator requests over remoting (what RocketMQ 4.x's mqadmin sends a broker) -> the same
-handlers gRPC calls: UPDATE_AND_CREATE_TOPIC (17), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200,
-mqadmin updateSubGroup), DELETE_TOPIC_IN_BROKER (215),
+handlers gRPC calls: UPDATE_AND_CREATE_TOPIC (17, refused by a slave like a delete), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+(200, mqadmin updateSubGroup), DELETE_TOPIC_IN_BROKER (215),
 GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_CONSUMER_CONNECTION_LIST (203) and
 GET_BROKER_RUNTIME_INFO (28).
 
@@ -57,9 +57,11 @@ class RemotingAdmin:
 
     async def create_topic(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         """CreateTopicRequestHeader: topic, readQueueNums, writeQueueNums, perm (required, as
-        RocketMQ's @CFNotNull), topicSysFlag, order."""
+        RocketMQ's @CFNotNull), topicSysFlag, order, and RocketMQ 5's attributes
+        (`+message.type=FIFO`; without it a topic keeps its stored type)."""
         config = TopicConfig(cmd.ext_str("topic"), cmd.ext_int("readQueueNums"), cmd.ext_int("writeQueueNums"),
-                             cmd.ext_int("perm"), cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"))
+                             cmd.ext_int("perm"), cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"),
+                             topic_attributes(cmd.ext_str("attributes", "")).get(MESSAGE_TYPE_ATTRIBUTE, ""))
         answer = await self._create_topic(CreateTopicRequest(config))
         return remoting_codes.answer(cmd, answer.code, answer.remark)
 
@@ -107,7 +109,21 @@ class RemotingAdmin:
         return remoting_codes.answer(cmd, answer.code, answer.remark, body=runtime_body(answer))
 
 
-# --- bodies ---------------------------------------------------------------------------------------
+# --- headers and bodies ---------------------------------------------------------------------------
+
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+
+
+def topic_attributes(text: str) -> dict[str, str]:
+    """RocketMQ 5's attribute string, `+key=value` entries joined by commas (a `-key` entry, which
+    deletes an attribute, sets nothing here)."""
+    attributes = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = entry[1:].partition("=")
+        if entry.startswith("+") and sep:
+            attributes[key] = value
+    return attributes
+
 
 def _mq_key(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
     return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}

@@ -1,13 +1,13 @@
 """Consumer management over remoting: HEART_BEAT (34), UNREGISTER_CLIENT (35),
 GET_CONSUMER_LIST_BY_GROUP (38), CONSUMER_SEND_MSG_BACK (36), LOCK_BATCH_MQ (41) and
 UNLOCK_BATCH_MQ (42) -> the same handlers the gRPC ConsumerManager calls; and the
-NOTIFY_CONSUMER_IDS_CHANGED (40) pushes.
+NOTIFY_CONSUMER_IDS_CHANGED (40) and RESET_CONSUMER_CLIENT_OFFSET (220) pushes.
 
 A remoting client has no notification stream: its notices travel as oneway requests on the
 connection it heartbeats on. So the first heartbeat with consumers of a client id on a
 connection opens a notification channel for it (the handler's `open_channel`, as a gRPC
 Notifications stream does) and a pump task writes every group it is told of as a NOTIFY on
-that connection. When the connection closes the pumps end their channels, which is the
+that connection, and every offset reset as a RESET_CONSUMER_CLIENT_OFFSET (remoting_reset). When the connection closes the pumps end their channels, which is the
 registry's channel-closed path (RocketMQ's ClientHousekeepingService): the client leaves
 its groups and the remaining members are told.
 """
@@ -29,7 +29,7 @@ from nodes.broker.client_manage import (
 from nodes.broker.consumers import ClientConnection
 from nodes.broker.request_table import RequestKind, RequestTable
 from nodes.broker.send_back import SendBackRequest
-from nodes.broker.transport import remoting_codes, remoting_json
+from nodes.broker.transport import remoting_codes, remoting_json, remoting_reset
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
 from nodes.remoting.command import RemotingCommand, RequestCode
@@ -44,19 +44,26 @@ def channel_key(channel: Channel) -> str:
 
 
 class _Pump:
-    """One client id's notices on one connection."""
+    """One client id's notices on one connection (`language`: its heartbeat header's, which
+    decides the shape of a reset's body)."""
 
-    def __init__(self, notices: NotificationChannel, channel: Channel, on_done: Callable[[_Pump], None]) -> None:
+    def __init__(self, notices: NotificationChannel, channel: Channel, on_done: Callable[[_Pump], None],
+                 language: str = "") -> None:
         self.notices = notices
         self.channel = channel
+        self.language = language
         self._on_done = on_done
         self.task = asyncio.create_task(self._run(), name=f"remoting-notify-{notices.client_id}")
 
     async def _run(self) -> None:
         try:
-            while (groups := await self.notices.next_groups()) is not None:
-                for group in groups:
-                    self.channel.send_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+            while (notices := await self.notices.next_notices()) is not None:
+                for notice in notices:
+                    if isinstance(notice, str):
+                        self.channel.send_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": notice})
+                    else:
+                        header, body = remoting_reset.notice_frame(notice, self.language)
+                        self.channel.send_oneway(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body)
                 with contextlib.suppress(ConnectionError):
                     await self.channel.drain()
         finally:
@@ -86,7 +93,7 @@ class RemotingConsumers:
             # its close has run: a registration now would outlive the connection until expiry
             return remoting_codes.answer(cmd, ResponseCode.SYSTEM_ERROR, "the connection is closed")
         if consumers:
-            self._ensure_pump(client_id, channel)
+            self._ensure_pump(client_id, channel, cmd.language)
         # the header's language and version code name the client for operators (RocketMQ keeps
         # them per channel from the heartbeat likewise)
         connection = ClientConnection(peer=channel.peer, protocol=c.PROTOCOL_REMOTING, language=cmd.language,
@@ -107,10 +114,11 @@ class RemotingConsumers:
             return remoting_codes.answer(cmd, answer.code, answer.remark)
         return remoting_codes.answer(cmd, answer.code, body=remoting_json.consumer_list_body(answer.client_ids))
 
-    def _ensure_pump(self, client_id: str, channel: Channel) -> None:
+    def _ensure_pump(self, client_id: str, channel: Channel, language: str) -> None:
         pumps = self._pumps.setdefault(channel.channel_id, {})
         if client_id not in pumps:
-            pumps[client_id] = _Pump(self._open_channel(client_id, channel_key(channel)), channel, self._pump_done)
+            pumps[client_id] = _Pump(self._open_channel(client_id, channel_key(channel)), channel, self._pump_done,
+                                     language)
 
     def _pump_done(self, pump: _Pump) -> None:
         pumps = self._pumps.get(pump.channel.channel_id, {})

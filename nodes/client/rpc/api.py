@@ -81,6 +81,25 @@ class ConsumerData:
     subscriptions: Sequence[tuple[str, str, int]]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """RESET_CONSUMER_CLIENT_OFFSET from a broker: the group's offsets of these queues were reset."""
+
+    group: str
+    topic: str
+    timestamp_ms: int
+    offsets: Mapping[MessageQueue, int]
+
+
+def notice_from_pb(note: consumer_pb2.ConsumerNotification) -> str | OffsetReset:
+    """A group whose consumer ids changed, or an offset reset."""
+    if note.HasField("reset"):
+        r = note.reset
+        return OffsetReset(r.consumer_group, r.topic, r.timestamp_ms,
+                           {wire.mq_from_pb(q.queue): q.queue_offset for q in r.offsets})
+    return note.consumer_group
+
+
 def _raise_unless_success(resp: Any) -> None:
     if resp.code != common_pb2.SUCCESS:
         raise for_code(wire.code_name(resp.code), resp.remark)
@@ -250,6 +269,13 @@ class ClientApi:
         _raise_unless_success(resp)
         return route_from_pb(resp.route)
 
+    async def cluster_time_scale(self, addr: str, timeout_ms: int) -> float:
+        """GetClusterInfo's time scale: what the cluster's timers are multiplied by (1: RocketMQ's)."""
+        resp = await self.unary(self.namesrv_stub(addr).GetClusterInfo, namesrv_pb2.GetClusterInfoRequest(),
+                                timeout_ms, f"GetClusterInfo at {addr}")
+        _raise_unless_success(resp)
+        return resp.time_scale or 1.0  # a name server that predates the field runs unscaled timers
+
     # --- sending ------------------------------------------------------------------------------
     async def send(self, addr: str, mq: MessageQueue, outs: Sequence[Outgoing], uids: Sequence[str], *,
                    group: str, default_topic_queue_nums: int, born_host: str, timeout_ms: int,
@@ -337,8 +363,9 @@ class ClientApi:
                                    f"consumer list of {group} at {addr}")
         return list(resp.client_ids)
 
-    async def notifications(self, addr: str, client_id: str) -> AsyncIterator[str]:
-        """The groups named by the broker's NOTIFY_CONSUMER_IDS_CHANGED, until the stream ends.
+    async def notifications(self, addr: str, client_id: str) -> AsyncIterator[str | OffsetReset]:
+        """The broker's notices until the stream ends: a group's name for its
+        NOTIFY_CONSUMER_IDS_CHANGED, an OffsetReset for a RESET_CONSUMER_CLIENT_OFFSET.
 
         Raises:
             TransportError: the stream broke.
@@ -346,7 +373,7 @@ class ClientApi:
         call: Any = self.consumer_stub(addr).Notifications(consumer_pb2.NotificationsRequest(client_id=client_id))
         try:
             async for note in call:
-                yield note.consumer_group
+                yield notice_from_pb(note)
         except grpc.RpcError as exc:
             raise rpc_error(exc, f"notifications from {addr}") from None
         finally:

@@ -54,7 +54,7 @@ def cluster_info_to_pb(info: ClusterInfo) -> namesrv_pb2.GetClusterInfoResponse:
         live=[namesrv_pb2.BrokerLiveInfo(broker_addr=live.broker_addr, node_id=live.node_id,
                                          last_update_timestamp_ms=live.last_update_timestamp_ms)
               for live in info.live],
-        topics=info.topics)
+        topics=info.topics, time_scale=info.time_scale)
 
 
 def topic_list_to_pb(answer: TopicList) -> namesrv_pb2.GetTopicListResponse:

@@ -23,6 +23,7 @@ from nodes.broker.transport.remoting_admin import (
     object_keyed_map,
     object_keyed_map_from_text,
     runtime_body,
+    topic_attributes,
     topic_stats_body,
 )
 from nodes.broker.transport.remoting_json import BodyError
@@ -89,3 +90,9 @@ def test_a_grpc_peer_shows_as_its_address():
     assert peer_address("ipv4:127.0.0.1:5000") == "127.0.0.1:5000"
     assert peer_address("ipv6:[::1]:5000") == "[::1]:5000"
     assert peer_address("127.0.0.1:5000") == "127.0.0.1:5000"
+
+
+def test_topic_attributes_read_rocketmq5s_attribute_string():
+    assert topic_attributes("+message.type=FIFO") == {"message.type": "FIFO"}
+    assert topic_attributes(" +a=1, -b ,+message.type=DELAY,") == {"a": "1", "message.type": "DELAY"}
+    assert topic_attributes("") == {} and topic_attributes("+novalue") == {}

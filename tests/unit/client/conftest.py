@@ -20,7 +20,7 @@ from nodes.client.rpc.api import ClientApi
 from nodes.common import constants as c
 from nodes.common.config import Timing
 from nodes.store import message_batch
-from proto import broker_pb2, common_pb2
+from proto import broker_pb2, common_pb2, namesrv_pb2
 
 # handler(addr, method_name, request) -> response, or an exception instance to raise
 Handler = Callable[[str, str, Any], Any]
@@ -72,6 +72,11 @@ class _Stub:
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method == "Notifications":
             return lambda request: _QuietStream()
+        if method == "GetClusterInfo":  # asked once at start for the time scale: RocketMQ's unscaled timers
+            async def cluster_info(request: Any, timeout: float | None = None) -> Any:
+                return namesrv_pb2.GetClusterInfoResponse(code=common_pb2.SUCCESS, time_scale=1.0)
+
+            return cluster_info
 
         async def call(request: Any, timeout: float | None = None) -> Any:
             return self._owner.answer(self._addr, method, request)

@@ -82,6 +82,7 @@ def test_topic_list_names_every_routed_topic_and_a_master_dropping_a_topic_drops
     _register_topics(handler, "broker-b", "127.0.0.1:10931", ("B", "Shared"), 1)
     listed = handler.topic_list()
     assert listed.topics == ("A", "B", "Shared") and listed.time_scale == 0.05
+    assert handler.cluster_info().time_scale == 0.05  # what a client asks at start
 
     _register_topics(handler, "broker-a", MASTER, ("Shared",), 2)  # broker-a deleted A
     assert handler.route("A").code == ResponseCode.TOPIC_ROUTE_NOT_EXIST

@@ -202,6 +202,19 @@ def test_search_queue_offset_by_store_time(open_store, clock):
     assert store.search_queue_offset("T", 0, start_ms + 10**6) == 49  # after the last: the last message
 
 
+def test_search_first_stored_at_or_after(open_store, clock):
+    """What a reset by time needs: the first message at or after the time, never the nearer one."""
+    store = open_store(config=WIDE)
+    assert store.search_queue_offset("T", 0, clock.wall_ms(), at_or_after=True) == 0  # empty queue
+    start_ms = clock.wall_ms()
+    put_many(store, 50, clock=clock)  # stored at start, start+10, ...
+    assert store.search_queue_offset("T", 0, start_ms + 120, at_or_after=True) == 12  # exact
+    assert store.search_queue_offset("T", 0, start_ms + 121, at_or_after=True) == 13  # the left is nearer
+    assert store.search_queue_offset("T", 0, start_ms + 129, at_or_after=True) == 13
+    assert store.search_queue_offset("T", 0, start_ms - 1000, at_or_after=True) == 0
+    assert store.search_queue_offset("T", 0, start_ms + 10**6, at_or_after=True) == 50  # after the last: max
+
+
 def test_search_steps_over_unreadable_records(open_store, clock):
     store = open_store(config=WIDE)
     start_ms = clock.wall_ms()
