@@ -28,7 +28,9 @@ Which references a case is a ratio of (all measured in the same run, same body s
                         copied into a fresh file through a shared mapping: storing each
                         message's bytes once, which the master and the slave each do)
     real clients' rows  (--clients; client "cpp-send", "ons-push"...) those of mqlab's row of the
-                        same kind; they have no targets
+                        same kind; they have no targets. The RocketMQ 5 client's SimpleConsumer
+                        row ("py5-simple": receive of 32, an ack per message) is judged as a
+                        consumer row of its batch, as mqlab's pull rows of batch 32 are
 """
 
 from __future__ import annotations
@@ -57,9 +59,13 @@ DEFAULT_SEND_WINDOW = 1024
 
 CONSUMER_CLIENTS = ("pull", "pull-loop", "push")
 # Real RocketMQ clients measured beside mqlab's own (`--clients`): a row's client is
-# "<library>-<kind>", e.g. "cpp-send", "ons-push", "cpp-pull-loop"; mqlab's own rows keep the bare kind.
-REAL_CLIENTS = ("cpp", "ons")
-REAL_CLIENT_TITLES = {"cpp": "Apache's C++ client 1.2.3 (PyPI rocketmq 0.4.4)", "ons": "ali-ons 3.12.0 (node)"}
+# "<library>-<kind>", e.g. "cpp-send", "ons-push", "cpp-pull-loop", "py5-simple"; mqlab's own rows
+# keep the bare kind.
+REAL_CLIENTS = ("cpp", "ons", "py5")
+REAL_CLIENT_TITLES = {"cpp": "Apache's C++ client 1.2.3 (PyPI rocketmq 0.4.4)", "ons": "ali-ons 3.12.0 (node)",
+                      "py5": "Apache's Python client 5.1.2 (RocketMQ 5 gRPC, .venv-py5)"}
+# Consumer kinds only a real client has: a RocketMQ 5 SimpleConsumer (receive a batch, ack each)
+REAL_CONSUMER_KINDS = ("simple",)
 CONSUMER_REFERENCES = ("plain-stream", "redis-ack", "redis-noack", "tcp", "mmap-scan")
 SEND_REFERENCES = ("plain-stream-publish", "plain-unary", "redis-xadd", "redis-xadd-replicated", "redis-xadd-wait",
                    "mmap-append")
@@ -145,7 +151,8 @@ def median_window(parts: Iterable[tuple[list[int], float]], body_bytes: int, err
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One row of the results table; `client` is pull, pull-loop, push or send."""
+    """One row of the results table; `client` is pull, pull-loop, push or send (a real client's:
+    "<library>-<kind>", see REAL_CLIENTS)."""
 
     client: str
     source: str  # master | slave
@@ -172,6 +179,8 @@ class CaseResult:
             return f"push {self.source} b{self.batch}"
         if self.client == "pull-loop":
             return f"pull loop {self.source} b{self.batch}"
+        if self.client == "simple":
+            return f"simple {self.source} b{self.batch}"
         suffix = f" ({self.mode})" if self.mode else ""
         return f"pull {self.source} b{self.batch} x{self.consumers}{suffix}"
 
@@ -209,7 +218,7 @@ def case_reference_keys(case: CaseResult) -> dict[str, str]:
     row_kind = client_kind(case.client)[1]
     if row_kind == "send":
         kinds, batch = SEND_REFERENCES, case.reference_batch or case.batch
-    elif row_kind in CONSUMER_CLIENTS:
+    elif row_kind in CONSUMER_CLIENTS or row_kind in REAL_CONSUMER_KINDS:
         kinds, batch = CONSUMER_REFERENCES, case.batch
     else:
         return {}
