@@ -1,0 +1,227 @@
+"""Apache's RocketMQ 5 Node.js client (rocketmq-client-nodejs 1.0.8, under node, its own process)
+against a real cluster's RocketMQ 5 endpoint: a producer's start (it waits for its settings),
+sends read back by mqlab's PullConsumer, a SimpleConsumer's receive, ack, change-invisible and
+redelivery, and a PushConsumer consuming everything. The Python 5.x client's suites
+(test_rmq5_clients.py, test_rmq5_consumers.py) cover the broker's side in depth; these check
+that a second, independent implementation of the protocol agrees with it.
+
+The cluster runs at the interop time scale (0.05): RocketMQ's 10 s invisible floor is 0.5 s, so
+the client's 1–2 s invisible durations come back within seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import LocalCluster
+from harness.spec import NodeSpec
+from interop.mqlab_side import interop_spec, read_until, start_cluster
+from interop.node5_procs import NODE5_VERSION, Node5Client
+from interop.test_rmq5_clients import make_topic, rmq5_state
+
+# one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("node5-clients")]
+
+# how late after its invisible time an unacked message may come back: the revive pass (50 ms at
+# this scale), a held receive's wake-up, and a loaded machine's scheduling
+REVIVE_SLACK_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The module's cluster: a name server and one master (POP state lives on masters only)."""
+    spec = dataclasses.replace(interop_spec(), nodes=(NodeSpec("namesrv-0", "namesrv"),
+                                                      NodeSpec("broker-a-0", "broker", broker_name="broker-a", broker_id=0)))
+    cluster = start_cluster(spec, tmp_path_factory.mktemp("interop") / "run")
+    try:
+        yield cluster
+        assert not cluster.unexpected_exits, f"nodes died unexpectedly: {cluster.unexpected_exits}"
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def producer(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node5Client]:
+    """One started Node.js producer for the send tests (each its own topic; the client looks a
+    topic's route up at its first send)."""
+    client = Node5Client(tmp_path_factory.mktemp("node5"), "node5-sender")
+    try:
+        client.start(shared_cluster.rocketmq5_endpoints, [])
+        yield client
+        client.shutdown()
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def clients(tmp_path: Path) -> Iterator[list[Node5Client]]:
+    """Node.js client processes of one test, killed at its end whatever happened."""
+    procs: list[Node5Client] = []
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.close()
+
+
+def new_client(clients: list[Node5Client], tmp_path: Path, name: str) -> Node5Client:
+    proc = Node5Client(tmp_path, name)
+    clients.append(proc)
+    return proc
+
+
+def send_all(producer: Node5Client, topic: str, bodies: list[str], **fields: Any) -> dict[str, dict[str, Any]]:
+    sent = {}
+    for body in bodies:
+        answer = producer.send(topic, body, **fields)
+        assert answer["event"] == "sent", answer
+        sent[body] = answer
+    return sent
+
+
+def receive(consumer: Node5Client, invisible_s: int, max_n: int = 32) -> list[dict[str, Any]]:
+    answer = consumer.call(op="receive", max=max_n, invisible_s=invisible_s)
+    assert answer["event"] == "received", answer
+    return answer["messages"]
+
+
+def wait_for(predicate: Callable[[], Any], what: str, budget_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + budget_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"{what} not within {budget_s:.0f} s"
+        time.sleep(0.1)
+    return value
+
+
+def test_producer_starts_after_its_settings_and_a_normal_send_reads_back(shared_cluster: LocalCluster,
+                                                                          tmp_path: Path,
+                                                                          clients: list[Node5Client]) -> None:
+    make_topic(shared_cluster, "N5Normal")
+    client = new_client(clients, tmp_path, "node5-start")
+    started = client.start(shared_cluster.rocketmq5_endpoints, ["N5Normal"])
+    assert started["seconds"] < 5, started
+    # startup() returns only once a Telemetry settings answer came back: the broker has them already
+    me = [c for c in rmq5_state(shared_cluster)["clients"] if c["client_id"] == started["client_id"]]
+    assert me and me[0]["settings_received"] >= 1 and me[0]["telemetry_open"], me
+    # the header names the language HTTP (sic); the version is the package's
+    assert (me[0]["client_type"], me[0]["topics"], me[0]["language"], me[0]["version"]) == (
+        "PRODUCER", ["N5Normal"], "HTTP", NODE5_VERSION)
+
+    sent = send_all(client, "N5Normal", [f"normal-{i}" for i in range(4)], tag="TagN", keys=["shared"],
+                    properties={"color": "green"})
+    by_body = {m.body.decode(): m for m in read_until(shared_cluster, "N5Normal", "n5-normal-reader", 4, 10)}
+    assert set(by_body) == set(sent)
+    for body, answer in sent.items():
+        m = by_body[body]
+        assert len(answer["message_id"]) == 34 and m.properties["UNIQ_KEY"] == answer["message_id"]
+        assert m.tags == "TagN" and m.keys.split() == ["shared"] and m.properties["color"] == "green"
+        # the client names a queue in the message; the broker picks its own (as Apache's proxy
+        # does), so only the offset in the receipt is the stored one
+        assert m.queue_offset == answer["offset"]
+    assert len({m.queue_id for m in by_body.values()}) == 4  # the broker's round-robin
+    client.shutdown()
+    wait_for(lambda: started["client_id"] not in [c["client_id"] for c in rmq5_state(shared_cluster)["clients"]],
+             "NotifyClientTermination forgetting the producer")
+
+
+def test_simple_consumer_receive_ack_change_invisible_and_redelivery(shared_cluster: LocalCluster,
+                                                                      producer: Node5Client, tmp_path: Path,
+                                                                      clients: list[Node5Client]) -> None:
+    make_topic(shared_cluster, "N5Simple")
+    sent = send_all(producer, "N5Simple", ["acked", "left", "changed"], tag="TagS", keys=["k1"])
+    consumer = new_client(clients, tmp_path, "node5-simple")
+    consumer.call(op="consumer_start", endpoints=shared_cluster.rocketmq5_endpoints, kind="simple",
+                  group="n5-simple", topic="N5Simple", await_s=0.5)  # an empty receive holds 0.5 s
+    first: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 10
+    while len(first) < 3:
+        assert time.monotonic() < deadline, f"three messages not received: {first}"
+        first += receive(consumer, 1)
+    by_body = {m["body"]: m for m in first}
+    assert sorted(by_body) == sorted(sent) and len(first) == 3  # none twice while invisible
+    for body, m in by_body.items():
+        assert (m["message_id"], m["delivery_attempt"], m["tag"], m["keys"]) == (
+            sent[body]["message_id"], 1, "TagS", ["k1"])
+    assert consumer.call(op="ack", ref=by_body["acked"]["ref"])["event"] == "acked"
+    changed = consumer.call(op="change_invisible", ref=by_body["changed"]["ref"], invisible_s=2)
+    assert changed["event"] == "changed" and changed["receipt_handle"] != by_body["changed"]["receipt_handle"]
+
+    again: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while {m["body"] for m in again} < {"left", "changed"}:
+        assert time.monotonic() < deadline, f"the unacked and the changed message not back: {again}"
+        again += receive(consumer, 10)
+    back = {m["body"]: m for m in again}
+    assert set(back) == {"left", "changed"}, [m["body"] for m in again]  # the acked one never comes back
+    left_due = by_body["left"]["at"] + 1
+    assert left_due - 0.3 <= back["left"]["at"] <= left_due + REVIVE_SLACK_S, back["left"]["at"] - left_due
+    changed_due = changed["at"] + 2
+    assert changed_due - 0.3 <= back["changed"]["at"] <= changed_due + REVIVE_SLACK_S, back["changed"]["at"] - changed_due
+    for body in ("left", "changed"):
+        assert back[body]["delivery_attempt"] == 2 and back[body]["message_id"] == sent[body]["message_id"]
+    stale = consumer.call(op="ack", ref=by_body["left"]["ref"])  # the first delivery's handle
+    assert stale["event"] == "ack-failed" and stale["error_type"] == "BadRequestException", stale
+    assert stale["code"] == 40013, stale  # INVALID_RECEIPT_HANDLE
+    for body in ("left", "changed"):
+        assert consumer.call(op="ack", ref=back[body]["ref"])["event"] == "acked"
+    assert receive(consumer, 1) == []  # everything settled
+    assert consumer.call(op="shutdown")["event"] == "done"
+
+
+def test_fifo_groups_each_stay_in_one_queue_in_send_order(shared_cluster: LocalCluster,
+                                                           producer: Node5Client) -> None:
+    make_topic(shared_cluster, "N5Fifo", order=True)  # an order topic with no type is FIFO
+    groups = ("order-1", "order-2", "order-3")
+    for seq in range(10):
+        for group in groups:
+            assert producer.send("N5Fifo", f"{group}:{seq}", group=group)["event"] == "sent"
+    messages = read_until(shared_cluster, "N5Fifo", "n5-fifo-reader", 30, 10)
+    assert len(messages) == 30
+    for group in groups:
+        mine = sorted((m for m in messages if m.properties["__SHARDINGKEY"] == group), key=lambda m: m.queue_offset)
+        assert len({m.queue_id for m in mine}) == 1, f"{group} spread over queues"
+        assert [int(m.body.decode().split(":")[1]) for m in mine] == list(range(10))
+
+
+@pytest.mark.slow
+def test_delayed_send_is_not_readable_before_its_delivery_time(shared_cluster: LocalCluster,
+                                                               producer: Node5Client) -> None:
+    make_topic(shared_cluster, "N5Delay", message_type="DELAY")
+    answer = producer.send("N5Delay", "later", delay_s=2)
+    assert answer["event"] == "sent", answer
+    messages = wait_for(lambda: read_until(shared_cluster, "N5Delay", "n5-delay-reader", 1, 0), "the delayed message",
+                        30)
+    readable_at = time.time()
+    assert readable_at >= answer["due"], f"readable {answer['due'] - readable_at:.2f} s before it was due"
+    assert messages[0].body == b"later" and messages[0].properties["UNIQ_KEY"] == answer["message_id"]
+
+
+@pytest.mark.slow
+def test_push_consumer_consumes_everything_and_a_failure_comes_back(shared_cluster: LocalCluster,
+                                                                     producer: Node5Client, tmp_path: Path,
+                                                                     clients: list[Node5Client]) -> None:
+    make_topic(shared_cluster, "N5Push")
+    bodies = [f"push-{i}" for i in range(12)]
+    push = new_client(clients, tmp_path, "node5-push")
+    started = push.call(op="consumer_start", endpoints=shared_cluster.rocketmq5_endpoints, kind="push",
+                        group="n5-push", topic="N5Push", fail_once=["push-5"])
+    assert started["seconds"] < 10, started
+    receives = rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0)
+    # it asks its assignment 1 s after its start, then holds receives at the broker
+    wait_for(lambda: rmq5_state(shared_cluster)["calls"].get("ReceiveMessage", 0) > receives,
+             "the push consumer receiving")
+    send_all(producer, "N5Push", bodies)
+
+    def all_done() -> list[dict[str, Any]] | None:
+        seen = push.call(op="consumed")["messages"]
+        return seen if {m["body"] for m in seen if m["result"] == "SUCCESS"} == set(bodies) else None
+    seen = wait_for(all_done, "every message consumed by the push consumer")
+    assert sorted(m["body"] for m in seen if m["result"] == "SUCCESS") == sorted(bodies)  # each once
+    failed = [(m["result"], m["delivery_attempt"]) for m in seen if m["body"] == "push-5"]
+    assert failed == [("FAILURE", 1), ("SUCCESS", 2)], failed
+    assert push.call(op="shutdown")["event"] == "done"
