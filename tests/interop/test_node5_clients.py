@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.rpc import broker_stub
 
 from harness import LocalCluster
-from harness.spec import NodeSpec
-from interop.mqlab_side import interop_spec, read_until, start_cluster
+from harness.spec import ClusterSpec, NodeSpec
+from harness.topology import TWO_BY_TWO, topology_nodes
+from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE, interop_spec, read_until, start_cluster
 from interop.node5_procs import NODE5_VERSION, Node5Client
 from interop.test_rmq5_clients import make_topic, rmq5_state
+from proto import broker_pb2, common_pb2
 
 # one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("node5-clients")]
@@ -225,3 +228,35 @@ def test_push_consumer_consumes_everything_and_a_failure_comes_back(shared_clust
     failed = [(m["result"], m["delivery_attempt"]) for m in seen if m["body"] == "push-5"]
     assert failed == [("FAILURE", 1), ("SUCCESS", 2)], failed
     assert push.call(op="shutdown")["event"] == "done"
+
+
+@pytest.mark.slow  # its own cluster of two masters (and their slaves)
+def test_two_masters_each_get_settings_and_sends(tmp_path: Path) -> None:
+    spec = ClusterSpec(nodes=topology_nodes(TWO_BY_TWO), time_scale=TIME_SCALE, timing=REAL_CLIENT_TIMING)
+    with start_cluster(spec, tmp_path / "run") as cluster:
+        for broker in ("broker-a-0", "broker-b-0"):
+            channel, stub = broker_stub(cluster.node(broker).addr)
+            with channel:
+                answer = stub.CreateTopic(broker_pb2.CreateTopicRequest(config=common_pb2.TopicConfig(
+                    topic="N5Two", read_queue_nums=2, write_queue_nums=2, perm=6)), timeout=10)
+            assert answer.code == common_pb2.SUCCESS, answer.remark
+        cluster.wait_until_routable("N5Two")
+        client = Node5Client(tmp_path, "node5-two")
+        try:
+            # one endpoint given: the client learns the other from the route and opens a
+            # Telemetry stream to each; its start returns at the first settings answer
+            started = client.start(cluster.node("broker-b-0").rocketmq5_addr, ["N5Two"])
+
+            def settings_on(broker: str) -> bool:
+                state = cluster.node(broker).describe()["details"]["rocketmq5"]
+                return any(c["client_id"] == started["client_id"] and c["settings_received"] >= 1
+                           for c in state["clients"])
+            wait_for(lambda: settings_on("broker-a-0") and settings_on("broker-b-0"), "settings on both masters")
+            for i in range(12):
+                assert client.send("N5Two", f"two-{i}")["event"] == "sent"
+            client.shutdown()
+        finally:
+            client.close()
+        messages = read_until(cluster, "N5Two", "n5-two-reader", 12, 10)
+        assert sorted(m.body.decode() for m in messages) == sorted(f"two-{i}" for i in range(12))
+        assert {m.broker_name for m in messages} == {"broker-a", "broker-b"}
