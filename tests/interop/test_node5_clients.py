@@ -25,6 +25,7 @@ from harness.topology import TWO_BY_TWO, topology_nodes
 from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE, interop_spec, read_until, start_cluster
 from interop.node5_procs import NODE5_VERSION, Node5Client
 from interop.test_rmq5_clients import make_topic, rmq5_state
+from interop.test_rmq5_consumers import settings_answer, update_group
 from proto import broker_pb2, common_pb2
 
 # one worker for the module under `--dist loadgroup`: its tests share one cluster and one producer
@@ -260,3 +261,58 @@ def test_two_masters_each_get_settings_and_sends(tmp_path: Path) -> None:
         messages = read_until(cluster, "N5Two", "n5-two-reader", 12, 10)
         assert sorted(m.body.decode() for m in messages) == sorted(f"two-{i}" for i in range(12))
         assert {m.broker_name for m in messages} == {"broker-a", "broker-b"}
+
+
+@pytest.mark.slow
+def test_push_consumer_nacks_with_no_backoff_and_the_revive_dead_letters(shared_cluster: LocalCluster,
+                                                                         producer: Node5Client, tmp_path: Path,
+                                                                         clients: list[Node5Client]) -> None:
+    """The client reads no customized backoff (the broker's, and Apache's proxy's, for a
+    concurrent group): its nack asks invisible time 0, so a failure comes back at once."""
+    make_topic(shared_cluster, "N5Nack")
+    assert update_group(shared_cluster, "n5-nack", "--retry-max-times", "2")["retry_max_times"] == 2
+    assert settings_answer(shared_cluster, "n5-nack", "N5Nack").backoff_policy.WhichOneof("strategy") == \
+        "customized_backoff"
+    push = new_client(clients, tmp_path, "node5-nack")
+    push.call(op="consumer_start", endpoints=shared_cluster.rocketmq5_endpoints, kind="push", group="n5-nack",
+              topic="N5Nack", fail_always=["doomed"])
+    sent = producer.send("N5Nack", "doomed")
+    assert sent["event"] == "sent", sent
+    seen = wait_for(lambda: (got := push.call(op="consumed")["messages"]) and len(got) >= 3 and got, "three deliveries")
+    assert [(m["result"], m["delivery_attempt"]) for m in seen] == [("FAILURE", 1), ("FAILURE", 2), ("FAILURE", 3)]
+    # no backoff between the attempts (the broker's first level is 1 s scaled: 50 ms, and revive adds its pass)
+    assert seen[-1]["at"] - seen[0]["at"] < 2.0, [m["at"] for m in seen]
+    shared_cluster.wait_until_routable("%DLQ%n5-nack")
+    dlq = read_until(shared_cluster, "%DLQ%n5-nack", "n5-nack-dlq-reader", 1, 15)
+    assert [m.body for m in dlq] == [b"doomed"] and dlq[0].properties["UNIQ_KEY"] == sent["message_id"]
+    time.sleep(0.5)
+    assert len(push.call(op="consumed")["messages"]) == 3  # never delivered again
+
+
+@pytest.mark.slow
+def test_fifo_push_consumer_dead_letters_a_failure_at_once_and_keeps_each_group_s_order(
+        shared_cluster: LocalCluster, producer: Node5Client, tmp_path: Path, clients: list[Node5Client]) -> None:
+    """With no retry policy from a customized backoff, the FIFO consume service takes 1 as the
+    max attempts: a failed message is forwarded to the DLQ without a local retry, whatever the
+    group's retry_max_times, and the group goes on in order."""
+    make_topic(shared_cluster, "N5FifoPush", queue_nums=2, order=True)
+    assert update_group(shared_cluster, "n5-fifo", "--orderly", "--retry-max-times", "2")["orderly"] is True
+    settings = settings_answer(shared_cluster, "n5-fifo", "N5FifoPush")
+    assert settings.subscription.fifo and settings.backoff_policy.max_attempts == 3
+    push = new_client(clients, tmp_path, "node5-fifo")
+    push.call(op="consumer_start", endpoints=shared_cluster.rocketmq5_endpoints, kind="push", group="n5-fifo",
+              topic="N5FifoPush", fail_once=["g1:1"])
+    groups = ("g0", "g1")
+    for seq in range(4):
+        for group in groups:
+            assert producer.send("N5FifoPush", f"{group}:{seq}", group=group)["event"] == "sent"
+    wanted = {f"{g}:{i}" for g in groups for i in range(4)}
+    seen = wait_for(lambda: (got := push.call(op="consumed")["messages"]) and
+                    {m["body"] for m in got} >= wanted and got, "every message of both groups")
+    assert [(m["body"], m["result"]) for m in seen if m["message_group"] == "g0"] == [
+        (f"g0:{i}", "SUCCESS") for i in range(4)]
+    assert [(m["body"], m["result"]) for m in seen if m["message_group"] == "g1"] == [
+        ("g1:0", "SUCCESS"), ("g1:1", "FAILURE"), ("g1:2", "SUCCESS"), ("g1:3", "SUCCESS")]
+    shared_cluster.wait_until_routable("%DLQ%n5-fifo")
+    dlq = read_until(shared_cluster, "%DLQ%n5-fifo", "n5-fifo-dlq-reader", 1, 15)
+    assert [m.body for m in dlq] == [b"g1:1"]
