@@ -63,7 +63,7 @@ def producer(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture
-def clients(tmp_path: Path) -> Iterator[list[Node5Client]]:
+def clients() -> Iterator[list[Node5Client]]:
     """Node.js client processes of one test, killed at its end whatever happened."""
     procs: list[Node5Client] = []
     try:
