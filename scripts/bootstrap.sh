@@ -74,11 +74,12 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "mqlab: no /usr/bin/chromium; the mqlab serve browser test needs it: apt-get install -y chromium" >&2
   fi
 fi
-# ali-ons, a RocketMQ client written in JavaScript, runs under node as a real-client consumer in
-# `mqlab chaos run SUITE --client ons` and in the interop tests; its exact version is pinned by
-# chaos/real_clients/js/package-lock.json and installed beside it (npm ci).
-JS_DIR="$REPO/chaos/real_clients/js"
-JS_STAMP="$JS_DIR/node_modules/.mqlab-installed"
+# The JavaScript clients run under node, each pinned by the package-lock.json of its own directory
+# and installed beside it (npm ci), reinstalled when that lock file changes:
+# - chaos/real_clients/js: ali-ons, a RocketMQ 4.x client, the real-client consumer of
+#   `mqlab chaos run SUITE --client ons` and of the interop tests;
+# - chaos/real_clients/node5: Apache's RocketMQ 5 Node.js client (rocketmq-client-nodejs), the
+#   interop tests' Node.js 5.x producer and consumers.
 if ! command -v npm >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "mqlab: installing node and npm for the interop tests (apt-get)..." >&2
@@ -87,18 +88,23 @@ if ! command -v npm >/dev/null 2>&1; then
     echo "mqlab: no npm on PATH; --client ons and the interop tests need it: apt-get install -y nodejs npm" >&2
   fi
 fi
-if command -v npm >/dev/null 2>&1; then
-  want_js="$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)"
-  if [ ! -f "$JS_STAMP" ] || [ "$(cat "$JS_STAMP")" != "$want_js" ]; then
-    echo "mqlab: installing the JavaScript RocketMQ client (npm ci in chaos/real_clients/js)..." >&2
-    # a failed npm ci must not stop `mqlab`: only --client ons and the interop tests need the
-    # client, and both fail saying how to install it
-    if (cd "$JS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) >&2; then
-      echo "$want_js" > "$JS_STAMP"
+npm_ci() {  # npm_ci DIR WHAT WHO_NEEDS_IT
+  local dir="$1" stamp="$1/node_modules/.mqlab-installed" want
+  want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "mqlab: installing $2 (npm ci in ${dir#"$REPO"/})..." >&2
+    # a failed npm ci must not stop `mqlab`: only $3 need the client, and they fail saying how
+    # to install it
+    if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) >&2; then
+      echo "$want" > "$stamp"
     else
-      echo "mqlab: npm ci in chaos/real_clients/js failed; --client ons and the interop tests need it" >&2
+      echo "mqlab: npm ci in ${dir#"$REPO"/} failed; $3 need it" >&2
     fi
   fi
+}
+if command -v npm >/dev/null 2>&1; then
+  npm_ci "$REPO/chaos/real_clients/js" "the JavaScript RocketMQ client" "--client ons and the interop tests"
+  npm_ci "$REPO/chaos/real_clients/node5" "the RocketMQ 5 Node.js client" "the RocketMQ 5 Node.js interop tests"
 fi
 # Apache's RocketMQ 5 Python client (the interop tests' 5.x producer) lives in its own venv,
 # .venv-py5: its package `rocketmq` is also the 4.x C++ binding's name in .venv, and its

@@ -48,18 +48,23 @@ class Py5Producer:
     """One driver process holding one 5.x Producer."""
 
     def __init__(self, workdir: Path, name: str = "py5") -> None:
-        require_py5_client()
+        argv = self._argv()
         self.home = workdir / name
         self.home.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of mqlab's
-        env["HOME"] = str(self.home)  # the client logs to $HOME/logs/rocketmq_python
+        env["HOME"] = str(self.home)  # the client logs under $HOME/logs
         self.stderr_path = self.home / "stderr.txt"
         with self.stderr_path.open("w") as stderr:
-            self.proc = subprocess.Popen([str(PY5_PYTHON), str(PY5_DRIVER)], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
                                          start_new_session=True)
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._read, name=f"{name}-answers", daemon=True).start()
+
+    def _argv(self) -> list[str]:
+        """The driver's command line (a subclass runs another client's driver of the same protocol)."""
+        require_py5_client()
+        return [str(PY5_PYTHON), str(PY5_DRIVER)]
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
