@@ -1,7 +1,7 @@
 """lost and the broker's POP events: a hand-out still invisible at the run's end is in flight, not lost."""
 
 import pytest
-from checker.builders import B, G, T, Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_lost
 from chaos.checker.findings import client_findings
