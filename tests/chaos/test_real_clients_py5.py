@@ -21,8 +21,7 @@ from nodes.consumer.journal import read_journal
 PY5 = CLIENTS["py5"]
 FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a 5 s assignment scan
 PARTITION_QUIET_S = 5.0
-SHORT_PHASE_S = 40.0  # one fault, then the heal
-E2E_TIMEOUT_S = 1200  # a real-scale run (about 4 min) plus the checker (3 to 4 min here)
+E2E_TIMEOUT_S = 1200  # a real-scale run (about 5 min) plus the checker (1.5 to 4 min here)
 
 
 @pytest.mark.parametrize(("suite", "topology", "aside"), [
@@ -134,12 +133,17 @@ def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
 @pytest.mark.spark
 @pytest.mark.timeout(E2E_TIMEOUT_S)
 def test_failover_with_the_py5_client_is_judged_valid_with_read_routing_set_aside(tmp_path):
-    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, time_scale=1.0, client="py5", duration_s=SHORT_PHASE_S,
+    # seed 1 isolates the master for 60 s: receives cut mid-answer, in-flight hand-outs at the end
+    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, time_scale=1.0, client="py5",
                                   out_dir=tmp_path / "run"), Console(width=160)).execute()
     assert outcome.exit_code == EXIT_VALID, outcome.error
+    assert "isolate broker-a-0" in (outcome.run_dir / "nemesis" / "nemesis.jsonl").read_text()
     verdict = json.loads((outcome.run_dir / "verdict.json").read_text())
     assert set(verdict["checks_set_aside"]) == {"read-routing"} and "read-routing" not in verdict["checks"]
     run = json.loads((outcome.run_dir / "run.json").read_text())
-    assert run["client"] == "py5" and run["counts"]["delivered"] > 0 and run["counts"]["acked_not_delivered"] == 0
+    assert run["client"] == "py5" and run["counts"]["delivered"] > 0
+    # what the drain did not see consumed is what the broker still had handed out, renewed, at the end
+    lost = verdict["checks"]["lost"]["counts"]
+    assert lost["lost"] == 0 and run["counts"]["acked_not_delivered"] == lost["in_flight_at_end"]
     lines = _deliveries(outcome.run_dir) + _deliveries(outcome.run_dir, "consumer-1")
     assert lines and all(d["broker_name"] == "broker-a" and d["queue_offset"] is not None for d in lines)
