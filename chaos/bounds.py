@@ -398,7 +398,7 @@ def check_ratios(timing: Timing) -> list[str]:
     return warnings
 
 
-# ---- real RocketMQ clients as consumers (`mqlab chaos run SUITE --client cpp|ons`) -------------
+# ---- real RocketMQ clients as consumers (`mqlab chaos run SUITE --client cpp|ons|py5`) -------------
 # A client mqlab did not write keeps its own timers: they cannot be scaled. Such a run puts every
 # node at RocketMQ's real scale (the broker lock lease, channel expiry and long polling the client
 # meets) and sets the client-side timers of its Timing to what that client really does, so every
@@ -414,6 +414,11 @@ REAL_CLIENT_TIMERS_MS: dict[str, dict[str, int]] = {
     # ali-ons 3.12.0 (client_config.js, mq_push_consumer.js defaults): no locks
     "ons": {"rebalance_interval_ms": 10_000, "client_heartbeat_ms": 30_000, "consumer_offset_persist_ms": 5_000,
             "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 3_000},
+    # Apache's RocketMQ 5 Python client 5.1.2 (PushConsumer): heartbeat 10 s, route update 30 s,
+    # assignment scan 5 s (its rebalance), a failed receive retried after 1 s; no locks, and no
+    # offsets to persist (each message is acked once its listener returns: 1 s covers the ack)
+    "py5": {"rebalance_interval_ms": 5_000, "client_heartbeat_ms": 10_000, "consumer_offset_persist_ms": 1_000,
+            "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 1_000},
 }
 # The fault phase of a real-client run: two broker lock leases (120 s), long enough for a fault and
 # the takeover after it, short enough that a run takes minutes, not the half hour 27 route polls

@@ -422,6 +422,9 @@ class ChaosRun:
         overrides = dict(self.suite.checker)
         if self.options.client != MQLAB:
             overrides["real_client_findings"] = True  # the client's bugs are client findings
+            real = real_client(self.options.client)
+            if real is not None and real.pop:
+                overrides["pop_consumers"] = True  # every POP client receives from every queue
         return overrides
 
     def _write_processes(self, cluster: LocalCluster) -> None:

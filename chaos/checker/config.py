@@ -185,6 +185,9 @@ class CheckerConfig:
     # broker only the lease to wait out (takeover judged as after a kill), one that consumed on after
     # its unlock restarts at the committed offset (order: an explained rewind)
     real_client_findings: bool = False
+    # the consumers consume by POP (a RocketMQ 5 client): every client of the group receives from
+    # every queue by design, so two clients taking turns on a queue is no shared-queue finding
+    pop_consumers: bool = False
     max_examples: int = 20
 
     @property

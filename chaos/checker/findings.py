@@ -168,7 +168,9 @@ def client_findings(h: History, cfg: CheckerConfig) -> dict[str, Any]:
                       "t_s": r["t_s"], "evidence": f"batch from queue offset {r['first_offset']} started at "
                                                    f"{r['t_s']} s; the broker released this client's lock at "
                                                    f"{r['release_s']} s and granted none since"})
-    for r in rows(shared_queues(h).select("*", rel_s(h, "first_t").alias("t_s"), rel_s(h, "last_t").alias("until_s"))):
+    shared = [] if cfg.pop_consumers else rows(shared_queues(h).select(
+        "*", rel_s(h, "first_t").alias("t_s"), rel_s(h, "last_t").alias("until_s")))
+    for r in shared:
         found.append({"kind": "shared-queue", "client_id": " + ".join(r["clients"]), "queue": _queue(r),
                       "t_s": r["t_s"], "evidence": f"{r['handbacks']} hand-backs within {SHARED_RETURN_MS} ms "
                                                    f"between {r['t_s']} s and {r['until_s']} s"})

@@ -229,6 +229,10 @@ EVENTS = _schema(
     # disk-guard (state on|off) and clock (rate): counted by the coverage table only
     ("state", StringType()),
     ("rate", DoubleType()),
+    # pop, pop-ack, pop-change-invisible, pop-revive, pop-dlq (a broker's POP hand-outs)
+    ("msg_id", StringType()),
+    ("queue_topic", StringType()),
+    ("deadline_wall_ms", LongType()),
 )
 
 NEMESIS = _schema(

@@ -1,7 +1,7 @@
-"""Real RocketMQ clients as the consumers of a chaos run (`mqlab chaos run SUITE --client cpp|ons`).
+"""Real RocketMQ clients as the consumers of a chaos run (`mqlab chaos run SUITE --client cpp|ons|py5`).
 
-The wrappers here (`cpp_consumer.py`, `ons_consumer.js`) are scripts the harness runs in place of
-`python -m nodes consumer`; they import nothing from mqlab. `wiring` turns a suite's cluster into
+The wrappers here (`cpp_consumer.py`, `ons_consumer.js`, `py5/consumer.py`) are scripts the
+harness runs in place of `python -m nodes consumer`; they import nothing from mqlab. `wiring` turns a suite's cluster into
 one whose consumer nodes are real clients behind the harness's link proxies.
 """
 

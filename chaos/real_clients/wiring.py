@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos.bounds import REAL_CLIENT_TIME_SCALE, REAL_CLIENT_TIMERS_MS
+from harness.grpc_rewrite import endpoint_rewriter_factory
 from harness.ports import LOCALHOST
 from harness.remoting_rewrite import rewriter_factory
 from harness.spec import ClusterSpec
@@ -31,11 +32,16 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 MQLAB = "mqlab"
+PY5 = "py5"
 CPP_VERSION = "0.4.4"
 ONS_VERSION = "3.12.0"
 ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
+PY5_VERSION = "5.1.2"
+PY5_PYTHON = HERE.parents[1] / ".venv-py5" / "bin" / "python"  # its own venv: see py5/requirements.txt
+PY5_CONSUME_THREADS = 4  # the 5.x PushConsumer's consumption threads unless the suite sets consume_thread_min
 CPP_CONSUME_THREADS = 2  # the C++ consumer's threads unless the suite sets consume_thread_min
 BOOTSTRAP = "./scripts/bootstrap.sh (scripts/mqlab runs it)"
+MIXED_SUFFIX = "+" + MQLAB  # `cpp+mqlab`: a group of real clients and mqlab consumers
 
 
 # Checks that replay what mqlab's own consumers journal and a real client does not: they step aside
@@ -49,11 +55,27 @@ CHECKS_SET_ASIDE: dict[str, str] = {
 }
 
 
+# A RocketMQ 5 client consumes by POP: the broker picks the queue and offset of every receive, the
+# client commits no offsets, owns no queue and never reads from a slave. Checks about pull offsets,
+# queue ownership and read routing have nothing of it to judge.
+POP_CHECKS_SET_ASIDE: dict[str, str] = {
+    "rebalance": "a RocketMQ 5 (POP) client owns no queues: the broker picks the queue of every receive, so "
+                 "there is no rebalance to replay",
+    "read-routing": "a RocketMQ 5 (POP) client reads from masters only and is never told to read from a slave: "
+                    "there is no read routing to judge; while a master is down its queues wait for it",
+    "offset-resync": "a RocketMQ 5 (POP) client commits no consumer offsets (it acks each message, and the broker "
+                     "moves the group's offset): there is no client commit to resync",
+    "order": "order judges pull-offset discipline per queue ownership epoch; POP consumers share every queue "
+             "and get redeliveries through the retry queue after an invisible time, so there are no epochs",
+}
+
+
 def checks_set_aside(checks: tuple[str, ...], client: str) -> dict[str, str]:
     """The checks of `checks` that a run with `client` as its consumers cannot judge, with why."""
     if client == MQLAB:
         return {}
-    return {name: CHECKS_SET_ASIDE[name] for name in checks if name in CHECKS_SET_ASIDE}
+    aside = POP_CHECKS_SET_ASIDE if client.removesuffix(MIXED_SUFFIX) == PY5 else CHECKS_SET_ASIDE
+    return {name: aside[name] for name in checks if name in aside}
 
 
 class RealClientError(Exception):
@@ -66,6 +88,7 @@ class RealClient:
     summary: str
     orderly: bool  # has an orderly push consumer (broker queue locks)
     script: Path
+    pop: bool = False  # consumes through RocketMQ 5's gRPC API (receive and ack), not by pulling
 
     def check_installed(self) -> str:
         """The interpreter to run the wrapper with; raises RealClientError with the install hint."""
@@ -74,6 +97,11 @@ class RealClient:
                 raise RealClientError(f"the C++ RocketMQ client is not installed in {sys.prefix}: run {BOOTSTRAP}, "
                                       f"or {sys.executable} -m pip install rocketmq=={CPP_VERSION}")
             return sys.executable
+        if self.name == PY5:
+            if not PY5_PYTHON.exists():
+                raise RealClientError(f"the RocketMQ 5 Python client's venv {PY5_PYTHON.parents[1]} does not exist: "
+                                      f"run {BOOTSTRAP}")
+            return str(PY5_PYTHON)
         node = shutil.which("node")
         if node is None:
             raise RealClientError(f"no node on PATH for ali-ons: apt-get install -y nodejs npm, then run {BOOTSTRAP}")
@@ -86,6 +114,14 @@ class RealClient:
         return node
 
     def check_suite(self, suite_name: str, orderly: bool, topology: str = "single") -> None:
+        if self.pop:
+            if orderly:
+                raise RealClientError(
+                    f"suite {suite_name} is about RocketMQ 4.x orderly queue locks, and the {self.name} client "
+                    "(RocketMQ 5, POP) takes none: a 5.x FIFO group has no client locks, so its lock-holder faults "
+                    "have no target and its lock checks nothing to judge; pick a concurrent suite (failover, "
+                    "offset-resync, read-routing, durability, disk-full, broker-loss on 2x2)")
+            return  # the receipt handle names each message's broker: any number of broker groups
         if topology != "single":
             # the C++ binding does not say which broker group a message came from: one group only
             raise RealClientError(f"--client {self.name} runs on the single topology only, not {topology}; "
@@ -100,10 +136,11 @@ CLIENTS: dict[str, RealClient] = {cl.name: cl for cl in (
                orderly=True, script=HERE / "cpp_consumer.py"),
     RealClient("ons", "ali-ons 3.12.0 (npm, JavaScript under node): concurrent push consumer", orderly=False,
                script=HERE / "ons_consumer.js"),
+    RealClient(PY5, f"Apache's RocketMQ 5 Python client {PY5_VERSION} (gRPC, .venv-py5): PushConsumer over POP",
+               orderly=False, script=HERE / "py5" / "consumer.py", pop=True),
 )}
 
 
-MIXED_SUFFIX = "+" + MQLAB  # `cpp+mqlab`: a group of real clients and mqlab consumers
 
 
 def real_client(name: str) -> RealClient | None:
@@ -128,6 +165,9 @@ def client_for_suite(name: str, suite: Any, topology: str = "single") -> RealCli
         raise RealClientError(f"{suite.name} moves the consumers' clocks through mqlab's own Clock, which a real "
                               f"client does not read: run it with the mqlab consumers (no --client)")
     client.check_suite(suite.name, suite.orderly, topology)
+    if client.pop and is_mixed(name):
+        raise RealClientError(f"--client {name}: a RocketMQ 5 (POP) client and mqlab's pulling consumers in one "
+                              f"group would share queues two ways at once; run --client {client.name}")
     return client
 
 
@@ -153,6 +193,10 @@ def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, o
     if links is None:
         raise RealClientError("real clients need the cluster's link proxies (LocalCluster(..., links=True))")
     exe = client.check_installed()
+    if client.pop:
+        commands = _wire_pop(cluster, client, exe, group=group, topic=topic, consumer_options=consumer_options)
+        _write_commands(cluster, client, commands, mixed=False)
+        return commands
     namesrvs = cluster.spec.namesrv_nodes()
     brokers = cluster.spec.broker_nodes()
     broker_names = sorted({b.broker_name or "" for b in brokers})
@@ -184,6 +228,41 @@ def wire(cluster: LocalCluster, client: RealClient, *, group: str, topic: str, o
             argv += ["--threads", str(int(consumer_options.get("consume_thread_min", 0) or CPP_CONSUME_THREADS))]
         proc.set_command(argv)
         commands[node.id] = argv
+    _write_commands(cluster, client, commands, mixed=mixed)
+    return commands
+
+
+def _wire_pop(cluster: LocalCluster, client: RealClient, exe: str, *, group: str, topic: str,
+              consumer_options: Mapping[str, Any]) -> dict[str, list[str]]:
+    """A RocketMQ 5 client's links: each consumer node's link to each broker points at that broker's
+    rocketmq5 port and rewrites every broker's rocketmq5 endpoint in the answers to this node's own
+    link to it (`harness.grpc_rewrite`); the client is given those links as its endpoints."""
+    links = cluster.links
+    assert links is not None
+    brokers = cluster.spec.broker_nodes()
+    commands: dict[str, list[str]] = {}
+    for node in cluster.spec.consumer_nodes():
+        proc = cluster.node(node.id)
+        own = {cluster.node(b.id).rocketmq5_addr: f"{LOCALHOST}:{links.proxy.port_of(node.id, b.id)}" for b in brokers}
+        try:
+            rewrite = endpoint_rewriter_factory(own)
+        except ValueError as exc:
+            raise RealClientError(f"the {client.name} client's links cannot carry its traffic: {exc}") from exc
+        for b in brokers:
+            links.proxy.retarget(node.id, b.id, cluster.node(b.id).rocketmq5_addr, backward_filter=rewrite)
+        masters = [own[cluster.node(b.id).rocketmq5_addr] for b in brokers if b.is_master]
+        others = [own[cluster.node(b.id).rocketmq5_addr] for b in brokers if not b.is_master]
+        argv = [exe, str(client.script), "--endpoints", ";".join(masters + others), "--group", group,
+                "--topic", topic, "--node-id", node.id, "--port", str(proc.port), "--run-dir", str(proc.run_dir),
+                "--sleep-ms", str(int(consumer_options.get("sleep_ms", 0) or 0)),
+                "--threads", str(int(consumer_options.get("consume_thread_min", 0) or PY5_CONSUME_THREADS)),
+                "--sharding-key-property", c.PROPERTY_WORKLOAD_SHARDING_KEY,
+                "--seq-property", c.PROPERTY_WORKLOAD_SEQ]
+        proc.set_command(argv)
+        commands[node.id] = argv
+    return commands
+
+
+def _write_commands(cluster: LocalCluster, client: RealClient, commands: dict[str, list[str]], *, mixed: bool) -> None:
     (cluster.run_dir / "real-clients.json").write_text(json.dumps(
         {"client": client.name, "mixed": mixed, "summary": client.summary, "commands": commands}, indent=1))
-    return commands

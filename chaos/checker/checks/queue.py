@@ -13,6 +13,7 @@ from chaos.checker.checks._common import rows as rows_of
 from chaos.checker.config import CheckerConfig
 from chaos.checker.faults import broker_identity
 from chaos.checker.loader import GQ, History
+from chaos.checker.pop import in_flight_at_end
 from chaos.checker.schemas import ACKED_STATUSES
 from chaos.checker.storage import allowed_loss
 from chaos.checker.verdict import CheckResult, unknown
@@ -24,7 +25,10 @@ LOST = (
     "(after the last: possibly only slow), and whether the listener ever saw them. A loss the run's storage "
     "faults allow under its durability mode (see durability) is counted as allowed, not failed (those "
     "acknowledged after a power loss at a queue offset it cut and handed out again also as reused offsets). Sends whose "
-    "outcome was unknown (info) or failed that were consumed anyway are reported as recovered, never as failures.")
+    "outcome was unknown (info) or failed that were consumed anyway are reported as recovered, never as failures. "
+    "A message a broker's POP events show handed out, never acked, revived or dead-lettered, and invisible past "
+    "the run's end (a receive answer the client never got, kept invisible by auto-renew while the client lives) "
+    "is in flight, not lost: counted as in_flight_at_end.")
 
 UNEXPECTED = ("No delivery carries a message id that no producer ever attempted to send (among topics the "
               "producers wrote). Deliveries of other topics are counted as untracked.")
@@ -65,12 +69,16 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
              .when(F.col("lo").isNull(), "queue-never-consumed").when(F.col("queue_offset") < F.col("lo"), "prefix")
              .when(F.col("queue_offset") > F.col("hi"), "postfix").otherwise("middle"))
     allowed = allowed_loss(h, cfg).select("msg_id", "allowed_by", "reused")
+    in_flight = in_flight_at_end(h).select("group", "msg_id", F.col("client_id").alias("in_flight_to"),
+                                           "renewals", "deadline_s_after_end")
     lost = (expected.join(consumed, ["group", "msg_id"], "left_anti").join(seen, ["group", "msg_id"], "left")
             .join(ranges, GQ, "left").join(allowed, "msg_id", "left")
             .select("group", "msg_id", "topic", "broker_name", "queue_id", "queue_offset", "sharding_key", "seq",
                     where.alias("where"), F.coalesce("seen", F.lit(False)).alias("seen"), "producer",
                     rel_s(h, "ack_ms").alias("acked_at_s"), "allowed_by", "reused"))
-    got, n = collect_parts({"summary": summary, "lost": lost})
+    held = lost.join(in_flight, ["group", "msg_id"])
+    lost = lost.join(in_flight, ["group", "msg_id"], "left_anti")
+    got, n = collect_parts({"summary": summary, "lost": lost, "held": held})
     rows_ = got["summary"]
     acked_n = sum(r["n"] for r in rows_ if r["acked"])
     if acked_n == 0:
@@ -94,13 +102,18 @@ def check_lost(h: History, cfg: CheckerConfig) -> CheckResult:
               "lost_allowed": allowed_n, "lost_unallowed": unallowed_n,
               "lost_reused_offsets": reused_n,
               "lost_by_position": by_where, "lost_seen_by_listener": seen_n, "recovered": recovered,
-              "unknown_outcome_never_seen": never_seen}
+              "unknown_outcome_never_seen": never_seen, "in_flight_at_end": n["held"]}
     valid = unallowed_n == 0
     reason = None if valid else f"{unallowed_n} acknowledged send(s) never consumed"
     if allowed_n and not valid:
         reason += f" ({allowed_n} more lost as the durability mode allows)"
+    if n["held"]:
+        note = (f"{n['held']} acknowledged send(s) still handed out by POP at the end (invisible, renewed for a "
+                "live client that never journalled them): in flight, not lost")
+        reason = note if reason is None else f"{reason}; {note}"
     real = [r for r in found if not r["allowed_by"]]
-    examples = examples_of(real, cfg.max_examples, "acked_at_s") or examples_of(found, cfg.max_examples, "acked_at_s")
+    examples = examples_of(real, cfg.max_examples, "acked_at_s") or examples_of(found, cfg.max_examples, "acked_at_s") \
+        or examples_of(got["held"], cfg.max_examples, "acked_at_s")
     return CheckResult("lost", valid, LOST, counts=counts, examples=examples, reason=reason)
 
 

@@ -1,0 +1,149 @@
+"""`--client py5`: Apache's RocketMQ 5 Python client (a POP PushConsumer) as a chaos run's consumers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from chaos.matrix import plan_cells, with_clients
+from chaos.real_clients import CLIENTS, RealClientError, client_for_suite, wire
+from chaos.runner import EXIT_VALID, ChaosRun, RunOptions, _create_topic, plan
+from chaos.suites import GROUP, QUEUES, SUITES, TOPIC, with_gray_faults
+from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
+from harness import LocalCluster
+from harness.spec import ClusterSpec
+from nodes.consumer.journal import read_journal
+
+PY5 = CLIENTS["py5"]
+FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a 5 s assignment scan
+PARTITION_QUIET_S = 5.0
+E2E_TIMEOUT_S = 1200  # a real-scale run (about 5 min) plus the checker (1.5 to 4 min here)
+
+
+@pytest.mark.parametrize(("suite", "topology", "aside"), [
+    ("failover", "single", {"read-routing"}),
+    ("offset-resync", "single", {"order", "offset-resync"}),
+    ("read-routing", "single", {"read-routing"}),
+    ("durability", "single", set()),
+    ("disk-full", "single", set()),
+    ("broker-loss", "2x2", {"rebalance"}),
+])
+def test_py5_runs_the_concurrent_suites_with_the_pull_checks_set_aside(suite, topology, aside):
+    assert client_for_suite("py5", SUITES[suite], topology) is PY5
+    options = RunOptions(SUITES[suite], time_scale=1.0, client="py5", topology=topology)
+    assert set(options.checks_set_aside) == aside
+    assert all("POP" in why for why in options.checks_set_aside.values())
+    assert set(options.check_names) == set(SUITES[suite].checks) - aside
+    assert {"lost", "duplicates", "deaths"} <= set(options.check_names)
+
+
+@pytest.mark.parametrize(("suite", "client", "message"), [
+    ("lock-takeover", "py5", "takes none: a 5.x FIFO group has no client locks"),
+    ("mixed", "py5", "takes none"),
+    ("failover", "py5+mqlab", "two ways at once"),
+])
+def test_py5_refuses_what_it_cannot_run_saying_why(suite, client, message):
+    with pytest.raises(RealClientError, match=message):
+        client_for_suite(client, SUITES[suite])
+    with pytest.raises(RealClientError, match="Clock"):
+        client_for_suite("py5", with_gray_faults(SUITES["failover"]))
+
+
+def test_the_matrix_leaves_out_the_suites_py5_cannot_run():
+    cells, left_out = with_clients(plan_cells(["lock-takeover", "failover"], [1], [0.05]), ["py5"])
+    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("failover", "py5", 1.0)]
+    assert len(left_out) == 1 and left_out[0].startswith("lock-takeover (single) with py5")
+
+
+def test_a_py5_run_is_planned_with_its_own_timers():
+    _, bounds = plan(RunOptions(SUITES["failover"], seed=1, time_scale=1.0, client="py5"))
+    assert (bounds.H, bounds.R_b, bounds.N_r, bounds.W_p) == (10_000, 5_000, 30_000, 1_000)
+
+
+def test_wiring_gives_each_py5_consumer_its_own_broker_links_as_endpoints(tmp_path):
+    spec = SUITES["failover"].spec(1.0)
+    cluster = LocalCluster(spec, run_dir=tmp_path / "run", links=True, start=False)
+    try:  # wiring starts nothing: it sets commands and points links at the rocketmq5 ports
+        commands = wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={"sleep_ms": 4})
+        assert sorted(commands) == ["consumer-0", "consumer-1"]
+        for node, argv in commands.items():
+            own = [f"127.0.0.1:{cluster.links.proxy.port_of(node, b)}" for b in ("broker-a-0", "broker-a-1")]
+            assert argv[argv.index("--endpoints") + 1] == ";".join(own)  # the master's link first
+            assert argv[1].endswith("py5/consumer.py") and ".venv-py5" in argv[0]
+        recorded = json.loads((cluster.run_dir / "real-clients.json").read_text())
+        assert recorded["client"] == "py5" and recorded["commands"] == commands
+    finally:
+        cluster.close()
+
+
+# ---- real processes ----------------------------------------------------------------------------
+
+def _deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
+    return read_journal(run_dir / node / "deliveries.jsonl")
+
+
+def _wait(what: str, budget_s: float, done) -> None:
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"no {what} within {budget_s:.0f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
+    spec = ClusterSpec.default(time_scale=1.0).with_consumers(1, group=GROUP, subscriptions={TOPIC: "*"})
+    cluster = LocalCluster(spec, run_dir=tmp_path / "run", links=True, start=False)
+    producer = None
+    try:
+        wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
+        cluster.start()
+        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
+        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
+                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
+        producer.start()
+        run_dir = cluster.run_dir
+        _wait("delivery by the 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > 0)
+        first = _deliveries(run_dir)[0]
+        assert (first["broker_name"], first["queue_topic"]) == ("broker-a", TOPIC)
+        assert first["queue_offset"] >= 0 and first["delivery_attempt"] == 1 and isinstance(first["seq"], int)
+        assert cluster.link_stats()["consumer-0->broker-a-0"]["backward_bytes"] > 0  # receives crossed its link
+        cluster.partition(["consumer-0"], ["broker-a-0", "broker-a-1"])
+        time.sleep(PARTITION_QUIET_S)
+        cut_at = len(_deliveries(run_dir))
+        time.sleep(PARTITION_QUIET_S)
+        assert len(_deliveries(run_dir)) == cut_at, "the partitioned 5.x client went on consuming"
+        cluster.heal()
+        _wait("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > cut_at)
+    finally:
+        if producer is not None:
+            producer.stop()
+        cluster.close()
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.spark
+@pytest.mark.timeout(E2E_TIMEOUT_S)
+def test_failover_with_the_py5_client_is_judged_valid_with_read_routing_set_aside(tmp_path):
+    # seed 1 isolates the master for 60 s: receives cut mid-answer, in-flight hand-outs at the end
+    outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, time_scale=1.0, client="py5",
+                                  out_dir=tmp_path / "run"), Console(width=160)).execute()
+    assert outcome.exit_code == EXIT_VALID, outcome.error
+    assert "isolate broker-a-0" in (outcome.run_dir / "nemesis" / "nemesis.jsonl").read_text()
+    verdict = json.loads((outcome.run_dir / "verdict.json").read_text())
+    assert set(verdict["checks_set_aside"]) == {"read-routing"} and "read-routing" not in verdict["checks"]
+    run = json.loads((outcome.run_dir / "run.json").read_text())
+    assert run["client"] == "py5" and run["counts"]["delivered"] > 0
+    # what the drain did not see consumed is what the broker still had handed out, renewed, at the end
+    lost = verdict["checks"]["lost"]["counts"]
+    assert lost["lost"] == 0 and run["counts"]["acked_not_delivered"] == lost["in_flight_at_end"]
+    lines = _deliveries(outcome.run_dir) + _deliveries(outcome.run_dir, "consumer-1")
+    assert lines and all(d["broker_name"] == "broker-a" and d["queue_offset"] is not None for d in lines)
