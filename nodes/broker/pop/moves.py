@@ -38,10 +38,6 @@ def retry_topic_problem(group: str, topic: str) -> str | None:
     return topic_problem(pop_retry_topic(group, topic))
 
 
-def is_pop_retry_topic(queue_topic: str, group: str, topic: str) -> bool:
-    return queue_topic == pop_retry_topic(group, topic)
-
-
 def _copy(record: Record, topic: str, queue_id: int, reconsume_times: int, defaults: dict[str, str],
           overrides: dict[str, str]) -> MessageToStore:
     properties = {k: v for k, v in record.properties.items() if k != c.PROPERTY_DELAY}

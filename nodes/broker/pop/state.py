@@ -45,11 +45,6 @@ def decode_queue_key(text: str) -> QueueKey:
     return str(group), str(topic), int(queue_id)
 
 
-def decode_entry_key(text: str) -> EntryKey:
-    group, topic, queue_id, queue_offset = json.loads(text)
-    return str(group), str(topic), int(queue_id), int(queue_offset)
-
-
 @dataclass(slots=True)
 class InFlight:
     """One handed-out message. `deadline_wall_ms` is on the wall clock because it must outlive

@@ -49,6 +49,7 @@ from nodes.common import constants as c
 _BY_POP_CODE: dict[PopCode, Rmq5Code] = {
     PopCode.OK: Rmq5Code.OK,
     PopCode.NOT_FOUND: Rmq5Code.MESSAGE_NOT_FOUND,
+    PopCode.POLLING_FULL: Rmq5Code.TOO_MANY_REQUESTS,
     PopCode.INVALID_RECEIPT_HANDLE: Rmq5Code.INVALID_RECEIPT_HANDLE,
     PopCode.ILLEGAL_ARGUMENT: Rmq5Code.BAD_REQUEST,
     PopCode.TOPIC_NOT_EXIST: Rmq5Code.TOPIC_NOT_FOUND,

@@ -83,7 +83,7 @@ def _ms_timestamp(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def _duration_ms(pb: duration_pb2.Duration) -> int:
+def duration_ms(pb: duration_pb2.Duration) -> int:
     return pb.seconds * 1000 + pb.nanos // 1_000_000
 
 
@@ -93,16 +93,16 @@ def receive_request_from_pb(req: s.ReceiveMessageRequest, remaining_s: float | N
     fe = req.filter_expression
     return ReceiveRequest(
         group=req.group.name, topic=req.message_queue.topic.name, batch_size=req.batch_size,
-        invisible_ms=_duration_ms(req.invisible_duration) if req.HasField("invisible_duration") else None,
+        invisible_ms=duration_ms(req.invisible_duration) if req.HasField("invisible_duration") else None,
         auto_renew=req.auto_renew,
-        long_polling_ms=_duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else None,
+        long_polling_ms=duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else None,
         attempt_id=req.attempt_id, filter_type=d.FilterType.Name(fe.type) if fe.type in (d.TAG, d.SQL) else "",
         filter_expression=fe.expression or "*",
         remaining_ms=None if remaining_s is None else int(remaining_s * 1000))
 
 
 # properties that are the message's system properties (or broker bookkeeping), never a user's
-_NOT_USER_PROPERTIES = RESERVED_PROPERTIES | {c.PROPERTY_POP_RETRY_GROUP, c.PROPERTY_POP_FIRST_POP_TIME}
+_NOT_USER_PROPERTIES = RESERVED_PROPERTIES | {c.PROPERTY_POP_RETRY_GROUP}
 
 
 def _message_type(props: dict[str, str]) -> int:

@@ -141,7 +141,7 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext) -> s.ChangeInvisibleDurationResponse:
         async def body(ctx: CallContext) -> s.ChangeInvisibleDurationResponse:
-            invisible_ms = request.invisible_duration.seconds * 1000 + request.invisible_duration.nanos // 1_000_000
+            invisible_ms = conv.duration_ms(request.invisible_duration)
             answer = await self._svc.consume.change_invisible(ctx, request.group.name, request.topic.name,
                                                               request.message_id, request.receipt_handle, invisible_ms)
             return s.ChangeInvisibleDurationResponse(status=conv.status_to_pb(answer.status),
