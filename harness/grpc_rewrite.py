@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 _FRAME_HEADER_BYTES = 9
-_FRAME_MAX_BYTES = 16 * 1024 * 1024  # HTTP/2's largest SETTINGS_MAX_FRAME_SIZE is 2^24 - 1
 _DATA = 0
 _HOST_TAG, _PORT_TAG = 0x0A, 0x10  # Address.host (field 1, length-delimited), Address.port (field 2, varint)
 
@@ -67,12 +66,6 @@ class EndpointRewriter:
         out = bytearray()
         while len(self._buffer) >= _FRAME_HEADER_BYTES:
             length = int.from_bytes(self._buffer[0:3], "big")
-            if length > _FRAME_MAX_BYTES:
-                # not HTTP/2 we understand: pass everything through untouched from here on
-                out += self._buffer
-                self._buffer.clear()
-                self._pairs = []
-                break
             end = _FRAME_HEADER_BYTES + length
             if len(self._buffer) < end:
                 break

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos.bounds import REAL_CLIENT_TIME_SCALE, REAL_CLIENT_TIMERS_MS
+from harness.bench.real_client_install import PY5_VERSION, py5_python
 from harness.grpc_rewrite import endpoint_rewriter_factory
 from harness.ports import LOCALHOST
 from harness.remoting_rewrite import rewriter_factory
@@ -36,8 +37,7 @@ PY5 = "py5"
 CPP_VERSION = "0.4.4"
 ONS_VERSION = "3.12.0"
 ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
-PY5_VERSION = "5.1.2"
-PY5_PYTHON = HERE.parents[1] / ".venv-py5" / "bin" / "python"  # its own venv: see py5/requirements.txt
+PY5_PYTHON = py5_python()  # its own venv: see py5/requirements.txt
 PY5_CONSUME_THREADS = 4  # the 5.x PushConsumer's consumption threads unless the suite sets consume_thread_min
 CPP_CONSUME_THREADS = 2  # the C++ consumer's threads unless the suite sets consume_thread_min
 BOOTSTRAP = "./scripts/bootstrap.sh (scripts/mqlab runs it)"
@@ -74,7 +74,8 @@ def checks_set_aside(checks: tuple[str, ...], client: str) -> dict[str, str]:
     """The checks of `checks` that a run with `client` as its consumers cannot judge, with why."""
     if client == MQLAB:
         return {}
-    aside = POP_CHECKS_SET_ASIDE if client.removesuffix(MIXED_SUFFIX) == PY5 else CHECKS_SET_ASIDE
+    known = CLIENTS.get(client.removesuffix(MIXED_SUFFIX))
+    aside = POP_CHECKS_SET_ASIDE if known is not None and known.pop else CHECKS_SET_ASIDE
     return {name: aside[name] for name in checks if name in aside}
 
 

@@ -31,6 +31,7 @@ from harness.pids import is_node_process
 from harness.serve.faults import NEMESIS_JSONL, FaultTail
 from harness.serve.runs import CLUSTER_JSON, RUN_JSON, read_json
 from nodes.common import constants as c
+from nodes.common import names
 
 log = logging.getLogger(__name__)
 
@@ -365,8 +366,8 @@ def _rate(new: int | None, old: int | None, dt_s: float) -> float | None:
 
 def _system_topic(topic: str) -> bool:
     """Topics a broker keeps for itself: retries and dead letters stay in the groups' rows."""
-    return topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "SCHEDULE_TOPIC")) or topic in ("TBW102", "SELF_TEST_TOPIC",
-                                                                                            "OFFSET_MOVED_EVENT")
+    return (topic.startswith((c.RETRY_GROUP_TOPIC_PREFIX, c.DLQ_GROUP_TOPIC_PREFIX)) or topic == c.AUTO_CREATE_TOPIC_KEY
+            or names.is_send_forbidden(topic))
 
 
 def _system_group(group: str) -> bool:

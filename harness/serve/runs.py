@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster import CLUSTER_JSON
 from harness.pids import is_node_process
 from harness.serve.faults import NEMESIS_JSONL, read_history
 
-RUN_JSON, VERDICT_JSON, REPORT_HTML, CLUSTER_JSON = "run.json", "verdict.json", "report.html", "cluster.json"
+RUN_JSON, VERDICT_JSON, REPORT_HTML = "run.json", "verdict.json", "report.html"
 MATRIX_JSON, SELFTEST_JSON, INDEX_HTML = "matrix.json", "selftest.json", "index.html"
 _STAMP_RE = re.compile(r"^(\d{8}T\d{6}Z)")
 VERDICTS = ("valid", "INVALID", "unknown", "running", "not checked")
