@@ -33,7 +33,7 @@ ADMIN_RPC_TIMEOUT_MS = 3_000
 TOPIC_TYPES = c.TOPIC_MESSAGE_TYPES
 # `mqlab admin topic update --perm`: RocketMQ's permission letters -> bits
 PERMS = {"RW": c.PERM_READ | c.PERM_WRITE, "R": c.PERM_READ, "W": c.PERM_WRITE, "-": 0}
-PERM_KEEP = -1  # an update that leaves the perm as stored
+PERM_KEEP = c.TOPIC_PERM_KEEP  # an update that leaves the perm as stored
 DEFAULT_CREATE_QUEUES = c.BROKER_DEFAULT_TOPIC_QUEUE_NUMS
 
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from nodes.store.record import Record, parse_offset_msg_id
 
 log = logging.getLogger(__name__)
 
-NO_END_MS = 2**62  # a time range with no upper bound
+NO_END_MS = c.NO_END_MS
 
 
 # --- requests and answers --------------------------------------------------------------------

@@ -29,8 +29,7 @@ from nodes.common.types import TopicConfig, validate_topic
 QUEUE_COUNT_MAX = c.QUEUE_NUMS_MAX
 
 
-# In an update (mqadmin updateTopic on an existing topic): "keep the stored perm"
-PERM_KEEP = -1
+PERM_KEEP = c.TOPIC_PERM_KEEP
 # The permission bits an operator may set (read, write, inherit, priority)
 PERM_ALL = c.PERM_PRIORITY | c.PERM_READ | c.PERM_WRITE | c.PERM_INHERIT
 
@@ -138,8 +137,7 @@ class TopicAdminHandler:
         if not 0 <= cfg.perm <= PERM_ALL:
             return CreateTopicResponse(ResponseCode.INVALID_ARGUMENT,
                                        f"perm {cfg.perm} is not a set of RocketMQ's permission bits (0..{PERM_ALL})")
-        self._topics.put(TopicConfig(cfg.topic, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm,
-                                     cfg.topic_sys_flag, cfg.order, cfg.message_type), self._clock.wall_ms())
+        self._topics.put(cfg, self._clock.wall_ms())
         await self._on_topics_changed()
         return CreateTopicResponse(ResponseCode.SUCCESS)
 

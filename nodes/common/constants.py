@@ -71,6 +71,9 @@ PERM_INHERIT = 1
 PERM_DEFAULT = PERM_READ | PERM_WRITE  # 6
 # RocketMQ 5's topic attribute message.type: which messages a topic takes (a 4.x client ignores it)
 TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+# CreateTopic{update}: "keep the stored perm" (mqadmin updateTopic on an existing topic)
+TOPIC_PERM_KEEP = -1
+NO_END_MS = 2**62  # a store-time range with no upper bound
 TOPIC_MESSAGE_TYPE_DEFAULT = "NORMAL"  # what an unset type reads as
 AUTO_CREATE_TOPIC_KEY = "TBW102"  # the template topic that lets producers find auto-creating brokers
 BROKER_DEFAULT_TOPIC_QUEUE_NUMS = 8  # defaultTopicQueueNums on the broker

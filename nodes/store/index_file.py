@@ -46,7 +46,6 @@ from nodes.common.errors import DataDirError, DiskFullError
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
-INDEX_COUNT_POS = 36
 assert HEADER.size == c.INDEX_HEADER_BYTES and ENTRY.size == c.INDEX_ENTRY_BYTES and SLOT.size == c.INDEX_SLOT_BYTES
 
 

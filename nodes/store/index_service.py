@@ -346,7 +346,7 @@ class IndexService:
     # --- lookups ---------------------------------------------------------------------------------
 
     def lookup(self, topic: str, key: str, kind: str, max_count: int, begin_ms: int = 0,
-               end_ms: int = 2**62) -> list[Record]:
+               end_ms: int = c.NO_END_MS) -> list[Record]:
         """Up to `max_count` records of `topic` with `key` (one of its KEYS, or its UNIQ_KEY for
         UNIQ_KIND) stored in [begin_ms, end_ms], newest first. Every record is read and checked:
         an entry whose record is gone, damaged or another message's is passed over."""

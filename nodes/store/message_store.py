@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK, Clock
 from nodes.common.config import StoreConfig
 from nodes.store.delay import DEFAULT_DELAY_LEVELS_MS
@@ -271,7 +272,7 @@ class MessageStore:
         return self._files.index
 
     def lookup_by_key(self, topic: str, key: str, kind: str, max_count: int, begin_ms: int = 0,
-                      end_ms: int = 2**62) -> list[Record]:
+                      end_ms: int = c.NO_END_MS) -> list[Record]:
         """Records of `topic` indexed under `key` (IndexService.lookup: each one read and checked)."""
         return self._files.index.lookup(topic, key, kind, max_count, begin_ms, end_ms)
 

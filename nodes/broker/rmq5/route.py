@@ -23,7 +23,7 @@ from nodes.common import constants as c
 from nodes.common.errors import MqError
 from nodes.common.types import TopicConfig
 
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+MESSAGE_TYPES = c.TOPIC_MESSAGE_TYPES
 
 
 @dataclass(frozen=True, slots=True)
