@@ -223,11 +223,6 @@ def cluster_is_live(path: Path) -> bool:
                and is_node_process(n["pid"], n["run_dir"]) for n in nodes)
 
 
-def live_run_dirs(root: Path) -> list[str]:
-    """Run ids under `root` whose cluster runs now (a chaos run in progress, a cluster left up)."""
-    return [r.id for r in list_runs(root).runs if r.live]
-
-
 def filter_runs(rows: list[RunRow], params: Mapping[str, str]) -> list[RunRow]:
     """The rows matching every filter given: `suite`, `verdict`, `client`, `kind`, `parent` (exact,
     case-insensitive), `seed` (a number), `q` (text in the id, suite, seed, failing checks or error)."""
