@@ -420,6 +420,10 @@ REAL_CLIENT_TIMERS_MS: dict[str, dict[str, int]] = {
     "py5": {"rebalance_interval_ms": 5_000, "client_heartbeat_ms": 10_000, "consumer_offset_persist_ms": 1_000,
             "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 1_000},
 }
+# The same client as a SimpleConsumer (`py5-simple`): the same heartbeat and route update; it has no
+# assignment scan (each receive takes the route's next queue), its wrapper retries a failed receive
+# after 1 s and acks each message after consuming it: py5's timers describe it
+REAL_CLIENT_TIMERS_MS["py5-simple"] = REAL_CLIENT_TIMERS_MS["py5"]
 # The fault phase of a real-client run: two broker lock leases (120 s), long enough for a fault and
 # the takeover after it, short enough that a run takes minutes, not the half hour 27 route polls
 # would take at real scale.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 MQLAB = "mqlab"
 PY5 = "py5"
+PY5_SIMPLE = "py5-simple"
 CPP_VERSION = "0.4.4"
 ONS_VERSION = "3.12.0"
 ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
@@ -90,6 +91,7 @@ class RealClient:
     orderly: bool  # has an orderly push consumer (broker queue locks)
     script: Path
     pop: bool = False  # consumes through RocketMQ 5's gRPC API (receive and ack), not by pulling
+    extra_args: tuple[str, ...] = ()  # appended to the wrapper's command (a mode of a wrapper shared by two clients)
 
     def check_installed(self) -> str:
         """The interpreter to run the wrapper with; raises RealClientError with the install hint."""
@@ -98,7 +100,7 @@ class RealClient:
                 raise RealClientError(f"the C++ RocketMQ client is not installed in {sys.prefix}: run {BOOTSTRAP}, "
                                       f"or {sys.executable} -m pip install rocketmq=={CPP_VERSION}")
             return sys.executable
-        if self.name == PY5:
+        if self.name in (PY5, PY5_SIMPLE):
             if not PY5_PYTHON.exists():
                 raise RealClientError(f"the RocketMQ 5 Python client's venv {PY5_PYTHON.parents[1]} does not exist: "
                                       f"run {BOOTSTRAP}")
@@ -139,6 +141,9 @@ CLIENTS: dict[str, RealClient] = {cl.name: cl for cl in (
                script=HERE / "ons_consumer.js"),
     RealClient(PY5, f"Apache's RocketMQ 5 Python client {PY5_VERSION} (gRPC, .venv-py5): PushConsumer over POP",
                orderly=False, script=HERE / "py5" / "consumer.py", pop=True),
+    RealClient(PY5_SIMPLE, f"Apache's RocketMQ 5 Python client {PY5_VERSION} (gRPC, .venv-py5): SimpleConsumer "
+               "loops over POP, a fixed invisible time and no renewal, each ack's outcome journalled",
+               orderly=False, script=HERE / "py5" / "consumer.py", pop=True, extra_args=("--mode", "simple")),
 )}
 
 
@@ -258,7 +263,7 @@ def _wire_pop(cluster: LocalCluster, client: RealClient, exe: str, *, group: str
                 "--sleep-ms", str(int(consumer_options.get("sleep_ms", 0) or 0)),
                 "--threads", str(int(consumer_options.get("consume_thread_min", 0) or PY5_CONSUME_THREADS)),
                 "--sharding-key-property", c.PROPERTY_WORKLOAD_SHARDING_KEY,
-                "--seq-property", c.PROPERTY_WORKLOAD_SEQ]
+                "--seq-property", c.PROPERTY_WORKLOAD_SEQ, *client.extra_args]
         proc.set_command(argv)
         commands[node.id] = argv
     return commands
