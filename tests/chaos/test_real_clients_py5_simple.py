@@ -10,6 +10,9 @@ client must outlive at their real length, and are slow like py5's real-process t
 from __future__ import annotations
 
 import importlib
+import signal
+import socket
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -254,3 +257,24 @@ def test_a_paused_py5_simple_consumers_late_ack_is_refused_and_the_message_deliv
         if producer is not None:
             producer.stop()
         cluster.close()
+
+
+def test_a_py5_simple_consumer_stopped_while_its_client_starts_exits_cleanly(tmp_path):
+    # nothing listens on the endpoint: the client's startup fails and is retried until the SIGTERM
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{unused.getsockname()[1]}"
+    argv = [PY5_SIMPLE.check_installed(), str(PY5_SIMPLE.script), "--endpoints", endpoint, "--group", GROUP,
+            "--topic", TOPIC, "--node-id", "consumer-0", "--port", "1", "--run-dir", str(tmp_path),
+            "--sharding-key-property", "K", "--seq-property", "S", "--timeout-s", "1", *PY5_SIMPLE.extra_args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY ")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+        assert proc.returncode == 0, stderr
+    finally:
+        proc.kill()
+    events = read_journal(tmp_path / "events.jsonl")
+    assert [e["event"] for e in events] == ["consumer-start", "consumer-stop"], stderr
+    assert events[-1]["results"] == {}

@@ -95,7 +95,8 @@ class SimpleLoops:
     def join(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.ident is not None:  # never started when the stop came during the client's startup
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _count(self, key: str) -> None:
         with self._gate:
