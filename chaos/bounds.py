@@ -398,7 +398,7 @@ def check_ratios(timing: Timing) -> list[str]:
     return warnings
 
 
-# ---- real RocketMQ clients as consumers (`mqlab chaos run SUITE --client cpp|ons|py5`) -------------
+# ---- real RocketMQ clients as consumers (`mqlab chaos run SUITE --client cpp|ons|py5|node5`) -------------
 # A client mqlab did not write keeps its own timers: they cannot be scaled. Such a run puts every
 # node at RocketMQ's real scale (the broker lock lease, channel expiry and long polling the client
 # meets) and sets the client-side timers of its Timing to what that client really does, so every
@@ -419,6 +419,11 @@ REAL_CLIENT_TIMERS_MS: dict[str, dict[str, int]] = {
     # offsets to persist (each message is acked once its listener returns: 1 s covers the ack)
     "py5": {"rebalance_interval_ms": 5_000, "client_heartbeat_ms": 10_000, "consumer_offset_persist_ms": 1_000,
             "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 1_000},
+    # Apache's RocketMQ 5 Node.js client 1.0.8 (PushConsumer; BaseClient.js, PushConsumer.js,
+    # ProcessQueue.js): the same periods as the Python one: heartbeat 10 s, route update 30 s,
+    # assignment scan 5 s, a failed receive retried after 1 s (a failed ack too, without end)
+    "node5": {"rebalance_interval_ms": 5_000, "client_heartbeat_ms": 10_000, "consumer_offset_persist_ms": 1_000,
+              "route_poll_ms": 30_000, "pull_delay_when_exception_ms": 1_000},
 }
 # The same client as a SimpleConsumer (`py5-simple`): the same heartbeat and route update; it has no
 # assignment scan (each receive takes the route's next queue), its wrapper retries a failed receive

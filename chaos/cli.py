@@ -99,8 +99,8 @@ def run(
     duration: Annotated[float | None, typer.Option("--duration", help="Seconds of the fault phase (default: the suite's, in timer units: the same run at every time scale).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Run dir (default: runs/<utc>-<suite>-s<seed>).")] = None,
     client: Annotated[str, typer.Option("--client", help="The consumers: mqlab (its own), cpp (Apache's C++ client), "
-                                        "ons (ali-ons), py5 (Apache's RocketMQ 5 Python client's PushConsumer, POP) or py5-simple (its "
-                                        "SimpleConsumer), or cpp+mqlab / ons+mqlab (a mixed group); real "
+                                        "ons (ali-ons), py5 (Apache's RocketMQ 5 Python client's PushConsumer, POP), py5-simple (its "
+                                        "SimpleConsumer) or node5 (the Node.js 5.x PushConsumer), or cpp+mqlab / ons+mqlab (a mixed group); real "
                                         "clients run at real scale, for minutes.")] = "mqlab",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the bounds and the schedule; start nothing.")] = False,
     replay: Annotated[Path | None, typer.Option("--replay", help="Play this schedule.json instead of drawing one.")] = None,
@@ -175,7 +175,7 @@ def matrix(
                                             "(a suite runs only on the topologies it supports).")] = "single",
     require_coverage: Annotated[bool, typer.Option(
         "--require-coverage", help="Exit 1 when a path a suite claims was reached by none of its runs.")] = False,
-    clients: Annotated[str, typer.Option("--clients", help="Comma-separated consumers: mqlab, cpp, ons, py5, py5-simple (a suite "
+    clients: Annotated[str, typer.Option("--clients", help="Comma-separated consumers: mqlab, cpp, ons, py5, py5-simple, node5 (a suite "
                                          "runs with the clients that can run it; real clients at real scale, for "
                                          "minutes each).")] = "mqlab",
 ) -> None:

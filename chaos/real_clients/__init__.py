@@ -1,6 +1,7 @@
-"""Real RocketMQ clients as the consumers of a chaos run (`mqlab chaos run SUITE --client cpp|ons|py5|py5-simple`).
+"""Real RocketMQ clients as the consumers of a chaos run (`mqlab chaos run SUITE --client cpp|ons|py5|py5-simple|node5`).
 
-The wrappers here (`cpp_consumer.py`, `ons_consumer.js`, `py5/consumer.py`, in push or simple mode) are scripts the
+The wrappers here (`cpp_consumer.py`, `ons_consumer.js`, `py5/consumer.py`, in push or simple mode,
+`node5/consumer.js`) are scripts the
 harness runs in place of `python -m nodes consumer`; they import nothing from mqlab. `wiring` turns a suite's cluster into
 one whose consumer nodes are real clients behind the harness's link proxies.
 """

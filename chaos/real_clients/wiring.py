@@ -35,11 +35,19 @@ HERE = Path(__file__).resolve().parent
 MQLAB = "mqlab"
 PY5 = "py5"
 PY5_SIMPLE = "py5-simple"
+NODE5 = "node5"
 CPP_VERSION = "0.4.4"
 ONS_VERSION = "3.12.0"
 ONS_PACKAGE = HERE / "js" / "node_modules" / "ali-ons" / "package.json"
 PY5_PYTHON = py5_python()  # its own venv: see py5/requirements.txt
-PY5_CONSUME_THREADS = 4  # the 5.x PushConsumer's consumption threads unless the suite sets consume_thread_min
+# Apache's RocketMQ 5 Node.js client, pinned by node5/package.json (and its lock file), installed
+# beside it by the bootstrap's `npm ci`
+NODE5_DIR = HERE / "node5"
+NODE5_PACKAGE_NAME = "rocketmq-client-nodejs"
+NODE5_PACKAGE = NODE5_DIR / "node_modules" / NODE5_PACKAGE_NAME / "package.json"
+# a 5.x PushConsumer's consumption threads unless the suite sets consume_thread_min (the Node.js
+# wrapper lets as many listener calls work at once)
+POP_CONSUME_THREADS = 4
 CPP_CONSUME_THREADS = 2  # the C++ consumer's threads unless the suite sets consume_thread_min
 BOOTSTRAP = "./scripts/bootstrap.sh (scripts/mqlab runs it)"
 MIXED_SUFFIX = "+" + MQLAB  # `cpp+mqlab`: a group of real clients and mqlab consumers
@@ -84,6 +92,26 @@ class RealClientError(Exception):
     """A real client cannot run this suite, or is not installed (the message says what to do)."""
 
 
+def node5_version() -> str:
+    """The rocketmq-client-nodejs version node5/package.json pins."""
+    return str(json.loads((NODE5_DIR / "package.json").read_text())["dependencies"][NODE5_PACKAGE_NAME])
+
+
+def _node5_installed() -> str:
+    """node, once the pinned Node.js 5.x client is installed beside the wrapper; RealClientError otherwise."""
+    node = shutil.which("node")
+    if node is None:
+        raise RealClientError(f"no node on PATH for the RocketMQ 5 Node.js client: apt-get install -y nodejs npm, "
+                              f"then run {BOOTSTRAP}")
+    if not NODE5_PACKAGE.exists():
+        raise RealClientError(f"{NODE5_PACKAGE_NAME} is not installed under {NODE5_DIR}: run {BOOTSTRAP}, "
+                              f"or cd {NODE5_DIR} && npm ci")
+    version, pinned = json.loads(NODE5_PACKAGE.read_text())["version"], node5_version()
+    if version != pinned:
+        raise RealClientError(f"{NODE5_PACKAGE_NAME} {version} is installed, mqlab pins {pinned}: run {BOOTSTRAP}")
+    return node
+
+
 @dataclass(frozen=True)
 class RealClient:
     name: str
@@ -105,6 +133,8 @@ class RealClient:
                 raise RealClientError(f"the RocketMQ 5 Python client's venv {PY5_PYTHON.parents[1]} does not exist: "
                                       f"run {BOOTSTRAP}")
             return str(PY5_PYTHON)
+        if self.name == NODE5:
+            return _node5_installed()
         node = shutil.which("node")
         if node is None:
             raise RealClientError(f"no node on PATH for ali-ons: apt-get install -y nodejs npm, then run {BOOTSTRAP}")
@@ -144,6 +174,8 @@ CLIENTS: dict[str, RealClient] = {cl.name: cl for cl in (
     RealClient(PY5_SIMPLE, f"Apache's RocketMQ 5 Python client {PY5_VERSION} (gRPC, .venv-py5): SimpleConsumer "
                "loops over POP, a fixed invisible time and no renewal, each ack's outcome journalled",
                orderly=False, script=HERE / "py5" / "consumer.py", pop=True, extra_args=("--mode", "simple")),
+    RealClient(NODE5, f"Apache's RocketMQ 5 Node.js client ({NODE5_PACKAGE_NAME} {node5_version()}, gRPC, under node): "
+               "PushConsumer over POP", orderly=False, script=NODE5_DIR / "consumer.js", pop=True),
 )}
 
 
@@ -261,7 +293,7 @@ def _wire_pop(cluster: LocalCluster, client: RealClient, exe: str, *, group: str
         argv = [exe, str(client.script), "--endpoints", ";".join(masters + others), "--group", group,
                 "--topic", topic, "--node-id", node.id, "--port", str(proc.port), "--run-dir", str(proc.run_dir),
                 "--sleep-ms", str(int(consumer_options.get("sleep_ms", 0) or 0)),
-                "--threads", str(int(consumer_options.get("consume_thread_min", 0) or PY5_CONSUME_THREADS)),
+                "--threads", str(int(consumer_options.get("consume_thread_min", 0) or POP_CONSUME_THREADS)),
                 "--sharding-key-property", c.PROPERTY_WORKLOAD_SHARDING_KEY,
                 "--seq-property", c.PROPERTY_WORKLOAD_SEQ, *client.extra_args]
         proc.set_command(argv)
