@@ -27,13 +27,16 @@ class ResolveError(HarnessError):
 def locked_queues(broker_details: Mapping[str, Any], topic: str, group: str | None = None,
                   broker_name: str | None = None) -> dict[tuple[str, int], str]:
     """(broker_name, queue_id) -> holder client id, for every live lease on `topic` in a master's
-    Admin.Describe details (`queue_locks`: group -> [{topic, broker_name, queue_id, client_id, lease_left_ms}])."""
+    Admin.Describe details (`queue_locks`: group -> [{topic, broker_name, queue_id, client_id, lease_left_ms}]),
+    and for every FIFO queue a RocketMQ 5 client holds a batch of (`pop.fifo_holders`: [{group, topic,
+    broker_name, queue_id, client_id, lease_left_ms}]: the queue is blocked for the others until it acks)."""
+    entries = [{**e, "group": grp} for grp, es in sorted((broker_details.get("queue_locks") or {}).items()) for e in es]
+    entries += (broker_details.get("pop") or {}).get("fifo_holders") or []
     held = {}
-    for grp, entries in sorted((broker_details.get("queue_locks") or {}).items()):
-        for e in entries:
-            if ((group is None or grp == group) and e.get("topic") == topic and e.get("lease_left_ms", 0) > 0
-                    and (broker_name is None or e.get("broker_name") == broker_name)):
-                held[(str(e.get("broker_name")), int(e["queue_id"]))] = str(e["client_id"])
+    for e in entries:
+        if ((group is None or e.get("group") == group) and e.get("topic") == topic and e.get("lease_left_ms", 0) > 0
+                and e.get("client_id") and (broker_name is None or e.get("broker_name") == broker_name)):
+            held[(str(e.get("broker_name")), int(e["queue_id"]))] = str(e["client_id"])
     return held
 
 

@@ -46,7 +46,7 @@ from chaos.judge import CheckerProcess, judge
 from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
-from chaos.real_clients import MQLAB, checks_set_aside, is_mixed, real_client, spec_for, wire
+from chaos.real_clients import MQLAB, checks_added, checks_set_aside, is_mixed, real_client, spec_for, wire
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.skew import unsafe_skews
 from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
@@ -101,18 +101,25 @@ class RunOptions:
         return checks_set_aside(self.suite.checks, self.client)
 
     @property
+    def checks_added(self) -> tuple[str, ...]:
+        """Checks this run's consumers bring beyond the suite's (a POP client's, chaos.real_clients)."""
+        return checks_added(self.client, self.suite.orderly)
+
+    @property
     def suite_check_names(self) -> tuple[str, ...]:
-        """The suite's checks less those set aside: what a whole judgement of the run runs."""
-        return tuple(n for n in self.suite.checks if n not in self.checks_set_aside)
+        """The suite's checks less those set aside, and those the consumers add: what a whole judgement
+        of the run runs."""
+        return tuple(n for n in self.suite.checks if n not in self.checks_set_aside) + self.checks_added
 
     @property
     def check_names(self) -> tuple[str, ...]:
         if self.checks is None:
             return self.suite_check_names
-        unknown = sorted(set(self.checks) - set(self.suite.checks))
+        known = (*self.suite.checks, *self.checks_added)
+        unknown = sorted(set(self.checks) - set(known))
         if unknown:
             raise ValueError(f"suite {self.suite.name} has no check {', '.join(unknown)}; "
-                             f"its checks are {', '.join(self.suite.checks)}")
+                             f"its checks are {', '.join(known)}")
         return self.checks
 
     @property
@@ -260,6 +267,10 @@ class ChaosRun:
                      consumer_options=self.suite.consumer_options, mixed=is_mixed(self.options.client))
             cluster.start()
             timing = cluster.timing
+            if client is not None and client.pop and self.suite.orderly:
+                # before the topic: a 5.x client learns the group's FIFO flag with its first settings,
+                # and cannot start before the topic routes
+                _make_group_fifo(cluster, GROUP)
             _create_topic(cluster, TOPIC, QUEUES, bounds)
             namesrv_addr = ";".join(cluster.namesrv_addrs)  # every name server, as RocketMQ's namesrvAddr
             consumers = [n.id for n in spec.consumer_nodes()]
@@ -425,6 +436,7 @@ class ChaosRun:
             real = real_client(self.options.client)
             if real is not None and real.pop:
                 overrides["pop_consumers"] = True  # every POP client receives from every queue
+                overrides["pop_revive_interval_ms"] = round(c.POP_REVIVE_INTERVAL_MS * self.options.time_scale)
         return overrides
 
     def _write_processes(self, cluster: LocalCluster) -> None:
@@ -443,6 +455,17 @@ class ChaosRun:
 def _default_out(options: RunOptions) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return Path("runs") / f"{stamp}-{options.suite.name}-s{options.seed}"
+
+
+def _make_group_fifo(cluster: LocalCluster, group: str) -> None:
+    """The group consumes orderly on every master (RocketMQ updateSubGroup): a FIFO group for POP."""
+    for master in (n for n in cluster.spec.broker_nodes() if n.is_master):
+        with make_sync_channel(cluster.node(master.id).addr) as channel:
+            resp = broker_pb2_grpc.BrokerStub(channel).UpdateSubscriptionGroup(
+                broker_pb2.UpdateSubscriptionGroupRequest(group=group, consume_message_orderly=True),
+                timeout=cluster.timing.rpc_timeout_ms / 1000)
+        if resp.code != common_pb2.SUCCESS:
+            raise RuntimeError(f"making group {group} FIFO on {master.id} failed: {resp.remark}")
 
 
 def _create_topic(cluster: LocalCluster, topic: str, queues: int, bounds: Bounds) -> None:

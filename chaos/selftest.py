@@ -83,8 +83,9 @@ def seed_for(case: SelftestCase, time_scale: float, duration_s: float) -> int:
         return 1
     for seed in range(1, SEEDS_TRIED + 1):
         chosen = suite(case.suite)
-        schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=time_scale,
-                                      duration_s=case_phase_s(case, duration_s), topology=chosen.topologies[0]))
+        schedule, _ = plan(RunOptions(chosen, seed=seed, time_scale=case.time_scale(time_scale),
+                                      duration_s=case_phase_s(case, duration_s), topology=chosen.topologies[0],
+                                      client=case.client))
         drawn = [(e.op.op, getattr(e.op, "target", None), describe_op(e.op)) for e in schedule.entries]
         if (drawn[-1:] and _drawn(needed, drawn[-1])) if last else any(_drawn(needed, d) for d in drawn):
             return seed
@@ -163,7 +164,7 @@ def chaos_run_case(*, time_scale: float, duration_s: float = SELFTEST_FAULT_PHAS
                                 fault_switches=lambda _cell: case.switch_map(), checker=checker)
         from chaos.suites import suite
 
-        return run_one(Cell(case.suite, seed, time_scale, case.mode, topology=suite(case.suite).topologies[0]),
-                       run_dir)
+        return run_one(Cell(case.suite, seed, case.time_scale(time_scale), case.mode,
+                            topology=suite(case.suite).topologies[0], client=case.client), run_dir)
 
     return run_case

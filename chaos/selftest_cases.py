@@ -2,9 +2,10 @@
 
 A check that cannot fail on a broken build proves nothing; `mqlab chaos selftest` runs each case
 on a real cluster with its switch on and expects the named check to fail. A row is
-(suite, role, switch, check, masters_only, mode): `role` is the kind of node the switch is set on
+(suite, role, switch, check, masters_only, mode, client): `role` is the kind of node the switch is set on
 (broker | consumer | producer: the in-harness workload), `masters_only` keeps it off slaves, `mode` is a durability mode for suites
-run per mode (None: the suite's default).
+run per mode (None: the suite's default), `client` the consumers (mqlab's own, or a real client: a
+POP switch needs a RocketMQ 5 client, whose runs are at real time scale).
 
 `NEEDED_FAULT` names, per suite, the fault its switched bug needs to show, as (op, symbolic target)
 and optionally a piece of the op's one-line description (`wall`, `stall`, `to 100%`: a gray op's
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from chaos.bounds import REAL_CLIENT_TIME_SCALE
+from chaos.real_clients import MQLAB
 from nodes.common import constants as c
 
 
@@ -26,10 +29,16 @@ class SelftestCase(NamedTuple):
     check: str
     masters_only: bool = False
     mode: str | None = None
+    client: str = MQLAB
 
     @property
     def name(self) -> str:
-        return f"{self.suite}/{self.switch}" + (f"/{self.mode}" if self.mode else "")
+        return (f"{self.suite}/{self.switch}" + (f"/{self.mode}" if self.mode else "")
+                + (f"/{self.client}" if self.client != MQLAB else ""))
+
+    def time_scale(self, selftest_time_scale: float) -> float:
+        """A real client's timers are not scaled: its case runs at real scale."""
+        return selftest_time_scale if self.client == MQLAB else REAL_CLIENT_TIME_SCALE
 
     def switch_map(self) -> dict[str, tuple[str, ...]]:
         """The `fault_switches` argument of a run (see `chaos.suites.Suite.spec`)."""
@@ -75,6 +84,17 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("disk-full", "broker", c.FAULT_SPARSE_SEGMENTS, "deaths", masters_only=True),
     # the guard off: a master filled past 90 % goes on acknowledging sends
     SelftestCase("disk-full", "broker", c.FAULT_IGNORE_DISK_FULL, "disk-full", masters_only=True),
+    # POP (RocketMQ 5 clients). A killed SimpleConsumer's hand-outs expire after its invisible time
+    # (no renewal): the revive pass must bring them back
+    SelftestCase("offset-resync", "broker", c.FAULT_POP_NEVER_REVIVE, "pop-redelivery", masters_only=True,
+                 client="py5-simple"),
+    # a SimpleConsumer paused mid-batch past its invisible time acks the rest of the batch late: the
+    # broker must refuse those handles (their messages were revived)
+    SelftestCase("read-routing", "broker", c.FAULT_POP_ACCEPT_STALE_HANDLE, "pop-ack", masters_only=True,
+                 client="py5-simple"),
+    # a FIFO group's PushConsumers receive from every queue: a queue not blocked by its batch in
+    # flight hands the next batch to another client at once
+    SelftestCase("lock-takeover", "broker", c.FAULT_POP_FIFO_NO_BLOCK, "pop-fifo", masters_only=True, client="py5"),
 )
 
 # the fault (op, symbolic target) a suite's switched bug needs to show
@@ -102,5 +122,10 @@ SELFTEST_FAULT_PHASE_S = 12.0
 # switches whose needed fault outlasts that phase get at least this long a one (s): a group killed past
 # the route expiry (1.5 x group_loss_ms, 12 s at time scale 0.05) must be back, and taking sends, for a
 # while before the phase ends (a loaded machine takes up to 5 s to restart it), so its queues wait
-NEEDED_PHASE_S: dict[str, float] = {c.FAULT_REBALANCE_IGNORE_RETURNED: 32.0}
+NEEDED_PHASE_S: dict[str, float] = {
+    c.FAULT_REBALANCE_IGNORE_RETURNED: 32.0,
+    # real scale: a killed consumer's hand-outs expire 15 s after their receive, a paused one's acks
+    # come once the 90 s pause (3 x N_r) ends; FIFO receives need the clients past their start
+    c.FAULT_POP_NEVER_REVIVE: 60.0, c.FAULT_POP_ACCEPT_STALE_HANDLE: 120.0, c.FAULT_POP_FIFO_NO_BLOCK: 60.0,
+}
 SEEDS_TRIED = 50

@@ -23,6 +23,7 @@ from chaos.bounds import (
     bounds_from_json,
     bounds_from_timing_fields,
 )
+from nodes.common import constants as c
 
 # symbol -> what the timer means (the report's timers table); values come from `chaos.bounds`
 TIMERS: dict[str, str] = {
@@ -188,6 +189,10 @@ class CheckerConfig:
     # the consumers consume by POP (a RocketMQ 5 client): every client of the group receives from
     # every queue by design, so two clients taking turns on a queue is no shared-queue finding
     pop_consumers: bool = False
+    # POP: the brokers' revive interval (Timing.pop_revive_interval_ms of the run) and a group's
+    # delivery attempts before the DLQ (retry_max_times + 1)
+    pop_revive_interval_ms: int = c.POP_REVIVE_INTERVAL_MS
+    pop_max_attempts: int = c.GROUP_RETRY_MAX_TIMES + 1
     max_examples: int = 20
 
     @property

@@ -166,6 +166,10 @@ DELIVERIES = _schema(
     ("consume_start_mono_ms", LongType()),
     ("consume_end_mono_ms", LongType()),
     ("body_crc32", LongType()),
+    # a POP consumer's: the queue the message was popped from (the topic's own, or the group's pop
+    # retry topic) and the delivery attempt
+    ("queue_topic", StringType()),
+    ("delivery_attempt", IntegerType()),
 )
 
 EVENTS = _schema(
@@ -229,10 +233,23 @@ EVENTS = _schema(
     # disk-guard (state on|off) and clock (rate): counted by the coverage table only
     ("state", StringType()),
     ("rate", DoubleType()),
-    # pop, pop-ack, pop-change-invisible, pop-revive, pop-dlq (a broker's POP hand-outs)
+    # pop, pop-ack, pop-change-invisible, pop-revive, pop-dlq (a broker's POP hand-outs), client-ack
+    # (a RocketMQ 5 SimpleConsumer's ack and its answer)
     ("msg_id", StringType()),
     ("queue_topic", StringType()),
     ("deadline_wall_ms", LongType()),
+    ("generation", LongType()),
+    ("new_generation", LongType()),
+    ("handle_generation", LongType()),
+    ("handle_deadline_wall_ms", LongType()),
+    ("attempt", IntegerType()),
+    ("fifo", BooleanType()),
+    ("repeat", BooleanType()),
+    ("in_place", BooleanType()),
+    ("lost", BooleanType()),
+    ("attempt_id", StringType()),
+    ("pop_wall_ms", LongType()),
+    ("invisible_ms", LongType()),
 )
 
 NEMESIS = _schema(

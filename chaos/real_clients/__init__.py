@@ -12,6 +12,7 @@ from chaos.real_clients.wiring import (
     MQLAB,
     RealClient,
     RealClientError,
+    checks_added,
     checks_set_aside,
     client_for_suite,
     is_mixed,
@@ -20,4 +21,4 @@ from chaos.real_clients.wiring import (
     wire,
 )
 
-__all__ = ["CHECKS_SET_ASIDE", "CLIENTS", "MQLAB", "RealClient", "RealClientError", "checks_set_aside", "client_for_suite", "is_mixed", "real_client", "spec_for", "wire"]
+__all__ = ["CHECKS_SET_ASIDE", "CLIENTS", "MQLAB", "RealClient", "RealClientError", "checks_added", "checks_set_aside", "client_for_suite", "is_mixed", "real_client", "spec_for", "wire"]

@@ -76,7 +76,15 @@ POP_CHECKS_SET_ASIDE: dict[str, str] = {
                      "moves the group's offset): there is no client commit to resync",
     "order": "order judges pull-offset discipline per queue ownership epoch; POP consumers share every queue "
              "and get redeliveries through the retry queue after an invisible time, so there are no epochs",
+    "lock-exclusivity": "a RocketMQ 5 (POP) FIFO group takes no queue locks: the broker hands one batch of a queue "
+                        "out at a time, which pop-fifo judges",
+    "takeover": "a RocketMQ 5 (POP) FIFO group takes no queue locks: a batch its holder never acks comes back "
+                "after its invisible time, which pop-redelivery bounds and pop-fifo orders",
 }
+# What a POP client's run is judged by instead: the brokers' pop events and the clients' acks
+# (chaos.checker.checks.pop); pop-fifo only where the group is FIFO (an orderly suite).
+POP_CHECKS = ("pop-ack", "pop-redelivery")
+POP_FIFO_CHECK = "pop-fifo"
 
 
 def checks_set_aside(checks: tuple[str, ...], client: str) -> dict[str, str]:
@@ -86,6 +94,14 @@ def checks_set_aside(checks: tuple[str, ...], client: str) -> dict[str, str]:
     known = CLIENTS.get(client.removesuffix(MIXED_SUFFIX))
     aside = POP_CHECKS_SET_ASIDE if known is not None and known.pop else CHECKS_SET_ASIDE
     return {name: aside[name] for name in checks if name in aside}
+
+
+def checks_added(client: str, orderly: bool) -> tuple[str, ...]:
+    """The checks a run with `client` as its consumers gets beyond its suite's: a POP client's."""
+    known = CLIENTS.get(client.removesuffix(MIXED_SUFFIX)) if client != MQLAB else None
+    if known is None or not known.pop:
+        return ()
+    return (*POP_CHECKS, POP_FIFO_CHECK) if orderly else POP_CHECKS
 
 
 class RealClientError(Exception):
@@ -148,13 +164,9 @@ class RealClient:
 
     def check_suite(self, suite_name: str, orderly: bool, topology: str = "single") -> None:
         if self.pop:
-            if orderly:
-                raise RealClientError(
-                    f"suite {suite_name} is about RocketMQ 4.x orderly queue locks, and the {self.name} client "
-                    "(RocketMQ 5, POP) takes none: a 5.x FIFO group has no client locks, so its lock-holder faults "
-                    "have no target and its lock checks nothing to judge; pick a concurrent suite (failover, "
-                    "offset-resync, read-routing, durability, disk-full, broker-loss on 2x2)")
-            return  # the receipt handle names each message's broker: any number of broker groups
+            # the receipt handle names each message's broker: any number of broker groups; an orderly
+            # suite makes the group FIFO, whose queue holders are the clients with a batch in flight
+            return
         if topology != "single":
             # the C++ binding does not say which broker group a message came from: one group only
             raise RealClientError(f"--client {self.name} runs on the single topology only, not {topology}; "

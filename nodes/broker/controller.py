@@ -170,7 +170,8 @@ class BrokerController:
                              broker_name=self.config.broker_name, is_master=self.config.is_master, events=self.events,
                              writes_open=lambda: self.replication.writes.is_open, on_put=self.replication.log_grew,
                              on_topics_changed=self._register_now,
-                             readable=lambda: bool(self.config.broker_perm & c.PERM_READ))
+                             readable=lambda: bool(self.config.broker_perm & c.PERM_READ),
+                             fault_switches=frozenset(self.config.fault_switches))
         self.pop.load()
         self.pop.bind_loop()
         if self.config.is_master:

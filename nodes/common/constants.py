@@ -407,6 +407,9 @@ FAULT_PRODUCER_LATENCY_FAULT_OFF = "producer-latency-fault-off"
 FAULT_REBALANCE_IGNORE_RETURNED = "rebalance-ignore-returned-queues"
 FAULT_SPARSE_SEGMENTS = "sparse-segments"
 FAULT_IGNORE_DISK_FULL = "ignore-disk-full"
+FAULT_POP_NEVER_REVIVE = "pop-never-revive"
+FAULT_POP_ACCEPT_STALE_HANDLE = "pop-accept-stale-handle"
+FAULT_POP_FIFO_NO_BLOCK = "pop-fifo-no-block"
 # switches of an in-harness client (the chaos producer workload), not of a node process
 PRODUCER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_PRODUCER_LATENCY_FAULT_OFF: "a producer avoids a broker that failed or was slow: latency fault tolerance "
@@ -432,6 +435,13 @@ BROKER_FAULT_SWITCHES: dict[str, str] = {
                             "on until a segment cannot be allocated (ENOSPC, answered SYSTEM_ERROR)",
     FAULT_LOCK_SLOW_TAKEOVER: "timely takeover: a lapsed lease of another client is taken over only after "
                               f"{FAULT_SLOW_TAKEOVER_LEASES} leases",
+    FAULT_POP_NEVER_REVIVE: "an unacknowledged POP hand-out comes back after its invisible time: the revive "
+                            "pass never moves an expired non-FIFO hand-out",
+    FAULT_POP_ACCEPT_STALE_HANDLE: "an ack names the current hand-out: an expired or superseded receipt handle of "
+                                   "a message still in flight is accepted as if current, and one of a revived "
+                                   "message is answered OK as if acknowledged",
+    FAULT_POP_FIFO_NO_BLOCK: "one FIFO batch in flight per queue: a FIFO pop reads on past a batch still "
+                             "invisible instead of waiting for it",
 }
 CONSUMER_FAULT_SWITCHES: dict[str, str] = {
     FAULT_ACK_UNHANDED_REQUEST: "every acknowledged message reached the listener: one concurrent consume request "

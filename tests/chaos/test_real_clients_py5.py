@@ -31,19 +31,20 @@ E2E_TIMEOUT_S = 1200  # a real-scale run (about 5 min) plus the checker (1.5 to 
     ("durability", "single", set()),
     ("disk-full", "single", set()),
     ("broker-loss", "2x2", {"rebalance"}),
+    ("lock-takeover", "single", {"order", "lock-exclusivity", "takeover", "rebalance"}),
 ])
-def test_py5_runs_the_concurrent_suites_with_the_pull_checks_set_aside(suite, topology, aside):
+def test_py5_runs_the_suites_with_the_pull_checks_set_aside_and_the_pop_checks_added(suite, topology, aside):
     assert client_for_suite("py5", SUITES[suite], topology) is PY5
     options = RunOptions(SUITES[suite], time_scale=1.0, client="py5", topology=topology)
     assert set(options.checks_set_aside) == aside
     assert all("POP" in why for why in options.checks_set_aside.values())
-    assert set(options.check_names) == set(SUITES[suite].checks) - aside
+    pop = {"pop-ack", "pop-redelivery"} | ({"pop-fifo"} if SUITES[suite].orderly else set())
+    assert set(options.check_names) == set(SUITES[suite].checks) - aside | pop
     assert {"lost", "duplicates", "deaths"} <= set(options.check_names)
+    assert RunOptions(SUITES[suite], time_scale=0.05, topology=topology).checks_added == ()  # mqlab's own
 
 
 @pytest.mark.parametrize(("suite", "client", "message"), [
-    ("lock-takeover", "py5", "takes none: a 5.x FIFO group has no client locks"),
-    ("mixed", "py5", "takes none"),
     ("failover", "py5+mqlab", "two ways at once"),
 ])
 def test_py5_refuses_what_it_cannot_run_saying_why(suite, client, message):
@@ -54,9 +55,9 @@ def test_py5_refuses_what_it_cannot_run_saying_why(suite, client, message):
 
 
 def test_the_matrix_leaves_out_the_suites_py5_cannot_run():
-    cells, left_out = with_clients(plan_cells(["lock-takeover", "failover"], [1], [0.05]), ["py5"])
-    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("failover", "py5", 1.0)]
-    assert len(left_out) == 1 and left_out[0].startswith("lock-takeover (single) with py5")
+    cells, left_out = with_clients(plan_cells(["lock-takeover", "gray"], [1], [0.05]), ["py5"])
+    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("lock-takeover", "py5", 1.0)]
+    assert len(left_out) == 1 and left_out[0].startswith("gray (single) with py5")
 
 
 def test_a_py5_run_is_planned_with_its_own_timers():

@@ -61,6 +61,7 @@ def _listening(port: int) -> bool:
 
 def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
     from chaos.checker.checks import CHECKS
+    from chaos.real_clients import checks_added
 
     known = {"broker": c.BROKER_FAULT_SWITCHES, "consumer": c.CONSUMER_FAULT_SWITCHES,
              "producer": c.PRODUCER_FAULT_SWITCHES}
@@ -80,7 +81,8 @@ def test_every_suite_names_known_checks_and_a_known_switch_its_checks_cover():
             assert all(spec.node(n).is_master for n in switched)
     for case in SELFTEST_CASES:  # every switch, the suite that must catch it, a check that suite runs
         s = SUITES[case.suite]
-        assert case.switch in known[case.role] and case.check in s.checks, case
+        checks = (*s.checks, *checks_added(case.client, s.orderly))  # a POP client's checks too
+        assert case.switch in known[case.role] and case.check in checks, case
         if case.role == "producer":
             continue
         spec = s.spec(0.05, case.switch_map())

@@ -24,6 +24,8 @@ TIMING = {
 T = "Orders"
 B = "broker-a"
 G = "G"
+MASTER = "broker-a-0"
+POP_WALL0 = 1_700_000_000_000  # the wall clock at mono 0 (every line's wall_ms is this + mono_ms)
 
 
 def config(**overrides: Any) -> CheckerConfig:
@@ -211,6 +213,46 @@ class Run:
         self.processes.append({"node": node, "event": "exit", "mono_ms": t, "expected": expected, "exit_code": code})
         return self
 
+    # ---- POP (a master's pop* lines, a SimpleConsumer's client-ack): deadlines in mono ms -----
+
+    def _pop_event(self, event: str, t: int, offset: int, generation: int, **fields: Any) -> Run:
+        fields = {"group": G, "queue_topic": T, **fields}
+        self.event(event, t, MASTER, side="broker", topic=T, broker_name=B, queue_id=0, queue_offset=offset,
+                   generation=generation, **fields)
+        return self
+
+    def pop(self, t: int, offset: int, generation: int, deadline: int, *, client: str = "c1", fifo: bool = False,
+            attempt: int = 1, batch_t: int | None = None, group: str = G) -> Run:
+        return self._pop_event("pop", t, offset, generation, msg_id=f"m{offset}", client_id=client, fifo=fifo,
+                               attempt=attempt, repeat=False, pop_wall_ms=POP_WALL0 + (batch_t or t),
+                               deadline_wall_ms=POP_WALL0 + deadline, group=group)
+
+    def pop_ack(self, t: int, offset: int, generation: int, *, handle: int | None = None,
+                handle_deadline: int | None = None, fifo: bool = False, group: str = G) -> Run:
+        return self._pop_event("pop-ack", t, offset, generation, status="ok", fifo=fifo, group=group,
+                               handle_generation=generation if handle is None else handle,
+                               handle_deadline_wall_ms=None if handle_deadline is None else POP_WALL0 + handle_deadline)
+
+    def pop_change(self, t: int, offset: int, generation: int, new_generation: int, deadline: int) -> Run:
+        return self._pop_event("pop-change-invisible", t, offset, generation, new_generation=new_generation,
+                               deadline_wall_ms=POP_WALL0 + deadline, reason="client")
+
+    def pop_revive(self, t: int, offset: int, generation: int, deadline: int, *, in_place: bool = False,
+                   fifo: bool = False, group: str = G) -> Run:
+        return self._pop_event("pop-revive", t, offset, generation, deadline_wall_ms=POP_WALL0 + deadline,
+                               attempt=1, in_place=in_place, lost=False, fifo=fifo, group=group)
+
+    def client_ack(self, sent: int, answered: int, offset: int, generation: int, deadline: int,
+                   status: str = "ok") -> Run:
+        self.event("client-ack", answered, "consumer-0", side="client", group=G, client_id="c1", msg_id=f"m{offset}",
+                   broker_name=B, queue_topic=T, queue_id=0, queue_offset=offset, generation=generation,
+                   deadline_wall_ms=POP_WALL0 + deadline, status=status, sent_mono_ms=sent)
+        return self
+
+    def ends_at(self, t: int) -> Run:
+        self.event("consumer-stop", t, "consumer-0", side="client", group=G, client_id="c1")
+        return self
+
     # ---- output -----------------------------------------------------------------------------
 
     def history(self, spark: Any, *, absent: tuple[str, ...] = ()) -> History:
@@ -254,4 +296,10 @@ def clean_orderly_run() -> Run:
     # both brokers started clean; the slave had a record flipped that nothing acknowledged lived in
     r.store_recovered(60).store_recovered(60, node="broker-a-1")
     r.corrupt("broker-a-1", 310, phys_offset=0, n=4, msg_ids=[])
+    # a RocketMQ 5 FIFO group's two batches of queue 0, one after the other, and a concurrent 5.x
+    # group's hand-out revived in time (their own groups: the 4.x checks never see them)
+    r.pop(200, 0, 1, 400, fifo=True, group="PF").pop(200, 1, 2, 400, fifo=True, group="PF")
+    r.pop_ack(250, 0, 1, fifo=True, group="PF").pop_ack(251, 1, 2, fifo=True, group="PF")
+    r.pop(260, 2, 3, 500, fifo=True, group="PF").pop_ack(270, 2, 3, fifo=True, group="PF")
+    r.pop(200, 0, 4, 300, group="PC").pop_revive(310, 0, 4, 300, group="PC")
     return r

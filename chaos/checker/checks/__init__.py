@@ -11,6 +11,14 @@ from chaos.checker.checks.disk import DISK_FULL, check_disk_full
 from chaos.checker.checks.locks import LOCK, check_lock_exclusivity
 from chaos.checker.checks.offsets import RESYNC, check_offset_resync
 from chaos.checker.checks.order import ORDER, check_order
+from chaos.checker.checks.pop import (
+    POP_ACK,
+    POP_FIFO,
+    POP_REDELIVERY,
+    check_pop_ack,
+    check_pop_fifo,
+    check_pop_redelivery,
+)
 from chaos.checker.checks.queue import (
     DUPLICATES,
     LOST,
@@ -46,8 +54,11 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "rebalance": (REBALANCE, check_rebalance),
     "deaths": (DEATHS, check_deaths),
     "disk-full": (DISK_FULL, check_disk_full),
+    "pop-ack": (POP_ACK, check_pop_ack),
+    "pop-redelivery": (POP_REDELIVERY, check_pop_redelivery),
+    "pop-fifo": (POP_FIFO, check_pop_fifo),
 }
 
 __all__ = ["CHECKS", "CheckFn", "check_availability", "check_deaths", "check_disk_full", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
-           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_rebalance", "check_replication",
+           "check_lost", "check_offset_resync", "check_order", "check_pop_ack", "check_pop_fifo", "check_pop_redelivery", "check_read_routing", "check_rebalance", "check_replication",
            "check_store_health", "check_takeover", "check_unexpected"]

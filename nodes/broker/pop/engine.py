@@ -73,13 +73,15 @@ class PopEngine:
         writes_open: False while a restarting master holds writes (no pops, no revives then).
         on_put: after the engine stored a copy (revive, DLQ): replication's wake-up.
         on_topics_changed: after it created a retry or dead-letter topic (registration).
+        fault_switches: test-only bugs (constants.BROKER_FAULT_SWITCHES) the chaos selftest turns on.
     """
 
     def __init__(self, *, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  clock: Clock, broker_name: str, is_master: bool = True, events: EventLog | None = None,
                  writes_open: Callable[[], bool] = lambda: True, on_put: Callable[[], None] | None = None,
                  on_topics_changed: Callable[[], Awaitable[None]] | None = None,
-                 readable: Callable[[], bool] = lambda: True, rng: random.Random | None = None) -> None:
+                 readable: Callable[[], bool] = lambda: True, rng: random.Random | None = None,
+                 fault_switches: frozenset[str] = frozenset()) -> None:
         self._store = store
         self._topics = topics
         self._groups = groups
@@ -91,18 +93,21 @@ class PopEngine:
         self._on_put = on_put
         self._on_topics_changed = on_topics_changed
         self._rng = rng or random.Random()
+        self._never_revive = c.FAULT_POP_NEVER_REVIVE in fault_switches
+        self._accept_stale = c.FAULT_POP_ACCEPT_STALE_HANDLE in fault_switches
+        self._fifo_no_block = c.FAULT_POP_FIFO_NO_BLOCK in fault_switches
         self.journal = PopJournal(events, broker_name)
         self.state = PopState()
         self.waiters = PopWaiters()
         self._writer = StateWriter(store.metadata)
-        self._popper = QueuePopper(store, self.state, topics, self.journal)
+        self._popper = QueuePopper(store, self.state, topics, self.journal, no_block=self._fifo_no_block)
 
     def load(self) -> None:
         """Read the state the last run left (after the store opened)."""
         md = self._store.metadata
         tables = {t: md.get_all(t) for t in (OFFSETS_TABLE, INFLIGHT_TABLE, ORDERS_TABLE, META_TABLE)}
         self.state = PopState.from_tables(tables)
-        self._popper = QueuePopper(self._store, self.state, self._topics, self.journal)
+        self._popper = QueuePopper(self._store, self.state, self._topics, self.journal, no_block=self._fifo_no_block)
         if self.state.inflight:
             log.info("pop state loaded: %d in flight, %d pop offsets, %d FIFO batches", len(self.state.inflight),
                      len(self.state.offsets), len(self.state.orders))
@@ -219,9 +224,9 @@ class PopEngine:
         found = self._current(group, topic, receipt_handle)
         if isinstance(found, AckResult):
             return found
-        entry = found
+        entry, handle = found
         self.state.settle(entry)
-        self.journal.acked(entry, "ok")
+        self.journal.acked(entry, "ok", handle)
         self._wake_if_unblocked(entry)
         if not await self._persist():
             return AckResult(PopCode.UNAVAILABLE, "the ack could not be written (is the disk full?); it holds until "
@@ -241,6 +246,7 @@ class PopEngine:
                 return ChangeInvisibleResult(PopCode.INVALID_RECEIPT_HANDLE,
                                              remark="receipt handle is settled: its message was acknowledged")
             return ChangeInvisibleResult(found.code, remark=found.remark)
+        found, _ = found
         now_ms = self._clock.wall_ms()
         changed = dataclasses.replace(found, generation=self.state.next_generation(), pop_wall_ms=now_ms,
                                       invisible_ms=invisible_ms, deadline_wall_ms=now_ms + invisible_ms,
@@ -286,7 +292,7 @@ class PopEngine:
             return found
         if not self._writes_open():
             return AckResult(PopCode.UNAVAILABLE, "writes are held while this master restores its log; try again")
-        entry = found
+        entry, _ = found
         record = self._store.lookup_message(entry.phys_offset, entry.size)
         if record is None:
             return AckResult(PopCode.UNAVAILABLE, f"the message at commitlog offset {entry.phys_offset} is gone "
@@ -309,9 +315,9 @@ class PopEngine:
         return AckResult(PopCode.OK) if stored else AckResult(
             PopCode.UNAVAILABLE, "stored in the DLQ, but settling the handle could not be written; ack it")
 
-    def _current(self, group: str, topic: str, receipt_handle: str) -> InFlight | AckResult:
-        """The entry a current handle names, or the answer for a handle that is not current
-        (an already settled one answers OK)."""
+    def _current(self, group: str, topic: str, receipt_handle: str) -> tuple[InFlight, ReceiptHandle] | AckResult:
+        """The entry a current handle names (with the handle), or the answer for a handle that is
+        not current (an already settled one answers OK)."""
         refusal = self._refusal(group, topic)
         if refusal is not None:
             return AckResult(*refusal)
@@ -328,11 +334,15 @@ class PopEngine:
         now_ms = self._clock.wall_ms()
         key = (group, handle.queue_topic, handle.queue_id, handle.queue_offset)
         entry = self.state.inflight.get(key)
+        if entry is not None and self._accept_stale:
+            return entry, handle  # the selftest's bug: neither the generation nor the deadline is checked
         if entry is not None and entry.generation == handle.generation:
             if entry.deadline_wall_ms <= now_ms:
                 return self._invalid(handle, topic, "expired: its invisible time is over and the message comes back "
                                                     "with its next attempt")
-            return entry
+            return entry, handle
+        if self._accept_stale:  # the selftest's bug: a handle not in flight is taken for an acked one
+            return AckResult(PopCode.OK, "already settled")
         settled = self.state.settled.get(key)
         if settled is not None and settled[0] == handle.generation:
             return AckResult(PopCode.OK, "already settled")
@@ -388,6 +398,8 @@ class PopEngine:
         moved = 0
         version = self._topics.data_version
         due = self.state.due(now_ms)
+        if self._never_revive:  # the selftest's bug: expired non-FIFO hand-outs stay in flight for ever
+            due = [entry for entry in due if entry.fifo]
         # an expired FIFO batch stays where it is until a pop hands it out again: wake its pops
         for topic in {entry.topic for entry in due if entry.fifo}:
             if self.waiters.has_waiters(topic):
@@ -466,4 +478,17 @@ class PopEngine:
     def describe(self) -> dict[str, Any]:
         return {"in_flight": len(self.state.inflight), "pop_offsets": len(self.state.offsets),
                 "fifo_batches": len(self.state.orders), "waiting_pops": self.waiters.count(),
-                "state_transactions": self._writer.transactions}
+                "state_transactions": self._writer.transactions, "fifo_holders": self.fifo_holders()}
+
+    def fifo_holders(self) -> list[dict[str, Any]]:
+        """Per FIFO queue whose last batch still has an invisible unacked message: the client it was
+        handed to and how long the queue stays blocked (a 5.x FIFO queue's holder, as a queue lock's)."""
+        now_ms = self._clock.wall_ms()
+        out: list[dict[str, Any]] = []
+        for (group, topic, queue_id), batch in sorted(self.state.orders.items()):
+            live = [e for e in self.state.unacked(group, topic, queue_id, batch) if e.deadline_wall_ms > now_ms]
+            if live:
+                out.append({"group": group, "topic": topic, "broker_name": self.broker_name, "queue_id": queue_id,
+                            "client_id": live[0].client_id,
+                            "lease_left_ms": max(e.deadline_wall_ms for e in live) - now_ms})
+        return out

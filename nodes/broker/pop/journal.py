@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.pop.state import InFlight
 from nodes.common.events import EventLog
 
@@ -31,9 +32,11 @@ class PopJournal:
                      deadline_wall_ms=entry.deadline_wall_ms, client_id=entry.client_id or None,
                      attempt_id=attempt_id or None, repeat=repeat)
 
-    def acked(self, entry: InFlight, status: str) -> None:
-        """`status`: ok (settled now), again (a repeated ack of a settled handle)."""
-        self._record("pop-ack", entry, status=status, deadline_wall_ms=entry.deadline_wall_ms)
+    def acked(self, entry: InFlight, status: str, handle: ReceiptHandle) -> None:
+        """`status`: ok (settled now). The handle the ack named is journalled beside the entry it
+        settled: a checker holds the one against the other's history."""
+        self._record("pop-ack", entry, status=status, deadline_wall_ms=entry.deadline_wall_ms,
+                     handle_generation=handle.generation, handle_deadline_wall_ms=handle.deadline_wall_ms)
 
     def ack_refused(self, group: str, topic: str, queue_topic: str, queue_id: int, queue_offset: int,
                     generation: int, reason: str) -> None:

@@ -45,8 +45,10 @@ Popped = tuple[InFlight, Record]
 
 
 class QueuePopper:
-    def __init__(self, store: MessageStore, state: PopState, topics: TopicConfigManager, journal: PopJournal) -> None:
+    def __init__(self, store: MessageStore, state: PopState, topics: TopicConfigManager, journal: PopJournal, *,
+                 no_block: bool = False) -> None:
         self._store = store
+        self._no_block = no_block  # the selftest's bug (FAULT_POP_FIFO_NO_BLOCK)
         self._state = state
         self._topics = topics
         self._journal = journal
@@ -119,8 +121,9 @@ class QueuePopper:
             if any(e.deadline_wall_ms > call.now_wall_ms for e in unacked):
                 if call.attempt_id and call.attempt_id == batch.attempt_id:
                     return self._repeat(call, unacked)
-                return []  # blocked until the batch is acked or visible again
-            if unacked:  # every unacked one is visible again: re-read from the first, in place
+                if not self._no_block:
+                    return []  # blocked until the batch is acked or visible again
+            elif unacked:  # every unacked one is visible again: re-read from the first, in place
                 expired = unacked
                 start = unacked[0].queue_offset
         if start is None:

@@ -31,6 +31,7 @@ class PopRig:
     root: Path
     clock: Clock = SYSTEM_CLOCK
     revive_ms: int = REVIVE_MS
+    fault_switches: frozenset[str] = frozenset()
     store: MessageStore = field(init=False)
     topics: TopicConfigManager = field(init=False)
     groups: SubscriptionGroupManager = field(init=False)
@@ -48,7 +49,7 @@ class PopRig:
         self.groups = SubscriptionGroupManager(self.store.metadata, auto_create_enable=True)
         self.events = EventLog(self.root / "events.jsonl", "broker-a-0", self.clock)
         self.engine = PopEngine(store=self.store, topics=self.topics, groups=self.groups, clock=self.clock,
-                                broker_name=BROKER, events=self.events)
+                                broker_name=BROKER, events=self.events, fault_switches=self.fault_switches)
         self.engine.load()
 
     def close(self) -> None:
