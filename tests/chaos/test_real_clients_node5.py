@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.matrix import plan_cells, with_clients
-from chaos.real_clients import CLIENTS, RealClientError, client_for_suite, wire
+from chaos.real_clients import CLIENTS, RealClientError, wire
 from chaos.real_clients import wiring as real_wiring
 from chaos.runner import RunOptions, _create_topic, plan
-from chaos.suites import GROUP, QUEUES, SUITES, TOPIC, with_gray_faults
+from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.spec import ClusterSpec
@@ -28,41 +27,6 @@ FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a
 PARTITION_QUIET_S = 5.0
 READY_BUDGET_S = 20.0
 STOP_BUDGET_S = 10.0  # the harness's stop grace (NODE_STOP_GRACE_MS)
-
-
-@pytest.mark.parametrize(("suite", "topology", "aside"), [
-    ("failover", "single", {"read-routing"}),
-    ("offset-resync", "single", {"order", "offset-resync"}),
-    ("read-routing", "single", {"read-routing"}),
-    ("durability", "single", set()),
-    ("disk-full", "single", set()),
-    ("broker-loss", "2x2", {"rebalance"}),
-])
-def test_node5_runs_the_concurrent_suites_with_the_pull_checks_set_aside(suite, topology, aside):
-    assert client_for_suite("node5", SUITES[suite], topology) is NODE5
-    options = RunOptions(SUITES[suite], time_scale=1.0, client="node5", topology=topology)
-    assert set(options.checks_set_aside) == aside
-    assert all("POP" in why for why in options.checks_set_aside.values())
-    assert set(options.check_names) == set(SUITES[suite].checks) - aside
-
-
-@pytest.mark.parametrize(("suite", "client", "message"), [
-    ("lock-takeover", "node5", "takes none: a 5.x FIFO group has no client locks"),
-    ("mixed", "node5", "takes none"),
-    ("failover", "node5+mqlab", "two ways at once"),
-])
-def test_node5_refuses_what_it_cannot_run_saying_why(suite, client, message):
-    with pytest.raises(RealClientError, match=message):
-        client_for_suite(client, SUITES[suite])
-    with pytest.raises(RealClientError, match="Clock"):
-        client_for_suite("node5", with_gray_faults(SUITES["failover"]))
-
-
-def test_the_matrix_takes_node5_beside_the_other_clients():
-    cells, left_out = with_clients(plan_cells(["lock-takeover", "failover"], [1], [0.05]), ["py5", "node5"])
-    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("failover", "py5", 1.0), ("failover", "node5", 1.0)]
-    assert [line.split(":")[0] for line in left_out] == ["lock-takeover (single) with py5",
-                                                          "lock-takeover (single) with node5"]
 
 
 def test_a_node5_run_is_planned_with_its_own_timers():

@@ -19,6 +19,7 @@ from harness.spec import ClusterSpec
 from nodes.consumer.journal import read_journal
 
 PY5 = CLIENTS["py5"]
+POP_CLIENTS = ("py5", "py5-simple", "node5")
 FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a 5 s assignment scan
 PARTITION_QUIET_S = 5.0
 E2E_TIMEOUT_S = 1200  # a real-scale run (about 5 min) plus the checker (1.5 to 4 min here)
@@ -33,9 +34,11 @@ E2E_TIMEOUT_S = 1200  # a real-scale run (about 5 min) plus the checker (1.5 to 
     ("broker-loss", "2x2", {"rebalance"}),
     ("lock-takeover", "single", {"order", "lock-exclusivity", "takeover", "rebalance"}),
 ])
-def test_py5_runs_the_suites_with_the_pull_checks_set_aside_and_the_pop_checks_added(suite, topology, aside):
-    assert client_for_suite("py5", SUITES[suite], topology) is PY5
-    options = RunOptions(SUITES[suite], time_scale=1.0, client="py5", topology=topology)
+@pytest.mark.parametrize("client", POP_CLIENTS)
+def test_pop_clients_run_the_suites_with_the_pull_checks_set_aside_and_the_pop_checks_added(
+        suite, topology, aside, client):
+    assert client_for_suite(client, SUITES[suite], topology) is CLIENTS[client]
+    options = RunOptions(SUITES[suite], time_scale=1.0, client=client, topology=topology)
     assert set(options.checks_set_aside) == aside
     assert all("POP" in why for why in options.checks_set_aside.values())
     pop = {"pop-ack", "pop-redelivery"} | ({"pop-fifo"} if SUITES[suite].orderly else set())
@@ -44,20 +47,19 @@ def test_py5_runs_the_suites_with_the_pull_checks_set_aside_and_the_pop_checks_a
     assert RunOptions(SUITES[suite], time_scale=0.05, topology=topology).checks_added == ()  # mqlab's own
 
 
-@pytest.mark.parametrize(("suite", "client", "message"), [
-    ("failover", "py5+mqlab", "two ways at once"),
-])
-def test_py5_refuses_what_it_cannot_run_saying_why(suite, client, message):
-    with pytest.raises(RealClientError, match=message):
-        client_for_suite(client, SUITES[suite])
+@pytest.mark.parametrize("client", POP_CLIENTS)
+def test_pop_clients_refuse_what_they_cannot_run_saying_why(client):
+    with pytest.raises(RealClientError, match="two ways at once"):
+        client_for_suite(f"{client}+mqlab", SUITES["failover"])
     with pytest.raises(RealClientError, match="Clock"):
-        client_for_suite("py5", with_gray_faults(SUITES["failover"]))
+        client_for_suite(client, with_gray_faults(SUITES["failover"]))
 
 
-def test_the_matrix_leaves_out_the_suites_py5_cannot_run():
-    cells, left_out = with_clients(plan_cells(["lock-takeover", "gray"], [1], [0.05]), ["py5"])
-    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("lock-takeover", "py5", 1.0)]
-    assert len(left_out) == 1 and left_out[0].startswith("gray (single) with py5")
+def test_the_matrix_leaves_out_the_suites_pop_clients_cannot_run():
+    cells, left_out = with_clients(plan_cells(["lock-takeover", "gray"], [1], [0.05]), list(POP_CLIENTS))
+    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("lock-takeover", cl, 1.0) for cl in POP_CLIENTS]
+    assert cells[1].name.endswith("-py5-simple")
+    assert [line.split(":")[0] for line in left_out] == [f"gray (single) with {cl}" for cl in POP_CLIENTS]
 
 
 def test_a_py5_run_is_planned_with_its_own_timers():

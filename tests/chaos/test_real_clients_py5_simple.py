@@ -21,8 +21,7 @@ import pytest
 from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE
 
 from chaos.bounds import REAL_CLIENT_TIMERS_MS
-from chaos.matrix import plan_cells, with_clients
-from chaos.real_clients import CLIENTS, RealClientError, client_for_suite, wire
+from chaos.real_clients import CLIENTS, wire
 from chaos.runner import RunOptions, _create_topic, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
@@ -49,36 +48,6 @@ def wrapper_modules(monkeypatch):
 
 
 # ---- wiring ------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("suite", "topology"), [
-    ("failover", "single"), ("offset-resync", "single"), ("read-routing", "single"), ("durability", "single"),
-    ("disk-full", "single"), ("broker-loss", "2x2"),
-])
-def test_py5_simple_runs_what_py5_runs_with_the_same_checks_set_aside(suite, topology):
-    assert client_for_suite("py5-simple", SUITES[suite], topology) is PY5_SIMPLE
-    simple = RunOptions(SUITES[suite], time_scale=1.0, client="py5-simple", topology=topology)
-    push = RunOptions(SUITES[suite], time_scale=1.0, client="py5", topology=topology)
-    assert simple.checks_set_aside == push.checks_set_aside
-    assert simple.check_names == push.check_names and {"lost", "duplicates"} <= set(simple.check_names)
-
-
-@pytest.mark.parametrize(("suite", "client", "message"), [
-    ("lock-takeover", "py5-simple", "takes none"),
-    ("mixed", "py5-simple", "takes none"),
-    ("failover", "py5-simple+mqlab", "two ways at once"),
-])
-def test_py5_simple_refuses_what_py5_refuses(suite, client, message):
-    with pytest.raises(RealClientError, match=message):
-        client_for_suite(client, SUITES[suite])
-
-
-def test_the_matrix_runs_py5_simple_cells_and_leaves_out_the_orderly_suites():
-    cells, left_out = with_clients(plan_cells(["lock-takeover", "offset-resync"], [1], [0.05]), ["py5", "py5-simple"])
-    assert [(c.suite, c.client, c.time_scale) for c in cells] == [("offset-resync", "py5", 1.0),
-                                                                  ("offset-resync", "py5-simple", 1.0)]
-    assert cells[1].name.endswith("-py5-simple")
-    assert len(left_out) == 2 and left_out[1].startswith("lock-takeover (single) with py5-simple")
-
 
 def test_a_py5_simple_run_is_planned_with_py5s_timers():
     assert REAL_CLIENT_TIMERS_MS["py5-simple"] == REAL_CLIENT_TIMERS_MS["py5"]
