@@ -208,6 +208,8 @@ def matrix(
 def selftest(
     suites: Annotated[str | None, typer.Option("--suites", help="Only the cases of these suites (comma-separated).")
                       ] = None,
+    switches: Annotated[str | None, typer.Option("--switches", help="Only the cases of these fault switches "
+                                                 "(comma-separated).")] = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies every RocketMQ timer.")] = 0.05,
     duration: Annotated[float | None, typer.Option("--duration", help="Seconds of each fault phase (default: a short one).")
                         ] = None,
@@ -235,6 +237,12 @@ def selftest(
         if not cases:
             _fail(f"no selftest case for {', '.join(sorted(wanted))}; cases cover "
                   f"{', '.join(sorted({case.suite for case in SELFTEST_CASES}))}")
+    if switches:
+        wanted = {n.strip() for n in switches.split(",") if n.strip()}
+        cases = [case for case in cases if case.switch in wanted]
+        if not cases:
+            _fail(f"no selftest case for switch {', '.join(sorted(wanted))}; switches are "
+                  f"{', '.join(sorted({case.switch for case in SELFTEST_CASES}))}")
     out_dir = _out_dir(out, "selftest")
     phase_s = duration if duration is not None else SELFTEST_FAULT_PHASE_S
     checker = CheckerProcess(spark_master=spark_master)  # one warm checker judges every case

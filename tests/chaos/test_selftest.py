@@ -77,7 +77,8 @@ def test_the_seed_of_a_case_draws_the_fault_its_bug_needs():
         seed = seed_for(case, 0.05, SELFTEST_FAULT_PHASE_S)
         s = SUITES[case.suite]
         schedule, _ = plan(RunOptions(s, seed=seed, duration_s=case_phase_s(case, SELFTEST_FAULT_PHASE_S),
-                                      topology=s.topologies[0]))
+                                      topology=s.topologies[0], time_scale=case.time_scale(0.05),
+                                      client=case.client))
         # a symbolic target is drawn pinned to a broker group on 2x2 (`group` -> `group:broker-b`)
         drawn = [(e.op.op, (getattr(e.op, "target", None) or "").split(":")[0], describe_op(e.op))
                  for e in schedule.entries]
@@ -102,3 +103,6 @@ def test_the_selftest_command_prints_the_table_and_fails_on_a_switch_not_caught(
     assert "lock-takeover/orderly-take-newest" in result.output and "NO" in result.output
     bad = CliRunner().invoke(app, ["selftest", "--suites", "no-such", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "no selftest case" in bad.output
+    calls.clear()
+    one = CliRunner().invoke(app, ["selftest", "--switches", "lock-slow-takeover", "--out", str(tmp_path / "y")])
+    assert one.exit_code == 0 and [switch for switch, _ in calls] == ["lock-slow-takeover"], one.output
