@@ -150,7 +150,7 @@ class TargetResolver:
             master_details = self.cluster.node(master).describe(self.describe_timeout_ms).get("details", {})
             holders = {q: by_client[cid] for q, cid in locked_queues(
                 master_details, self.topic, self.group, broker_name or None).items() if cid in by_client}
-        source = "the master's queue locks and FIFO batches"
+        source = "the master's lock table (queue locks, FIFO batches)"
         if not holders:
             holders = {q: sorted(nodes)[0] for q, nodes in own.items() if not broker_name or q[0] == broker_name}
             source = "the consumers' own locks"

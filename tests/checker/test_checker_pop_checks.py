@@ -4,8 +4,7 @@ failing and holding."""
 from __future__ import annotations
 
 import pytest
-from checker.builders import MASTER, T, config
-from checker.builders import Run
+from checker.builders import MASTER, Run, T, config
 
 from chaos.checker.checks import check_pop_ack, check_pop_fifo, check_pop_redelivery
 
