@@ -143,7 +143,7 @@ class SendProcessor:
                 return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
             if not messages:
                 return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
-            if refusal := validation.properties_refusal(messages):
+            if refusal := validation.properties_refusal(messages, batch=bool(req.batch_body)):
                 return _reply(*refusal)
             for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
                 if not body:

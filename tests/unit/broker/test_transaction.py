@@ -197,3 +197,27 @@ def test_the_check_service_sends_due_checks_and_journals_who_got_them(broker, tm
     assert len(sent) == 2
     assert [(e["check_times"], e["delivered"]) for e in t.journal("txn-check")] == [(1, False), (2, True)]
     assert broker.store.metadata.get_all(TABLE)[f"checks:{0}"][0] == 2
+
+
+def test_a_batch_of_transactional_messages_is_refused_and_stores_nothing(broker, tmp_path):
+    from nodes.store.message_batch import encode_checked
+
+    t = Txn(broker, tmp_path)
+    body = encode_checked([(b"a", 0, {c.PROPERTY_TRANSACTION_PREPARED: "true"}), (b"b", 0, {})])
+    response = t.send.process(SendRequest(topic="T", queue_id=0, batch_body=body, born_timestamp_ms=1))
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL and "transaction" in response.remark
+    assert broker.store.max_queue_offset("T", 0) == 0
+    assert broker.store.max_queue_offset(c.TRANS_HALF_TOPIC, 0) == 0
+
+
+def test_a_slave_refuses_to_end_a_transaction(broker, tmp_path):
+    from nodes.broker.transaction import EndTransactionHandler, EndTransactionRequest
+
+    slave = EndTransactionHandler(None, node_id="broker-a-1", broker_name="broker-a", writable=lambda: True)
+    outcome = asyncio.run(slave.handle(EndTransactionRequest("7F000001000055AD0000000000000000", "U1", True)))
+    assert outcome.code == ResponseCode.SERVICE_NOT_AVAILABLE and "master of broker-a" in outcome.remark
+    t = Txn(broker, tmp_path)
+    txn_id = t.half()
+    read_only = EndTransactionHandler(t.txns, node_id="broker-a-0", broker_name="broker-a", writable=lambda: False)
+    assert asyncio.run(read_only.handle(EndTransactionRequest(txn_id, "U1", True))).code == ResponseCode.NO_PERMISSION
+    assert t.txns.open_count() == 1 and broker.store.max_queue_offset("T", 1) == 0
