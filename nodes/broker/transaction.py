@@ -165,10 +165,15 @@ class TransactionalMessages:
     def load(self) -> None:
         """Rebuild the open half messages from the queues and the persisted cursors."""
         saved = self._store.metadata.get_all(TABLE)
-        half_min = self._store.min_queue_offset(c.TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        op_min = self._store.min_queue_offset(c.TRANS_OP_HALF_TOPIC, OP_QUEUE_ID)
-        self.half_cursor = self._half_seen = max(int(saved.get("half_cursor", 0)), half_min)
-        self.op_cursor = self._op_seen = max(int(saved.get("op_cursor", 0)), op_min)
+        store = self._store
+        # A cursor past its queue's end (a log tail lost after the metadata was written) would
+        # take the next half messages for resolved ones: it starts at the end instead.
+        self.half_cursor = self._half_seen = _within(
+            int(saved.get("half_cursor", 0)), store.min_queue_offset(c.TRANS_HALF_TOPIC, HALF_QUEUE_ID),
+            store.max_queue_offset(c.TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        self.op_cursor = self._op_seen = _within(
+            int(saved.get("op_cursor", 0)), store.min_queue_offset(c.TRANS_OP_HALF_TOPIC, OP_QUEUE_ID),
+            store.max_queue_offset(c.TRANS_OP_HALF_TOPIC, OP_QUEUE_ID))
         self.catch_up()
         for key, value in saved.items():
             if key.startswith(_CHECKS_KEY):
@@ -395,6 +400,10 @@ class TransactionalMessages:
     def describe(self) -> dict[str, Any]:
         return {"open": len(self._open), "half_cursor": self.half_cursor, "op_cursor": self.op_cursor,
                 **self.counts}
+
+
+def _within(value: int, low: int, high: int) -> int:
+    return max(low, min(value, high))
 
 
 def _op_half_offset(record: Record | None) -> int | None:

@@ -221,3 +221,14 @@ def test_a_slave_refuses_to_end_a_transaction(broker, tmp_path):
     read_only = EndTransactionHandler(t.txns, node_id="broker-a-0", broker_name="broker-a", writable=lambda: False)
     assert asyncio.run(read_only.handle(EndTransactionRequest(txn_id, "U1", True))).code == ResponseCode.NO_PERMISSION
     assert t.txns.open_count() == 1 and broker.store.max_queue_offset("T", 1) == 0
+
+
+def test_cursors_past_the_queues_end_start_at_the_end_so_new_half_messages_stay_open(broker, tmp_path):
+    t = Txn(broker, tmp_path)
+    broker.store.metadata.put_many(TABLE, {"half_cursor": 50, "op_cursor": 40})  # a tail lost after it
+    t.open_state()
+    assert (t.txns.half_cursor, t.txns.op_cursor) == (0, 0)
+    txn_id = t.half()
+    assert t.txns.open_count() == 1
+    assert t.txns.end(txn_id, "U1", commit=True, source="client").code == ResponseCode.SUCCESS
+    assert broker.store.max_queue_offset("T", 1) == 1
