@@ -51,6 +51,8 @@ from nodes.broker.slave_sync import SlaveSyncService
 from nodes.broker.store_services import CleanService, DiskCheckService
 from nodes.broker.topic_admin import TopicAdminHandler
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
+from nodes.broker.transaction import EndTransactionHandler, TransactionalMessages
+from nodes.broker.transaction_check import TransactionCheckService
 from nodes.broker.transport.broker_servicer import BrokerServicer
 from nodes.broker.transport.clients import GrpcMasterLink, GrpcNamesrvApi
 from nodes.broker.transport.consumer_servicer import ConsumerManagerServicer
@@ -135,6 +137,8 @@ class BrokerController:
         self.consumers = ConsumerRegistry(channel_expiry_ms=config.timing.consumer_channel_expiry_ms,
                                           events=self.events)
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: TransactionalMessages | None = None  # masters only
+        self.transaction_check: TransactionCheckService | None = None
         self.client_manage: ClientManageHandler | None = None
         self.table = RequestTable()
         # orderly consumers' queue locks: masters only, in memory only (a restart frees them all)
@@ -166,6 +170,8 @@ class BrokerController:
         poll_ms = timing.long_poll_scan_ms if self.config.long_polling_enable else timing.short_poll_ms
         self.pull_hold = PullRequestHoldService(self.store, self._clock, poll_ms, on_crash=crash_node)
         self.send = SendProcessor(self.config, self.store, self.topics, self._clock, groups=self.groups)
+        if self.config.is_master:
+            self._build_transactions()
         self.pop = PopEngine(store=self.store, topics=self.topics, groups=self.groups, clock=self._clock,
                              broker_name=self.config.broker_name, is_master=self.config.is_master, events=self.events,
                              writes_open=lambda: self.replication.writes.is_open, on_put=self.replication.log_grew,
@@ -229,6 +235,14 @@ class BrokerController:
             else:  # it writes too: not before the lost tail is back (or the wait gave up)
                 self._background.append(asyncio.create_task(self._start_when_writable(self.schedule),
                                                             name="schedule-after-restore"))
+        if self.transaction_check is not None:  # it writes too (commits, discards)
+            assert self.rocketmq5 is not None
+            self.transaction_check.add_sender(self.rocketmq5.send_check)
+            if self.replication.writes.is_open:
+                self._services.append(self.transaction_check)
+            else:
+                self._background.append(asyncio.create_task(self._start_when_writable(self.transaction_check),
+                                                            name="transaction-check-after-restore"))
         if self.config.is_master:
             self._services.append(PopReviveService(self.pop, timing.pop_revive_interval_ms, on_crash=crash_node,
                                                    clock=self._clock))
@@ -254,6 +268,20 @@ class BrokerController:
         await set_serving(health_servicer, True)
         self.lifecycle.transition(Lifecycle.RUNNING)
         return self.addr
+
+    def _build_transactions(self) -> None:
+        """Half messages and their check (masters only): the open ones rebuilt from the store."""
+        timing = self.config.timing
+        txns = self.transactions = TransactionalMessages(
+            self.store, self._clock, self.events, timeout_ms=timing.transaction_timeout_ms,
+            check_interval_ms=timing.transaction_check_interval_ms, on_put=self.replication.log_grew)
+        txns.load()
+        check = self.transaction_check = TransactionCheckService(txns, self._clock, on_crash=crash_node)
+
+        def half_stored(entries: list[tuple[int, int, str, str]]) -> None:
+            txns.half_stored(entries)
+            check.half_stored()
+        self.send.on_half = half_stored
 
     def _hold_writes_for_restore(self) -> int | None:
         """A master that lost its log tail (unclean start) holds writes until a slave gave the
@@ -353,6 +381,9 @@ class BrokerController:
         resets = OffsetResetHandler(config=config, store=self.store, topics=self.topics, offsets=self.offsets,
                                     consumers=self.consumers, client_manage=self.client_manage, master_addr=self._master_addr)
         table.register(RequestKind.RESET_CONSUMER_OFFSET, resets.reset)
+        table.register(RequestKind.END_TRANSACTION, gate(EndTransactionHandler(
+            self.transactions, node_id=config.node_id, broker_name=config.broker_name,
+            writable=lambda: bool(config.broker_perm & c.PERM_WRITE)).handle))
 
     async def _start_remoting(self) -> None:
         """The remoting listener, before the first registration, so the name servers learn its
@@ -433,6 +464,7 @@ class BrokerController:
             "schedule": self.schedule.describe() if self.schedule else None,
             "queue_locks": self.queue_locks.describe(self._lock_now_ms()) if self.queue_locks else None,
             "pop": self.pop.describe() if running else None,
+            "transactions": self.transactions.describe() if self.transactions else None,
         }
         role = "M" if self.config.is_master else "S"
         if self.ha_client is not None and running:

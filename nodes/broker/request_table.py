@@ -56,6 +56,7 @@ class RequestKind(enum.Enum):
     POP_CHANGE_INVISIBLE = "pop-change-invisible"  # async (ChangeInvisibleRequest) -> ChangeInvisibleResult
     POP_FORWARD_TO_DLQ = "pop-forward-to-dlq"  # async (PopAckRequest) -> AckResult
     RESET_CONSUMER_OFFSET = "reset-consumer-offset"  # (ResetOffsetRequest) -> ResetOffsetResponse
+    END_TRANSACTION = "end-transaction"  # async (EndTransactionRequest) -> EndOutcome (nodes/broker/transaction)
 
 
 class RequestNotSupportedError(Exception):

@@ -28,6 +28,7 @@ from nodes.broker.send_back import (
     route_retry_send,
 )
 from nodes.broker.topics import SubscriptionGroupManager, TopicConfigManager
+from nodes.broker.transaction import is_transactional, to_half
 from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
@@ -109,6 +110,8 @@ class SendProcessor:
         self.sync_flush = config.store.sync_flush
         self.flush_ack_early = c.FAULT_SYNC_FLUSH_ACK_EARLY in config.fault_switches
         self.last_put_end_offset = 0  # the commitlog end after the last successful put
+        # told of every half message stored: [(half queue offset, phys offset, real topic, UNIQ_KEY)]
+        self.on_half: Callable[[list[tuple[int, int, str, str]]], None] | None = None
 
     def bind_port(self, port: int) -> None:
         self._store_host = (_ipv4_of(self._config.listen_host), port)
@@ -140,7 +143,7 @@ class SendProcessor:
                 return _reply(ResponseCode.MESSAGE_ILLEGAL, str(exc))
             if not messages:
                 return _reply(ResponseCode.MESSAGE_ILLEGAL, "the request carries no message")
-            if refusal := validation.properties_refusal(messages):
+            if refusal := validation.properties_refusal(messages, batch=bool(req.batch_body)):
                 return _reply(*refusal)
             for i, (body, _flag, _properties, _born_ms) in enumerate(messages):
                 if not body:
@@ -169,20 +172,25 @@ class SendProcessor:
             return _reply(ResponseCode.SYSTEM_ERROR,
                           f"queue id {req.queue_id} is outside [0, {topic.write_queue_nums}) of {req.topic}")
 
+        records: list[MessageToStore] = []
         if scanned is not None:
             result = self._store.put_scanned(scanned, topic=req.topic, queue_id=req.queue_id,
                                              born_timestamp_ms=req.born_timestamp_ms, born_host=req.born_host,
                                              store_host=self._store_host, sys_flag=req.sys_flag,
                                              reconsume_times=req.reconsume_times)
         else:
-            records = self._records(req, messages)
-            if isinstance(records, SendResponse):
-                return records  # the retry route refused it
+            built = self._records(req, messages)
+            if isinstance(built, SendResponse):
+                return built  # the retry route refused it
+            records = built
             result = self._store.put_messages(records)
         code = _CODE_BY_PUT_STATUS[result.status]
         if code != ResponseCode.SUCCESS:
             return _reply(code, result.remark or result.status.name)
         appended = result.appended
+        if records and records[0].topic == c.TRANS_HALF_TOPIC and self.on_half is not None:
+            self.on_half([(a.queue_offset, a.phys_offset, m.properties.get(c.PROPERTY_REAL_TOPIC, ""),
+                           m.properties.get(c.PROPERTY_UNIQ_KEY, "")) for a, m in zip(appended, records, strict=True)])
         last = appended[-1]
         self.last_put_end_offset = last.phys_offset + last.size
         return SendResponse(code, queue_id=req.queue_id, appended=appended, compact=bool(req.batch_body))
@@ -202,11 +210,13 @@ class SendProcessor:
             # a dead letter is stored at once, whatever delay level it asked for
             dropped = RETRY_HEADER_PROPERTIES + ((c.PROPERTY_DELAY,) if route.dead_letter else ())
         born_host, store_host, sys_flag = req.born_host, self._store_host, req.sys_flag
-        return [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
-                               properties=_without(properties, dropped), born_timestamp_ms=born_ms,
-                               born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
-                               sys_flag=sys_flag)
-                for body, flag, properties, born_ms in messages]
+        records = [MessageToStore(topic=store_topic, queue_id=store_queue_id, body=body, flag=flag,
+                                  properties=_without(properties, dropped), born_timestamp_ms=born_ms,
+                                  born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
+                                  sys_flag=sys_flag)
+                   for body, flag, properties, born_ms in messages]
+        # a transactional send is stored as half messages (SendMessageProcessor -> prepareMessage)
+        return [to_half(r) if is_transactional(r.properties) else r for r in records]
 
 
 class SendHandler:

@@ -26,7 +26,8 @@ from nodes.store.record_batch import ScannedBatch
 log = logging.getLogger(__name__)
 _refused_commits = RejectLog(log)
 # the properties `properties_refusal` checks, as their names stand in a raw properties text
-_CHECKED_PROPERTIES = (c.PROPERTY_DELAY, c.PROPERTY_REAL_TOPIC, c.PROPERTY_REAL_QUEUE_ID)
+_CHECKED_PROPERTIES = (c.PROPERTY_DELAY, c.PROPERTY_REAL_TOPIC, c.PROPERTY_REAL_QUEUE_ID,
+                       c.PROPERTY_TRANSACTION_PREPARED)
 _CHECKED_NAMES = tuple(f"{name}{c.PROPERTY_NAME_SEPARATOR}".encode() for name in _CHECKED_PROPERTIES)
 
 
@@ -106,14 +107,18 @@ def batch_entries_upto(batch_body: bytes, limit: int) -> int:
     return count
 
 
-def properties_refusal(messages: Sequence[tuple[bytes, int, dict[str, str], int]]) -> Refusal | None:
+def properties_refusal(messages: Sequence[tuple[bytes, int, dict[str, str], int]], *,
+                       batch: bool = False) -> Refusal | None:
     """The delay and REAL_* properties a client set: DELAY an integer, REAL_TOPIC a topic name,
     REAL_QID a queue id. (The store overwrites REAL_* when it parks a delayed message; these
-    keep what a client writes readable as the broker's own properties.)"""
+    keep what a client writes readable as the broker's own properties.) A transactional message
+    in a batch (RocketMQ's producer refuses to build one): each half message is ended alone."""
     for i, (_body, _flag, properties, _born_ms) in enumerate(messages):
         if not any(name in properties for name in _CHECKED_PROPERTIES):
             continue  # the common case
         problem = _property_problem(properties)
+        if batch and properties.get(c.PROPERTY_TRANSACTION_PREPARED) == "true":
+            problem = "a batch cannot carry transactional messages; send each in its own transaction"
         if problem is not None:
             return Refusal(ResponseCode.MESSAGE_ILLEGAL, f"message {i}: {problem}")
     return None

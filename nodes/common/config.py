@@ -104,6 +104,9 @@ class Timing:
     pop_revive_interval_ms: int = c.POP_REVIVE_INTERVAL_MS
     # RocketMQ 5 auto-renew: how often the messages of PushConsumers' receives are renewed
     rmq5_renew_scan_ms: int = c.RMQ5_RENEW_SCAN_MS
+    # transactional messages: first check of a half message, then every check interval
+    transaction_timeout_ms: int = c.TRANSACTION_TIMEOUT_MS
+    transaction_check_interval_ms: int = c.TRANSACTION_CHECK_INTERVAL_MS
 
     # RPC deadlines are transport budgets, not RocketMQ timers: scaling them down to a few
     # milliseconds would turn a loaded machine into a storm of false timeouts.

@@ -298,6 +298,24 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 SYS_FLAG_TRANSACTION_MASK = 0x0C  # MessageSysFlag: transaction type bits
 SYS_FLAG_TRANSACTION_COMMIT = 0x08  # a committed transactional message is delayed like a plain one
+# Transactional messages (TransactionalMessageServiceImpl, EndTransactionProcessor,
+# TransactionalMessageCheckService; nodes/broker/transaction.py). A half message waits in
+# TRANS_HALF_TOPIC queue 0; each resolution writes an op record to TRANS_OP_HALF_TOPIC queue 0.
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages checked too often go here
+TRANS_OP_REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVETAG: the tag of every op record
+TRANSACTION_TIMEOUT_MS = 6_000  # transactionTimeOut: a half message is first checked once this old
+# transactionCheckInterval: RocketMQ 4.9's broker default (5.x brokers use 30 s); mqlab follows 4.9's broker
+TRANSACTION_CHECK_INTERVAL_MS = 60_000
+TRANSACTION_CHECK_MAX = 15  # transactionCheckMax: checks of one half message before it is discarded
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"  # "true" on a transactional send (and its half message)
+PROPERTY_PRODUCER_GROUP = "PGROUP"  # the group whose producers are asked about an open half message
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_TRANSACTION_RESOLUTION = "TRAN_RESOLUTION"  # mqlab: COMMIT, ROLLBACK or DISCARD on an op record
+SYS_FLAG_TRANSACTION_PREPARED = 0x04  # MessageSysFlag.TRANSACTION_PREPARED_TYPE
+SYS_FLAG_TRANSACTION_ROLLBACK = 0x0C  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+TRANSACTION_CHECKS_PER_PASS_MAX = 1_024  # checks one pass sends, so one pass never hogs the loop
+TRANSACTION_RESOLUTIONS_KEPT = 4_096  # resolutions remembered past the cursor, to answer late ends by name
 
 # ---------------------------------------------------------------------------
 # Push consumer

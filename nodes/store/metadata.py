@@ -23,9 +23,10 @@ from nodes.common.errors import DataDirError, StoreError
 
 log = logging.getLogger(__name__)
 
-# pop_*: POP consumption's state (nodes/broker/pop/state.py), written only by a master
+# pop_*: POP consumption's state (nodes/broker/pop/state.py), written only by a master;
+# transactions: the transaction check's cursors and check counts (nodes/broker/transaction.py)
 TABLES = ("topics", "subscription_groups", "consumer_offsets", "delay_offsets",
-          "pop_offsets", "pop_inflight", "pop_orders", "pop_meta")
+          "pop_offsets", "pop_inflight", "pop_orders", "pop_meta", "transactions")
 
 T = TypeVar("T")
 

@@ -237,7 +237,9 @@ def test_wire_answers_a_client_library_never_shows(shared_cluster: LocalCluster)
         # a refusal hands the client's own handle back (the client stores it before checking)
         assert changed.status.code == d.BAD_REQUEST and changed.receipt_handle == "h"
         assert stub.EndTransaction(s.EndTransactionRequest(topic=topic), metadata=CLIENT_ID,
-                                   timeout=10).status.code == d.NOT_IMPLEMENTED
+                                   timeout=10).status.code == d.BAD_REQUEST  # no resolution
+        assert stub.EndTransaction(s.EndTransactionRequest(topic=topic, resolution=d.COMMIT, transaction_id="x"),
+                                   metadata=CLIENT_ID, timeout=10).status.code == d.INVALID_TRANSACTION_ID
         settings = d.Settings(client_type=d.SIMPLE_CONSUMER, subscription=d.Subscription(
             group=d.Resource(name="r5-group"), subscriptions=[d.SubscriptionEntry(topic=topic)]))
         call = stub.Telemetry(iter([s.TelemetryCommand(settings=settings)]), metadata=CLIENT_ID, timeout=10)

@@ -124,6 +124,11 @@ class Rmq5ClientRegistry:
     def get(self, client_id: str) -> Rmq5Client | None:
         return self._clients.get(client_id)
 
+    def producers_with_stream(self, topic: str) -> list[Rmq5Client]:
+        """The producers publishing `topic` (as their settings said) whose Telemetry stream is open."""
+        return [cl for cl in self._clients.values()
+                if cl.push is not None and cl.client_type == "PRODUCER" and topic in cl.topics]
+
     def _forget_idle(self, now: int) -> None:
         for client_id, client in list(self._clients.items()):
             if client.stream_token == 0 and now - client.last_seen_ms > self._idle_forget_ms:

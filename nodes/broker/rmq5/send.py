@@ -11,9 +11,12 @@ the cluster's time knob): the message is never readable before its delivery time
 be later by up to the gap to the next level. A delay past the longest level (or a day) is
 ILLEGAL_DELIVERY_TIME; a timestamp already past is stored as due now.
 
+A TRANSACTION message is sent as RocketMQ's producer sends one (TRAN_MSG=true, sys flag
+PREPARED): the send path stores it as a half message, and the entry's `transaction_id` is the
+half message's offset message id, what EndTransaction names it by (rmq5/transaction.py).
+
 Checks follow Apache's proxy and answer its codes: an empty or oversize body, a bad tag, key,
 group or property, a type that is not the topic's (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
-Transactional messages are not supported (UNSUPPORTED): there is no half-message store.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class SendEntry:
     status: Status
     message_id: str = ""
     queue_offset: int = 0
+    transaction_id: str = ""  # TRANSACTION: what EndTransaction names the half message by
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,9 @@ class Rmq5Send:
             properties[c.PROPERTY_KEYS] = " ".join(msg.keys)
         if msg.message_group is not None:
             properties[c.RMQ5_PROPERTY_SHARDING_KEY] = msg.message_group
+        transactional = msg.message_type == "TRANSACTION"
+        if transactional:
+            properties[c.PROPERTY_TRANSACTION_PREPARED] = "true"
         if msg.delivery_timestamp_ms is not None:
             level = self._delay_level(msg.delivery_timestamp_ms)
             if isinstance(level, Status):
@@ -140,11 +147,14 @@ class Rmq5Send:
         born_ms = msg.born_timestamp_ms or self._now_ms()
         response = await self._send(SendRequest(
             topic=msg.topic, queue_id=queue_id, messages=[(body, 0, properties, born_ms)], born_timestamp_ms=born_ms,
-            born_host=(_ipv4(msg.born_host) or _ipv4(peer_host) or "127.0.0.1", 0)))
+            born_host=(_ipv4(msg.born_host) or _ipv4(peer_host) or "127.0.0.1", 0),
+            sys_flag=c.SYS_FLAG_TRANSACTION_PREPARED if transactional else 0))
         status = status_of(response.code, response.remark)
         if not status.ok:
             return SendEntry(status, msg.message_id)
-        return SendEntry(OK, msg.message_id, response.appended[0].queue_offset if response.appended else 0)
+        first = response.appended[0] if response.appended else None
+        return SendEntry(OK, msg.message_id, first.queue_offset if first else 0,
+                         first.offset_msg_id if first and transactional else "")
 
     def _delay_level(self, due_ms: int) -> int | Status:
         """The smallest delay level at least as long as the wait until `due_ms` (0: due already)."""
@@ -196,12 +206,14 @@ def _message_problem(msg: Rmq5Message, body: bytes, body_bytes_max: int) -> Stat
 
 def _type_problem(msg: Rmq5Message) -> Status | None:
     """The declared type must match what the message carries (group: FIFO; delivery time: DELAY)."""
-    if msg.message_type == "TRANSACTION":
-        return Status(Rmq5Code.UNSUPPORTED, "transactional messages are not supported by mqlab yet; "
-                      "send NORMAL, FIFO or DELAY messages")
     carried = "FIFO" if msg.message_group is not None else "DELAY" if msg.delivery_timestamp_ms is not None else "NORMAL"
     if msg.message_group is not None and msg.delivery_timestamp_ms is not None:
         return Status(Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a message has a group or a delivery time, not both")
+    if msg.message_type == "TRANSACTION":  # a transaction's message carries neither
+        if carried != "NORMAL":
+            return Status(Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                          f"a TRANSACTION message carries a {carried} message's fields; send it without them")
+        return None
     if msg.message_type != carried:
         return Status(Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                       f"the message says {msg.message_type or 'no type'} but carries a {carried} message's fields")

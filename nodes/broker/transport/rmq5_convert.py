@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from nodes.broker.pop.values import PoppedMessage
 from nodes.broker.rmq5.clients import CallContext
@@ -19,6 +20,7 @@ from nodes.broker.rmq5.consume import ReceiveRequest
 from nodes.broker.rmq5.route import RouteQueue
 from nodes.broker.rmq5.send import RESERVED_PROPERTIES, Rmq5Message
 from nodes.broker.rmq5.settings import ServerSettings
+from nodes.broker.transaction import CheckRequest
 from nodes.common import constants as c
 from proto import rmq5_definition_pb2 as d
 from proto import rmq5_service_pb2 as s
@@ -138,6 +140,33 @@ def popped_to_pb(m: PoppedMessage) -> d.Message:
         sp.message_group = group
     user = {k: v for k, v in props.items() if k not in _NOT_USER_PROPERTIES}
     return d.Message(topic=d.Resource(name=m.topic), user_properties=user, system_properties=sp, body=m.body)
+
+
+def check_command(check: CheckRequest) -> s.TelemetryCommand:
+    """A half message's check as the producer's checker reads it: the message under its real topic
+    and queue, its message id (UNIQ_KEY), and the transaction id to end it with."""
+    record = check.record
+    props = record.properties
+    sp = d.SystemProperties(
+        keys=props.get(c.PROPERTY_KEYS, "").split(), message_id=props.get(c.PROPERTY_UNIQ_KEY) or record.msg_id,
+        body_digest=d.Digest(type=d.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
+        body_encoding=d.IDENTITY, message_type=d.TRANSACTION,
+        born_timestamp=_ms_timestamp(record.born_timestamp_ms), born_host=record.born_host[0],
+        store_timestamp=_ms_timestamp(record.store_timestamp_ms),
+        store_host=f"{record.store_host[0]}:{record.store_host[1]}",
+        queue_id=int(props.get(c.PROPERTY_REAL_QUEUE_ID, "0") or 0))
+    if tag := props.get(c.PROPERTY_TAGS):
+        sp.tag = tag
+    user = {k: v for k, v in props.items() if k not in _NOT_USER_PROPERTIES}
+    message = d.Message(topic=d.Resource(name=check.real_topic), user_properties=user, system_properties=sp,
+                        body=record.body)
+    return s.TelemetryCommand(recover_orphaned_transaction_command=s.RecoverOrphanedTransactionCommand(
+        message=message, transaction_id=check.transaction_id))
+
+
+def enum_name(enum: EnumTypeWrapper, value: int) -> str:
+    """A proto enum value's name; "" for a number this version does not know."""
+    return enum.Name(value) if value in enum.values() else ""
 
 
 def _duration(ms: int) -> duration_pb2.Duration:

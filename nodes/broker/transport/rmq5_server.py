@@ -17,6 +17,9 @@ from nodes.broker.rmq5.route import Rmq5Routes, TopicLookup
 from nodes.broker.rmq5.send import Rmq5Send
 from nodes.broker.rmq5.service import Rmq5Service
 from nodes.broker.rmq5.settings import ServerSettings
+from nodes.broker.rmq5.transaction import Rmq5Transactions
+from nodes.broker.transaction import CheckRequest
+from nodes.broker.transport import rmq5_convert as conv
 from nodes.broker.transport.rmq5_namesrv import NamesrvRoutes
 from nodes.broker.transport.rmq5_servicer import MessagingServicer
 from nodes.common.clock import Clock
@@ -48,7 +51,8 @@ class Rmq5Endpoint:
                 change_invisible=table[RequestKind.POP_CHANGE_INVISIBLE],
                 forward_to_dlq=table[RequestKind.POP_FORWARD_TO_DLQ]), groups, time_scale=config.time_scale,
                 renew=self.renew),
-            settings=ServerSettings(max_body_bytes=body_max))
+            settings=ServerSettings(max_body_bytes=body_max),
+            transactions=Rmq5Transactions(table[RequestKind.END_TRANSACTION], registry))
         self._server: grpc.aio.Server | None = None
         self.addr = ""
 
@@ -68,6 +72,14 @@ class Rmq5Endpoint:
         if self._server is not None:
             await self._server.stop(grace=0.5)
         await self._routes.close()
+
+    def send_check(self, check: CheckRequest) -> bool:
+        """Push a half message's check on a producer's Telemetry stream; False when none is open."""
+        client = self.service.transactions.producer_for(check.real_topic)
+        if client is None or client.push is None:
+            return False
+        client.push(conv.check_command(check))
+        return True
 
     def describe(self) -> dict[str, Any]:
         return {"addr": self.addr, **self.service.describe(),

@@ -8,7 +8,7 @@ our own still stops the node), and the calls mqlab does not implement answer NOT
 
 A client's Telemetry stream stays open until the client ends it: each settings command it
 writes is answered with OK and the merged settings, and the registry keeps the stream's push
-handle for server-initiated commands.
+handle for server-initiated commands (a half message's check).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
             return s.SendMessageResponse(
                 status=conv.status_to_pb(answer.status),
                 entries=[s.SendResultEntry(status=conv.status_to_pb(e.status), message_id=e.message_id,
-                                           offset=e.queue_offset) for e in answer.entries])
+                                           offset=e.queue_offset, transaction_id=e.transaction_id)
+                         for e in answer.entries])
         return await self._unary("SendMessage", s.SendMessageResponse, context, body)
 
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -158,6 +159,15 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("ForwardMessageToDeadLetterQueue", s.ForwardMessageToDeadLetterQueueResponse,
                                  context, body)
 
+    async def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.aio.ServicerContext
+                             ) -> s.EndTransactionResponse:
+        async def body(ctx: CallContext) -> s.EndTransactionResponse:
+            status = await self._svc.transactions.end(
+                ctx, request.message_id, request.transaction_id, conv.enum_name(d.TransactionResolution, request.resolution),
+                conv.enum_name(d.TransactionSource, request.source))
+            return s.EndTransactionResponse(status=conv.status_to_pb(status))
+        return await self._unary("EndTransaction", s.EndTransactionResponse, context, body)
+
     async def Telemetry(self, request_iterator: AsyncIterator[s.TelemetryCommand], context: grpc.aio.ServicerContext
                         ) -> AsyncIterator[s.TelemetryCommand]:
         ctx = conv.call_context(context.invocation_metadata(), context.peer())
@@ -211,9 +221,6 @@ class MessagingServicer(rmq5_service_pb2_grpc.MessagingServiceServicer):
                           ) -> s.QueryOffsetResponse:
         return s.QueryOffsetResponse(status=conv.status_to_pb(_not_implemented("QueryOffset")))
 
-    async def EndTransaction(self, request: s.EndTransactionRequest, context: grpc.aio.ServicerContext
-                             ) -> s.EndTransactionResponse:
-        return s.EndTransactionResponse(status=conv.status_to_pb(_not_implemented("EndTransaction (transactions)")))
 
     async def RecallMessage(self, request: s.RecallMessageRequest, context: grpc.aio.ServicerContext
                             ) -> s.RecallMessageResponse:

@@ -56,3 +56,24 @@ def test_a_sent_message_keeps_its_optional_fields_absent_when_unset() -> None:
     delayed = conv.message_from_pb(d.Message(topic=d.Resource(name="T"), body=b"b", system_properties=d.SystemProperties(
         message_id="ID", message_type=d.DELAY, tag="", delivery_timestamp=timestamp_pb2.Timestamp(seconds=5, nanos=7_000_000))))
     assert (delayed.tag, delayed.delivery_timestamp_ms, delayed.message_type) == ("", 5_007, "DELAY")
+
+
+def test_a_check_carries_the_half_message_under_its_real_topic_and_the_transaction_id() -> None:
+    from nodes.broker.transaction import CheckRequest
+    from nodes.store.record import Record
+
+    props = {"UNIQ_KEY": "0102AB", "KEYS": "k1 k2", "TAGS": "TagA", "REAL_TOPIC": "T", "REAL_QID": "3",
+             "TRAN_MSG": "true", "color": "blue"}
+    record = Record(total_size=0, body_crc=0, queue_id=0, flag=0, queue_offset=7, phys_offset=99, sys_flag=0,
+                    born_timestamp_ms=1_000, born_host=("10.0.0.1", 5), store_timestamp_ms=2_000,
+                    store_host=("127.0.0.1", 10911), reconsume_times=0, prepared_transaction_offset=0, body=b"pay",
+                    topic="RMQ_SYS_TRANS_HALF_TOPIC", properties=props)
+    command = conv.check_command(CheckRequest(record, "T", "", "7F00000100002AA00000000000000063", 1))
+    assert command.WhichOneof("command") == "recover_orphaned_transaction_command"
+    check = command.recover_orphaned_transaction_command
+    assert check.transaction_id == "7F00000100002AA00000000000000063"
+    m = check.message
+    assert (m.topic.name, m.body, dict(m.user_properties)) == ("T", b"pay", {"color": "blue"})
+    sp = m.system_properties
+    assert (sp.message_id, list(sp.keys), sp.tag, sp.queue_id) == ("0102AB", ["k1", "k2"], "TagA", 3)
+    assert sp.message_type == d.TRANSACTION and sp.body_encoding == d.IDENTITY and sp.body_digest.checksum

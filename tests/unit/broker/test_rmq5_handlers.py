@@ -89,6 +89,18 @@ def test_a_fifo_group_always_lands_in_one_queue(broker: Broker) -> None:
     assert record.properties[c.RMQ5_PROPERTY_SHARDING_KEY] == "g-a"
 
 
+def test_a_transaction_message_is_stored_as_a_half_message_and_answered_with_its_transaction_id(
+        broker: Broker) -> None:
+    _topic(broker, "X", 1, message_type="TRANSACTION")
+    answer = _send(_rmq5_send(broker), _msg(topic="X", message_type="TRANSACTION", tag="TagA"))
+    assert answer.status.code == Rmq5Code.OK, answer
+    assert broker.store.max_queue_offset("X", 0) == 0  # nothing readable until the commit
+    [half] = broker.records(c.TRANS_HALF_TOPIC)
+    assert answer.entries[0].transaction_id == half.offset_msg_id
+    assert half.properties[c.PROPERTY_REAL_TOPIC] == "X" and half.properties[c.PROPERTY_UNIQ_KEY] == ID
+    assert half.properties[c.PROPERTY_TRANSACTION_PREPARED] == "true" and half.tags == "TagA"
+
+
 @pytest.mark.parametrize(("wait_ms", "level"), [(1, 1), (10, 1), (11, 2), (50, 2), (51, 3), (7_200_000 // 100, 18)])
 def test_a_delay_rounds_up_to_the_first_level_at_least_as_long(broker: Broker, wait_ms: int, level: int) -> None:
     _topic(broker, "D", message_type="DELAY")
@@ -124,7 +136,8 @@ def test_a_delay_already_due_is_stored_at_once_and_one_past_the_longest_level_is
     ({"message_type": "FIFO", "message_group": "g" * 65}, Rmq5Code.ILLEGAL_MESSAGE_GROUP),
     ({"message_type": "FIFO", "message_group": "g"}, Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),  # NORMAL topic
     ({"message_type": "FIFO"}, Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),  # says FIFO, has no group
-    ({"message_type": "TRANSACTION"}, Rmq5Code.UNSUPPORTED),
+    ({"message_type": "TRANSACTION"}, Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),  # NORMAL topic
+    ({"message_type": "TRANSACTION", "message_group": "g"}, Rmq5Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     ({"topic": "Nope"}, Rmq5Code.TOPIC_NOT_FOUND),
     ({"topic": "SCHEDULE_TOPIC_XXXX"}, Rmq5Code.ILLEGAL_TOPIC),
 ])
