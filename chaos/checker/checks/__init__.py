@@ -20,6 +20,7 @@ from chaos.checker.checks.queue import (
     check_unexpected,
 )
 from chaos.checker.checks.rebalance import REBALANCE, check_rebalance
+from chaos.checker.checks.requests import REQUESTS, check_requests
 from chaos.checker.checks.routing import ROUTING, check_read_routing
 from chaos.checker.checks.store import DURABILITY, STORE_HEALTH, check_durability, check_store_health
 from chaos.checker.checks.takeover import TAKEOVER, check_takeover
@@ -46,8 +47,9 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "rebalance": (REBALANCE, check_rebalance),
     "deaths": (DEATHS, check_deaths),
     "disk-full": (DISK_FULL, check_disk_full),
+    "requests": (REQUESTS, check_requests),
 }
 
 __all__ = ["CHECKS", "CheckFn", "check_availability", "check_deaths", "check_disk_full", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
-           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_rebalance", "check_replication",
+           "check_lost", "check_offset_resync", "check_order", "check_read_routing", "check_rebalance", "check_replication", "check_requests",
            "check_store_health", "check_takeover", "check_unexpected"]
