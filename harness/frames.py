@@ -32,6 +32,7 @@ HTTP2_HEAD_BYTES = 9
 REMOTING_HEAD_BYTES = 8  # the length prefix and the serialize-type / header-length word
 
 Observer = Callable[[bytes], None]
+SkipTest = Callable[[bytearray, int], bool]
 
 
 class FrameWalker:
@@ -39,9 +40,11 @@ class FrameWalker:
 
     head_bytes = 0
 
-    def __init__(self, observer: Observer | None = None, *, hold: bool = True, preface: bytes = b"") -> None:
+    def __init__(self, observer: Observer | None = None, *, hold: bool = True, preface: bytes = b"",
+                 skip: SkipTest | None = None) -> None:
         self._observer = observer
         self._hold = hold
+        self._skip_test = skip
         self._buffer = bytearray()
         self._preface_left = len(preface)
         self._skip = 0
@@ -56,8 +59,9 @@ class FrameWalker:
         raise NotImplementedError
 
     def skippable(self, buf: bytearray, at: int) -> bool:
-        """Observing only: True when the frame at `at` is of no interest (judged from its head)."""
-        return False
+        """Observing only, for a frame not yet whole: True when it is of no interest (judged from the
+        bytes there: `skip(buf, at)`), so its rest is counted past instead of copied."""
+        return self._skip_test is not None and self._skip_test(buf, at)
 
     def transform(self, frame: bytes) -> bytes:
         """Holding only: the bytes to pass on for one whole frame."""
@@ -126,7 +130,7 @@ class FrameWalker:
                     self.frames += 1
                     at = len(buf)
                 break
-            if self._observer is not None and not self.skippable(buf, at):
+            if self._observer is not None:
                 self._observer(bytes(buf[at:at + size]))
             at += size
             self.frames += 1

@@ -141,16 +141,6 @@ class _Call:
     undecodable: bool = False
 
 
-class _Frames(Http2Frames):
-    def __init__(self, tap: GrpcTap, forward: bool) -> None:
-        super().__init__(tap.forward_frame if forward else tap.backward_frame, hold=False,
-                         preface=HTTP2_PREFACE if forward else b"")
-        self._calls = tap.calls
-
-    def skippable(self, buf: bytearray, at: int) -> bool:
-        return buf[at + 3] == _DATA and (int.from_bytes(buf[at + 5:at + 9], "big") & 0x7FFFFFFF) not in self._calls
-
-
 class GrpcTap:
     protocol = "grpc"
 
@@ -162,9 +152,13 @@ class GrpcTap:
         for d in self._decoders.values():
             d.max_allowed_table_size = _TABLE_BYTES_MAX
         self._blocks: dict[bool, tuple[int, int, bytearray] | None] = {True: None, False: None}
-        self.forward_walker = _Frames(self, forward=True)
-        self.backward_walker = _Frames(self, forward=False)
+        self.forward_walker = Http2Frames(self.forward_frame, hold=False, preface=HTTP2_PREFACE, skip=self._skippable)
+        self.backward_walker = Http2Frames(self.backward_frame, hold=False, skip=self._skippable)
         self.broken = False
+
+    def _skippable(self, buf: bytearray, at: int) -> bool:
+        """The DATA of a stream no journalled call is on (pulls, sends): walked past, never copied."""
+        return buf[at + 3] == _DATA and (int.from_bytes(buf[at + 5:at + 9], "big") & 0x7FFFFFFF) not in self.calls
 
     def forward_frame(self, frame: bytes) -> None:
         self._frame(True, frame)

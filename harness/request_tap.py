@@ -137,9 +137,31 @@ class RemotingTap:
         self._pending: dict[int, _Pending] = {}
         # remoting names no committer: the client id of the last heartbeat on this connection does
         self._client_id: str | None = None
-        self.forward_walker = RemotingFrames(self._request, hold=False)
-        self.backward_walker = RemotingFrames(self.backward_frame, hold=False)
+        self.forward_walker = RemotingFrames(self._request, hold=False, skip=self._skip_request)
+        self.backward_walker = RemotingFrames(self.backward_frame, hold=False, skip=self._skip_answer)
         self.undecodable = 0
+
+    # a frame whose header is in and says it is of no interest (a send, a pull's answer) is walked
+    # past: its body is never copied
+    def _skip_request(self, buf: bytearray, at: int) -> bool:
+        cmd = self._buffered_header(buf, at)
+        return cmd is not None and (cmd.is_response or cmd.code not in REMOTING_KINDS)
+
+    def _skip_answer(self, buf: bytearray, at: int) -> bool:
+        cmd = self._buffered_header(buf, at)
+        return cmd is not None and not (cmd.is_response and cmd.opaque in self._pending)
+
+    @staticmethod
+    def _buffered_header(buf: bytearray, at: int) -> RemotingCommand | None:
+        if len(buf) - at < 8:
+            return None
+        end = at + 8 + int.from_bytes(buf[at + 5:at + 8], "big")
+        if len(buf) < end:
+            return None
+        try:
+            return decode(bytes(buf[at + 4:end]))
+        except FrameError:
+            return None
 
     def _request(self, frame: bytes) -> None:
         cmd = self._header(frame)

@@ -267,6 +267,8 @@ def clean_orderly_run() -> Run:
         r.lock(151, "granted", queue=q, lease=451)
         r.consume(q, range(10), t0=200)
         r.commit(320, 10, queue=q)
+        # the commit as its link saw it, answered after the master stored it
+        r.request("offset-commit", 317, 321, queue_id=q, offset=10).stored(319, 10, queue=q)
         r.pull(190, offset=0, next_offset=10, queue=q)
         r.pull(300, offset=10, next_offset=10, status="NO_NEW_MSG", queue=q)
         r.read_back(0, q, range(10)).read_back(1, q, range(10))

@@ -240,3 +240,17 @@ def test_observing_walker_skips_data_it_does_not_follow_without_buffering():
     assert len(walker._buffer) == 0  # the DATA payload was counted past, not held
     walker.feed(ping)
     assert seen == [ping]
+
+
+def test_remoting_answer_nobody_waits_for_is_walked_past_without_buffering():
+    journal = Journal()
+    tap = ConnectionTap(journal, CTX)
+    tap.forward(encode(RemotingCommand(code=11, opaque=1)))  # a pull: not journalled, nothing pending
+    tap.forward(encode(RemotingCommand(code=15, opaque=2, ext={"consumerGroup": "G", "topic": "T", "queueId": "0",
+                                                               "commitOffset": "3"})))
+    pull_answer = encode(RemotingCommand(code=0, opaque=1, flag=FLAG_RESPONSE, body=b"y" * 262_144))
+    for i in range(0, len(pull_answer), 65_536):
+        tap.backward(pull_answer[i:i + 65_536])
+        assert len(tap._impl.backward_walker._buffer) < 1_000  # the body is counted past, not held
+    tap.backward(encode(RemotingCommand(code=0, opaque=2, flag=FLAG_RESPONSE)))
+    assert [(a["kind"], a["ok"]) for a in journal.of("answer")] == [("offset-commit", True)]
