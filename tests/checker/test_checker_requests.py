@@ -1,6 +1,5 @@
 """requests: the broker held to the answers its consumers' links journalled; each rule failing and passing."""
 
-import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_requests
@@ -81,6 +80,12 @@ def test_unlock_answered_success_with_the_lock_kept_fails(spark):
     assert r.examples[0]["broker_last_action"] == "granted"
 
 
+def test_unlock_after_the_broker_restarted_holds_nothing(spark):
+    run = Run().lock(100, "granted", side="broker", lease=700).store_recovered(150)  # killed and restarted
+    _unlock(run, 200, 210)
+    assert check_requests(run.history(spark), config()).parts["unlocks"] is True
+
+
 def _ack(run: Run, sent: int, answered: int, offset: int, ok: bool = True) -> Run:
     return run.request("ack", sent, answered, ok=ok, broker_name=B, queue_topic=T, queue_id=1, queue_offset=offset,
                        handle_group=G, generation=1, receipt_handle=f"p1 n {B} {G} {T} 1 {offset} 0 0 0 1")
@@ -121,7 +126,6 @@ def test_unanswered_requests_are_counted_not_failed(spark):
     assert r.counts["unanswered"] == {"offset-commit": 1, "heartbeat": 1}
 
 
-@pytest.mark.slow  # a whole run dir through Spark's JSON reader: a minute on a loaded machine
 def test_written_run_dir_loads_the_journal(spark, tmp_path):
     from chaos.checker.loader import load_history
 

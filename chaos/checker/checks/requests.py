@@ -24,8 +24,8 @@ REQUESTS = (
     "a later commit of the same client is dropped, RocketMQ keeps the last), unless an operator's "
     "reset of the queue falls within one client persist period P_c before it; (b) unlocks - after an "
     "unlock answered success, the broker does not still hold the lock for that client on those queues "
-    "(a broker `lock` released for it while the request was there, or its last grant went to "
-    "someone else); (c) acks - a RocketMQ 5 ack entry answered OK settled the entry its receipt handle "
+    "(a broker `lock` released for it while the request was there, its last grant went to someone "
+    "else, or the broker restarted since: a started broker's lock table is empty); (c) acks - a RocketMQ 5 ack entry answered OK settled the entry its receipt handle "
     "names (a `pop-ack` status ok, or a `pop-dlq`, for that group and queue offset, no later than the "
     "answer; a repeated ack writes nothing, so the earlier settlement counts); (d) reported, never "
     "failed: requests forwarded and never answered (a link cut, a broker killed), by kind.")
@@ -54,6 +54,8 @@ def check_requests(h: History, cfg: CheckerConfig) -> CheckResult:
         "offsets": h.broker_offsets.select("node", "group", "topic", "queue_id", "offset", "source", "t"),
         "locks": h.locks.filter(F.col("side") == "broker").select("node", "group", "topic", "broker_name", "queue_id",
                                                                   "client_id", "action", "t"),
+        # a broker's start (once per start): its lock table begins empty, with no release journalled
+        "starts": h.ev.filter(F.col("event") == "store-recovered").select("node", F.col("mono_ms").alias("t")),
         "settled": h.ev.filter(((F.col("event") == "pop-ack") & (F.col("status") == "ok"))
                                | (F.col("event") == "pop-dlq"))
         .select("event", "group", "queue_topic", "broker_name", "queue_id", "queue_offset",
@@ -65,7 +67,7 @@ def check_requests(h: History, cfg: CheckerConfig) -> CheckResult:
         answered[_PART[a["kind"]]].append(a)
     found: dict[str, list[dict[str, Any]]] = {
         "commits": _unheld_commits(answered["commits"], got["offsets"], slack, cfg.bounds.P_c),
-        "unlocks": _held_after_unlock(answered["unlocks"], got["locks"], slack),
+        "unlocks": _held_after_unlock(answered["unlocks"], got["locks"], got["starts"], slack),
         "acks": _unsettled_acks(answered["acks"], got["settled"], slack),
     }
     result: dict[str, bool | None] = {}
@@ -78,7 +80,9 @@ def check_requests(h: History, cfg: CheckerConfig) -> CheckResult:
         else:
             result[part] = not bad
     counts: dict[str, Any] = {
-        "lines": {f"{x['event']}/{x['kind']}/{'ok' if x['ok'] else 'not-ok'}": x["n"] for x in got["by_kind"]},
+        "requests": {x["kind"]: x["n"] for x in got["by_kind"] if x["event"] == "request"},
+        "answers": {f"{x['kind']}/{'ok' if x['ok'] else 'refused'}": x["n"] for x in got["by_kind"]
+                    if x["event"] == "answer"},
         "unanswered": {x["kind"]: x["n"] for x in got["unanswered"]},
         "judged": {part: len(v) for part, v in answered.items()},
         "violations": {part: len(bad) for part, bad in found.items()},
@@ -139,10 +143,14 @@ def _unheld_commits(commits: list[dict[str, Any]], offsets: list[dict[str, Any]]
     return bad
 
 
-def _held_after_unlock(unlocks: list[dict[str, Any]], locks: list[dict[str, Any]], slack: int
-                       ) -> list[dict[str, Any]]:
-    """(b): the broker's last lock event by the answer names this client holding, and it released nothing."""
+def _held_after_unlock(unlocks: list[dict[str, Any]], locks: list[dict[str, Any]], starts: list[dict[str, Any]],
+                       slack: int) -> list[dict[str, Any]]:
+    """(b): the broker's last lock event by the answer names this client holding, it released nothing, and
+    the broker did not restart since that event (a restarted broker's table is empty)."""
     table = _by(locks, "node", "group", "topic", "broker_name", "queue_id")
+    started: dict[Any, list[int]] = defaultdict(list)
+    for e in starts:
+        started[e["node"]].append(e["t"])
     bad = []
     for a in unlocks:
         if a["queue_id"] is None:
@@ -157,7 +165,8 @@ def _held_after_unlock(unlocks: list[dict[str, Any]], locks: list[dict[str, Any]
         still_held = last["action"] in LOCK_HELD_ACTIONS and last["client_id"] == a["client_id"]
         released = any(e["action"] == "released" and e["client_id"] == a["client_id"] and lo <= e["t"] <= hi
                        for e in upto)
-        if still_held and not released:
+        restarted = any(last["t"] < t <= hi for t in started.get(a["dst"], ()))
+        if still_held and not released and not restarted:
             bad.append({**a, "broker_last_action": last["action"], "broker_last_mono_ms": last["t"]})
     return bad
 
