@@ -32,7 +32,8 @@ HTTP2_HEAD_BYTES = 9
 REMOTING_HEAD_BYTES = 8  # the length prefix and the serialize-type / header-length word
 
 Observer = Callable[[bytes], None]
-SkipTest = Callable[[bytearray, int], bool]
+Frames = bytes | bytearray
+SkipTest = Callable[[Frames, int], bool]
 
 
 class FrameWalker:
@@ -53,14 +54,14 @@ class FrameWalker:
 
     # ---- what a subclass says ---------------------------------------------------------------
 
-    def frame_size(self, buf: bytearray, at: int) -> int | None:
+    def frame_size(self, buf: Frames, at: int) -> int | None:
         """The whole length of the frame starting at `at` (at least `head_bytes` are there), or
         None when these bytes are no frame of the protocol."""
         raise NotImplementedError
 
-    def skippable(self, buf: bytearray, at: int) -> bool:
-        """Observing only, for a frame not yet whole: True when it is of no interest (judged from the
-        bytes there: `skip(buf, at)`), so its rest is counted past instead of copied."""
+    def skippable(self, buf: Frames, at: int) -> bool:
+        """Observing only: True when the frame at `at` is of no interest (judged from the bytes there:
+        `skip(buf, at)`), so it is counted past instead of copied, its rest too when not yet whole."""
         return self._skip_test is not None and self._skip_test(buf, at)
 
     def transform(self, frame: bytes) -> bytes:
@@ -115,26 +116,39 @@ class FrameWalker:
             self._preface_left -= take
         if start >= len(data):
             return
+        # walk the read itself when nothing is held over: only an incomplete tail is ever copied
         buf = self._buffer
-        buf += memoryview(data)[start:]
-        at = 0
-        while len(buf) - at >= self.head_bytes:
-            size = self.frame_size(buf, at)
+        src: bytes | bytearray
+        if buf:
+            buf += memoryview(data)[start:]
+            src, at = buf, 0
+        else:
+            src, at = data, start
+        while len(src) - at >= self.head_bytes:
+            size = self.frame_size(src, at)
             if size is None:
                 self.broken = True
                 buf.clear()
                 return
-            if len(buf) - at < size:
-                if self.skippable(buf, at):
-                    self._skip = size - (len(buf) - at)
-                    self.frames += 1
-                    at = len(buf)
+            whole = len(src) - at >= size
+            if self.skippable(src, at):
+                if not whole:
+                    self._skip = size - (len(src) - at)
+                    at = len(src)
+                else:
+                    at += size
+                self.frames += 1
+                continue
+            if not whole:
                 break
             if self._observer is not None:
-                self._observer(bytes(buf[at:at + size]))
+                self._observer(bytes(src[at:at + size]))
             at += size
             self.frames += 1
-        del buf[:at]
+        if src is buf:
+            del buf[:at]
+        else:
+            buf += memoryview(data)[at:]
 
 
 class RemotingFrames(FrameWalker):
@@ -143,7 +157,7 @@ class RemotingFrames(FrameWalker):
 
     head_bytes = 4
 
-    def frame_size(self, buf: bytearray, at: int) -> int | None:
+    def frame_size(self, buf: Frames, at: int) -> int | None:
         (length,) = _INT.unpack_from(buf, at)
         if length < 4 or length > c.REMOTING_FRAME_BYTES_MAX:
             return None
@@ -156,5 +170,5 @@ class Http2Frames(FrameWalker):
 
     head_bytes = HTTP2_HEAD_BYTES
 
-    def frame_size(self, buf: bytearray, at: int) -> int | None:
+    def frame_size(self, buf: Frames, at: int) -> int | None:
         return HTTP2_HEAD_BYTES + int.from_bytes(buf[at:at + 3], "big")

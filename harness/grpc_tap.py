@@ -21,7 +21,7 @@ from typing import Any
 import hpack
 from google.protobuf.message import DecodeError, Message
 
-from harness.frames import HTTP2_PREFACE, Http2Frames
+from harness.frames import HTTP2_PREFACE, Frames, Http2Frames
 from nodes.common import constants as c
 from proto import broker_pb2, common_pb2, consumer_pb2, rmq5_definition_pb2, rmq5_service_pb2
 
@@ -156,7 +156,7 @@ class GrpcTap:
         self.backward_walker = Http2Frames(self.backward_frame, hold=False, skip=self._skippable)
         self.broken = False
 
-    def _skippable(self, buf: bytearray, at: int) -> bool:
+    def _skippable(self, buf: Frames, at: int) -> bool:
         """The DATA of a stream no journalled call is on (pulls, sends): walked past, never copied."""
         return buf[at + 3] == _DATA and (int.from_bytes(buf[at + 5:at + 9], "big") & 0x7FFFFFFF) not in self.calls
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.frames import HTTP2_PREFACE, RemotingFrames
+from harness.frames import HTTP2_PREFACE, Frames, RemotingFrames
 from harness.grpc_tap import GrpcTap
 from nodes.remoting.command import FrameError, RemotingCommand, decode
 
@@ -143,16 +143,16 @@ class RemotingTap:
 
     # a frame whose header is in and says it is of no interest (a send, a pull's answer) is walked
     # past: its body is never copied
-    def _skip_request(self, buf: bytearray, at: int) -> bool:
+    def _skip_request(self, buf: Frames, at: int) -> bool:
         cmd = self._buffered_header(buf, at)
         return cmd is not None and (cmd.is_response or cmd.code not in REMOTING_KINDS)
 
-    def _skip_answer(self, buf: bytearray, at: int) -> bool:
+    def _skip_answer(self, buf: Frames, at: int) -> bool:
         cmd = self._buffered_header(buf, at)
         return cmd is not None and not (cmd.is_response and cmd.opaque in self._pending)
 
     @staticmethod
-    def _buffered_header(buf: bytearray, at: int) -> RemotingCommand | None:
+    def _buffered_header(buf: Frames, at: int) -> RemotingCommand | None:
         if len(buf) - at < 8:
             return None
         end = at + 8 + int.from_bytes(buf[at + 5:at + 8], "big")
