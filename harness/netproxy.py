@@ -15,6 +15,9 @@ Toxics (`harness.toxics`: latency, bandwidth, slicer, stall, reset, loss-like) s
 direction beside its mode; a mode other than OPEN wins over them (a DROP link drops whatever
 toxics it has). `heal()` resets modes only; toxics are cleared with `clear_toxics()`.
 
+A link may also journal the requests that matter on it and their answers (`journal_link`,
+`harness.request_journal`): the cluster does so for every consumer's link to a broker.
+
 Everything runs on one asyncio loop in a harness thread; the public API is synchronous and
 thread-safe. The harness's own control plane (Admin calls) never goes through a proxy.
 """

@@ -40,6 +40,8 @@ UNLOCK_BATCH_MQ = 42
 REMOTING_KINDS = {UPDATE_CONSUMER_OFFSET: "offset-commit", HEART_BEAT: "heartbeat", LOCK_BATCH_MQ: "lock",
                   UNLOCK_BATCH_MQ: "unlock"}
 _WITH_BODY = (HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ)
+# what the broker may say before the client's first bytes tell the protocol (an HTTP/2 server's SETTINGS)
+_EARLY_BYTES_MAX = 64 * 1024
 
 
 def mono_ms() -> int:
@@ -57,6 +59,7 @@ class ConnectionTap:
         self._impl: RemotingTap | GrpcTap | None = None
         self._head = b""
         self._early: list[tuple[bool, bytes]] = []  # the broker's bytes before the client said its protocol
+        self._early_bytes = 0
         self.failed = False
 
     @property
@@ -101,6 +104,10 @@ class ConnectionTap:
     def _backward(self, data: bytes, whole: bool) -> None:
         if self._impl is None:
             self._early.append((whole, data))
+            self._early_bytes += len(data)
+            if self._early_bytes > _EARLY_BYTES_MAX:  # a peer that talks and talks to a silent client
+                self.failed = True
+                self._early.clear()
         elif whole:
             self._impl.backward_frame(data)
         else:

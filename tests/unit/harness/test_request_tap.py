@@ -254,3 +254,24 @@ def test_remoting_answer_nobody_waits_for_is_walked_past_without_buffering():
         assert len(tap._impl.backward_walker._buffer) < 1_000  # the body is counted past, not held
     tap.backward(encode(RemotingCommand(code=0, opaque=2, flag=FLAG_RESPONSE)))
     assert [(a["kind"], a["ok"]) for a in journal.of("answer")] == [("offset-commit", True)]
+
+
+def test_a_rewriting_walker_feeds_the_journal_on_its_own_frame_walk():
+    """The name-server link's remoting rewriter and the journal share one walk: the observer sees each
+    frame as the peer sent it, the client gets it rewritten."""
+    from harness.remoting_rewrite import rewriter_factory
+
+    seen: list[bytes] = []
+    feed = rewriter_factory({"127.0.0.1:10911": "127.0.0.1:30001"})(seen.append)
+    answer = encode(RemotingCommand(code=0, opaque=1, flag=FLAG_RESPONSE,
+                                    body=b'{"brokerAddrs":{"0":"127.0.0.1:10911"}}'))
+    out = b"".join(feed(answer[i:i + 3]) for i in range(0, len(answer), 3))
+    assert seen == [answer]
+    assert b"127.0.0.1:30001" in out and b"127.0.0.1:10911" not in out
+
+
+def test_a_broker_that_talks_before_the_client_is_buffered_only_so_far():
+    tap = ConnectionTap(Journal(), CTX)
+    for _ in range(100):
+        tap.backward(b"\x00" * 1024)
+    assert tap.failed and tap.forward(b"abc") == b"abc"
