@@ -26,17 +26,17 @@ from typing import Any
 
 from harness.frames import HTTP2_PREFACE, Frames, RemotingFrames
 from harness.grpc_tap import GrpcTap
-from nodes.remoting.command import FrameError, RemotingCommand, decode
+from nodes.remoting.command import FrameError, RemotingCommand, RequestCode, decode
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[str, dict[str, Any]], None]
 
-# RocketMQ 4.x request codes the journal follows (docs: /reference remoting codes)
-UPDATE_CONSUMER_OFFSET = 15
-HEART_BEAT = 34
-LOCK_BATCH_MQ = 41
-UNLOCK_BATCH_MQ = 42
+# the RocketMQ 4.x requests the journal follows
+UPDATE_CONSUMER_OFFSET = int(RequestCode.UPDATE_CONSUMER_OFFSET)
+HEART_BEAT = int(RequestCode.HEART_BEAT)
+LOCK_BATCH_MQ = int(RequestCode.LOCK_BATCH_MQ)
+UNLOCK_BATCH_MQ = int(RequestCode.UNLOCK_BATCH_MQ)
 REMOTING_KINDS = {UPDATE_CONSUMER_OFFSET: "offset-commit", HEART_BEAT: "heartbeat", LOCK_BATCH_MQ: "lock",
                   UNLOCK_BATCH_MQ: "unlock"}
 _WITH_BODY = (HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ)
