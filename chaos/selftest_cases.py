@@ -84,6 +84,9 @@ SELFTEST_CASES: tuple[SelftestCase, ...] = (
     SelftestCase("disk-full", "broker", c.FAULT_SPARSE_SEGMENTS, "deaths", masters_only=True),
     # the guard off: a master filled past 90 % goes on acknowledging sends
     SelftestCase("disk-full", "broker", c.FAULT_IGNORE_DISK_FULL, "disk-full", masters_only=True),
+    # the master answers a consumer's offset update success and does not store it: the consumer's link
+    # journalled the answer, and the broker's offset history never shows the value
+    SelftestCase("offset-resync", "broker", c.FAULT_OFFSET_COMMIT_DROP, "requests", masters_only=True),
     # POP (RocketMQ 5 clients). A killed SimpleConsumer's hand-outs expire after its invisible time
     # (no renewal): the revive pass must bring them back
     SelftestCase("offset-resync", "broker", c.FAULT_POP_NEVER_REVIVE, "pop-redelivery", masters_only=True,

@@ -34,8 +34,10 @@ SLAVE = "broker-a-1"
 
 # the checks every suite runs: sends and deliveries, plus the end-of-run read-back of every
 # replica (every suite's topology has a slave) and the brokers' store errors (no fault but a
-# storage nemesis may ever produce one: a kill or a partition must leave every store healthy)
-QUEUE_CHECKS = ("lost", "unexpected", "duplicates", "integrity", "replication", "store-health", "deaths")
+# storage nemesis may ever produce one: a kill or a partition must leave every store healthy), and
+# the broker's answers to the consumers' requests its links journalled (commits, unlocks, acks)
+QUEUE_CHECKS = ("lost", "unexpected", "duplicates", "integrity", "replication", "store-health", "deaths",
+                "requests")
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,10 @@ from harness.links import DIALED_ROLES, ClusterLinks
 from harness.namesrv_view import NamesrvView
 from harness.ports import LOCALHOST, PortAllocator
 from harness.process import LIVE_STATES, NodeProcess, NodeState
+from harness.request_journal import journal_path
 from harness.spec import REMOTING_ROLES, ClusterSpec, NodeConfig, NodeSpec
 from harness.waiting import wait_until
-from nodes.common.config import NamesrvConfig, Timing
+from nodes.common.config import ConsumerConfig, NamesrvConfig, Timing
 from nodes.common.constants import CLUSTER_CREDENTIAL_BYTES as CREDENTIAL_BYTES
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class LocalCluster:
                                       rocketmq5_ports=self._rocketmq5_port_of)
             # With links, node-to-node traffic goes through harness-owned proxies (partitions).
             if links:
-                self.links = ClusterLinks()
+                self.links = ClusterLinks(journal_path=journal_path(self.run_dir))
                 configs = {node_id: self._wire_links(node_id, config) for node_id, config in configs.items()}
             self._nodes: dict[str, NodeProcess] = {}
             for n in spec.start_order():
@@ -134,7 +135,9 @@ class LocalCluster:
     def _wire_links(self, node_id: str, config: NodeConfig) -> NodeConfig:
         if self.links is None or isinstance(config, NamesrvConfig):
             return config  # name servers dial no one
-        overrides = self.links.overrides_for(node_id, self._dialed_addrs())
+        # a consumer's links to the brokers journal its requests that matter (commits, locks, ...)
+        brokers = [n.id for n in self.spec.broker_nodes()] if isinstance(config, ConsumerConfig) else []
+        overrides = self.links.overrides_for(node_id, self._dialed_addrs(), journal_to=brokers)
         return dataclasses.replace(config, dial_overrides={**config.dial_overrides, **overrides})
 
     # ---- partitions (need links=True) -------------------------------------------------

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-_FRAME_HEADER_BYTES = 9
+from harness.frames import Http2Frames, Observer
+
 _DATA = 0
 _HOST_TAG, _PORT_TAG = 0x0A, 0x10  # Address.host (field 1, length-delimited), Address.port (field 2, varint)
 
@@ -45,39 +46,30 @@ def encoded_address(addr: str) -> bytes:
     return bytes([_HOST_TAG, len(raw)]) + raw + bytes([_PORT_TAG]) + _varint(int(port))
 
 
-class EndpointRewriter:
-    """Stateful per connection: `feed(bytes) -> bytes` returns whole (rewritten) HTTP/2 frames only."""
+def _address_pairs(addresses: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for old, new in sorted(addresses.items()):
+        a, b = encoded_address(old), encoded_address(new)
+        if len(a) != len(b):
+            raise ValueError(f"cannot rewrite {old} to {new} in place: their encodings differ in length "
+                             "(same host, and both ports from 16384 up, are needed)")
+        if a != b:
+            pairs.append((a, b))
+    return pairs
 
-    def __init__(self, addresses: Mapping[str, str]) -> None:
-        self._pairs: list[tuple[bytes, bytes]] = []
-        for old, new in sorted(addresses.items()):
-            a, b = encoded_address(old), encoded_address(new)
-            if len(a) != len(b):
-                raise ValueError(f"cannot rewrite {old} to {new} in place: their encodings differ in length "
-                                 "(same host, and both ports from 16384 up, are needed)")
-            if a != b:
-                self._pairs.append((a, b))
-        self._buffer = bytearray()
-        self.frames = 0
+
+class EndpointRewriter(Http2Frames):
+    """Stateful per connection: `feed(bytes) -> bytes` returns whole (rewritten) HTTP/2 frames only.
+    `observer` sees every whole frame as the server sent it (the request journal, same frame walk)."""
+
+    def __init__(self, addresses: Mapping[str, str], observer: Observer | None = None) -> None:
+        super().__init__(observer, hold=True)
+        self._pairs = _address_pairs(addresses)
         self.rewritten = 0
 
-    def feed(self, data: bytes) -> bytes:
-        self._buffer += data
-        out = bytearray()
-        while len(self._buffer) >= _FRAME_HEADER_BYTES:
-            length = int.from_bytes(self._buffer[0:3], "big")
-            end = _FRAME_HEADER_BYTES + length
-            if len(self._buffer) < end:
-                break
-            frame = bytes(self._buffer[:end])
-            del self._buffer[:end]
-            if frame[3] == _DATA and self._pairs:
-                frame = self._rewrite(frame)
-            out += frame
-            self.frames += 1
-        return bytes(out)
-
-    def _rewrite(self, frame: bytes) -> bytes:
+    def transform(self, frame: bytes) -> bytes:
+        if frame[3] != _DATA or not self._pairs:
+            return frame
         new = frame
         for old, replacement in self._pairs:
             new = new.replace(old, replacement)
@@ -86,9 +78,10 @@ class EndpointRewriter:
         return new
 
 
-def endpoint_rewriter_factory(addresses: Mapping[str, str]) -> Callable[[], Callable[[bytes], bytes]]:
-    """One fresh rewriter per proxied connection (a `NetProxy.retarget` backward filter); raises
-    ValueError at once for an address pair that cannot be rewritten in place."""
+def endpoint_rewriter_factory(addresses: Mapping[str, str]) -> Callable[..., Callable[[bytes], bytes]]:
+    """One fresh rewriter per proxied connection (a `NetProxy.retarget` backward filter), called with
+    the connection's frame observer if it has one; raises ValueError at once for an address pair
+    that cannot be rewritten in place."""
     frozen = dict(addresses)
-    EndpointRewriter(frozen)
-    return lambda: EndpointRewriter(frozen).feed
+    _address_pairs(frozen)
+    return lambda observer=None: EndpointRewriter(frozen, observer).feed

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.request_journal import RequestJournal
+from harness.request_tap import ConnectionTap
 from harness.toxics import (
     DIRECTIONS,
     ActiveToxic,
@@ -82,8 +84,11 @@ class LinkProxy:
         self.stats = LinkStats()
         self.port = 0
         # optional: a fresh `bytes -> bytes` filter per connection for the backward bytes
-        # (harness.remoting_rewrite: a real client's route answers name its own link proxies)
-        self.backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None
+        # (harness.remoting_rewrite: a real client's route answers name its own link proxies),
+        # called with the connection's frame observer when the link journals its requests
+        self.backward_filter: Callable[..., Callable[[bytes], bytes]] | None = None
+        # optional: the journal this link's requests and their answers go to (harness.request_tap)
+        self.journal: RequestJournal | None = None
         self.toxics: dict[str, ActiveToxic] = {}  # in force
         self.applied: dict[str, ActiveToxic] = {}  # every toxic this link ever had, for its stats
         self._changed = asyncio.Event()  # set (and replaced) on every mode or toxic change
@@ -165,17 +170,30 @@ class LinkProxy:
             up_writer.close()
             return
         conn.upstream = up_writer
-        back_filter = self.backward_filter() if self.backward_filter is not None else None
+        fwd_filter, back_filter = self._filters(conn_id)
         fwd_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         back_queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_CHUNKS)
         conn.tasks = [
-            asyncio.create_task(self._read(conn_id, "forward", reader, up_writer, fwd_queue),
+            asyncio.create_task(self._read(conn_id, "forward", reader, up_writer, fwd_queue, fwd_filter),
                                 name=f"{self.name}-fwd-read"),
             asyncio.create_task(self._write(conn_id, "forward", up_writer, fwd_queue), name=f"{self.name}-fwd"),
             asyncio.create_task(self._read(conn_id, "backward", up_reader, writer, back_queue, back_filter),
                                 name=f"{self.name}-back-read"),
             asyncio.create_task(self._write(conn_id, "backward", writer, back_queue), name=f"{self.name}-back"),
         ]
+
+    def _filters(self, conn_id: int) -> tuple[Callable[[bytes], bytes] | None, Callable[[bytes], bytes] | None]:
+        """The forward and backward filters of a new connection: the journal's tap observes both
+        directions; a rewriter, when the link has one, walks the backward frames for both duties."""
+        tap = None
+        if self.journal is not None:
+            tap = ConnectionTap(self.journal.record, {"link": self.name, "src": self.src, "dst": self.dst,
+                                                      "conn": conn_id})
+        if self.backward_filter is not None:
+            back = self.backward_filter(tap.backward_frame) if tap is not None else self.backward_filter()
+        else:
+            back = tap.backward if tap is not None else None
+        return (tap.forward if tap is not None else None), back
 
     async def _read(self, conn_id: int, direction: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     queue: asyncio.Queue[Any], transform: Callable[[bytes], bytes] | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.netproxy import LinkMode, NetProxy, complete_grudge, isolate
@@ -22,12 +23,14 @@ DIALED_ROLES = frozenset({"namesrv", "broker"})  # what other processes connect 
 
 
 class ClusterLinks:
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self.proxy = NetProxy(rng)
+    def __init__(self, rng: random.Random | None = None, journal_path: Path | None = None) -> None:
+        self.proxy = NetProxy(rng, journal_path)
         self._members: set[str] = set()
 
-    def overrides_for(self, src: str, peers: Mapping[str, str]) -> dict[str, str]:
-        """Create the links `src -> peer` (peer id -> address) and return src's dial overrides."""
+    def overrides_for(self, src: str, peers: Mapping[str, str], journal_to: Iterable[str] = ()) -> dict[str, str]:
+        """Create the links `src -> peer` (peer id -> address) and return src's dial overrides; the
+        links to the peers of `journal_to` journal their requests (`harness.request_journal`)."""
+        journalled = set(journal_to) if self.proxy.journal is not None else set()
         overrides = {}
         existing = set(self.proxy.links())
         for dst, addr in sorted(peers.items()):
@@ -37,6 +40,8 @@ class ClusterLinks:
                 port = self.proxy.port_of(src, dst)
             else:
                 port = self.proxy.add_link(src, dst, addr)
+            if dst in journalled:
+                self.proxy.journal_link(src, dst)
             overrides[addr] = f"127.0.0.1:{port}"
         self._members |= {src, *peers}
         return overrides

@@ -15,6 +15,9 @@ Toxics (`harness.toxics`: latency, bandwidth, slicer, stall, reset, loss-like) s
 direction beside its mode; a mode other than OPEN wins over them (a DROP link drops whatever
 toxics it has). `heal()` resets modes only; toxics are cleared with `clear_toxics()`.
 
+A link may also journal the requests that matter on it and their answers (`journal_link`,
+`harness.request_journal`): the cluster does so for every consumer's link to a broker.
+
 Everything runs on one asyncio loop in a harness thread; the public API is synchronous and
 thread-safe. The harness's own control plane (Admin calls) never goes through a proxy.
 """
@@ -28,9 +31,11 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.link_proxy import LinkMode, LinkProxy, LinkStats
+from harness.request_journal import RequestJournal
 from harness.toxics import ActiveToxic, Toxic, as_toxic, directions_of, toxic_to_dict
 
 __all__ = ["LinkMode", "LinkProxy", "LinkStats", "NetProxy", "complete_grudge", "isolate"]
@@ -41,7 +46,7 @@ log = logging.getLogger(__name__)
 class NetProxy:
     """All link proxies of a cluster, on one harness-owned event loop thread."""
 
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None, journal_path: Path | None = None) -> None:
         # each toxic draws (jitter, loss, slice sizes) from its own Random seeded from this one
         self._rng = rng if rng is not None else random.Random()
         self._toxic_ids = itertools.count(1)
@@ -51,6 +56,8 @@ class NetProxy:
         self._links: dict[tuple[str, str], LinkProxy] = {}
         self._lock = threading.Lock()
         self.on_change: Callable[[dict[str, Any]], None] | None = None
+        # the links' request journal (harness.request_journal), for the links `journal_link` names
+        self.journal = RequestJournal(journal_path) if journal_path is not None else None
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
@@ -69,8 +76,20 @@ class NetProxy:
             self._links[(src, dst)] = link
         return bound
 
+    def journal_link(self, src: str, dst: str) -> None:
+        """Journal the requests that matter on `src -> dst` and their answers (new connections)."""
+        if self.journal is None:
+            raise ValueError("this NetProxy has no request journal: give it a journal_path")
+        link = self._link(src, dst)
+        journal = self.journal
+
+        async def apply() -> None:
+            link.journal = journal
+
+        self._call(apply())
+
     def retarget(self, src: str, dst: str, target_addr: str,
-                 backward_filter: Callable[[], Callable[[bytes], bytes]] | None = None) -> None:
+                 backward_filter: Callable[..., Callable[[bytes], bytes]] | None = None) -> None:
         """Point the proxy of `src -> dst` at another address of dst (new connections only), with an
         optional per-connection filter of the backward bytes. A real-client consumer dials its peers'
         RocketMQ remoting listeners instead of their gRPC ports."""
@@ -199,6 +218,8 @@ class NetProxy:
         async def close_all() -> None:
             for link in list(self._links.values()):
                 await link.close()
+            if self.journal is not None:
+                self.journal.close()
 
         try:
             self._call(close_all())

@@ -18,56 +18,40 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
+from harness.frames import Observer, RemotingFrames
+
 _INT = struct.Struct(">i")
-_FRAME_MAX_BYTES = 16 * 1024 * 1024  # the clients' own frame limit: anything larger is not remoting
 
 
-class RemotingAddressRewriter:
-    """Stateful per connection: `feed(bytes) -> bytes` returns whole rewritten frames only."""
+class RemotingAddressRewriter(RemotingFrames):
+    """Stateful per connection: `feed(bytes) -> bytes` returns whole rewritten frames only; bytes
+    that are not remoting frames pass through untouched from there on. `observer` sees every whole
+    frame as the peer sent it (the request journal, on the same frame walk)."""
 
-    def __init__(self, addresses: Mapping[str, str]) -> None:
+    def __init__(self, addresses: Mapping[str, str], observer: Observer | None = None) -> None:
+        super().__init__(observer, hold=True)
         # quoted, so "127.0.0.1:1091" never matches inside "127.0.0.1:10911"
         self._pairs = [(f'"{a}"'.encode(), f'"{b}"'.encode()) for a, b in sorted(addresses.items()) if a != b]
-        self._buffer = bytearray()
-        self.frames = 0
         self.rewritten = 0
 
-    def feed(self, data: bytes) -> bytes:
-        self._buffer += data
-        out = bytearray()
-        while len(self._buffer) >= 4:
-            (length,) = _INT.unpack_from(self._buffer)
-            if length < 4 or length > _FRAME_MAX_BYTES:
-                # not a frame we understand: pass everything through untouched from here on
-                out += self._buffer
-                self._buffer.clear()
-                self._pairs = []
-                break
-            if len(self._buffer) < 4 + length:
-                break
-            frame = bytes(self._buffer[4:4 + length])
-            del self._buffer[:4 + length]
-            out += self._rewrite(frame)
-            self.frames += 1
-        return bytes(out)
-
-    def _rewrite(self, frame: bytes) -> bytes:
-        (mark,) = _INT.unpack_from(frame)
+    def transform(self, frame: bytes) -> bytes:
+        (mark,) = _INT.unpack_from(frame, 4)
         header_len = mark & 0xFFFFFF
-        header, body = frame[4:4 + header_len], frame[4 + header_len:]
+        header, body = frame[8:8 + header_len], frame[8 + header_len:]
         new_header, new_body = header, body
         for old, new in self._pairs:
             new_header = new_header.replace(old, new)
             new_body = new_body.replace(old, new)
         if new_header == header and new_body == body:
-            return _INT.pack(len(frame)) + frame
+            return frame
         self.rewritten += 1
         new_mark = (mark & ~0xFFFFFF) | len(new_header)
         rest = _INT.pack(new_mark) + new_header + new_body
         return _INT.pack(len(rest)) + rest
 
 
-def rewriter_factory(addresses: Mapping[str, str]) -> Callable[[], Callable[[bytes], bytes]]:
-    """One fresh rewriter per proxied connection (a `NetProxy.retarget` backward filter)."""
+def rewriter_factory(addresses: Mapping[str, str]) -> Callable[..., Callable[[bytes], bytes]]:
+    """One fresh rewriter per proxied connection (a `NetProxy.retarget` backward filter); called
+    with the connection's frame observer, if it has one."""
     frozen = dict(addresses)
-    return lambda: RemotingAddressRewriter(frozen).feed
+    return lambda observer=None: RemotingAddressRewriter(frozen, observer).feed

@@ -1,7 +1,7 @@
 """Read a run's histories into DataFrames with the explicit schemas, and derive shared views.
 
 `load_history(spark, run_dir)` finds every process's `sends`, `deliveries`, `events`,
-`nemesis` and `processes` files (JSONL or Parquet, see `schemas`) and unions them per kind.
+`nemesis` and `processes` files and the link proxies' `requests` (JSONL or Parquet, see `schemas`) and unions them per kind.
 `history_from_rows` builds the same `History` from Python dicts (tests, synthetic runs).
 Derived views that several checks share (normalised deliveries, send outcomes, commits,
 locks, pulls, per-queue ownership epochs) are computed once, lazily, and persisted.
@@ -48,6 +48,7 @@ class History:
     nemesis: DataFrame
     processes: DataFrame
     readback: DataFrame
+    requests: DataFrame  # the link proxies' request journal (links/requests.jsonl); absent before it existed
     present: dict[str, int]  # kind -> files found (0: absent)
     run_dir: Path | None = None
     roles: dict[str, str] = field(default_factory=dict)  # node -> role (cluster.json)
@@ -376,10 +377,11 @@ def history_from_rows(spark: SparkSession, *, sends: Iterable[Mapping[str, Any]]
                       nemesis: Iterable[Mapping[str, Any]] | None = None,
                       processes: Iterable[Mapping[str, Any]] | None = None,
                       readback: Iterable[Mapping[str, Any]] | None = None,
+                      requests: Iterable[Mapping[str, Any]] | None = None,
                       roles: Mapping[str, str] | None = None, cache: bool = False) -> History:
     """A History from dicts (missing fields are null); a kind given as None is absent."""
     given = {"sends": sends, "deliveries": deliveries, "events": events, "nemesis": nemesis, "processes": processes,
-             "readback": readback}
+             "readback": readback, "requests": requests}
     frames: dict[str, DataFrame] = {}
     present: dict[str, int] = {}
     for kind, rows in given.items():

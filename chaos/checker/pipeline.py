@@ -74,8 +74,10 @@ def verdict_for(h: History, cfg: CheckerConfig, results: list[CheckResult], extr
         # acknowledged messages never consumed: allowed by the run's durability mode, or not; of
         # the allowed, `reused_offsets` were acknowledged after a power loss at an offset it cut
         "loss": loss or None,
-        # checks of the suite the run's consumers cannot feed (chaos.real_clients), with why
-        "checks_set_aside": {k: v for k, v in cfg.checks_set_aside.items() if k not in by_name} or None,
+        # checks of the suite the run's consumers cannot feed (chaos.real_clients), and checks that found
+        # nothing of theirs in the run's histories, with why
+        "checks_set_aside": {**{k: v for k, v in cfg.checks_set_aside.items() if k not in by_name},
+                             **{r.name: r.set_aside for r in results if r.set_aside}} or None,
         **(extra or {}),
     }
     return Verdict.of(results, suite=cfg.suite, seed=cfg.seed, run_dir=str(h.run_dir) if h.run_dir else None,

@@ -99,6 +99,16 @@ replica_id INT, topic, queue_id, queue_offset, msg_id, body_crc32; and one `repl
 broker_name, replica_id, max_phys_offset, master_max_phys_offset, caught_up BOOLEAN. Its times
 do not extend the history's span.
 
+`links/requests.jsonl` (the harness's link proxies, `node` = `links`; absent for runs before it):
+one `request` line per entry of a request that matters as it passed a consumer's link to a broker,
+and one `answer` line per entry when its answer passed back: link, src, dst, conn, protocol
+(remoting|grpc), kind (offset-commit|lock|unlock|heartbeat|unregister|ack|change-invisible|
+forward-dlq|client-termination), code (remoting) or method (gRPC), request_id (opaque / stream id),
+entry, the request's fields (group, client_id, topic, broker_name, queue_id, offset, commit_seq;
+message_id, receipt_handle and its fields handle_group, queue_topic, queue_offset, generation;
+invisible_ms), and on answers sent_mono_ms, answered_mono_ms, response_code, grpc_status, status,
+ok, locked (lock entries), remark.
+
 Optional run-level files: `<run_dir>/bounds.json` (the bounds the run was planned with,
 `chaos.bounds`; the checker judges with them), `<run_dir>/timing.json` (the run's Timing, field ->
 ms; else a node's `config.json` "timing"; used when bounds.json is absent), each broker's
@@ -280,6 +290,44 @@ READBACK = _schema(
     ("caught_up", BooleanType()),
 )
 
+# the link proxies' request journal (harness.request_journal): `links/requests.jsonl`
+REQUESTS = _schema(
+    ("link", StringType()),
+    ("src", StringType()),
+    ("dst", StringType()),
+    ("conn", IntegerType()),
+    ("protocol", StringType()),
+    ("kind", StringType()),
+    ("code", IntegerType()),
+    ("method", StringType()),
+    ("request_id", LongType()),
+    ("entry", IntegerType()),
+    ("oneway", BooleanType()),
+    ("group", StringType()),
+    ("client_id", StringType()),
+    ("topic", StringType()),
+    ("broker_name", StringType()),
+    ("queue_id", IntegerType()),
+    ("offset", LongType()),
+    ("commit_seq", LongType()),
+    ("message_id", StringType()),
+    ("receipt_handle", StringType()),
+    ("handle_group", StringType()),
+    ("queue_topic", StringType()),
+    ("queue_offset", LongType()),
+    ("generation", LongType()),
+    ("invisible_ms", LongType()),
+    ("sent_mono_ms", LongType()),
+    ("answered_mono_ms", LongType()),
+    ("response_code", IntegerType()),
+    ("grpc_status", IntegerType()),
+    ("grpc_message", StringType()),
+    ("status", StringType()),
+    ("ok", BooleanType()),
+    ("locked", BooleanType()),
+    ("remark", StringType()),
+)
+
 # history kind -> (file stem, schema); `<stem>.jsonl` and `<stem>.parquet` are read
 KINDS: dict[str, tuple[str, StructType]] = {
     "sends": ("sends", SENDS),
@@ -288,6 +336,7 @@ KINDS: dict[str, tuple[str, StructType]] = {
     "nemesis": ("nemesis", NEMESIS),
     "processes": ("processes", PROCESSES),
     "readback": ("readback", READBACK),
+    "requests": ("requests", REQUESTS),
 }
 # kinds written after the run proper: they do not stretch the history's time span
 AFTER_RUN_KINDS = ("readback",)

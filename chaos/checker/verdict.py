@@ -61,6 +61,9 @@ class CheckResult:
     measurements: list[dict[str, Any]] = field(default_factory=list)  # e.g. takeover latencies
     error: str | None = None
     seconds: float = 0.0
+    # a check that has nothing of this run to judge (its history is one the run never wrote) steps
+    # aside: it leaves the verdict and is listed, with this reason, beside it (`checks_set_aside`)
+    set_aside: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"valid": self.valid, "definition": self.definition, "counts": self.counts}
@@ -81,6 +84,11 @@ class CheckResult:
 
 def unknown(name: str, definition: str, reason: str) -> CheckResult:
     return CheckResult(name=name, valid=UNKNOWN, definition=definition, reason=reason)
+
+
+def set_aside(name: str, definition: str, reason: str) -> CheckResult:
+    """A check stepping aside for this run (see `CheckResult.set_aside`): no part of the verdict."""
+    return CheckResult(name=name, valid=True, definition=definition, reason=reason, set_aside=reason)
 
 
 def check_safe(name: str, definition: str, fn: Callable[[], CheckResult]) -> CheckResult:
@@ -106,7 +114,7 @@ class Verdict:
 
     @classmethod
     def of(cls, checks: Iterable[CheckResult], **kwargs: Any) -> Verdict:
-        by_name = {c.name: c for c in checks}
+        by_name = {c.name: c for c in checks if c.set_aside is None}
         return cls(valid=worst(c.valid for c in by_name.values()), checks=by_name, **kwargs)
 
     @property

@@ -319,7 +319,9 @@ class BrokerController:
         pull = PullProcessor(config, self.store, self.topics, self.groups, self.offsets, clock, self.pull_hold,
                              self.events, consumers=self.consumers,
                              writes_open=lambda: self.replication.writes.is_open, last_pullers=last_pullers)
-        offsets = OffsetRequestHandler(self.store, self.topics, self.offsets)
+        drop_every = c.FAULT_OFFSET_COMMIT_DROP_EVERY if (
+            config.is_master and c.FAULT_OFFSET_COMMIT_DROP in config.fault_switches) else 0
+        offsets = OffsetRequestHandler(self.store, self.topics, self.offsets, drop_every=drop_every)
         self.client_manage = ClientManageHandler(config=config, registry=self.consumers, groups=self.groups,
                                                  topics=self.topics, clock=clock, on_topics_changed=self._register_now)
         send_back = SendBackProcessor(config, self.store, self.topics, self.groups, clock,

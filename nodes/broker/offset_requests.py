@@ -60,10 +60,16 @@ class OffsetResponse:
 
 
 class OffsetRequestHandler:
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetTable) -> None:
+    """`drop_every` > 0 is the test-only fault switch offset-commit-drop (constants.FAULT_OFFSET_COMMIT_DROP):
+    one update in that many that would change the stored offset is answered SUCCESS and dropped."""
+
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetTable, *,
+                 drop_every: int = 0) -> None:
         self._store = store
         self._topics = topics
         self._offsets = offsets
+        self._drop_every = drop_every
+        self._changing_updates = 0
 
     def query_consumer_offset(self, req: QueryConsumerOffsetRequest) -> OffsetResponse:
         if refusal := validation.names_refusal(topic=req.topic, group=req.consumer_group):
@@ -83,6 +89,10 @@ class OffsetRequestHandler:
         if refusal := validation.offset_refusal(self._topics, self._store, group=req.consumer_group, topic=req.topic,
                                                 queue_id=req.queue_id, queue_offset=req.offset):
             return OffsetResponse(*refusal)
+        if self._drop_every and self._offsets.query(req.consumer_group, req.topic, req.queue_id) != req.offset:
+            self._changing_updates += 1
+            if self._changing_updates % self._drop_every == 0:
+                return OffsetResponse(ResponseCode.SUCCESS)
         self._offsets.commit(req.consumer_group, req.topic, req.queue_id, req.offset,
                              client_id=req.client_id or None, commit_seq=req.commit_seq)
         return OffsetResponse(ResponseCode.SUCCESS)

@@ -582,3 +582,13 @@ PROPERTY_POP_RETRY_GROUP = "POP_RETRY_GROUP"  # the pop group a revived copy bel
 PROPERTY_POP_FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME, set on the first revive
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # where a dead-lettered pop came from (RocketMQ 5)
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+# ---------------------------------------------------------------------------
+# The link proxies' request journal (harness/request_journal.py, harness/request_tap.py)
+# ---------------------------------------------------------------------------
+REQUEST_JOURNAL_FLUSH_MS = 200  # buffered lines reach the file this often (and at close): harness-side, unscaled
+FAULT_OFFSET_COMMIT_DROP = "offset-commit-drop"
+FAULT_OFFSET_COMMIT_DROP_EVERY = 2  # offset-commit-drop: one update in this many that would change a stored offset
+BROKER_FAULT_SWITCHES[FAULT_OFFSET_COMMIT_DROP] = (
+    "an offset commit answered success is stored: a master answers one UPDATE_CONSUMER_OFFSET in "
+    f"{FAULT_OFFSET_COMMIT_DROP_EVERY} that would change the stored offset with success and drops it")

@@ -175,6 +175,44 @@ def test_a_cpp_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_a_cpp_consumers_remoting_requests_are_journalled_by_its_links(tmp_path):
+    """The C++ client's UPDATE_CONSUMER_OFFSET (every 5 s), LOCK_BATCH_MQ and HEART_BEAT, read off its
+    remoting stream by the link proxy, each with the broker's answer (links/requests.jsonl)."""
+    from harness.request_journal import journal_path
+
+    spec = ClusterSpec.default(time_scale=1.0).with_consumers(1, group=GROUP, subscriptions={TOPIC: "*"})
+    cluster = LocalCluster(spec, run_dir=tmp_path / "run", links=True, start=False)
+    producer = None
+    path = journal_path(cluster.run_dir)
+
+    def answered(kind: str) -> list[dict]:
+        lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        return [x for x in lines if x["event"] == "answer" and x["kind"] == kind]
+
+    try:
+        wire(cluster, CLIENTS["cpp"], group=GROUP, topic=TOPIC, orderly=True, consumer_options={})
+        cluster.start()
+        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
+        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
+                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
+        producer.start()
+        _wait("a journalled UPDATE_CONSUMER_OFFSET of the C++ consumer", FIRST_DELIVERY_BUDGET_S,
+              lambda: any(x["offset"] > 0 for x in answered("offset-commit")))
+    finally:
+        if producer is not None:
+            producer.stop()
+        cluster.close()
+    commits = answered("offset-commit")
+    assert all(x["protocol"] == "remoting" and x["code"] == 15 and x["group"] == GROUP for x in commits)
+    assert any(x["ok"] and x["client_id"] for x in commits)  # the client id of the connection's heartbeat
+    locks = answered("lock")
+    assert locks and all(x["code"] == 41 for x in locks) and any(x["locked"] for x in locks)
+    assert answered("heartbeat")
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(REAL_RUN_TIMEOUT_S)
 def test_lock_takeover_with_the_cpp_client_ends_with_a_broker_verdict_and_findings(tmp_path):

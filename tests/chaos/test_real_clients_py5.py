@@ -133,6 +133,46 @@ def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_a_py5_consumers_acks_and_heartbeats_are_journalled_by_its_links(tmp_path):
+    """HPACK-decoded gRPC of Apache's 5.x client through the endpoint-rewriting links: each AckMessage entry
+    with the receipt handle's entry and its own status, each one the master settled (a pop-ack ok)."""
+    from harness.request_journal import journal_path
+
+    spec = ClusterSpec.default(time_scale=1.0).with_consumers(1, group=GROUP, subscriptions={TOPIC: "*"})
+    cluster = LocalCluster(spec, run_dir=tmp_path / "run", links=True, start=False)
+    producer = None
+    path = journal_path(cluster.run_dir)
+
+    def answered(kind: str) -> list[dict]:
+        lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        return [x for x in lines if x["event"] == "answer" and x["kind"] == kind]
+
+    try:
+        wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
+        cluster.start()
+        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
+        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
+                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
+        producer.start()
+        _wait("20 journalled acks", FIRST_DELIVERY_BUDGET_S, lambda: len(answered("ack")) >= 20)
+        _wait("a journalled heartbeat", 30, lambda: answered("heartbeat"))
+    finally:
+        if producer is not None:
+            producer.stop()
+        cluster.close()
+    acks = answered("ack")
+    assert all(x["protocol"] == "grpc" and x["method"].endswith("/AckMessage") and x["client_id"] for x in acks)
+    ok = [x for x in acks if x["ok"]]
+    assert ok and all(x["status"] == "OK" and x["grpc_status"] == 0 and x["queue_topic"] for x in ok)
+    events = [json.loads(x) for x in (cluster.run_dir / "broker-a-0" / "events.jsonl").read_text().splitlines()]
+    settled = {(e["queue_topic"], e["queue_id"], e["queue_offset"]) for e in events
+               if e["event"] == "pop-ack" and e.get("status") == "ok"}
+    assert all((x["queue_topic"], x["queue_id"], x["queue_offset"]) in settled for x in ok if x["dst"] == "broker-a-0")
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(E2E_TIMEOUT_S)
 def test_failover_with_the_py5_client_is_judged_valid_with_read_routing_set_aside(tmp_path):

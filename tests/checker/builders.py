@@ -41,6 +41,7 @@ class Run:
     nemesis: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)
     readback: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # the link proxies' journal
 
     # ---- producer ---------------------------------------------------------------------------
 
@@ -93,6 +94,22 @@ class Run:
         return self.event("offset-commit", t, f"consumer-{client[1:]}", group=group, client_id=client, topic=T,
                           broker_name=B, queue_id=queue, offset=offset, target_broker_id=target, ok=True,
                           decided_mono_ms=decided)
+
+    def request(self, kind: str, sent: int, answered: int | None, *, ok: bool = True, client: str = "c1",
+                broker_id: int = 0, request_id: int | None = None, **fields: Any) -> Run:
+        """A request journalled on `consumer-N -> broker-a-<id>` at `sent`, its answer at `answered`
+        (None: never answered)."""
+        dst = f"{B}-{broker_id}"
+        rid = request_id if request_id is not None else len(self.requests) + 1
+        common = {"node": "links", "link": f"consumer-{client[1:]}->{dst}", "src": f"consumer-{client[1:]}",
+                  "dst": dst, "conn": 1, "protocol": "grpc", "kind": kind, "request_id": rid, "entry": 0,
+                  "group": G, "client_id": client, "topic": T, **fields}
+        self.requests.append({**common, "event": "request", "mono_ms": sent, "wall_ms": 1_700_000_000_000 + sent})
+        if answered is not None:
+            self.requests.append({**common, "event": "answer", "mono_ms": answered,
+                                  "wall_ms": 1_700_000_000_000 + answered, "sent_mono_ms": sent,
+                                  "answered_mono_ms": answered, "ok": ok, "grpc_status": 0})
+        return self
 
     def stored(self, t: int, offset: int, *, broker_id: int = 0, queue: int = 0, source: str = "client") -> Run:
         return self.event("offset-commit", t, f"{B}-{broker_id}", group=G, topic=T, queue_id=queue, offset=offset,
@@ -260,12 +277,14 @@ class Run:
                  for k in ("sends", "deliveries", "events", "nemesis", "processes")}
         if self.readback and "readback" not in absent:
             kinds["readback"] = self.readback
+        if self.requests and "requests" not in absent:
+            kinds["requests"] = self.requests
         return history_from_rows(spark, **kinds)
 
     def write(self, run_dir: Path, *, timing: bool = True) -> Path:
         """Write the histories as each process would: <run_dir>/<node>/<kind>.jsonl."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        for kind in ("sends", "deliveries", "events", "nemesis", "processes", "readback"):
+        for kind in ("sends", "deliveries", "events", "nemesis", "processes", "readback", "requests"):
             for r in getattr(self, kind):
                 node = "readback" if kind == "readback" else r.get("node") or "harness"
                 path = run_dir / node / f"{kind}.jsonl"
@@ -290,6 +309,8 @@ def clean_orderly_run() -> Run:
         r.lock(151, "granted", queue=q, lease=451)
         r.consume(q, range(10), t0=200)
         r.commit(320, 10, queue=q)
+        # the commit as its link saw it, answered after the master stored it
+        r.request("offset-commit", 317, 321, queue_id=q, offset=10).stored(319, 10, queue=q)
         r.pull(190, offset=0, next_offset=10, queue=q)
         r.pull(300, offset=10, next_offset=10, status="NO_NEW_MSG", queue=q)
         r.read_back(0, q, range(10)).read_back(1, q, range(10))

@@ -60,7 +60,8 @@ def test_loader_reads_jsonl_and_parquet_and_skips_torn_lines(spark, tmp_path):
     nodes = {r["node"] for r in h.deliveries.filter("event is not null").select("node").collect()}
     assert nodes == {"consumer-1", "consumer-2"}
     # the processes file is there, empty, as the chaos runner always writes it
-    assert h.present == {"sends": 1, "deliveries": 2, "events": 0, "nemesis": 0, "processes": 1, "readback": 0}
+    assert h.present == {"sends": 1, "deliveries": 2, "events": 0, "nemesis": 0, "processes": 1, "readback": 0,
+                         "requests": 0}
 
 
 def test_cli_valid_run_exits_0(monkeypatch, clean_output, clean_run_dir):

@@ -28,6 +28,7 @@ from chaos.checker.checks.queue import (
     check_unexpected,
 )
 from chaos.checker.checks.rebalance import REBALANCE, check_rebalance
+from chaos.checker.checks.requests import REQUESTS, check_requests
 from chaos.checker.checks.routing import ROUTING, check_read_routing
 from chaos.checker.checks.store import DURABILITY, STORE_HEALTH, check_durability, check_store_health
 from chaos.checker.checks.takeover import TAKEOVER, check_takeover
@@ -57,8 +58,9 @@ CHECKS: dict[str, tuple[str, CheckFn]] = {
     "pop-ack": (POP_ACK, check_pop_ack),
     "pop-redelivery": (POP_REDELIVERY, check_pop_redelivery),
     "pop-fifo": (POP_FIFO, check_pop_fifo),
+    "requests": (REQUESTS, check_requests),
 }
 
 __all__ = ["CHECKS", "CheckFn", "check_availability", "check_deaths", "check_disk_full", "check_duplicates", "check_durability", "check_integrity", "check_lock_exclusivity",
-           "check_lost", "check_offset_resync", "check_order", "check_pop_ack", "check_pop_fifo", "check_pop_redelivery", "check_read_routing", "check_rebalance", "check_replication",
+           "check_lost", "check_offset_resync", "check_order", "check_pop_ack", "check_pop_fifo", "check_pop_redelivery", "check_read_routing", "check_rebalance", "check_replication", "check_requests",
            "check_store_health", "check_takeover", "check_unexpected"]
