@@ -38,6 +38,7 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodes.common import constants as c
@@ -163,38 +164,54 @@ class IndexFile:
         return self.put_keys((key_hash,), phys_offset, store_timestamp_ms) == 1
 
     def put_keys(self, key_hashes: tuple[int, ...] | list[int], phys_offset: int, store_timestamp_ms: int) -> int:
-        """Add one entry per hash for one record, the header written once after them; returns how
-        many fit (the rest go to the next file).
+        """Add one entry per hash for one record (`put_entries`); returns how many fit."""
+        return self.put_entries([(key_hash, phys_offset, store_timestamp_ms) for key_hash in key_hashes])
+
+    def put_entries(self, entries: Sequence[tuple[int, int, int]], start: int = 0) -> int:
+        """Add `entries[start:]`, each (key hash, phys offset, store timestamp) in commitlog order,
+        the header written once after them (a whole put's keys cost one header write); returns
+        how many fit (the rest go to the next file).
 
         Raises:
             DiskFullError: an entry's page has no blocks and the disk has none to give (the
                 entries before it are counted).
         """
-        begin_ts, _end_ts, begin_phys, _end_phys, used_slots, count = self._header
-        written = 0
+        begin_ts, end_ts, begin_phys, end_phys, used_slots, count = self._header
+        room = self.entries - count
+        if room <= 0:
+            return 0
+        stop = min(len(entries), start + room)
         mm = self._mm
+        entries_start, hash_slots, allocated = self._entries_start, self.hash_slots, self.allocated_position
+        pack_entry, pack_slot, unpack_slot = ENTRY.pack_into, SLOT.pack_into, SLOT.unpack_from
+        entry_bytes, header_bytes, slot_bytes = c.INDEX_ENTRY_BYTES, c.INDEX_HEADER_BYTES, c.INDEX_SLOT_BYTES
+        written = 0
         try:
-            for key_hash in key_hashes:
-                if count >= self.entries:
-                    break
-                position = self._entries_start + count * c.INDEX_ENTRY_BYTES
-                if position + c.INDEX_ENTRY_BYTES > self.allocated_position:
-                    self._allocate(position + c.INDEX_ENTRY_BYTES)
+            for i in range(start, stop):
+                key_hash, phys_offset, store_timestamp_ms = entries[i]
+                position = entries_start + count * entry_bytes
+                if position + entry_bytes > allocated:
+                    self._allocate(position + entry_bytes)
+                    allocated = self.allocated_position
                 if count == 1:
                     begin_ts, begin_phys = store_timestamp_ms, phys_offset
-                slot_position = c.INDEX_HEADER_BYTES + (key_hash % self.hash_slots) * c.INDEX_SLOT_BYTES
-                (prev,) = SLOT.unpack_from(mm, slot_position)
+                slot_position = header_bytes + (key_hash % hash_slots) * slot_bytes
+                (prev,) = unpack_slot(mm, slot_position)
                 if not 0 < prev < count:
                     prev = 0  # empty, or garbage a torn write left: the chain ends here
                     used_slots += 1
-                time_diff_s = max(0, (store_timestamp_ms - begin_ts) // 1000)
-                ENTRY.pack_into(mm, position, key_hash, phys_offset, min(time_diff_s, 0x7FFFFFFF), prev)
-                SLOT.pack_into(mm, slot_position, count)
+                time_diff_s = (store_timestamp_ms - begin_ts) // 1000
+                # entry before slot, slot before the header counts it: a kill leaves no slot
+                # pointing past what the entries hold
+                pack_entry(mm, position, key_hash, phys_offset,
+                           0 if time_diff_s < 0 else min(time_diff_s, 0x7FFFFFFF), prev)
+                pack_slot(mm, slot_position, count)
                 count += 1
                 written += 1
+                end_ts, end_phys = store_timestamp_ms, phys_offset
         finally:
             if written:
-                self._write_header(begin_ts, store_timestamp_ms, begin_phys, phys_offset, used_slots, count)
+                self._write_header(begin_ts, end_ts, begin_phys, end_phys, used_slots, count)
                 self._dirty = True
         return written
 
