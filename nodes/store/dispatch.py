@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from nodes.common import constants as c
 from nodes.common.errors import DiskFullError
@@ -44,9 +44,12 @@ log = logging.getLogger(__name__)
 
 # (topic, queue_id, max_queue_offset, tag_hash, store_timestamp_ms)
 ArrivalListener = Callable[[str, int, int, int, int], None]
-# (phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, properties) of a record
-# dispatch placed: `CheckedRecord`'s fields with the properties decoded
-DispatchedRecord = tuple[int, int, str, int, int, int, Mapping[str, str]]
+# (phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, keys, uniq_key) of a
+# record dispatch placed: its KEYS and UNIQ_KEY properties, each None when it has none
+DispatchedRecord = tuple[int, int, str, int, int, int, str | None, str | None]
+# (KEYS, UNIQ_KEY) of each record of a put, as the writer knew them
+IndexKeys = Sequence[tuple[str | None, str | None]]
+_KEYS, _UNIQ_KEY = c.PROPERTY_KEYS, c.PROPERTY_UNIQ_KEY
 # Hears the records one dispatch call placed, in commitlog order (those before a full disk
 # stopped it included). Called under the store's lock; must not raise.
 DispatchListener = Callable[[list[DispatchedRecord]], None]
@@ -157,7 +160,7 @@ class Dispatcher:
     def dispatch_appended(self, start_phys_offset: int, end_phys_offset: int, topic: str, queue_id: int,
                           first_queue_offset: int, units: list[tuple[int, int, int]],
                           store_timestamp_ms: int,
-                          properties_of: Callable[[], Sequence[Mapping[str, str]]] | None = None) -> bool:
+                          keys_of: Callable[[], IndexKeys] | None = None) -> bool:
         """Index records the store itself just appended, from what it knew while writing them.
 
         The records of one put: one queue, consecutive queue offsets from `first_queue_offset`,
@@ -165,16 +168,16 @@ class Dispatcher:
         (a blank marker closing the previous segment included). Re-reading, checking and
         decoding them would only find what was just encoded, so only the walk's position moves.
         Returns False, touching nothing, when the walk is not at `start_phys_offset` (it lags,
-        e.g. waiting at bytes it could not judge), or when `on_dispatched` listens and
-        `properties_of` (each record's properties, asked for only then) is not given: the caller
-        then walks the bytes as usual.
+        e.g. waiting at bytes it could not judge), or when `on_dispatched` listens and `keys_of`
+        (each record's KEYS and UNIQ_KEY, asked for only then) is not given: the caller then
+        walks the bytes as usual.
 
         Listeners hear each newly indexed record, as from a walk.
         """
         if self.reput_from_phys_offset != start_phys_offset or not units:
             return False
         on_dispatched = self.on_dispatched
-        if on_dispatched is not None and properties_of is None:
+        if on_dispatched is not None and keys_of is None:
             return False
         self.reput_from_phys_offset = end_phys_offset
         self.last_store_timestamp_ms = store_timestamp_ms
@@ -186,10 +189,10 @@ class Dispatcher:
             except DiskFullError:
                 self.reput_from_phys_offset = start_phys_offset
                 raise
-        if on_dispatched is not None and properties_of is not None:
-            on_dispatched([(phys_offset, size, topic, queue_id, first_queue_offset + i, store_timestamp_ms, properties)
-                           for i, ((phys_offset, size, _code), properties) in enumerate(
-                               zip(units, properties_of(), strict=True))])
+        if on_dispatched is not None and keys_of is not None:
+            on_dispatched([(phys_offset, size, topic, queue_id, first_queue_offset + i, store_timestamp_ms, keys, uniq)
+                           for i, ((phys_offset, size, _code), (keys, uniq)) in enumerate(
+                               zip(units, keys_of(), strict=True))])
         on_arrival = self.on_arrival
         if on_arrival is not None:
             for i in written:
@@ -270,7 +273,8 @@ class Dispatcher:
                     self.reput_from_phys_offset = base + pos
                     raise
                 if dispatched is not None:
-                    dispatched.append((base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms, properties))
+                    dispatched.append((base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                                       properties.get(_KEYS), properties.get(_UNIQ_KEY)))
                 pos += size
                 indexed += 1
         finally:
@@ -286,7 +290,7 @@ class Dispatcher:
                     record.properties)
         if self.on_dispatched is not None:
             self._emit([(phys_offset, size, record.topic, record.queue_id, record.queue_offset,
-                         record.store_timestamp_ms, record.properties)])
+                         record.store_timestamp_ms, record.properties.get(_KEYS), record.properties.get(_UNIQ_KEY))])
 
     def _index_run(self, end_phys_offset: int, run: Sequence[CheckedRecord]) -> None:
         """Index a run of checked records (see `dispatch_checked`) ending at `end_phys_offset`."""
@@ -319,7 +323,8 @@ class Dispatcher:
 
     def _emit_run(self, run: Sequence[CheckedRecord], properties: list[dict[str, str]]) -> None:
         if self.on_dispatched is not None:
-            self._emit([(phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, record_properties)
+            self._emit([(phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                         record_properties.get(_KEYS), record_properties.get(_UNIQ_KEY))
                         for (phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, _text),
                         record_properties in zip(run, properties, strict=True)])
 

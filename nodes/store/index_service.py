@@ -253,9 +253,10 @@ class IndexService:
                     fields = index_fields(view, pos, end, base + pos)
                     if fields is None:
                         break
-                    size, topic, queue_id, queue_offset, store_timestamp_ms, properties = fields
+                    size, topic, queue_id, queue_offset, store_timestamp_ms, properties_text = fields
+                    properties = decode_properties(properties_text)
                     run.append((base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
-                                decode_properties(properties)))
+                                properties.get(c.PROPERTY_KEYS), properties.get(c.PROPERTY_UNIQ_KEY)))
                     pos += size
             finally:
                 view.release()  # a mapping with exported views cannot be closed
@@ -284,24 +285,34 @@ class IndexService:
         position = self.position
         skip_phys, skip = self._resume_skip if self._resume_skip is not None else (-1, set())
         entries: list[tuple[int, int, int]] = []  # (key hash, phys offset, store timestamp)
-        keys_name, uniq_name, separator = c.PROPERTY_KEYS, c.PROPERTY_UNIQ_KEY, c.KEY_SEPARATOR
+        separator = c.KEY_SEPARATOR
         crc32 = zlib.crc32
-        for phys_offset, size, topic, _queue_id, _queue_offset, store_timestamp_ms, properties in records:
+        topic_crcs: dict[str, int] = {}  # CRC-32 of "topic#": `key_hash` continues it with the key
+        for phys_offset, size, topic, _queue_id, _queue_offset, store_timestamp_ms, keys, uniq in records:
             if phys_offset < position:
                 continue
             position = phys_offset + size
-            keys = properties.get(keys_name)
-            uniq = properties.get(uniq_name)
             if not keys and not uniq:
                 continue
-            prefix = f"{topic}{c.INDEX_KEY_SEPARATOR}"
-            hashes: list[int] = []
-            # `record_keys` and `key_hash`, inlined: this runs once per message on the send path
-            for key in (*keys.split(separator), uniq) if keys else (uniq,):
-                if key:
-                    hashed = crc32((prefix + key).encode()) & 0x7FFFFFFF
-                    if hashed not in hashes and not (phys_offset == skip_phys and hashed in skip):
+            topic_crc = topic_crcs.get(topic)
+            if topic_crc is None:
+                topic_crc = topic_crcs[topic] = crc32(f"{topic}{c.INDEX_KEY_SEPARATOR}".encode())
+            # `record_keys` and `key_hash` inlined: this runs once per message on the send path
+            if keys and separator not in keys and keys != uniq:  # one key and the client id, or either
+                hashes = [crc32(keys.encode(), topic_crc) & 0x7FFFFFFF]
+                if uniq:
+                    hashed = crc32(uniq.encode(), topic_crc) & 0x7FFFFFFF
+                    if hashed != hashes[0]:
                         hashes.append(hashed)
+            else:
+                hashes = []
+                for key in (*keys.split(separator), uniq) if keys else (uniq,):
+                    if key:
+                        hashed = crc32(key.encode(), topic_crc) & 0x7FFFFFFF
+                        if hashed not in hashes:
+                            hashes.append(hashed)
+            if phys_offset == skip_phys:
+                hashes = [hashed for hashed in hashes if hashed not in skip]
             entries += [(hashed, phys_offset, store_timestamp_ms) for hashed in hashes]
         if skip_phys >= 0 and position > skip_phys:
             self._resume_skip = None

@@ -45,14 +45,13 @@ def _log_across_segments(tmp_path, count=30):
 
 def test_every_dispatch_path_hands_its_listener_each_record_once_in_order(tmp_path):
     log, results = _log_across_segments(tmp_path)
-    expected = [(r.phys_offset, r.size, "T", i % 2, i // 2, 1000 + i, {"KEYS": f"k{i}", "UNIQ_KEY": f"U{i}"})
-                for i, r in enumerate(results)]
+    expected = [(r.phys_offset, r.size, "T", i % 2, i // 2, 1000 + i, f"k{i}", f"U{i}") for i, r in enumerate(results)]
 
     heard_walk: list = []
     walker = Dispatcher(log, Index(tmp_path / "walked").queue_for)
     walker.on_dispatched = heard_walk.extend
     walker.dispatch_until(log.max_phys_offset)
-    assert [(*r[:6], dict(r[6])) for r in heard_walk] == expected
+    assert heard_walk == expected
 
     heard_checked: list = []
     replica = Dispatcher(log, Index(tmp_path / "checked").queue_for)
@@ -62,7 +61,7 @@ def test_every_dispatch_path_hands_its_listener_each_record_once_in_order(tmp_pa
         checked = [(result.phys_offset, *index_fields(data, 0, result.size, result.phys_offset))]
         if not replica.dispatch_checked(result.phys_offset, checked):
             replica.dispatch_until(result.phys_offset + result.size)  # across a blank marker: the walk
-    assert [(*r[:6], dict(r[6])) for r in heard_checked] == expected
+    assert heard_checked == expected
 
 
 def test_the_appenders_fast_path_yields_to_the_walk_when_it_cannot_name_the_properties(tmp_path):
@@ -76,8 +75,18 @@ def test_the_appenders_fast_path_yields_to_the_walk_when_it_cannot_name_the_prop
     assert not dispatcher.dispatch_appended(first.phys_offset, end, "T", 0, 0, units, 1000)
     assert dispatcher.reput_from_phys_offset == first.phys_offset and heard == []
     assert dispatcher.dispatch_appended(first.phys_offset, end, "T", 0, 0, units, 1000,
-                                        lambda: [{"KEYS": "k0", "UNIQ_KEY": "U0"}])
+                                        lambda: [("k0", "U0")])
     assert [r[0] for r in heard] == [first.phys_offset]
+
+
+def test_a_scanned_batch_names_its_keys_as_decoding_would():
+    entries = [{"KEYS": "a b", "UNIQ_KEY": "U1", "TAGS": "t"}, {}, {"UNIQ_KEY": "U3"}, {"XKEYS": "no", "KEYS": "k"},
+               {"TAGS": "KEYS"}]
+    blob = b"".join(encode_entry(b"x", 0, props) for props in entries)
+    scanned = scan_batch_body(blob, SMALL.message_body_bytes_max)
+    assert scanned.index_keys() == [(props.get("KEYS"), props.get("UNIQ_KEY")) for props in entries]
+    plain = scan_batch_body(encode_entry(b"x", 0, {"TAGS": "t"}), SMALL.message_body_bytes_max)
+    assert plain.index_keys() == [(None, None)]
 
 
 def test_puts_are_indexed_from_dispatch_without_the_index_reading_a_record(open_store, monkeypatch):
