@@ -196,6 +196,7 @@ class IndexFile:
         pack_entry, unpack_slot = ENTRY.pack, SLOT.unpack_from
         counted = count
         parts: list[bytes] = []
+        append = parts.append
         slots: dict[int, int] = {}  # slot -> its newest entry, as this call leaves it
         for i in range(start, stop):
             key_hash, phys_offset, store_timestamp_ms = entries[i]
@@ -209,8 +210,9 @@ class IndexFile:
                     prev = 0  # empty, or garbage a torn write left: the chain ends here
                     used_slots += 1
             time_diff_s = (store_timestamp_ms - begin_ts) // 1000
-            parts.append(pack_entry(key_hash, phys_offset, 0 if time_diff_s < 0 else min(time_diff_s, 0x7FFFFFFF),
-                                    prev))
+            if not 0 <= time_diff_s <= 0x7FFFFFFF:
+                time_diff_s = 0 if time_diff_s < 0 else 0x7FFFFFFF
+            append(pack_entry(key_hash, phys_offset, time_diff_s, prev))
             slots[slot] = count
             count += 1
             end_ts, end_phys = store_timestamp_ms, phys_offset

@@ -285,6 +285,7 @@ class IndexService:
         position = self.position
         skip_phys, skip = self._resume_skip if self._resume_skip is not None else (-1, set())
         entries: list[tuple[int, int, int]] = []  # (key hash, phys offset, store timestamp)
+        append = entries.append
         separator = c.KEY_SEPARATOR
         crc32 = zlib.crc32
         topic_crcs: dict[str, int] = {}  # CRC-32 of "topic#": `key_hash` continues it with the key
@@ -313,7 +314,8 @@ class IndexService:
                             hashes.append(hashed)
             if phys_offset == skip_phys:
                 hashes = [hashed for hashed in hashes if hashed not in skip]
-            entries += [(hashed, phys_offset, store_timestamp_ms) for hashed in hashes]
+            for hashed in hashes:
+                append((hashed, phys_offset, store_timestamp_ms))
         if skip_phys >= 0 and position > skip_phys:
             self._resume_skip = None
         if entries and not self._put_entries(entries, skip_phys, skip):

@@ -151,14 +151,23 @@ class ScannedBatch:
 
     def index_keys(self) -> list[tuple[str | None, str | None]]:
         """(KEYS, UNIQ_KEY) of every entry, each None when absent: what the message index needs,
-        found without decoding the properties."""
+        found in place without decoding the properties (`_last_value`, inlined: once per message
+        on the send path)."""
         if _KEYS_FIRST not in self.properties and _UNIQ_FIRST not in self.properties:
             return [(None, None)] * len(self.entries)
         blob = self.blob
-        found = []
-        for _body_start, _body_len, _flag, props_start, props_len, _code in self.entries:
-            props = blob[props_start:props_start + props_len]
-            found.append((_last_value(props, _KEYS_FIRST), _last_value(props, _UNIQ_FIRST)))
+        found: list[tuple[str | None, str | None]] = []
+        append = found.append
+        keys_later, uniq_later = b"\x02" + _KEYS_FIRST, b"\x02" + _UNIQ_FIRST
+        keys_skip, uniq_skip = len(keys_later), len(uniq_later)
+        for _body_start, _body_len, _flag, start, size, _code in self.entries:
+            end = start + size
+            at = blob.rfind(keys_later, start, end)
+            at = at + keys_skip if at >= 0 else (start + keys_skip - 1 if blob.startswith(_KEYS_FIRST, start) else -1)
+            keys = blob[at:blob.index(b"\x02", at, end)].decode("ascii") if at >= 0 else None
+            at = blob.rfind(uniq_later, start, end)
+            at = at + uniq_skip if at >= 0 else (start + uniq_skip - 1 if blob.startswith(_UNIQ_FIRST, start) else -1)
+            append((keys, blob[at:blob.index(b"\x02", at, end)].decode("ascii") if at >= 0 else None))
         return found
 
 
