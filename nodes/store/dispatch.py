@@ -2,8 +2,8 @@
 
 Owns: the walk over commitlog positions (`scan_step`, shared with recovery), putting each
 record's unit into its consume queue at the record's own QUEUEOFFSET (its tag code is the
-tag hash, or for a waiting delayed message its deliver timestamp), arrival
-notifications, the "dispatched" hook, and the record of damaged ranges it stepped over. Does not write the
+tag hash, or for a waiting delayed message its deliver timestamp), arrival notifications,
+the "dispatched" hook, and the record of damaged ranges it stepped over. Does not write the
 commitlog, and does not decide where a walk starts (the message store and recovery do).
 
 A walk never trusts a position blindly: each record is checked (magic, sizes, its own

@@ -338,7 +338,7 @@ class IndexService:
         except (DiskFullError, OSError, DataDirError) as exc:
             if index_file is not None:
                 done += index_file.index_count - count_before
-            stopped_phys = entries[done][1]
+            stopped_phys = entries[min(done, len(entries) - 1)][1]  # all in: its record's keys are skipped
             written = {hashed for hashed, phys_offset, _ts in entries[:done] if phys_offset == stopped_phys}
             self._resume_skip = (stopped_phys, written | (skip if skip_phys == stopped_phys else set()))
             self.position = stopped_phys

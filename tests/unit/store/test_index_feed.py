@@ -7,6 +7,9 @@ the middle of a put resumes with exactly the keys that did not get in. Also the 
 from __future__ import annotations
 
 import dataclasses
+import os
+
+import pytest
 
 from nodes.common import constants as c
 from nodes.common.errors import DiskFullError
@@ -197,3 +200,21 @@ def test_record_at_checks_framing_position_and_on_request_the_crc(open_store):
     assert store.index.verified_record(phys_offset) is None
     assert store.lookup_by_key("T", "k1", KEY_KIND, 5) == []
     assert store.lookup_message(appended[0].phys_offset, appended[0].size).properties["KEYS"] == "k0"
+
+
+def test_entries_past_the_files_blocks_stop_at_the_last_that_fits(tmp_path, monkeypatch):
+    index_file = IndexFile(tmp_path / "20260101000000000", 4, 200_000)
+    assert index_file.put_entries([(1, 100, 1_000)]) == 1  # the entries get their first step of blocks
+    fit = (index_file.allocated_position - index_file._entries_start) // c.INDEX_ENTRY_BYTES - 2
+    assert 0 < fit < 100_000
+
+    def enospc(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", enospc)
+    with pytest.raises(DiskFullError):
+        index_file.put_entries([(i % 7, 1_000 + i, 2_000) for i in range(fit + 50)])
+    assert index_file.index_count == 2 + fit  # entry 0, the first, and every one the blocks hold
+    assert index_file.header()[3] == 1_000 + fit - 1  # the header names the last one written
+    assert index_file.lookup((fit - 1) % 7, 0, 2**62, 1) == [1_000 + fit - 1]
+    index_file.close()
