@@ -185,8 +185,8 @@ class ClusterAdmin:
                 for ref in masters]
 
     def topic_types(self, topics: Iterable[str]) -> dict[str, str]:
-        """Each topic's message type as the first master that has it answers (an unset one reads
-        NORMAL; "" when no master answered)."""
+        """Each topic's message type as the first master that has it answers (`topic_message_type`:
+        an unset one reads FIFO on an order topic, else NORMAL; "" when no master answered)."""
         masters = [b for b in self.brokers() if b.is_master]
         types = {}
         for topic in topics:

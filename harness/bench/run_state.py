@@ -73,6 +73,7 @@ class BenchConfig:
     mode: str = "async"
     clients: tuple[str, ...] = ()  # real RocketMQ clients' rows beside mqlab's ("cpp", "ons")
     tune_malloc: bool = False  # run every process with MALLOC_TUNING
+    message_index: bool = True  # the brokers' store.message_index_enable
     time_scale: float = 1.0
     keep_store: bool = False  # keep the brokers' stores in the run dir (deleted by default)
     profile: Path | None = None  # py-spy profiles of every row's processes into this dir

@@ -151,7 +151,7 @@ def run_bench(config: BenchConfig, hooks: Hooks | None = None) -> BenchReport:
     hooks = hooks or Hooks()
     machine = machine_info()
     hooks.stage("starting the cluster (master + slave)")
-    store = dict(TRANSFER_CAPS)
+    store = {**TRANSFER_CAPS, "message_index_enable": config.message_index}
     spec = (ClusterSpec.default(time_scale=config.time_scale)
             .with_node_options("broker-a-0", store=store, broker_role=BENCH_MODES[config.mode])
             .with_node_options("broker-a-1", store=store))

@@ -32,7 +32,7 @@ from nodes.common.clock import Clock
 from nodes.common.codes import ResponseCode
 from nodes.common.config import BrokerConfig
 from nodes.common.errors import StoreError
-from nodes.common.types import MessageQueue
+from nodes.common.types import MessageQueue, topic_message_type
 from nodes.store.consume_queue import is_hole
 from nodes.store.disk_guard import UNMEASURED, measure_space
 from nodes.store.message_store import MessageStore
@@ -64,7 +64,7 @@ class TopicStatsResponse:
     broker_name: str = ""
     broker_id: int = 0
     queues: tuple[QueueStats, ...] = ()
-    message_type: str = ""
+    message_type: str = ""  # `topic_message_type`: what the type set on it reads as
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +211,7 @@ class AdminQueryHandler:
             queues.append(QueueStats(queue_id, self._store.min_queue_offset(req.topic, queue_id), max_offset,
                                      self._store_time(req.topic, queue_id, max_offset - 1)))
         return TopicStatsResponse(ResponseCode.SUCCESS, "", self._config.broker_name, self._config.broker_id,
-                                  tuple(queues), config.message_type)
+                                  tuple(queues), topic_message_type(config))
 
     # --- consume stats -------------------------------------------------------------------------
 

@@ -556,6 +556,7 @@ INDEX_DIR = "index"
 INDEX_QUERY_MAX_DEFAULT = 32  # RocketMQ defaultQueryMaxNum: what a query without a count gets
 INDEX_QUERY_MAX = 64  # RocketMQ maxMsgsNumBatch: the most messages one key query answers
 INDEX_CHAIN_STEPS_MAX = 100_000  # a slot chain longer than this is a damaged file: the walk stops
+INDEX_CATCH_UP_RUN_RECORDS = 4096  # records the index's own walk reads before writing their keys (bounds its memory)
 INDEX_BODY_PREVIEW_BYTES = 256  # how much of a body a message lookup answer carries
 
 # ---------------------------------------------------------------------------

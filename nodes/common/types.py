@@ -227,7 +227,7 @@ class TopicConfig:
     perm: int = c.PERM_DEFAULT
     topic_sys_flag: int = 0
     order: bool = False
-    message_type: str = ""  # c.TOPIC_MESSAGE_TYPES, or "" unset (reads as NORMAL)
+    message_type: str = ""  # c.TOPIC_MESSAGE_TYPES, or "" unset (`topic_message_type` says what it reads as)
 
     @property
     def readable(self) -> bool:
@@ -236,3 +236,15 @@ class TopicConfig:
     @property
     def writable(self) -> bool:
         return bool(self.perm & c.PERM_WRITE)
+
+
+def topic_message_type(config: TopicConfig | None) -> str:
+    """A topic's message type as every answer names it (the RocketMQ 5 route, which accepts only
+    that type's messages, and the admin's topic list and status): the type set on it, else FIFO
+    for an `order` topic, else NORMAL (so a topic a 4.x client auto-created accepts NORMAL
+    messages only)."""
+    if config is None:
+        return c.TOPIC_MESSAGE_TYPE_DEFAULT
+    if config.message_type in c.TOPIC_MESSAGE_TYPES:
+        return config.message_type
+    return "FIFO" if config.order else c.TOPIC_MESSAGE_TYPE_DEFAULT

@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import overload
 
 from nodes.common import constants as c
-from nodes.common.errors import DiskFullError, StoreError
+from nodes.common.errors import CorruptRecordError, DiskFullError, StoreError
 from nodes.store.mapped_file import MappedFile, MappedFileQueue
 from nodes.store.record import (
+    RECORD_BYTES_MIN,
     MessageToStore,
     Record,
     RecordKind,
     blank_marker,
     check_at,
     decode_record,
+    peek_size_and_magic,
 )
 from nodes.store.record_batch import encode_batch, offset_msg_id_prefix, place_batch
 
@@ -247,6 +249,29 @@ class CommitLog:
         if mapped is None:
             return RecordKind.EMPTY, 0
         return check_at(mapped.buffer, phys_offset - mapped.start_offset, base_phys_offset=mapped.start_offset)
+
+    def record_at(self, phys_offset: int, size: int | None = None, *, check_crc: bool = True) -> Record | None:
+        """The record at `phys_offset` when a whole one lies there in written bytes, of `size`
+        bytes when given, its framing sound (magic, lengths, UTF-8 topic and properties), its
+        PHYSICALOFFSET field its own position (not an old or shifted copy) and, with
+        `check_crc`, its record CRC matching; else None. The one lookup every reader of a single
+        record by position uses (a pull's lookup, the message index's checks)."""
+        mapped = self._files.find(phys_offset)
+        if mapped is None:
+            return None
+        pos = phys_offset - mapped.start_offset
+        written = mapped.wrote_offset - mapped.start_offset
+        if pos < 0 or written - pos < RECORD_BYTES_MIN:
+            return None
+        buf = mapped.buffer
+        total_size, magic = peek_size_and_magic(buf, pos)
+        if magic != c.RECORD_MAGIC or (size is not None and total_size != size) or pos + total_size > written:
+            return None
+        try:
+            record = decode_record(buf, pos, check_crc=check_crc)
+        except CorruptRecordError:
+            return None
+        return record if record.phys_offset == phys_offset else None
 
     def decode_at(self, phys_offset: int, *, check_crc: bool = True) -> Record:
         """Decode the record at `phys_offset`. Raises CorruptRecordError, or StoreError if unmapped."""

@@ -2,14 +2,18 @@
 
 Owns: the walk over commitlog positions (`scan_step`, shared with recovery), putting each
 record's unit into its consume queue at the record's own QUEUEOFFSET (its tag code is the
-tag hash, or for a waiting delayed message its deliver timestamp), arrival
-notifications, and the record of damaged ranges it stepped over. Does not write the
+tag hash, or for a waiting delayed message its deliver timestamp), arrival notifications,
+the "dispatched" hook, and the record of damaged ranges it stepped over. Does not write the
 commitlog, and does not decide where a walk starts (the message store and recovery do).
 
 A walk never trusts a position blindly: each record is checked (magic, sizes, its own
 PHYSICALOFFSET field, body CRC) before it is indexed. Bytes that fail are skipped only when a
 valid record (or blank marker) follows them; otherwise the walk waits there, since on a
 replica the bytes may simply not have arrived yet, and in recovery that is the torn tail.
+
+Whoever derives more from each record subscribes to `on_dispatched` (the message index does): it
+hears every record dispatch places, in commitlog order, once per dispatch call, with the fields
+dispatch already read (no second walk or parse), after the records are in their consume queues.
 
 A consume-queue file that cannot be allocated (DiskFullError) stops the walk AT the record it
 could not index: the position goes back to it, and the error goes to the caller, which retries
@@ -40,6 +44,15 @@ log = logging.getLogger(__name__)
 
 # (topic, queue_id, max_queue_offset, tag_hash, store_timestamp_ms)
 ArrivalListener = Callable[[str, int, int, int, int], None]
+# (phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, keys, uniq_key) of a
+# record dispatch placed: its KEYS and UNIQ_KEY properties, each None when it has none
+DispatchedRecord = tuple[int, int, str, int, int, int, str | None, str | None]
+# (KEYS, UNIQ_KEY) of each record of a put, as the writer knew them
+IndexKeys = Sequence[tuple[str | None, str | None]]
+_KEYS, _UNIQ_KEY = c.PROPERTY_KEYS, c.PROPERTY_UNIQ_KEY
+# Hears the records one dispatch call placed, in commitlog order (those before a full disk
+# stopped it included). Called under the store's lock; must not raise.
+DispatchListener = Callable[[list[DispatchedRecord]], None]
 # (topic, properties, store_timestamp_ms) -> a record's consume-queue tag code when it is not its
 # tag hash (a delayed message: its deliver timestamp), else None.
 TagCodeOverride = Callable[[str, dict[str, str], int], int | None]
@@ -93,6 +106,7 @@ class Dispatcher:
         self._tag_code = tag_code
         self._consume_queue_for = consume_queue_for
         self.on_arrival = on_arrival
+        self.on_dispatched: DispatchListener | None = None
         # (start, end) of bytes a walk found failing their checks, once each; set after recovery
         # (recovery reports its own findings).
         self.on_damaged: Callable[[int, int], None] | None = None
@@ -145,7 +159,8 @@ class Dispatcher:
 
     def dispatch_appended(self, start_phys_offset: int, end_phys_offset: int, topic: str, queue_id: int,
                           first_queue_offset: int, units: list[tuple[int, int, int]],
-                          store_timestamp_ms: int) -> bool:
+                          store_timestamp_ms: int,
+                          keys_of: Callable[[], IndexKeys] | None = None) -> bool:
         """Index records the store itself just appended, from what it knew while writing them.
 
         The records of one put: one queue, consecutive queue offsets from `first_queue_offset`,
@@ -153,22 +168,31 @@ class Dispatcher:
         (a blank marker closing the previous segment included). Re-reading, checking and
         decoding them would only find what was just encoded, so only the walk's position moves.
         Returns False, touching nothing, when the walk is not at `start_phys_offset` (it lags,
-        e.g. waiting at bytes it could not judge): the caller then walks the bytes as usual.
+        e.g. waiting at bytes it could not judge), or when `on_dispatched` listens and `keys_of`
+        (each record's KEYS and UNIQ_KEY, asked for only then) is not given: the caller then
+        walks the bytes as usual.
 
         Listeners hear each newly indexed record, as from a walk.
         """
         if self.reput_from_phys_offset != start_phys_offset or not units:
             return False
+        on_dispatched = self.on_dispatched
+        if on_dispatched is not None and keys_of is None:
+            return False
         self.reput_from_phys_offset = end_phys_offset
         self.last_store_timestamp_ms = store_timestamp_ms
         queue = self._consume_queue_for(topic, queue_id)
-        if queue is None:
-            return True
-        try:
-            written = queue.put_run(first_queue_offset, units)
-        except DiskFullError:
-            self.reput_from_phys_offset = start_phys_offset
-            raise
+        written: Sequence[int] = ()
+        if queue is not None:
+            try:
+                written = queue.put_run(first_queue_offset, units)
+            except DiskFullError:
+                self.reput_from_phys_offset = start_phys_offset
+                raise
+        if on_dispatched is not None and keys_of is not None:
+            on_dispatched([(phys_offset, size, topic, queue_id, first_queue_offset + i, store_timestamp_ms, keys, uniq)
+                           for i, ((phys_offset, size, _code), (keys, uniq)) in enumerate(
+                               zip(units, keys_of(), strict=True))])
         on_arrival = self.on_arrival
         if on_arrival is not None:
             for i in written:
@@ -232,25 +256,31 @@ class Dispatcher:
         end = min(end_phys_offset, mapped.end_offset) - base
         pos = phys_offset - base
         indexed = 0
+        dispatched: list[DispatchedRecord] | None = [] if self.on_dispatched is not None else None
         view = memoryview(mapped.buffer)
         try:
             while pos < end:
                 fields = index_fields(view, pos, end, base + pos)
                 if fields is None:
                     break
-                size, topic, queue_id, queue_offset, store_timestamp_ms, properties = fields
+                size, topic, queue_id, queue_offset, store_timestamp_ms, properties_text = fields
+                properties = decode_properties(properties_text)
                 # The reput position moves first, so a listener that raises leaves the walk consistent.
                 self.reput_from_phys_offset = base + pos + size
                 try:
-                    self._index(base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
-                                decode_properties(properties))
+                    self._index(base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms, properties)
                 except DiskFullError:
                     self.reput_from_phys_offset = base + pos
                     raise
+                if dispatched is not None:
+                    dispatched.append((base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                                       properties.get(_KEYS), properties.get(_UNIQ_KEY)))
                 pos += size
                 indexed += 1
         finally:
             view.release()  # a mapping with exported views cannot be closed
+            if dispatched:
+                self._emit(dispatched)
         return indexed
 
     def _dispatch_record(self, phys_offset: int, size: int) -> None:
@@ -258,6 +288,9 @@ class Dispatcher:
         record = self._commitlog.decode_at(phys_offset, check_crc=False)
         self._index(phys_offset, size, record.topic, record.queue_id, record.queue_offset, record.store_timestamp_ms,
                     record.properties)
+        if self.on_dispatched is not None:
+            self._emit([(phys_offset, size, record.topic, record.queue_id, record.queue_offset,
+                         record.store_timestamp_ms, record.properties.get(_KEYS), record.properties.get(_UNIQ_KEY))])
 
     def _index_run(self, end_phys_offset: int, run: Sequence[CheckedRecord]) -> None:
         """Index a run of checked records (see `dispatch_checked`) ending at `end_phys_offset`."""
@@ -266,19 +299,34 @@ class Dispatcher:
         _phys, _size, topic, queue_id, first_queue_offset, _ts, _props = run[0]
         self.last_store_timestamp_ms = run[-1][5]
         queue = self._consume_queue_for(topic, queue_id)
+        properties = [decode_properties(record[6]) for record in run]
         if queue is None:
+            self._emit_run(run, properties)
             return
-        units = [(phys_offset, size, self._tag_hash_of(topic, decode_properties(properties), store_timestamp_ms))
-                 for phys_offset, size, _topic, _queue_id, _queue_offset, store_timestamp_ms, properties in run]
+        units = [(phys_offset, size, self._tag_hash_of(topic, record_properties, store_timestamp_ms))
+                 for (phys_offset, size, _topic, _queue_id, _queue_offset, store_timestamp_ms, _text), record_properties
+                 in zip(run, properties, strict=True)]
         try:
             written = queue.put_run(first_queue_offset, units)
         except DiskFullError:
             self.reput_from_phys_offset = run[0][0]
             raise
+        self._emit_run(run, properties)
         on_arrival = self.on_arrival
         if on_arrival is not None:
             for i in written:
                 on_arrival(topic, queue_id, first_queue_offset + i + 1, units[i][2], run[i][5])
+
+    def _emit(self, records: list[DispatchedRecord]) -> None:
+        if self.on_dispatched is not None:
+            self.on_dispatched(records)
+
+    def _emit_run(self, run: Sequence[CheckedRecord], properties: list[dict[str, str]]) -> None:
+        if self.on_dispatched is not None:
+            self._emit([(phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                         record_properties.get(_KEYS), record_properties.get(_UNIQ_KEY))
+                        for (phys_offset, size, topic, queue_id, queue_offset, store_timestamp_ms, _text),
+                        record_properties in zip(run, properties, strict=True)])
 
     def _tag_hash_of(self, topic: str, properties: dict[str, str], store_timestamp_ms: int) -> int:
         """The consume-queue tag code of a record: the override's (a waiting delayed record's

@@ -22,8 +22,9 @@ Layout (all integers big-endian):
      16  4  prev_index           the slot's previous entry, 0 at the end of the chain
 
 An entry is written before the slot that points at it, and the slot before the header counts
-it, so a process killed between two writes leaves at most one uncounted entry that a slot may
-already point at: `repair` follows such a slot back to a counted entry.
+it (a put's entries, then their slots, then the header once), so a process killed between two
+writes leaves uncounted entries that slots may already point at, never a slot pointing at
+bytes not yet written: `repair` follows such a slot back along its chain to a counted entry.
 
 The file is created sparse; the header and slots get their blocks at creation, the entries as
 they fill (one allocation step ahead), so no write through the map lands on a page the
@@ -38,6 +39,7 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodes.common import constants as c
@@ -163,40 +165,67 @@ class IndexFile:
         return self.put_keys((key_hash,), phys_offset, store_timestamp_ms) == 1
 
     def put_keys(self, key_hashes: tuple[int, ...] | list[int], phys_offset: int, store_timestamp_ms: int) -> int:
-        """Add one entry per hash for one record, the header written once after them; returns how
-        many fit (the rest go to the next file).
+        """Add one entry per hash for one record (`put_entries`); returns how many fit."""
+        return self.put_entries([(key_hash, phys_offset, store_timestamp_ms) for key_hash in key_hashes])
+
+    def put_entries(self, entries: Sequence[tuple[int, int, int]], start: int = 0) -> int:
+        """Add `entries[start:]`, each (key hash, phys offset, store timestamp) in commitlog order;
+        returns how many fit (the rest go to the next file). A whole put's keys cost one copy of
+        their entries, one write per slot they touch and one header write, in that order: a kill
+        leaves no slot pointing past the entries, and no count past the slots.
 
         Raises:
-            DiskFullError: an entry's page has no blocks and the disk has none to give (the
-                entries before it are counted).
+            DiskFullError: the entries' pages have no blocks and the disk has none to give (the
+                entries that fit in the blocks the file has are written and counted first).
         """
-        begin_ts, _end_ts, begin_phys, _end_phys, used_slots, count = self._header
-        written = 0
+        begin_ts, end_ts, begin_phys, end_phys, used_slots, count = self._header
+        stop = min(len(entries), start + self.entries - count)
+        if stop <= start:
+            return 0
+        entry_bytes = c.INDEX_ENTRY_BYTES
+        first_position = self._entries_start + count * entry_bytes
+        no_room: DiskFullError | None = None
+        if first_position + (stop - start) * entry_bytes > self.allocated_position:
+            try:
+                self._allocate(first_position + (stop - start) * entry_bytes)
+            except DiskFullError as exc:
+                no_room = exc
+                stop = start + max(0, (self.allocated_position - first_position) // entry_bytes)
         mm = self._mm
-        try:
-            for key_hash in key_hashes:
-                if count >= self.entries:
-                    break
-                position = self._entries_start + count * c.INDEX_ENTRY_BYTES
-                if position + c.INDEX_ENTRY_BYTES > self.allocated_position:
-                    self._allocate(position + c.INDEX_ENTRY_BYTES)
-                if count == 1:
-                    begin_ts, begin_phys = store_timestamp_ms, phys_offset
-                slot_position = c.INDEX_HEADER_BYTES + (key_hash % self.hash_slots) * c.INDEX_SLOT_BYTES
-                (prev,) = SLOT.unpack_from(mm, slot_position)
-                if not 0 < prev < count:
+        hash_slots, header_bytes, slot_bytes = self.hash_slots, c.INDEX_HEADER_BYTES, c.INDEX_SLOT_BYTES
+        pack_entry, unpack_slot = ENTRY.pack, SLOT.unpack_from
+        counted = count
+        parts: list[bytes] = []
+        append = parts.append
+        slots: dict[int, int] = {}  # slot -> its newest entry, as this call leaves it
+        for i in range(start, stop):
+            key_hash, phys_offset, store_timestamp_ms = entries[i]
+            if count == 1:
+                begin_ts, begin_phys = store_timestamp_ms, phys_offset
+            slot = key_hash % hash_slots
+            prev = slots.get(slot)
+            if prev is None:
+                (prev,) = unpack_slot(mm, header_bytes + slot * slot_bytes)
+                if not 0 < prev < counted:
                     prev = 0  # empty, or garbage a torn write left: the chain ends here
                     used_slots += 1
-                time_diff_s = max(0, (store_timestamp_ms - begin_ts) // 1000)
-                ENTRY.pack_into(mm, position, key_hash, phys_offset, min(time_diff_s, 0x7FFFFFFF), prev)
-                SLOT.pack_into(mm, slot_position, count)
-                count += 1
-                written += 1
-        finally:
-            if written:
-                self._write_header(begin_ts, store_timestamp_ms, begin_phys, phys_offset, used_slots, count)
-                self._dirty = True
-        return written
+            time_diff_s = (store_timestamp_ms - begin_ts) // 1000
+            if not 0 <= time_diff_s <= 0x7FFFFFFF:
+                time_diff_s = 0 if time_diff_s < 0 else 0x7FFFFFFF
+            append(pack_entry(key_hash, phys_offset, time_diff_s, prev))
+            slots[slot] = count
+            count += 1
+            end_ts, end_phys = store_timestamp_ms, phys_offset
+        if parts:
+            mm[first_position:first_position + len(parts) * entry_bytes] = b"".join(parts)
+            pack_slot = SLOT.pack_into
+            for slot, number in slots.items():
+                pack_slot(mm, header_bytes + slot * slot_bytes, number)
+            self._write_header(begin_ts, end_ts, begin_phys, end_phys, used_slots, count)
+            self._dirty = True
+        if no_room is not None:
+            raise no_room
+        return len(parts)
 
     def lookup(self, key_hash: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Up to `limit` phys offsets of entries with `key_hash` whose store time (to the second)

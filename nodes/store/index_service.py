@@ -2,14 +2,19 @@
 files under `<store>/index/`, so a message is found by key or client message id without a scan.
 
 Owns: which keys a record has (each of its KEYS, space-separated, and its UNIQ_KEY, each as
-"topic#key"), the walk that indexes records behind dispatch, rolling to a new file when one is
-full, loading the files after a restart (dropping what it cannot prove), lookups that check
-every record they return, and deleting files whose records retention removed. Index files are
-named by the wall-clock time they were created at (yyyyMMddHHmmssSSS, as RocketMQ's).
+"topic#key"), indexing the records dispatch places, the walk that catches up with dispatch
+(after a restart, after a full disk), rolling to a new file when one is full, loading the files
+after a restart (dropping what it cannot prove), lookups that check every record they return,
+and deleting files whose records retention removed. Index files are named by the wall-clock
+time they were created at (yyyyMMddHHmmssSSS, as RocketMQ's).
 
-The walk follows dispatch: it indexes the records from `position` up to where dispatch has
-got, on the same thread and under the same lock, on a master and on a slave alike (a slave
-dispatches its replicated commitlog, so it builds its own index).
+The index subscribes to dispatch (`follow`): dispatch hands it each record it places, with the
+topic, store timestamp and properties it already read, on the same thread and under the same
+lock, on a master and on a slave alike (a slave dispatches its replicated commitlog, so it
+builds its own index); one put's keys go into a file with one header write. `position` is
+where the index has got: everything before it is indexed. Only when it lags dispatch (at open,
+after a full disk, or when dispatch stepped over bytes) does it walk the commitlog itself, with
+dispatch's own record check (`index_fields`).
 
 What the index provably holds after a restart: the files up to the first whose header is not
 one this code writes (that one and every later file are deleted), and in the newest file the
@@ -21,41 +26,27 @@ file (a power loss that kept a later page and lost an earlier one) is harmless: 
 reads the record an entry points at and returns it only when it is valid and really has that
 topic and key.
 
-A file that cannot get blocks on a full disk stops the walk where it is (`stalled`); it is
-retried by the next disk check, and nothing else is refused for it.
+A file that cannot get blocks on a full disk stops the index where it is (`stalled`): it then
+ignores what dispatch hands it, the next disk check walks from where it stopped, and nothing
+else is refused for it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nodes.common import constants as c
 from nodes.common.config import StoreConfig
-from nodes.common.errors import CorruptRecordError, DataDirError, DiskFullError, StoreError
+from nodes.common.errors import DataDirError, DiskFullError
 from nodes.store.commitlog import CommitLog
-from nodes.store.dispatch import Step, scan_step
+from nodes.store.dispatch import DispatchedRecord, Dispatcher, Step, scan_step
 from nodes.store.index_file import IndexFile
-from nodes.store.record import (
-    HEADER,
-    PHYS_OFFSET_FIELD,
-    PHYS_OFFSET_POS,
-    PROPS_LEN,
-    RECORD_BYTES_MIN,
-    RECORD_CRC_PROPERTY_BYTES,
-    SIZE_AND_MAGIC,
-    STORE_TIMESTAMP_FIELD,
-    STORE_TIMESTAMP_POS,
-    Record,
-    RecordKind,
-    decode_properties,
-)
+from nodes.store.record import Record, decode_properties, index_fields
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +60,7 @@ def key_hash(topic: str, key: str) -> int:
     return zlib.crc32(f"{topic}{c.INDEX_KEY_SEPARATOR}{key}".encode()) & 0x7FFFFFFF
 
 
-def record_keys(properties: dict[str, str]) -> list[str]:
+def record_keys(properties: Mapping[str, str]) -> list[str]:
     """The keys a record is indexed under: each of its KEYS, then its UNIQ_KEY."""
     keys = [k for k in properties.get(c.PROPERTY_KEYS, "").split(c.KEY_SEPARATOR) if k]
     uniq = properties.get(c.PROPERTY_UNIQ_KEY)
@@ -105,7 +96,8 @@ class IndexService:
         self._entries = config.index_entries_per_file
         self._wall_ms = wall_ms
         self.files: list[IndexFile] = []
-        self.position = 0  # the phys offset the walk indexes next
+        self.position = 0  # every record before this phys offset is indexed
+        self._dispatcher: Dispatcher | None = None  # the dispatch it follows (`follow`)
         # (phys offset, key hashes) of a record whose keys are partly indexed already: the walk
         # resumes at it and adds only the others
         self._resume_skip: tuple[int, set[int]] | None = None
@@ -178,12 +170,8 @@ class IndexService:
 
     def _hashes_at(self, phys_offset: int) -> set[int]:
         """The key hashes of the valid record at `phys_offset`; empty when there is none."""
-        try:
-            kind, _size = self._commitlog.check_at(phys_offset)
-            if kind is not RecordKind.RECORD:
-                return set()
-            record = self._commitlog.decode_at(phys_offset, check_crc=False)
-        except (CorruptRecordError, StoreError, ValueError):
+        record = self._commitlog.record_at(phys_offset, check_crc=True)
+        if record is None:
             return set()
         return {key_hash(record.topic, key) for key in record_keys(record.properties)}
 
@@ -214,82 +202,166 @@ class IndexService:
             except (OSError, ValueError) as exc:  # closed by retention meanwhile, or a disk error
                 log.warning("index file %s not synced: %s", index_file.path.name, exc)
 
-    # --- the walk ---------------------------------------------------------------------------------
+    # --- following dispatch ----------------------------------------------------------------------
+
+    def follow(self, dispatcher: Dispatcher) -> None:
+        """Catch up with `dispatcher` (after `load`) and from then on index every record it
+        places, from its own pass (its `on_dispatched` hook). A disabled index does not listen."""
+        self._dispatcher = dispatcher
+        if not self.enabled:
+            return
+        self.catch_up(dispatcher.reput_from_phys_offset)
+        dispatcher.on_dispatched = self.on_dispatched
+
+    def on_dispatched(self, records: list[DispatchedRecord]) -> None:
+        """Dispatch's hook: add the keys of the records it just placed (in commitlog order).
+        Never raises: a full disk stalls the index, and the put that dispatched goes on."""
+        if self.stalled or not records:
+            return
+        first_phys_offset = records[0][0]
+        if first_phys_offset > self.position:
+            # bytes dispatch stepped over (a blank marker, damage) or walked while the index
+            # could not follow: the walk judges them, indexing any record among them
+            self.catch_up(first_phys_offset)
+            if self.stalled:
+                return
+        self._index_records(records)
 
     def catch_up(self, end_phys_offset: int) -> int:
-        """Index every record from `position` up to `end_phys_offset` (where dispatch has got);
-        returns how many keys were added. Never raises for the index's own files: a full disk
-        stalls the walk (`retry` resumes it), and the put that called goes on."""
+        """Walk the commitlog from `position` up to `end_phys_offset` (no further than dispatch
+        has got) and index every record on the way, checked as dispatch checks them; returns how
+        many keys were added. Never raises for the index's own files: a full disk stalls the
+        index (`retry` resumes it)."""
         if not self.enabled or self.stalled:
             return 0
-        added = 0
+        keys_before = self.indexed_keys
         commitlog = self._commitlog
         if self.position < commitlog.min_phys_offset:
             self.position = commitlog.min_phys_offset
+        while self.position < end_phys_offset and not self.stalled:
+            position = self.position
+            mapped = commitlog.segment_for(position)
+            if mapped is None:
+                break
+            base = mapped.start_offset
+            end = min(end_phys_offset, mapped.end_offset) - base
+            pos = position - base
+            run: list[DispatchedRecord] = []
+            view = memoryview(mapped.buffer)
+            try:
+                while pos < end and len(run) < c.INDEX_CATCH_UP_RUN_RECORDS:
+                    fields = index_fields(view, pos, end, base + pos)
+                    if fields is None:
+                        break
+                    size, topic, queue_id, queue_offset, store_timestamp_ms, properties_text = fields
+                    properties = decode_properties(properties_text)
+                    run.append((base + pos, size, topic, queue_id, queue_offset, store_timestamp_ms,
+                                properties.get(c.PROPERTY_KEYS), properties.get(c.PROPERTY_UNIQ_KEY)))
+                    pos += size
+            finally:
+                view.release()  # a mapping with exported views cannot be closed
+            if run:
+                self._index_records(run)
+                continue
+            step, value = scan_step(commitlog, position, end_phys_offset)
+            if step is Step.RECORD:  # a record index_fields could not read (not UTF-8): no keys
+                self.position = position + value
+            elif step in (Step.ROLL, Step.DAMAGED):
+                self.position = value
+            else:
+                break
+        return self.indexed_keys - keys_before
+
+    def retry(self) -> None:
+        """The disk check: resume an index a full disk stopped, walking up to where dispatch is."""
+        if self.stalled and self._dispatcher is not None:
+            self.stalled = False
+            self.catch_up(self._dispatcher.reput_from_phys_offset)
+
+    def _index_records(self, records: Sequence[DispatchedRecord]) -> None:
+        """Add the keys of `records` (commitlog order; those before `position` are indexed
+        already and skipped) and move `position` past them. The entries go in with one header
+        write per file; a record whose keys are partly indexed (`_resume_skip`) gets the others."""
+        position = self.position
+        skip_phys, skip = self._resume_skip if self._resume_skip is not None else (-1, set())
+        entries: list[tuple[int, int, int]] = []  # (key hash, phys offset, store timestamp)
+        append = entries.append
+        separator = c.KEY_SEPARATOR
+        crc32 = zlib.crc32
+        topic_crcs: dict[str, int] = {}  # CRC-32 of "topic#": `key_hash` continues it with the key
+        for phys_offset, size, topic, _queue_id, _queue_offset, store_timestamp_ms, keys, uniq in records:
+            if phys_offset < position:
+                continue
+            position = phys_offset + size
+            if not keys and not uniq:
+                continue
+            topic_crc = topic_crcs.get(topic)
+            if topic_crc is None:
+                topic_crc = topic_crcs[topic] = crc32(f"{topic}{c.INDEX_KEY_SEPARATOR}".encode())
+            # `record_keys` and `key_hash` inlined: this runs once per message on the send path
+            if keys and separator not in keys and keys != uniq:  # one key and the client id, or either
+                hashes = [crc32(keys.encode(), topic_crc) & 0x7FFFFFFF]
+                if uniq:
+                    hashed = crc32(uniq.encode(), topic_crc) & 0x7FFFFFFF
+                    if hashed != hashes[0]:
+                        hashes.append(hashed)
+            else:
+                hashes = []
+                for key in (*keys.split(separator), uniq) if keys else (uniq,):
+                    if key:
+                        hashed = crc32(key.encode(), topic_crc) & 0x7FFFFFFF
+                        if hashed not in hashes:
+                            hashes.append(hashed)
+            if phys_offset == skip_phys:
+                hashes = [hashed for hashed in hashes if hashed not in skip]
+            for hashed in hashes:
+                append((hashed, phys_offset, store_timestamp_ms))
+        if skip_phys >= 0 and position > skip_phys:
+            self._resume_skip = None
+        if entries and not self._put_entries(entries, skip_phys, skip):
+            return
+        self.position = position
+
+    def _put_entries(self, entries: list[tuple[int, int, int]], skip_phys: int, skip: set[int]) -> bool:
+        """Write `entries` into the newest file, rolling to new ones as they fill; False when a
+        file error stalled the index (`position` then at the record whose keys did not all get
+        in, `_resume_skip` naming those that did)."""
+        done = 0
+        index_file: IndexFile | None = None
+        count_before = 0
         try:
-            while self.position < end_phys_offset:
-                position = self.position
-                mapped = commitlog.segment_for(position)
-                if mapped is None:
-                    break
-                limit = min(end_phys_offset, mapped.end_offset)
-                fields = _framed(mapped.buffer, position - mapped.start_offset, limit - mapped.start_offset,
-                                 position)
-                if fields is not None:
-                    size, topic, store_timestamp_ms, properties = fields
-                    if properties:
-                        added += self._index_record(position, topic, store_timestamp_ms, properties)
-                    self.position = position + size
-                    continue
-                step, value = scan_step(commitlog, position, end_phys_offset)
-                if step is Step.RECORD:  # a record index_fields could not read (not UTF-8): no keys
-                    self.position = position + value
-                elif step in (Step.ROLL, Step.DAMAGED):
-                    self.position = value
-                else:
-                    break
-        except DiskFullError as exc:
-            self.stalled = True
+            while done < len(entries):
+                index_file = None
+                index_file = self._writable_file()
+                count_before = index_file.index_count
+                done += index_file.put_entries(entries, done)
+        except (DiskFullError, OSError, DataDirError) as exc:
+            if index_file is not None:
+                done += index_file.index_count - count_before
+            stopped_phys = entries[min(done, len(entries) - 1)][1]  # all in: its record's keys are skipped
+            written = {hashed for hashed, phys_offset, _ts in entries[:done] if phys_offset == stopped_phys}
+            self._resume_skip = (stopped_phys, written | (skip if skip_phys == stopped_phys else set()))
+            self.position = stopped_phys
+            self._note_written(entries[:done])
+            self._stall(exc)
+            return False
+        self._note_written(entries)
+        return True
+
+    def _note_written(self, entries: list[tuple[int, int, int]]) -> None:
+        if entries:
+            self.indexed_keys += len(entries)
+            _hash, self.last_update_phys_offset, self.last_update_timestamp_ms = entries[-1]
+
+    def _stall(self, exc: Exception) -> None:
+        self.stalled = True
+        if isinstance(exc, DiskFullError):
             log.error("the message index stops at phys offset %d: %s; it resumes after a disk check finds room "
                       "(lookups miss the messages after it meanwhile)", self.position, exc)
             if self.on_disk_full is not None:
                 self.on_disk_full(exc)
-        except (OSError, DataDirError) as exc:
-            self.stalled = True
+        else:
             log.error("the message index stops at phys offset %d: %s", self.position, exc)
-        return added
-
-    def retry(self, end_phys_offset: int) -> None:
-        """The disk check: resume a walk a full disk stopped."""
-        if self.stalled:
-            self.stalled = False
-            self.catch_up(end_phys_offset)
-
-    def _index_record(self, phys_offset: int, topic: str, store_timestamp_ms: int, properties_text: str) -> int:
-        skip: set[int] = set()
-        if self._resume_skip is not None:
-            skip_phys, hashes = self._resume_skip
-            if skip_phys == phys_offset:
-                skip = hashes
-            self._resume_skip = None
-        hashes = list(dict.fromkeys(key_hash(topic, key) for key in record_keys(decode_properties(properties_text))))
-        if skip:
-            hashes = [h for h in hashes if h not in skip]
-        added = 0
-        try:
-            while added < len(hashes):
-                added += self._writable_file().put_keys(hashes[added:], phys_offset, store_timestamp_ms)
-        except DiskFullError:
-            self._resume_skip = (phys_offset, skip | self._tail_hashes(phys_offset))
-            raise
-        if added:
-            self.indexed_keys += added
-            self.last_update_timestamp_ms = store_timestamp_ms
-            self.last_update_phys_offset = phys_offset
-        return added
-
-    def _tail_hashes(self, phys_offset: int) -> set[int]:
-        return self.files[-1].tail_hashes_at(phys_offset) if self.files else set()
 
     def _writable_file(self) -> IndexFile:
         if self.files and not self.files[-1].is_full:
@@ -374,62 +446,12 @@ class IndexService:
 
     def verified_record(self, phys_offset: int) -> Record | None:
         """The record at `phys_offset` when one passes every check there (its CRC included)."""
-        commitlog = self._commitlog
-        if not commitlog.min_phys_offset <= phys_offset < commitlog.max_phys_offset:
-            return None
-        try:
-            kind, _size = commitlog.check_at(phys_offset)
-            if kind is not RecordKind.RECORD:
-                return None
-            return commitlog.decode_at(phys_offset, check_crc=True)
-        except (CorruptRecordError, StoreError, ValueError):
-            return None
+        return self._commitlog.record_at(phys_offset, check_crc=True)
 
     def describe(self) -> dict[str, object]:
         return {"files": len(self.files), "position": self.position, "stalled": self.stalled,
                 "indexed_keys": self.indexed_keys,
                 "entries": sum(max(0, f.index_count - 1) for f in self.files)}
-
-
-_BODY_LEN = struct.Struct(">i")
-_BODY_LEN_POS = HEADER.size - _BODY_LEN.size
-_KEY_NAMES = (c.PROPERTY_KEYS.encode(), c.PROPERTY_UNIQ_KEY.encode())
-
-
-def _framed(buf: Any, pos: int, end: int, phys_offset: int) -> tuple[int, str, int, str] | None:
-    """(total size, topic, store timestamp, properties text or "" when it names no key) of the
-    record at `buf[pos]` when its framing holds: magic, sizes that add up to its total size,
-    its own phys offset. None for anything else (`scan_step` then judges the bytes).
-
-    No CRC: dispatch checked these records already, and a lookup checks each one it returns;
-    the framing alone keeps the walk on record boundaries."""
-    if end - pos < RECORD_BYTES_MIN:
-        return None
-    total_size, magic = SIZE_AND_MAGIC.unpack_from(buf, pos)
-    record_end = pos + total_size
-    if magic != c.RECORD_MAGIC or total_size < RECORD_BYTES_MIN or record_end > end:
-        return None
-    if PHYS_OFFSET_FIELD.unpack_from(buf, pos + PHYS_OFFSET_POS)[0] != phys_offset:
-        return None
-    (body_len,) = _BODY_LEN.unpack_from(buf, pos + _BODY_LEN_POS)
-    topic_len_pos = pos + HEADER.size + body_len
-    if body_len < 0 or topic_len_pos + 1 > record_end:
-        return None
-    topic_start = topic_len_pos + 1
-    props_len_pos = topic_start + buf[topic_len_pos]
-    if props_len_pos == topic_start or props_len_pos + PROPS_LEN.size > record_end:
-        return None
-    (props_len,) = PROPS_LEN.unpack_from(buf, props_len_pos)
-    if props_len < RECORD_CRC_PROPERTY_BYTES or props_len_pos + PROPS_LEN.size + props_len != record_end:
-        return None
-    properties = buf[props_len_pos + PROPS_LEN.size:record_end - RECORD_CRC_PROPERTY_BYTES]
-    (store_timestamp_ms,) = STORE_TIMESTAMP_FIELD.unpack_from(buf, pos + STORE_TIMESTAMP_POS)
-    if _KEY_NAMES[0] not in properties and _KEY_NAMES[1] not in properties:
-        return total_size, "", store_timestamp_ms, ""
-    try:
-        return total_size, str(buf[topic_start:props_len_pos], "utf-8"), store_timestamp_ms, str(properties, "utf-8")
-    except UnicodeDecodeError:
-        return total_size, "", store_timestamp_ms, ""
 
 
 def _time_name(ms: int) -> str:

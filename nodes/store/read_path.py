@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import struct
 import zlib
 from dataclasses import dataclass, field
 
@@ -19,14 +18,13 @@ from nodes.common import constants as c
 from nodes.store.consume_queue import CQ_UNIT
 from nodes.store.read_check import BODY_FIELDS, CheckedExtents, record_checks
 from nodes.store.read_scan import scan_units
-from nodes.store.record import Record, RecordKind, check_at, decode_record
+from nodes.store.record import Record, RecordKind, check_at
 from nodes.store.store_files import StoreFiles
 
 log = logging.getLogger(__name__)
 
 _UNIT = c.CQ_UNIT_SIZE_BYTES
 _HOLE_SIZE = c.CQ_HOLE_SIZE_MARK
-_TOTAL_SIZE = struct.Struct(">i")
 _BODY_FIELDS_BYTES = BODY_FIELDS.size
 
 
@@ -320,17 +318,7 @@ class StoreReader:
         return record.store_timestamp_ms if record is not None else None
 
     def lookup_message(self, phys_offset: int, size: int | None = None) -> Record | None:
-        if size is None:
-            head = self._commitlog.read(phys_offset, _TOTAL_SIZE.size)
-            if head is None:
-                return None
-            (size,) = _TOTAL_SIZE.unpack(head)
-            if size <= 0:
-                return None
-        data = self._commitlog.read(phys_offset, size)
-        if data is None or check_at(data, 0, base_phys_offset=phys_offset) != (RecordKind.RECORD, size):
-            return None
-        return decode_record(data, check_crc=False)
+        return self._commitlog.record_at(phys_offset, size)
 
     def queue_unit(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int] | None:
         queue = self._consume_queues.get((topic, queue_id))

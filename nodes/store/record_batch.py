@@ -130,10 +130,11 @@ def offset_msg_id_prefix(host: str, port: int) -> str:
 # translate() deletes every byte but the two separators, leaving the pattern of a properties text
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _TAGS_FIRST = f"{c.PROPERTY_TAGS}\x01".encode()
-_TAGS_LATER = b"\x02" + _TAGS_FIRST
 _RESERVED = c.PROPERTY_RECORD_CRC.encode()
 # put_scanned converts no delayed message into the schedule topic: such an entry needs the put
 _DELAY_NAME = f"{c.PROPERTY_DELAY}\x01".encode()
+_KEYS_FIRST = f"{c.PROPERTY_KEYS}\x01".encode()
+_UNIQ_FIRST = f"{c.PROPERTY_UNIQ_KEY}\x01".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,27 @@ class ScannedBatch:
     blob: bytes
     entries: list[tuple[int, int, int, int, int, int]]
     properties: bytes = b""
+
+    def index_keys(self) -> list[tuple[str | None, str | None]]:
+        """(KEYS, UNIQ_KEY) of every entry, each None when absent: what the message index needs,
+        found in place without decoding the properties (`_last_value`, inlined: once per message
+        on the send path)."""
+        if _KEYS_FIRST not in self.properties and _UNIQ_FIRST not in self.properties:
+            return [(None, None)] * len(self.entries)
+        blob = self.blob
+        found: list[tuple[str | None, str | None]] = []
+        append = found.append
+        keys_later, uniq_later = b"\x02" + _KEYS_FIRST, b"\x02" + _UNIQ_FIRST
+        keys_skip, uniq_skip = len(keys_later), len(uniq_later)
+        for _body_start, _body_len, _flag, start, size, _code in self.entries:
+            end = start + size
+            at = blob.rfind(keys_later, start, end)
+            at = at + keys_skip if at >= 0 else (start + keys_skip - 1 if blob.startswith(_KEYS_FIRST, start) else -1)
+            keys = blob[at:blob.index(b"\x02", at, end)].decode("ascii") if at >= 0 else None
+            at = blob.rfind(uniq_later, start, end)
+            at = at + uniq_skip if at >= 0 else (start + uniq_skip - 1 if blob.startswith(_UNIQ_FIRST, start) else -1)
+            append((keys, blob[at:blob.index(b"\x02", at, end)].decode("ascii") if at >= 0 else None))
+        return found
 
 
 def scan_batch_body_python(blob: bytes, body_bytes_max: int) -> ScannedBatch | None:
@@ -207,12 +229,19 @@ def scan_batch_body_python(blob: bytes, body_bytes_max: int) -> ScannedBatch | N
 
 def _tag_code(blob: bytes, props_start: int, props_end: int) -> int:
     """The tag code of one entry's properties text (its last TAGS value; 0 without one)."""
-    props = blob[props_start:props_end]
-    at = props.rfind(_TAGS_LATER)
-    at = at + len(_TAGS_LATER) if at >= 0 else (len(_TAGS_FIRST) if props.startswith(_TAGS_FIRST) else -1)
+    tags = _last_value(blob[props_start:props_end], _TAGS_FIRST)
+    return 0 if tags is None else tag_hash(tags)
+
+
+def _last_value(props: bytes, name_first: bytes) -> str | None:
+    """The value of the last pair named by `name_first` (`name\x01`) in a scanned entry's ASCII
+    properties text, as decoding keeps the last; None without one. A pair starts the text or
+    follows a separator, and no name or value holds a separator, so a match is a pair."""
+    at = props.rfind(b"\x02" + name_first)
+    at = at + 1 + len(name_first) if at >= 0 else (len(name_first) if props.startswith(name_first) else -1)
     if at < 0:
-        return 0
-    return tag_hash(props[at:props.index(b"\x02", at)].decode("ascii"))
+        return None
+    return props[at:props.index(b"\x02", at)].decode("ascii")
 
 
 # --- the compiled twins ---------------------------------------------------------------------------

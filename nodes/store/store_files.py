@@ -68,7 +68,7 @@ class StoreFiles:
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queue_for,
                                      tag_code=lambda topic, properties, store_timestamp_ms: schedule_tag_code_of(
                                          topic, properties, store_timestamp_ms, delay_levels_ms))
-        # the message index follows dispatch: every caller that dispatches calls `index.catch_up`
+        # the message index follows dispatch through its `on_dispatched` hook (subscribed at open)
         self.index = IndexService(root / c.INDEX_DIR, self.commitlog, config, wall_ms)
         self.index_load = IndexLoadReport()
         self.metadata: MetadataStore
@@ -114,7 +114,7 @@ class StoreFiles:
                                    f"({exc}): free space on that filesystem and start again") from exc
             self.index_load = self.index.load(self.commitlog.max_phys_offset)
             self.index.on_disk_full = self.note_disk_full
-            self.index.catch_up(self.dispatcher.reput_from_phys_offset)
+            self.index.follow(self.dispatcher)  # after recovery's dispatch, which it walks itself
             self.metadata = MetadataStore(self.root / "metadata")
             self._carry_flushed_over()
         except OSError as exc:
@@ -217,8 +217,6 @@ class StoreFiles:
             self.dispatcher.dispatch_until(self.commitlog.max_phys_offset)
         except DiskFullError:
             return False
-        finally:
-            self.index.catch_up(self.dispatcher.reput_from_phys_offset)
         self.disk.logic_queue_error = False
         log.warning("dispatch caught up at phys offset %d after a full disk", self.dispatcher.reput_from_phys_offset)
         return True
@@ -233,7 +231,7 @@ class StoreFiles:
                 self.retry_dispatch()
         if self.index.stalled and self.running and not self.disk.full:
             with self.lock:
-                self.index.retry(self.dispatcher.reput_from_phys_offset)
+                self.index.retry()
 
     def check_open(self) -> None:
         if not self.running:

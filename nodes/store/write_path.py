@@ -18,7 +18,13 @@ from nodes.common.clock import Clock
 from nodes.common.errors import DiskFullError
 from nodes.store.commitlog import AppendedRun
 from nodes.store.delay import schedule_tag_code_of, to_schedule_topic, wants_delay
-from nodes.store.record import CheckedRecord, MessageToStore, PropertiesTooLargeError, tag_hash
+from nodes.store.dispatch import IndexKeys
+from nodes.store.record import (
+    CheckedRecord,
+    MessageToStore,
+    PropertiesTooLargeError,
+    tag_hash,
+)
 from nodes.store.record_batch import ScannedBatch, encode_scanned
 from nodes.store.store_files import StoreFiles, is_path_safe
 
@@ -88,7 +94,10 @@ class StoreWriter:
         def tag_codes(store_timestamp_ms: int) -> list[int]:
             return [self._tag_code_of(msg, store_timestamp_ms) for msg in msgs]
 
-        return self._append_dispatch(msgs[0].topic, msgs[0].queue_id, append, tag_codes)
+        def keys_of() -> IndexKeys:
+            return [(msg.properties.get(c.PROPERTY_KEYS), msg.properties.get(c.PROPERTY_UNIQ_KEY)) for msg in msgs]
+
+        return self._append_dispatch(msgs[0].topic, msgs[0].queue_id, append, tag_codes, keys_of)
 
     def put_scanned(self, scanned: ScannedBatch, *, topic: str, queue_id: int, born_timestamp_ms: int,
                     born_host: tuple[str, int], store_host: tuple[str, int], sys_flag: int = 0,
@@ -113,7 +122,7 @@ class StoreWriter:
         def tag_codes(_store_timestamp_ms: int) -> list[int]:
             return [entry[5] for entry in scanned.entries]  # the scan derived them from the properties
 
-        return self._append_dispatch(topic, queue_id, append, tag_codes)
+        return self._append_dispatch(topic, queue_id, append, tag_codes, scanned.index_keys)
 
     def _refuse_unless_writable(self) -> PutResult | None:
         """RocketMQ's checkStoreStatus: not open, a slave, the disk full, or dispatch stopped by
@@ -148,10 +157,11 @@ class StoreWriter:
         return self._disk_refusal()
 
     def _append_dispatch(self, topic: str, queue_id: int, append: _Append,
-                         tag_codes: Callable[[int], list[int]]) -> PutResult:
+                         tag_codes: Callable[[int], list[int]], keys_of: Callable[[], IndexKeys]) -> PutResult:
         """The locked tail of a put: assign queue offsets from the queue's max, `append` the
-        records, dispatch them at once (fast path with their `tag_codes`, else a reput), take the
-        arrivals; they fire after the lock is released."""
+        records, dispatch them at once (fast path with their `tag_codes`, and `keys_of` for
+        dispatch's listeners; else a reput), take the arrivals; they fire after the lock is
+        released."""
         files = self._files
         commitlog = self._commitlog
         with files.lock:
@@ -173,13 +183,13 @@ class StoreWriter:
             units = list(zip(appended.phys_offsets, appended.sizes, tag_codes(store_timestamp_ms), strict=True))
             try:
                 if not self._dispatcher.dispatch_appended(start_phys_offset, end_phys_offset, topic, queue_id,
-                                                          first_queue_offset, units, store_timestamp_ms):
+                                                          first_queue_offset, units, store_timestamp_ms,
+                                                          keys_of):
                     self._dispatcher.dispatch_until(end_phys_offset)
             except DiskFullError as exc:
                 # Stored in the commitlog, not yet indexed: PUT_OK (as RocketMQ, whose dispatch runs
                 # after the answer anyway); later puts wait until dispatch caught up.
                 files.dispatch_failed(exc)
-            files.index.catch_up(self._dispatcher.reput_from_phys_offset)
             arrivals = self._take_arrivals()
         self._fire(arrivals)
         return PutResult(PutStatus.PUT_OK, appended)
@@ -238,7 +248,6 @@ class StoreWriter:
                 files.disk.logic_queue_error = False
             except DiskFullError as exc:  # the bytes are stored (and acknowledged); indexing resumes later
                 files.dispatch_failed(exc)
-            files.index.catch_up(self._dispatcher.reput_from_phys_offset)
             self.reset_put_only()
             arrivals = self._take_arrivals()
         self._fire(arrivals)

@@ -21,7 +21,7 @@ from nodes.broker.rmq5.clients import CallContext, Rmq5ClientRegistry
 from nodes.broker.rmq5.codes import OK, Rmq5Code, Status
 from nodes.common import constants as c
 from nodes.common.errors import MqError
-from nodes.common.types import TopicConfig
+from nodes.common.types import TopicConfig, topic_message_type
 
 MESSAGE_TYPES = c.TOPIC_MESSAGE_TYPES
 
@@ -60,16 +60,6 @@ RouteSource = Callable[[str], Awaitable[list[BrokerQueues] | None]]
 
 class TopicLookup(Protocol):
     def get(self, topic: str) -> TopicConfig | None: ...
-
-
-def topic_message_type(config: TopicConfig | None) -> str:
-    """The topic's RocketMQ 5 type; unset: FIFO for an `order` topic, else NORMAL (so a topic a
-    4.x client auto-created accepts NORMAL messages only)."""
-    if config is None:
-        return "NORMAL"
-    if config.message_type in MESSAGE_TYPES:
-        return config.message_type
-    return "FIFO" if config.order else "NORMAL"
 
 
 class Rmq5Routes:

@@ -24,6 +24,7 @@ from nodes.broker.offsets import ConsumerOffsetTable
 from nodes.broker.pull import PullProcessor, PullRequest
 from nodes.broker.pull_hold import PullRequestHoldService
 from nodes.broker.queue_locks import QueueLockManager
+from nodes.broker.rmq5.route import topic_message_type
 from nodes.broker.topic_admin import DeleteTopicRequest, TopicAdminHandler
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
@@ -88,6 +89,19 @@ def test_topic_stats_shows_each_queue_with_the_store_time_of_its_last_message(br
     assert [(q.queue_id, q.min_offset, q.max_offset) for q in answer.queues] == [(0, 0, 2), (1, 0, 0)]
     assert answer.queues[0].last_store_timestamp_ms == last_ms == broker.clock.wall_ms()
     assert answer.queues[1].last_store_timestamp_ms == 0
+
+
+@pytest.mark.parametrize(("config", "shown"), [
+    (TopicConfig("Plain"), "NORMAL"),
+    (TopicConfig("Orderly", order=True), "FIFO"),  # unset on an order topic: FIFO, as the 5.x route says
+    (TopicConfig("Delayed", order=True, message_type="DELAY"), "DELAY"),
+    (TopicConfig("Fifo", message_type="FIFO", order=True), "FIFO"),
+])
+def test_topic_stats_names_the_message_type_the_5x_route_accepts(broker, config, shown):
+    broker.topics.put(config, broker.clock.wall_ms())
+    answer = _admin(broker).handler.topic_stats(TopicStatsRequest(config.topic))
+    assert answer.code == ResponseCode.SUCCESS
+    assert answer.message_type == shown == topic_message_type(config)
 
 
 @pytest.mark.parametrize(("topic", "code"), [("", ResponseCode.INVALID_ARGUMENT),
