@@ -63,7 +63,7 @@ def pull(
     send: Annotated[bool, typer.Option("--send/--no-send", help="Measure one producer's sends.")] = True,
     send_batch: Annotated[str, typer.Option("--send-batch", help="Messages per send_batch call, comma-separated (one send case each).")] = ",".join(map(str, DEFAULT_SEND_BATCHES)),
     send_window: Annotated[int, typer.Option("--send-window", min=1, help="send_async's window: messages submitted and not yet answered.")] = DEFAULT_SEND_WINDOW,
-    message_index: Annotated[bool, typer.Option("--message-index/--no-message-index", help="Both brokers keep the message index by key (store.message_index_enable); --no-message-index measures what it costs the sends.")] = True,
+    no_message_index: Annotated[bool, typer.Option("--no-index", help="Both brokers run without the message index by key (store.message_index_enable false): what it costs the sends.")] = False,
     tune_malloc: Annotated[bool, typer.Option("--tune-malloc", help="Run the client and reference processes too with the allocator thresholds the nodes set for themselves (glibc's mmap threshold raised), so ~1 MiB pull buffers reuse heap memory instead of page-faulting fresh mappings.")] = False,
     peers: Annotated[str, typer.Option("--peers", help="Peer systems measured in the same run, comma-separated: redis (Redis Streams; needs redis-server on PATH).")] = "",
     mode: Annotated[str, typer.Option("--mode", help="The master's role: async (ASYNC_MASTER, the default) or sync-master (SYNC_MASTER: a send is answered once the slave has it; the sends are then judged against Redis XADD + WAIT 1).")] = "async",
@@ -87,7 +87,7 @@ def pull(
                                  "peers": tuple(p.strip() for p in peers.split(",") if p.strip()),
                                  "clients": tuple(n.strip() for n in clients.split(",") if n.strip()),
                                  "keep_store": keep_store, "profile": profile,
-                                 "send_window": send_window, "tune_malloc": tune_malloc, "message_index": message_index,
+                                 "send_window": send_window, "tune_malloc": tune_malloc, "message_index": not no_message_index,
                                  "time_scale": time_scale, "run_dir": run_dir, "mode": mode}
     if messages is not None:
         overrides["messages"] = messages
