@@ -102,3 +102,25 @@ def test_pop_checks_have_nothing_to_judge_without_hand_outs(spark):
     h = Run().sends_for(0, 2).consume(0, range(2), t0=200).history(spark)
     for check in (check_pop_ack, check_pop_redelivery, check_pop_fifo):
         assert check(h, _cfg()).valid == "unknown"
+
+
+def test_a_hand_out_a_killed_master_never_stored_may_be_handed_out_again(spark):
+    # offset 0 journalled at 100 (generation 5) and the master killed 5 ms later, before it was on disk:
+    # the restarted master draws generations from 3 again, and hands offset 0 out anew
+    lost = (Run().pop(100, 0, 5, 900).fault("kill", [MASTER], 105, 300)
+            .pop(310, 1, 3, 900).pop(320, 0, 4, 900).pop_ack(330, 0, 4).pop_ack(331, 1, 3).ends_at(1_000))
+    r = check_pop_redelivery(lost.history(spark), _cfg())
+    assert r.valid is True and r.counts["lost_in_restarts"] == 1, r.examples
+    # the same hand-out again with a generation above it: the first one was stored, and is still invisible
+    kept = (Run().pop(100, 0, 5, 900).fault("kill", [MASTER], 105, 300)
+            .pop(310, 1, 6, 900).pop(320, 0, 7, 900).pop_ack(330, 0, 7).pop_ack(331, 1, 6).ends_at(1_000))
+    assert _failed(check_pop_redelivery(kept.history(spark), _cfg()), "handed-out-while-invisible")
+
+
+def test_an_ack_journalled_just_before_its_masters_kill_may_be_lost(spark):
+    base = Run().pop(100, 0, 1, 300).pop_ack(150, 0, 1)
+    killed = base.fault("kill", [MASTER], 160, 250).pop_revive(320, 0, 1, 300).ends_at(1_000)
+    r = check_pop_ack(killed.history(spark), _cfg())
+    assert r.valid is True and r.counts["acks_at_kill"] == 1, r.examples
+    alive = Run().pop(100, 0, 1, 300).pop_ack(150, 0, 1).pop_revive(320, 0, 1, 300).ends_at(1_000)
+    assert _failed(check_pop_ack(alive.history(spark), _cfg()), "revived-after-ack")

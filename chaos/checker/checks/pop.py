@@ -6,12 +6,18 @@ topic, queue id, queue offset), the generation names the receipt handle; a chang
 time gives the entry a new generation and makes the old handle stale. The events of one master
 are in its own clock's order; deadlines are on its wall clock and are turned into the monotonic
 timeline through the same line's two stamps.
+
+A master journals a hand-out, a change or an ack before the state change is on disk, and answers
+after: a kill in between loses it, and the restarted master acts on what it stored. Its hand-out
+generations then start again below the lost ones (the counter is stored with every change), so a
+hand-out or change whose generation a later line of the same master reuses never took effect; an
+ack journalled within ACK_PERSIST_WINDOW_MS before its master's kill may not have.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -50,6 +56,9 @@ _RANK = {"pop-ack": 0, "pop-dlq": 1, "pop-revive": 2, "pop-change-invisible": 3,
 _MASTER_DELAY_OPS = ("kill", "pause", "stop", "starve", "exit", "disk-fill", "clock")
 # a master back from a kill loads its store and pop state before its first revive pass (ms)
 RESTART_ALLOWANCE_MS = 15_000
+# an ack journalled this long before its master was killed may not have reached the disk (ms)
+ACK_PERSIST_WINDOW_MS = 1_000
+_KILL_OPS = ("kill", "exit")
 _COLUMNS = ("event", "node", "mono_ms", "wall_ms", "group", "topic", "broker_name", "queue_topic", "queue_id",
             "queue_offset", "generation", "new_generation", "handle_generation", "handle_deadline_wall_ms",
             "deadline_wall_ms", "msg_id", "attempt", "fifo", "repeat", "in_place", "lost", "status", "reason",
@@ -72,6 +81,8 @@ class _Handout:
 @dataclass
 class _EntryState:
     current: _Handout | None = None
+    # the hand-out's earlier generations (before changes of its invisible time), oldest first
+    earlier: list[_Handout] = field(default_factory=list)
     # generation -> (its deadline on the monotonic timeline, when it stopped being current and how)
     generations: dict[int, tuple[float, int | None, str]] = field(default_factory=dict)
     settled_mono_ms: int | None = None
@@ -118,12 +129,36 @@ class _Replay:
     def tally(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
 
+    max_generation: dict[str, int] = field(default_factory=dict)  # master node -> highest generation drawn
+
     def run(self, timeline: Iterable[dict[str, Any]]) -> _Replay:
         slack = self.cfg.clock_slack_ms
         for r in timeline:
             st = self.entries.setdefault(_entry(r), _EntryState())
+            drawn = r["generation"] if r["event"] == "pop" and not r["repeat"] else (
+                r["new_generation"] if r["event"] == "pop-change-invisible" else None)
+            if drawn is not None:
+                self._drawn(r["node"], int(drawn))
             getattr(self, "_" + r["event"].replace("-", "_"))(r, st, slack)
         return self
+
+    def _drawn(self, node: str, generation: int) -> None:
+        """A generation drawn again after a restart: what was journalled from it on was lost."""
+        if generation <= self.max_generation.get(node, -1):
+            for st in self.entries.values():
+                while st.current is not None and st.current.node == node and st.current.generation >= generation:
+                    st.generations.pop(st.current.generation, None)
+                    self.tally("lost_in_restarts")
+                    st.current = st.earlier.pop() if st.earlier else None
+                    if st.current is not None:
+                        deadline, _, _ = st.generations.get(st.current.generation, (st.current.deadline_mono_ms,
+                                                                                     None, ""))
+                        st.generations[st.current.generation] = (deadline, None, "")
+        self.max_generation[node] = generation
+
+    def _killed_soon(self, node: str, t: float) -> bool:
+        return any(w.start_ms >= t - self.cfg.clock_slack_ms and w.start_ms <= t + ACK_PERSIST_WINDOW_MS
+                   for w in self.h.node_faults(node, _KILL_OPS))
 
     def _pop(self, r: dict[str, Any], st: _EntryState, slack: int) -> None:
         if r["repeat"]:  # a FIFO retry with the batch's attempt id: the same handle again
@@ -143,6 +178,7 @@ class _Replay:
             self.flag("past-max-attempts", _example(self.h, r, f"delivery attempt {r['attempt']} of a group with "
                                                                f"{max_attempts} attempts", attempt=r["attempt"]))
         deadline = _to_mono(r, r["deadline_wall_ms"])
+        st.earlier = []
         st.current = _Handout(int(r["generation"]), r["msg_id"], deadline, bool(r["fifo"]), r["attempt"],
                               r["node"], t)
         st.generations[int(r["generation"])] = (deadline, None, "")
@@ -155,6 +191,7 @@ class _Replay:
         new_deadline = _to_mono(r, r["deadline_wall_ms"])
         st.generations[int(new)] = (new_deadline, None, "")
         if st.current is not None:
+            st.earlier.append(replace(st.current))
             st.current.generation, st.current.deadline_mono_ms = int(new), new_deadline
 
     def _pop_ack(self, r: dict[str, Any], st: _EntryState, slack: int) -> None:
@@ -165,6 +202,11 @@ class _Replay:
         handle = int(r["handle_generation"] if r["handle_generation"] is not None else r["generation"])
         self._judge_handle(r, st, handle, t, _to_mono(r, r["handle_deadline_wall_ms"])
                            if r["handle_deadline_wall_ms"] is not None else None, "accepted by the broker")
+        if self._killed_soon(r["node"], t):
+            # perhaps never on disk: the restarted master may hand it out, revive or dead-letter it
+            self.tally("acks_at_kill")
+            st.current = None
+            return
         if st.settled_mono_ms is None:
             st.settled_mono_ms = t
             st.settled_msg_id = st.current.msg_id if st.current is not None else r["msg_id"]
@@ -311,7 +353,7 @@ def check_pop_ack(h: History, cfg: CheckerConfig) -> CheckResult:
     _redelivered_after_client_ack(h, cfg, replay)
     return _result("pop-ack", POP_ACK, replay, (
         "stale-handle-acked", "handed-out-after-ack", "revived-after-ack", "dead-lettered-after-ack",
-        "delivered-after-ack"), cfg, ("hand_outs", "acks_settled", "client_acks_ok"))
+        "delivered-after-ack"), cfg, ("hand_outs", "acks_settled", "client_acks_ok", "acks_at_kill"))
 
 
 def check_pop_redelivery(h: History, cfg: CheckerConfig) -> CheckResult:
@@ -321,7 +363,7 @@ def check_pop_redelivery(h: History, cfg: CheckerConfig) -> CheckResult:
     _never_revived(h, cfg, replay)
     return _result("pop-redelivery", POP_REDELIVERY, replay, (
         "never-revived", "revived-early", "dead-lettered-early", "handed-out-while-invisible", "past-max-attempts"),
-        cfg, ("hand_outs", "revives", "dead_lettered"))
+        cfg, ("hand_outs", "revives", "dead_lettered", "lost_in_restarts"))
 
 
 def check_pop_fifo(h: History, cfg: CheckerConfig) -> CheckResult:
@@ -333,13 +375,22 @@ def check_pop_fifo(h: History, cfg: CheckerConfig) -> CheckResult:
         return unknown("pop-fifo", POP_FIFO, "no FIFO hand-outs in the run (no FIFO group received anything)")
     replay = _Replay(h, cfg)
     batches = 0
-    # per FIFO queue: queue offset -> its current deadline (monotonic) while unsettled
-    open_: dict[tuple[str, str, str, int], dict[int, float]] = {}
+    # per FIFO queue: queue offset -> (its current deadline (monotonic), generation, master) while unsettled
+    open_: dict[tuple[str, str, str, int], dict[int, tuple[float, int, str]]] = {}
     last_batch: dict[tuple[str, str, str, int], tuple[Any, ...]] = {}
+    max_generation: dict[str, int] = {}
     for r in timeline:
         queue = (r["group"], r["broker_name"], r["queue_topic"] or r["topic"], int(r["queue_id"]))
         offset = int(r["queue_offset"])
         held = open_.setdefault(queue, {})
+        drawn = r["generation"] if r["event"] == "pop" and not r["repeat"] else (
+            r["new_generation"] if r["event"] == "pop-change-invisible" else None)
+        if drawn is not None:
+            if int(drawn) <= max_generation.get(r["node"], -1):  # lost in a restart (module doc)
+                for offsets in open_.values():
+                    for o in [o for o, (_, g, n) in offsets.items() if n == r["node"] and g >= int(drawn)]:
+                        del offsets[o]
+            max_generation[r["node"]] = int(drawn)
         if r["event"] == "pop":
             if not r["fifo"] or r["repeat"]:
                 continue
@@ -348,9 +399,9 @@ def check_pop_fifo(h: History, cfg: CheckerConfig) -> CheckResult:
                 last_batch[queue] = batch
                 batches += 1
                 _judge_fifo_batch(h, cfg, replay, r, held)
-            held[offset] = _to_mono(r, r["deadline_wall_ms"])
-        elif r["event"] == "pop-change-invisible" and offset in held:
-            held[offset] = _to_mono(r, r["deadline_wall_ms"])
+            held[offset] = (_to_mono(r, r["deadline_wall_ms"]), int(r["generation"]), r["node"])
+        elif r["event"] == "pop-change-invisible" and offset in held and r["new_generation"] is not None:
+            held[offset] = (_to_mono(r, r["deadline_wall_ms"]), int(r["new_generation"]), r["node"])
         elif (r["event"] == "pop-ack" and r["status"] == "ok") or r["event"] == "pop-dlq":
             held.pop(offset, None)
     replay.counts["fifo_batches"] = batches
@@ -360,11 +411,11 @@ def check_pop_fifo(h: History, cfg: CheckerConfig) -> CheckResult:
 
 
 def _judge_fifo_batch(h: History, cfg: CheckerConfig, replay: _Replay, r: dict[str, Any],
-                      held: dict[int, float]) -> None:
+                      held: dict[int, tuple[float, int, str]]) -> None:
     if not held:
         return
     t = r["mono_ms"]
-    live = sorted(o for o, deadline in held.items() if deadline > t + cfg.clock_slack_ms)
+    live = sorted(o for o, (deadline, _, _) in held.items() if deadline > t + cfg.clock_slack_ms)
     if live:
         replay.flag("two-batches-in-flight", _example(
             h, r, "a FIFO batch handed out while an earlier one of its queue was still invisible",
