@@ -103,8 +103,10 @@ def _to_mono(r: dict[str, Any], wall_ms: int | None) -> float:
 def _timeline(h: History) -> list[dict[str, Any]]:
     ev = h.ev.filter(F.col("event").isin(*POP_EVENTS, CLIENT_ACK) & F.col("queue_offset").isNotNull())
     got = rows(ev.select(*_COLUMNS), cap=5_000_000)
-    # a batch's hand-outs of one millisecond in queue order
-    return sorted(got, key=lambda r: (r["mono_ms"], _RANK[r["event"]], r["node"] or "", r["queue_offset"]))
+    # one master's lines of one millisecond in the order it drew their generations (a FIFO batch's
+    # hand-outs are drawn in queue order)
+    return sorted(got, key=lambda r: (r["mono_ms"], _RANK[r["event"]], r["node"] or "",
+                                      r["new_generation"] or r["generation"] or 0, r["queue_offset"]))
 
 
 def _example(h: History, r: dict[str, Any], what: str, **extra: Any) -> dict[str, Any]:
