@@ -12,7 +12,6 @@ import io
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -30,7 +29,7 @@ from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.spec import ClusterSpec
-from nodes.consumer.journal import read_journal
+from tests.support import journals
 
 # the C++ client polls routes every 30 s and rebalances every 10 s: its first delivery may take
 # a route poll, a rebalance and a lock round after the topic exists
@@ -125,17 +124,6 @@ def test_a_mixed_group_keeps_every_other_consumer_mqlabs(tmp_path):
 
 # ---- real processes ----------------------------------------------------------------------------
 
-def _deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
-    return read_journal(run_dir / node / "deliveries.jsonl")
-
-
-def _wait(what: str, budget_s: float, done) -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"no {what} within {budget_s:.0f} s")
 
 
 @pytest.mark.slow
@@ -155,18 +143,18 @@ def test_a_cpp_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
         run_dir = cluster.run_dir
-        _wait("delivery by the C++ consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > 0)
+        journals.wait_until("delivery by the C++ consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
         stats = cluster.link_stats()
         assert stats["consumer-0->broker-a-0"]["backward_bytes"] > 0  # its pulls crossed its own link
         ready = cluster.node("consumer-0").ready
-        assert ready is not None and _deliveries(run_dir)[0]["client_id"] == ready.extra["client_id"]
+        assert ready is not None and journals.deliveries(run_dir)[0]["client_id"] == ready.extra["client_id"]
         cluster.partition(["consumer-0"], ["broker-a-0", "broker-a-1"])
         time.sleep(PARTITION_QUIET_S)
-        cut_at = len(_deliveries(run_dir))
+        cut_at = len(journals.deliveries(run_dir))
         time.sleep(PARTITION_QUIET_S)
-        assert len(_deliveries(run_dir)) == cut_at, "the partitioned real client went on consuming"
+        assert len(journals.deliveries(run_dir)) == cut_at, "the partitioned real client went on consuming"
         cluster.heal()
-        _wait("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > cut_at)
+        journals.wait_until("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > cut_at)
     finally:
         if producer is not None:
             producer.stop()
@@ -197,7 +185,7 @@ def test_a_cpp_consumers_remoting_requests_are_journalled_by_its_links(tmp_path)
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
-        _wait("a journalled UPDATE_CONSUMER_OFFSET of the C++ consumer", FIRST_DELIVERY_BUDGET_S,
+        journals.wait_until("a journalled UPDATE_CONSUMER_OFFSET of the C++ consumer", FIRST_DELIVERY_BUDGET_S,
               lambda: any(x["offset"] > 0 for x in answered("offset-commit")))
     finally:
         if producer is not None:

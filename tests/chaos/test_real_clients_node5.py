@@ -21,6 +21,7 @@ from harness import LocalCluster
 from harness.spec import ClusterSpec
 from nodes.common import constants as c
 from nodes.consumer.journal import read_journal
+from tests.support import journals
 
 NODE5 = CLIENTS["node5"]
 FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a 5 s assignment scan
@@ -110,17 +111,6 @@ def test_the_node5_wrapper_refuses_a_non_loopback_endpoint(tmp_path):
     assert done.returncode == 2 and "loopback" in done.stderr
 
 
-def _deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
-    return read_journal(run_dir / node / "deliveries.jsonl")
-
-
-def _wait(what: str, budget_s: float, done) -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"no {what} within {budget_s:.0f} s")
 
 
 @pytest.mark.slow
@@ -138,8 +128,8 @@ def test_a_node5_consumer_journals_from_the_handle_and_reaches_the_brokers_only_
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
         run_dir = cluster.run_dir
-        _wait("delivery by the Node.js 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > 0)
-        first = _deliveries(run_dir)[0]
+        journals.wait_until("delivery by the Node.js 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
+        first = journals.deliveries(run_dir)[0]
         assert (first["broker_name"], first["queue_topic"], first["pop_kind"]) == ("broker-a", TOPIC, "n")
         assert first["queue_offset"] >= 0 and first["commitlog_offset"] >= 0 and 0 <= first["queue_id"] < QUEUES
         assert first["delivery_attempt"] == 1 and first["reconsume_times"] == 0 and isinstance(first["seq"], int)
@@ -148,11 +138,11 @@ def test_a_node5_consumer_journals_from_the_handle_and_reaches_the_brokers_only_
         assert cluster.link_stats()["consumer-0->broker-a-0"]["backward_bytes"] > 0  # receives crossed its link
         cluster.partition(["consumer-0"], ["broker-a-0", "broker-a-1"])
         time.sleep(PARTITION_QUIET_S)
-        cut_at = len(_deliveries(run_dir))
+        cut_at = len(journals.deliveries(run_dir))
         time.sleep(PARTITION_QUIET_S)
-        assert len(_deliveries(run_dir)) == cut_at, "the partitioned Node.js 5.x client went on consuming"
+        assert len(journals.deliveries(run_dir)) == cut_at, "the partitioned Node.js 5.x client went on consuming"
         cluster.heal()
-        _wait("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > cut_at)
+        journals.wait_until("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > cut_at)
     finally:
         if producer is not None:
             producer.stop()

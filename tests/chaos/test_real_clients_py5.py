@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -16,7 +15,7 @@ from chaos.suites import GROUP, QUEUES, SUITES, TOPIC, with_gray_faults
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.spec import ClusterSpec
-from nodes.consumer.journal import read_journal
+from tests.support import journals
 
 PY5 = CLIENTS["py5"]
 POP_CLIENTS = ("py5", "py5-simple", "node5")
@@ -85,17 +84,6 @@ def test_wiring_gives_each_py5_consumer_its_own_broker_links_as_endpoints(tmp_pa
 
 # ---- real processes ----------------------------------------------------------------------------
 
-def _deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
-    return read_journal(run_dir / node / "deliveries.jsonl")
-
-
-def _wait(what: str, budget_s: float, done) -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"no {what} within {budget_s:.0f} s")
 
 
 @pytest.mark.slow
@@ -113,18 +101,18 @@ def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
         run_dir = cluster.run_dir
-        _wait("delivery by the 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > 0)
-        first = _deliveries(run_dir)[0]
+        journals.wait_until("delivery by the 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
+        first = journals.deliveries(run_dir)[0]
         assert (first["broker_name"], first["queue_topic"]) == ("broker-a", TOPIC)
         assert first["queue_offset"] >= 0 and first["delivery_attempt"] == 1 and isinstance(first["seq"], int)
         assert cluster.link_stats()["consumer-0->broker-a-0"]["backward_bytes"] > 0  # receives crossed its link
         cluster.partition(["consumer-0"], ["broker-a-0", "broker-a-1"])
         time.sleep(PARTITION_QUIET_S)
-        cut_at = len(_deliveries(run_dir))
+        cut_at = len(journals.deliveries(run_dir))
         time.sleep(PARTITION_QUIET_S)
-        assert len(_deliveries(run_dir)) == cut_at, "the partitioned 5.x client went on consuming"
+        assert len(journals.deliveries(run_dir)) == cut_at, "the partitioned 5.x client went on consuming"
         cluster.heal()
-        _wait("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(_deliveries(run_dir)) > cut_at)
+        journals.wait_until("delivery after the heal", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > cut_at)
     finally:
         if producer is not None:
             producer.stop()
@@ -155,8 +143,8 @@ def test_a_py5_consumers_acks_and_heartbeats_are_journalled_by_its_links(tmp_pat
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
-        _wait("20 journalled acks", FIRST_DELIVERY_BUDGET_S, lambda: len(answered("ack")) >= 20)
-        _wait("a journalled heartbeat", 30, lambda: answered("heartbeat"))
+        journals.wait_until("20 journalled acks", FIRST_DELIVERY_BUDGET_S, lambda: len(answered("ack")) >= 20)
+        journals.wait_until("a journalled heartbeat", 30, lambda: answered("heartbeat"))
     finally:
         if producer is not None:
             producer.stop()
@@ -188,5 +176,5 @@ def test_failover_with_the_py5_client_is_judged_valid_with_read_routing_set_asid
     # what the drain did not see consumed is what the broker still had handed out, renewed, at the end
     lost = verdict["checks"]["lost"]["counts"]
     assert lost["lost"] == 0 and run["counts"]["acked_not_delivered"] == lost["in_flight_at_end"]
-    lines = _deliveries(outcome.run_dir) + _deliveries(outcome.run_dir, "consumer-1")
+    lines = journals.deliveries(outcome.run_dir) + journals.deliveries(outcome.run_dir, "consumer-1")
     assert lines and all(d["broker_name"] == "broker-a" and d["queue_offset"] is not None for d in lines)

@@ -30,6 +30,7 @@ from harness.spec import ClusterSpec
 from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.rmq5.codes import Rmq5Code
 from nodes.consumer.journal import read_journal
+from tests.support import journals
 
 PY5_SIMPLE = CLIENTS["py5-simple"]
 WRAPPER_DIR = Path(PY5_SIMPLE.script).parent
@@ -123,21 +124,10 @@ def _start(cluster: LocalCluster) -> ProducerWorkload:
     return producer
 
 
-def _deliveries(run_dir: Path) -> list[dict]:
-    return read_journal(run_dir / "consumer-0" / "deliveries.jsonl")
-
 
 def _events(run_dir: Path, name: str) -> list[dict]:
     return [e for e in read_journal(run_dir / "consumer-0" / "events.jsonl") if e.get("event") == name]
 
-
-def _wait(what: str, budget_s: float, done) -> None:
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"no {what} within {budget_s:.0f} s")
 
 
 def _where(line: dict) -> tuple:
@@ -154,12 +144,12 @@ def test_a_py5_simple_consumer_acks_every_message_it_consumes_and_journals_each_
         wire(cluster, PY5_SIMPLE, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
         producer = _start(cluster)
         run_dir = cluster.run_dir
-        _wait(f"{ACKS_WANTED} client acks", FIRST_ACK_BUDGET_S,
+        journals.wait_until(f"{ACKS_WANTED} client acks", FIRST_ACK_BUDGET_S,
               lambda: len(_events(run_dir, "client-ack")) >= ACKS_WANTED)
         producer.stop()
         producer = None
         assert cluster.stop("consumer-0") == 0  # graceful: the batches in hand are acked first
-        deliveries, acks = _deliveries(run_dir), _events(run_dir, "client-ack")
+        deliveries, acks = journals.deliveries(run_dir), _events(run_dir, "client-ack")
         (start,), (stop,) = _events(run_dir, "consumer-start"), _events(run_dir, "consumer-stop")
         assert (start["client"], start["mode"], start["invisible_ms"]) == ("py5-simple", "simple", 15_000)
         assert {a["status"] for a in acks} == {"ok"} and all(a["error"] is None for a in acks)
@@ -195,16 +185,16 @@ def test_a_paused_py5_simple_consumers_late_ack_is_refused_and_the_message_deliv
         node.set_command([*commands["consumer-0"], "--invisible-ms", str(INVISIBLE_MS), "--batch", "2"])
         producer = _start(cluster)
         run_dir = cluster.run_dir
-        _wait("client ack", FIRST_ACK_BUDGET_S, lambda: _events(run_dir, "client-ack"))
-        seen = len(_deliveries(run_dir))
-        _wait("new delivery", 10, lambda: len(_deliveries(run_dir)) > seen)
+        journals.wait_until("client ack", FIRST_ACK_BUDGET_S, lambda: _events(run_dir, "client-ack"))
+        seen = len(journals.deliveries(run_dir))
+        journals.wait_until("new delivery", 10, lambda: len(journals.deliveries(run_dir)) > seen)
         cluster.pause("consumer-0")  # mid-batch: the message just journalled waits for its ack
-        paused_at = _deliveries(run_dir)[seen:]
+        paused_at = journals.deliveries(run_dir)[seen:]
         time.sleep(PAUSE_S)
         cluster.resume("consumer-0")
 
         def refused_and_back() -> tuple[dict, dict] | None:
-            deliveries = _deliveries(run_dir)
+            deliveries = journals.deliveries(run_dir)
             for ack in _events(run_dir, "client-ack"):
                 if ack["status"] != "INVALID_RECEIPT_HANDLE":
                     continue
@@ -214,13 +204,13 @@ def test_a_paused_py5_simple_consumers_late_ack_is_refused_and_the_message_deliv
                 if again:
                     return ack, again[0]
             return None
-        _wait("refused late ack and its message's redelivery", REDELIVERY_BUDGET_S, refused_and_back)
+        journals.wait_until("refused late ack and its message's redelivery", REDELIVERY_BUDGET_S, refused_and_back)
         ack, again = refused_and_back()
         assert ack["msg_id"] in {d["msg_id"] for d in paused_at}, (ack, paused_at)
         assert ack["wall_ms"] > ack["deadline_wall_ms"] and ack["error"].startswith("BadRequestException: 40013")
         assert again["queue_topic"] == f"%RETRY%{GROUP}_{TOPIC}" and again["pop_kind"] == "r"
         # the redelivered message is acked with its new handle
-        _wait("ack of the redelivery", REDELIVERY_BUDGET_S, lambda: any(
+        journals.wait_until("ack of the redelivery", REDELIVERY_BUDGET_S, lambda: any(
             a["status"] == "ok" and _where(a) == _where(again) for a in _events(run_dir, "client-ack")))
     finally:
         if producer is not None:

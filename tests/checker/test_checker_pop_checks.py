@@ -33,6 +33,7 @@ def test_a_clean_pop_history_passes_every_pop_check(spark):
     assert check_pop_redelivery(h, _cfg()).counts["revives"] == 1
 
 
+@pytest.mark.slow  # each check passes and fails in the default run; the other rules in --full
 def test_an_acked_entry_revived_or_handed_out_again_fails_pop_ack(spark):
     h = Run().pop(100, 0, 1, 300).pop_ack(150, 0, 1).pop_revive(320, 0, 1, 300).pop(400, 0, 2, 900).ends_at(1_000).history(spark)
     r = check_pop_ack(h, _cfg())
@@ -44,7 +45,8 @@ def test_an_acked_entry_revived_or_handed_out_again_fails_pop_ack(spark):
     (Run().pop(100, 0, 1, 5_000).pop_change(200, 0, 1, 2, 5_000).pop_ack(250, 0, 2, handle=1, handle_deadline=5_000),
      "superseded"),
     # the ack came after the handle's deadline
-    (Run().pop(100, 0, 1, 300).pop_ack(400, 0, 1, handle_deadline=300), "expired"),
+    pytest.param(Run().pop(100, 0, 1, 300).pop_ack(400, 0, 1, handle_deadline=300), "expired",
+                 marks=pytest.mark.slow),
 ])
 def test_an_ack_of_a_stale_handle_accepted_by_the_broker_fails_pop_ack(spark, run, what):
     r = check_pop_ack(run.ends_at(1_000).history(spark), _cfg())
@@ -67,14 +69,15 @@ def test_a_client_answered_ok_for_an_expired_handle_and_delivered_again_fails_po
 
 @pytest.mark.parametrize(("run", "kind"), [
     (Run().pop(100, 0, 1, 300), "never-revived"),  # expired at 300, nothing by the end at 1000
-    (Run().pop(100, 0, 1, 300).pop_revive(250, 0, 1, 300), "revived-early"),
-    (Run().pop(100, 0, 1, 300).pop(200, 0, 2, 500), "handed-out-while-invisible"),
+    pytest.param(Run().pop(100, 0, 1, 300).pop_revive(250, 0, 1, 300), "revived-early", marks=pytest.mark.slow),
+    pytest.param(Run().pop(100, 0, 1, 300).pop(200, 0, 2, 500), "handed-out-while-invisible", marks=pytest.mark.slow),
 ])
 def test_pop_redelivery_failures(spark, run, kind):
     r = check_pop_redelivery(run.ends_at(1_000).history(spark), _cfg())
     assert _failed(r, kind), (r.reason, r.examples)
 
 
+@pytest.mark.slow  # each check passes and fails in the default run; the other rules in --full
 def test_a_master_down_at_the_deadline_pushes_the_revive_bound_out(spark):
     # expired at 300 while its master was killed from 250 to 900: the revive may wait for the restart
     run = Run().pop(100, 0, 1, 300).fault("kill", [MASTER], 250, 900).ends_at(1_000)
@@ -98,6 +101,7 @@ def test_pop_fifo_one_batch_at_a_time_in_order(spark):
     assert _failed(r, "two-batches-in-flight") and _failed(r, "out-of-order")
 
 
+@pytest.mark.slow  # each check passes and fails in the default run; the other rules in --full
 def test_pop_checks_have_nothing_to_judge_without_hand_outs(spark):
     h = Run().sends_for(0, 2).consume(0, range(2), t0=200).history(spark)
     for check in (check_pop_ack, check_pop_redelivery, check_pop_fifo):
@@ -117,6 +121,7 @@ def test_a_hand_out_a_killed_master_never_stored_may_be_handed_out_again(spark):
     assert _failed(check_pop_redelivery(kept.history(spark), _cfg()), "handed-out-while-invisible")
 
 
+@pytest.mark.slow  # each check passes and fails in the default run; the other rules in --full
 def test_an_ack_journalled_just_before_its_masters_kill_may_be_lost(spark):
     base = Run().pop(100, 0, 1, 300).pop_ack(150, 0, 1)
     killed = base.fault("kill", [MASTER], 160, 250).pop_revive(320, 0, 1, 300).ends_at(1_000)

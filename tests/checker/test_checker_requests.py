@@ -1,5 +1,6 @@
 """requests: the broker held to the answers its consumers' links journalled; each rule failing and passing."""
 
+import pytest
 from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_requests
@@ -43,6 +44,7 @@ def test_commit_answered_success_and_never_stored_fails(spark):
     assert ex["offset"] == 7 and ex["stored_in_window"] == [5]
 
 
+@pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_commit_on_another_broker_node_does_not_count(spark):
     run = Run().stored(100, 5, broker_id=1)  # the slave stored it; the master answered
     _commit(run, 90, 110, 5)
@@ -50,6 +52,7 @@ def test_commit_on_another_broker_node_does_not_count(spark):
     assert r.parts["commits"] is False
 
 
+@pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_commit_under_an_operators_reset_is_explained(spark):
     run = Run().stored(100, 5)
     run.stored(190, 2, source="reset")
@@ -80,6 +83,7 @@ def test_unlock_answered_success_with_the_lock_kept_fails(spark):
     assert r.examples[0]["broker_last_action"] == "granted"
 
 
+@pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_unlock_after_the_broker_restarted_holds_nothing(spark):
     run = Run().lock(100, "granted", side="broker", lease=700).store_recovered(150)  # killed and restarted
     _unlock(run, 200, 210)
@@ -116,6 +120,7 @@ def test_ack_answered_ok_and_never_settled_fails(spark):
     assert r.valid is False and r.parts["acks"] is False
 
 
+@pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_unanswered_requests_are_counted_not_failed(spark):
     run = Run().stored(100, 5)
     _commit(run, 90, 110, 5)
@@ -126,6 +131,7 @@ def test_unanswered_requests_are_counted_not_failed(spark):
     assert r.counts["unanswered"] == {"offset-commit": 1, "heartbeat": 1}
 
 
+@pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_written_run_dir_loads_the_journal(spark, tmp_path):
     from chaos.checker.loader import load_history
 

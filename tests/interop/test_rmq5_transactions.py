@@ -15,21 +15,16 @@ import pytest
 
 from harness import LocalCluster
 from interop.mqlab_side import interop_spec, read_topic, read_until, start_cluster
-from interop.rmq5_procs import PY5_PYTHON, Py5Producer, require_py5_client
+from interop.rmq5_procs import Py5Producer
 from interop.test_rmq5_clients import make_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("rmq5-transactions")]
 
-DRIVER = Path(__file__).resolve().parent / "py5_txn_driver.py"
 MASTER = "broker-a-0"
 
 
 class Py5TxnProducer(Py5Producer):
-    """The transactional producer's driver (same line protocol as the send driver)."""
-
-    def _argv(self) -> list[str]:
-        require_py5_client()
-        return [str(PY5_PYTHON), str(DRIVER)]
+    """The driver's producer with its transaction commands."""
 
     def begin(self, endpoints: str, topics: list[str], answer: str = "COMMIT") -> dict[str, Any]:
         return self.call(op="start", endpoints=endpoints, topics=topics, answer=answer)

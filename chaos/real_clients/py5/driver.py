@@ -20,6 +20,14 @@ line on stdin and answers each with one JSON line on stdout:
   {"op": "change_invisible", "ref": n, "invisible_s": s}          -> {"event": "changed", "receipt_handle": h}
                                                                   or {"event": "change-failed", ...}
   {"op": "consumed"}  (push: what the listener got so far)        -> {"event": "consumed", "messages": [...]}
+  {"op": "txn_send", (send's message fields), "end": "commit"|"rollback"|"none"}
+                                                                  -> {"event": "txn-sent", "message_id": id,
+                                                                       "transaction_id": t, "ref": n,
+                                                                       "end_error": text or null}
+  {"op": "end", "ref": n, "end": "commit"|"rollback"}             -> {"event": "ended", "end_error": text or null}
+  {"op": "answer", "answer": "COMMIT"|"ROLLBACK"|"UNKNOWN"}       -> {"event": "answering", "answer": a}
+  {"op": "checks"}                                                -> {"event": "checks", "checks": [{"message_id",
+                                                                       "body", "topic", "answer", "at"}, ...]}
   {"op": "shutdown"}                                              -> {"event": "done"}, exit 0
 
 Each received message is described with a `ref`: the index of the client's message object that
@@ -28,6 +36,10 @@ old ref acks with the handle of that earlier delivery). A push consumer's listen
 FAILURE the first time it sees a body listed in `fail_once`, always for one in `fail_always`,
 SUCCESS otherwise, after sleeping `slow[body]` seconds for a body listed there; every call is
 recorded from its start, failures too (`"result"`: RUNNING until the listener answers).
+
+A producer answers the broker's transaction checks with the current `answer` (COMMIT, ROLLBACK,
+or UNKNOWN: TRANSACTION_RESOLUTION_UNSPECIFIED, which ends nothing; `start` may set it, default
+COMMIT) and records each check.
 
 One client per driver: a producer or a consumer. `group` makes a FIFO message, `delay_s` a
 DELAY one (due `delay_s` whole seconds from now: the client writes the value into
@@ -39,6 +51,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -66,6 +79,8 @@ def main() -> int:
         Producer,
         PushConsumer,
         SimpleConsumer,
+        TransactionChecker,
+        TransactionResolution,
     )
 
     consumed: list[dict[str, Any]] = []
@@ -73,6 +88,42 @@ def main() -> int:
     fail_always: set[str] = set()
     slow: dict[str, float] = {}
     held: list[Any] = []  # received messages, by ref
+    transactions: list[Any] = []  # sent transactions, by ref, for a later `end`
+    resolutions = {"COMMIT": TransactionResolution.COMMIT, "ROLLBACK": TransactionResolution.ROLLBACK,
+                   "UNKNOWN": TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED}
+    answer = ["COMMIT"]
+    checks: list[dict[str, Any]] = []
+    lock = threading.Lock()  # the checker runs on the client's threads
+
+    class Checker(TransactionChecker):
+        def check(self, message: Any) -> Any:
+            with lock:
+                given = answer[0]
+                checks.append({"message_id": message.message_id, "body": message.body.decode(errors="replace"),
+                               "topic": message.topic, "answer": given, "at": time.time()})
+            return resolutions[given]
+
+    def end(transaction: Any, how: str | None) -> str | None:
+        try:
+            if how == "commit":
+                transaction.commit()
+            elif how == "rollback":
+                transaction.rollback()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {str(exc)[:1000]}"
+        return None
+
+    def message_of(cmd: dict[str, Any]) -> Any:
+        msg = Message()
+        msg.topic = cmd["topic"]
+        msg.body = cmd["body"].encode() if "body" in cmd else b"x" * int(cmd["body_bytes"])
+        if cmd.get("tag"):
+            msg.tag = cmd["tag"]
+        for key in cmd.get("keys") or ():
+            msg.keys = key  # the setter adds one key per assignment
+        for key, value in (cmd.get("properties") or {}).items():
+            msg.add_property(key, value)
+        return msg
 
     class Recorder(MessageListener):
         """A push consumer's listener: records each message (the driver's stdout carries answers only)."""
@@ -99,21 +150,14 @@ def main() -> int:
         try:
             if op == "start":
                 config = ClientConfiguration(cmd["endpoints"], Credentials(), request_timeout=cmd.get("timeout_s", 3))
-                client = Producer(config, tuple(cmd.get("topics", ())))
+                answer[0] = cmd.get("answer", "COMMIT")
+                client = Producer(config, tuple(cmd.get("topics", ())), checker=Checker())
                 began = time.monotonic()
                 client.startup()
                 emit("started", seconds=round(time.monotonic() - began, 3), client_id=client.client_id)
             elif op == "send":
                 assert client is not None, "start first"
-                msg = Message()
-                msg.topic = cmd["topic"]
-                msg.body = cmd["body"].encode() if "body" in cmd else b"x" * int(cmd["body_bytes"])
-                if cmd.get("tag"):
-                    msg.tag = cmd["tag"]
-                for key in cmd.get("keys") or ():
-                    msg.keys = key  # the setter adds one key per assignment
-                for key, value in (cmd.get("properties") or {}).items():
-                    msg.add_property(key, value)
+                msg = message_of(cmd)
                 if cmd.get("group"):
                     msg.message_group = cmd["group"]
                 due = None
@@ -172,6 +216,26 @@ def main() -> int:
                 emit("changed", receipt_handle=msg.receipt_handle, at=time.time())
             elif op == "consumed":
                 emit("consumed", messages=list(consumed))
+            elif op == "txn_send":
+                assert client is not None, "start first"
+                transaction = client.begin_transaction()
+                try:
+                    receipt = client.send(message_of(cmd), transaction)
+                except Exception as exc:
+                    emit("send-failed", error_type=type(exc).__name__, error=str(exc)[:2000])
+                    continue
+                transactions.append(transaction)
+                emit("txn-sent", message_id=receipt.message_id, transaction_id=receipt.transaction_id,
+                     ref=len(transactions) - 1, end_error=end(transaction, cmd.get("end")), sent_at=time.time())
+            elif op == "end":
+                emit("ended", end_error=end(transactions[int(cmd["ref"])], cmd["end"]))
+            elif op == "answer":
+                with lock:
+                    answer[0] = cmd["answer"]
+                emit("answering", answer=answer[0])
+            elif op == "checks":
+                with lock:
+                    emit("checks", checks=list(checks))
             elif op == "shutdown":
                 if client is not None:
                     client.shutdown()
