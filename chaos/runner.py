@@ -47,6 +47,7 @@ from chaos.nemesis import NemesisRunner
 from chaos.progress import Progress, RunStatus
 from chaos.readback import Replica, read_back
 from chaos.real_clients import MQLAB, checks_added, checks_set_aside, is_mixed, real_client, spec_for, wire
+from chaos.run_setup import create_topic, make_group_fifo
 from chaos.schedule import Schedule, format_schedule, generate_schedule, play
 from chaos.skew import unsafe_skews
 from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
@@ -56,11 +57,8 @@ from harness import LocalCluster
 from harness.cluster import make_run_dir
 from harness.pids import signal_name
 from harness.topology import DEFAULT_TOPOLOGY, broker_groups
-from harness.waiting import WaitTimeout
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK
-from nodes.common.rpc import make_sync_channel
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -270,8 +268,8 @@ class ChaosRun:
             if client is not None and client.pop and self.suite.orderly:
                 # before the topic: a 5.x client learns the group's FIFO flag with its first settings,
                 # and cannot start before the topic routes
-                _make_group_fifo(cluster, GROUP)
-            _create_topic(cluster, TOPIC, QUEUES, bounds)
+                make_group_fifo(cluster, GROUP)
+            create_topic(cluster, TOPIC, QUEUES, bounds)
             namesrv_addr = ";".join(cluster.namesrv_addrs)  # every name server, as RocketMQ's namesrvAddr
             consumers = [n.id for n in spec.consumer_nodes()]
             tally = DeliveryTally(self.run_dir, consumers)
@@ -455,39 +453,6 @@ class ChaosRun:
 def _default_out(options: RunOptions) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return Path("runs") / f"{stamp}-{options.suite.name}-s{options.seed}"
-
-
-def _make_group_fifo(cluster: LocalCluster, group: str) -> None:
-    """The group consumes orderly on every master (RocketMQ updateSubGroup): a FIFO group for POP."""
-    for master in (n for n in cluster.spec.broker_nodes() if n.is_master):
-        with make_sync_channel(cluster.node(master.id).addr) as channel:
-            resp = broker_pb2_grpc.BrokerStub(channel).UpdateSubscriptionGroup(
-                broker_pb2.UpdateSubscriptionGroupRequest(group=group, consume_message_orderly=True),
-                timeout=cluster.timing.rpc_timeout_ms / 1000)
-        if resp.code != common_pb2.SUCCESS:
-            raise RuntimeError(f"making group {group} FIFO on {master.id} failed: {resp.remark}")
-
-
-def _create_topic(cluster: LocalCluster, topic: str, queues: int, bounds: Bounds) -> None:
-    """Create the suite's topic with `queues` queues in all, spread evenly over the masters (every
-    topology has the same queue count, so a queue carries the same share of the load), then wait
-    until the name server routes it."""
-    masters = [n for n in cluster.spec.broker_nodes() if n.is_master]
-    queues = max(1, queues // len(masters))
-    for master in masters:
-        proc = cluster.node(master.id)
-        with make_sync_channel(proc.addr) as channel:
-            resp = broker_pb2_grpc.BrokerStub(channel).CreateTopic(broker_pb2.CreateTopicRequest(
-                config=common_pb2.TopicConfig(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
-                                              perm=c.PERM_READ | c.PERM_WRITE)),
-                timeout=cluster.timing.rpc_timeout_ms / 1000)
-        if resp.code != common_pb2.SUCCESS:
-            raise RuntimeError(f"creating topic {topic} on {master.id} failed: {resp.remark}")
-    try:
-        cluster.wait_until_routable(topic=topic)
-    except WaitTimeout as exc:
-        raise RuntimeError(f"topic {topic} never became routable: {exc}") from exc
-
 
 
 @contextlib.contextmanager

@@ -24,7 +24,8 @@ from chaos.checker.pipeline import CheckOutput
 from chaos.checker.verdict import CheckResult, Verdict
 from chaos.cli import app
 from chaos.real_clients import CLIENTS, RealClientError, real_client, wire
-from chaos.runner import EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, _create_topic, plan
+from chaos.run_setup import create_topic
+from chaos.runner import EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
@@ -138,7 +139,7 @@ def test_a_cpp_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
         namesrv_link = f"127.0.0.1:{cluster.links.proxy.port_of('consumer-0', 'namesrv-0')}"
         assert commands["consumer-0"][commands["consumer-0"].index("--namesrv") + 1] == namesrv_link
         cluster.start()
-        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
+        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
@@ -181,7 +182,7 @@ def test_a_cpp_consumers_remoting_requests_are_journalled_by_its_links(tmp_path)
     try:
         wire(cluster, CLIENTS["cpp"], group=GROUP, topic=TOPIC, orderly=True, consumer_options={})
         cluster.start()
-        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
+        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()

@@ -14,7 +14,8 @@ import pytest
 
 from chaos.real_clients import CLIENTS, RealClientError, wire
 from chaos.real_clients import wiring as real_wiring
-from chaos.runner import RunOptions, _create_topic, plan
+from chaos.run_setup import create_topic
+from chaos.runner import RunOptions, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
@@ -123,7 +124,7 @@ def test_a_node5_consumer_journals_from_the_handle_and_reaches_the_brokers_only_
     try:
         wire(cluster, NODE5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
         cluster.start()
-        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="node5"))[1])
+        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="node5"))[1])
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()

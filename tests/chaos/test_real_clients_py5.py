@@ -10,7 +10,8 @@ from rich.console import Console
 
 from chaos.matrix import plan_cells, with_clients
 from chaos.real_clients import CLIENTS, RealClientError, client_for_suite, wire
-from chaos.runner import EXIT_VALID, ChaosRun, RunOptions, _create_topic, plan
+from chaos.run_setup import create_topic
+from chaos.runner import EXIT_VALID, ChaosRun, RunOptions, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC, with_gray_faults
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
@@ -96,7 +97,7 @@ def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
     try:
         wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
         cluster.start()
-        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
+        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()
@@ -139,7 +140,7 @@ def test_a_py5_consumers_acks_and_heartbeats_are_journalled_by_its_links(tmp_pat
     try:
         wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
         cluster.start()
-        _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
+        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
         producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
                                     timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
         producer.start()

@@ -22,7 +22,8 @@ from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE
 
 from chaos.bounds import REAL_CLIENT_TIMERS_MS
 from chaos.real_clients import CLIENTS, wire
-from chaos.runner import RunOptions, _create_topic, plan
+from chaos.run_setup import create_topic
+from chaos.runner import RunOptions, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
 from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
@@ -117,7 +118,7 @@ def _cluster(tmp_path: Path) -> LocalCluster:
 
 def _start(cluster: LocalCluster) -> ProducerWorkload:
     cluster.start()
-    _create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5-simple"))[1])
+    create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5-simple"))[1])
     producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=40),
                                 timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
     producer.start()

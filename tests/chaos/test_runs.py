@@ -129,7 +129,7 @@ def test_an_error_mid_run_stops_everything_and_exits_2(tmp_path, monkeypatch):
     def topic_creation_fails(*_args, **_kwargs):
         raise RuntimeError("topic creation refused (test)")
 
-    monkeypatch.setattr(chaos_runner, "_create_topic", topic_creation_fails)
+    monkeypatch.setattr(chaos_runner, "create_topic", topic_creation_fails)
     run_dir = tmp_path / "run"
     outcome = ChaosRun(RunOptions(SUITES["failover"], seed=1, duration_s=5, out_dir=run_dir, check=False)).execute()
     assert outcome.exit_code == EXIT_UNKNOWN
