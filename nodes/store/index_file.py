@@ -34,7 +34,6 @@ filesystem cannot back (that would be SIGBUS, not an exception).
 from __future__ import annotations
 
 import array
-import errno
 import mmap
 import os
 import struct
@@ -44,6 +43,7 @@ from pathlib import Path
 
 from nodes.common import constants as c
 from nodes.common.errors import DataDirError, DiskFullError
+from nodes.store.mapped_file import allocate_ahead
 
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
@@ -314,19 +314,8 @@ class IndexFile:
         """Give the blocks up to `end_position` (one step ahead when there is room) before a write."""
         if end_position <= self.allocated_position:
             return
-        ahead = min(self.size_bytes, max(end_position, self.allocated_position + c.SEGMENT_ALLOCATE_STEP_BYTES))
-        for length_end in (ahead, end_position):
-            try:
-                os.posix_fallocate(self._fd, self.allocated_position, length_end - self.allocated_position)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                if length_end == end_position:
-                    raise DiskFullError(f"no room to grow index file {self.path} to {end_position} bytes: "
-                                        f"{exc.strerror}") from exc
-                continue
-            self.allocated_position = length_end
-            return
+        self.allocated_position = allocate_ahead(self._fd, self.path, self.allocated_position, end_position,
+                                                 self.size_bytes)
 
     def flush(self) -> None:
         """fdatasync (releases the GIL, unlike mmap.flush) when anything was written since the last."""

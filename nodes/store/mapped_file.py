@@ -58,6 +58,24 @@ def _fallocate(fd: int, path: Path, offset: int, length: int) -> None:
         raise
 
 
+def allocate_ahead(fd: int, path: Path, backed: int, end_position: int, size_bytes: int) -> int:
+    """Allocate the blocks of [backed, end_position) of a file of `size_bytes`: a step ahead when the
+    disk has room, exactly what is asked when it has only that. Returns the new allocated end.
+
+    Raises:
+        DiskFullError: not even [backed, end_position) fits.
+    """
+    ahead = min(size_bytes, max(end_position, backed + c.SEGMENT_ALLOCATE_STEP_BYTES))
+    try:
+        _fallocate(fd, path, backed, ahead - backed)
+    except DiskFullError:
+        if ahead == end_position:
+            raise
+        _fallocate(fd, path, backed, end_position - backed)
+        return end_position
+    return ahead
+
+
 class MappedFile:
     """One segment file mapped whole; bytes [0, wrote_position) hold data."""
 
@@ -107,15 +125,7 @@ class MappedFile:
         backed = max(self.allocated_position, self.wrote_position)
         if end_position <= backed or not self.preallocate:
             return
-        ahead = min(self.size_bytes, max(end_position, backed + c.SEGMENT_ALLOCATE_STEP_BYTES))
-        try:
-            _fallocate(self._fd, self.path, backed, ahead - backed)
-        except DiskFullError:
-            if ahead == end_position:
-                raise
-            _fallocate(self._fd, self.path, backed, end_position - backed)
-            ahead = end_position
-        self.allocated_position = ahead
+        self.allocated_position = allocate_ahead(self._fd, self.path, backed, end_position, self.size_bytes)
 
     @property
     def buffer(self) -> mmap.mmap:
