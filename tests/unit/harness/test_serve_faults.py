@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.serve.faults import FaultTail
+from harness.serve.faults import RECOVERY_OPS, FaultTail
 
 ISOLATE = "isolate consumer-0 DROP: 2 links (consumer-0->broker-a-0, broker-a-0->consumer-0)"
 
@@ -72,3 +72,12 @@ def test_failed_instant_and_garbled_lines(tmp_path):
     assert history.node_states() == {"consumer-0": "stopped", "consumer-1": "stopped"}
     path.write_text(line("kill", "start", "f1-kill", ["consumer-0"], 50))  # a new run in the same dir
     assert list(tail.poll().windows) == ["f1-kill"]
+
+
+def test_the_recovery_ops_are_the_nemesis_history_contract():
+    # the live view reads what chaos.nemesis writes (and the checker reads): harness may not import
+    # chaos, so its copy is held to the writer's here
+    from chaos.checker.faults import RECOVERY
+    from chaos.nemesis_ops import RECOVERY_OP
+
+    assert RECOVERY_OPS == RECOVERY_OP == RECOVERY
