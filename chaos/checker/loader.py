@@ -135,6 +135,15 @@ class History:
         return [w for w in self.faults if w.hits(node) and (wanted is None or w.op in wanted)]
 
     @cached_property
+    def pop_lines(self) -> list[dict[str, Any]]:
+        """The POP lines that name an entry (schemas.POP_EVENTS and client-ack), collected once for
+        the POP checks: a run's hand-outs, acks, changes and revives, tens of thousands of rows."""
+        if not self.has("events"):
+            return []
+        lines = self.ev.filter(F.col("event").isin(*S.POP_EVENTS, S.CLIENT_ACK) & F.col("queue_offset").isNotNull())
+        return [r.asDict() for r in lines.select(*S.POP_LINE_COLUMNS).collect()]
+
+    @cached_property
     def broker_fault_windows(self) -> list[FaultWindow]:
         """Faults on broker nodes, plus unexpected broker exits (as kill windows to the next event)."""
         out = [w for w in self.faults if any(self.is_broker(t) for t in w.targets)]

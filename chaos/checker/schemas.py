@@ -347,3 +347,10 @@ ACKED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE
 SUCCESS_RESULTS = ("CONSUME_SUCCESS", "SUCCESS", "COMMIT")
 LOCK_HELD_ACTIONS = ("granted", "renewed")
 LOCK_GONE_ACTIONS = ("expired", "released", "lost", "denied")
+# the POP lines (a master's pop* events, a SimpleConsumer's client-ack) and the fields the POP checks read
+POP_EVENTS = ("pop", "pop-ack", "pop-change-invisible", "pop-revive", "pop-dlq")
+CLIENT_ACK = "client-ack"
+POP_LINE_COLUMNS = ("event", "node", "mono_ms", "wall_ms", "group", "topic", "broker_name", "queue_topic", "queue_id",
+                    "queue_offset", "generation", "new_generation", "handle_generation", "handle_deadline_wall_ms",
+                    "deadline_wall_ms", "msg_id", "attempt", "fifo", "repeat", "in_place", "lost", "status", "reason",
+                    "client_id", "pop_wall_ms", "attempt_id", "sent_mono_ms")

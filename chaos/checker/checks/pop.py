@@ -26,6 +26,7 @@ from chaos.checker.checks._common import rows, s
 from chaos.checker.config import CheckerConfig
 from chaos.checker.faults import FaultWindow
 from chaos.checker.loader import History
+from chaos.checker.schemas import CLIENT_ACK
 from chaos.checker.verdict import CheckResult, unknown
 
 POP_ACK = (
@@ -48,22 +49,14 @@ POP_FIFO = (
     "again (its invisible time over), and the batch starts at the lowest of them still unsettled: a "
     "message never goes out while an earlier one of its queue waits for its ack or its redelivery.")
 
-POP_EVENTS = ("pop", "pop-ack", "pop-change-invisible", "pop-revive", "pop-dlq")
-CLIENT_ACK = "client-ack"
 # one master's lines of one millisecond: settlements before new hand-outs
 _RANK = {"pop-ack": 0, "pop-dlq": 1, "pop-revive": 2, "pop-change-invisible": 3, "pop": 4, CLIENT_ACK: 5}
 # faults of a master that delay its revive passes (a wall-clock step moves the deadlines it compares)
-_MASTER_DELAY_OPS = ("kill", "pause", "stop", "starve", "exit", "disk-fill", "clock")
+_MASTER_DELAY_OPS = ("kill", "pause", "stop", "starve", "disk-fill", "clock")
 # a master back from a kill loads its store and pop state before its first revive pass (ms)
 RESTART_ALLOWANCE_MS = 15_000
 # an ack journalled this long before its master was killed may not have reached the disk (ms)
 ACK_PERSIST_WINDOW_MS = 1_000
-_KILL_OPS = ("kill", "exit")
-_COLUMNS = ("event", "node", "mono_ms", "wall_ms", "group", "topic", "broker_name", "queue_topic", "queue_id",
-            "queue_offset", "generation", "new_generation", "handle_generation", "handle_deadline_wall_ms",
-            "deadline_wall_ms", "msg_id", "attempt", "fifo", "repeat", "in_place", "lost", "status", "reason",
-            "client_id", "pop_wall_ms", "attempt_id", "sent_mono_ms")
-
 Entry = tuple[str, str, str, int, int]  # group, broker_name, queue_topic, queue_id, queue_offset
 
 
@@ -101,8 +94,7 @@ def _to_mono(r: dict[str, Any], wall_ms: int | None) -> float:
 
 
 def _timeline(h: History) -> list[dict[str, Any]]:
-    ev = h.ev.filter(F.col("event").isin(*POP_EVENTS, CLIENT_ACK) & F.col("queue_offset").isNotNull())
-    got = rows(ev.select(*_COLUMNS), cap=5_000_000)
+    got = h.pop_lines
     # one master's lines of one millisecond in the order it drew their generations (a FIFO batch's
     # hand-outs are drawn in queue order)
     return sorted(got, key=lambda r: (r["mono_ms"], _RANK[r["event"]], r["node"] or "",
@@ -160,7 +152,7 @@ class _Replay:
 
     def _killed_soon(self, node: str, t: float) -> bool:
         return any(w.start_ms >= t - self.cfg.clock_slack_ms and w.start_ms <= t + ACK_PERSIST_WINDOW_MS
-                   for w in self.h.node_faults(node, _KILL_OPS))
+                   for w in _master_windows(self.h, node) if w.op == "kill")
 
     def _pop(self, r: dict[str, Any], st: _EntryState, slack: int) -> None:
         if r["repeat"]:  # a FIFO retry with the batch's attempt id: the same handle again
@@ -282,7 +274,12 @@ class _Replay:
 
 
 def _master_delays(h: History, node: str) -> list[FaultWindow]:
-    return [w for w in h.node_faults(node) if w.op in _MASTER_DELAY_OPS]
+    return [w for w in _master_windows(h, node) if w.op in _MASTER_DELAY_OPS]
+
+
+def _master_windows(h: History, node: str) -> list[FaultWindow]:
+    """The faults of one master, its unexpected exits included (as kills)."""
+    return [w for w in h.broker_fault_windows if w.hits(node)]
 
 
 def _never_revived(h: History, cfg: CheckerConfig, replay: _Replay) -> None:
@@ -294,7 +291,7 @@ def _never_revived(h: History, cfg: CheckerConfig, replay: _Replay) -> None:
         if cur is None or cur.fifo or st.settled_mono_ms is not None:
             continue
         due = cur.deadline_mono_ms + bound
-        for w in sorted(downtime.setdefault(cur.node, _master_delays(h, cur.node)), key=lambda w: w.start_ms):
+        for w in downtime.setdefault(cur.node, _master_delays(h, cur.node)):  # in start order
             if w.start_ms <= due and w.end_ms >= cur.deadline_mono_ms:
                 due = max(due, w.end_ms + RESTART_ALLOWANCE_MS + bound)
         if due < h.t_end:
