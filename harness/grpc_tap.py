@@ -22,7 +22,7 @@ import hpack
 from google.protobuf.message import DecodeError, Message
 
 from harness.frames import HTTP2_PREFACE, Frames, Http2Frames
-from nodes.common import constants as c
+from nodes.common.receipt_handle import MalformedHandle, ReceiptHandle
 from proto import broker_pb2, common_pb2, consumer_pb2, rmq5_definition_pb2, rmq5_service_pb2
 
 log = logging.getLogger(__name__)
@@ -47,17 +47,15 @@ def _queues(req: Any) -> list[dict[str, Any]]:
 
 
 def handle_fields(handle: str) -> dict[str, Any]:
-    """What an mqlab receipt handle names (nodes/broker/pop/handle.py's layout); only the handle
+    """What an mqlab receipt handle names (nodes/common/receipt_handle.py's layout); only the handle
     itself for a foreign one."""
-    parts = handle.split(" ")
     out: dict[str, Any] = {"receipt_handle": handle[:300]}
-    if len(parts) == 11 and parts[0] == c.POP_HANDLE_VERSION:
-        try:
-            out.update(broker_name=parts[2], handle_group=parts[3], queue_topic=parts[4], queue_id=int(parts[5]),
-                       queue_offset=int(parts[6]), generation=int(parts[10]))
-        except ValueError:
-            pass
-    return out
+    try:
+        parsed = ReceiptHandle.parse(handle)
+    except MalformedHandle:
+        return out
+    return {**out, "broker_name": parsed.broker_name, "handle_group": parsed.group, "queue_topic": parsed.queue_topic,
+            "queue_id": parsed.queue_id, "queue_offset": parsed.queue_offset, "generation": parsed.generation}
 
 
 def _rmq5_entries(req: Any) -> list[dict[str, Any]]:

@@ -22,16 +22,16 @@ from interop.mqlab_side import REAL_CLIENT_TIMING, TIME_SCALE
 
 from chaos.bounds import REAL_CLIENT_TIMERS_MS
 from chaos.real_clients import CLIENTS, wire
-from chaos.run_setup import create_topic
 from chaos.runner import RunOptions, plan
-from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
-from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
+from chaos.suites import GROUP, SUITES, TOPIC
+from chaos.workload import ProducerWorkload
 from harness import LocalCluster
 from harness.spec import ClusterSpec
-from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.rmq5.codes import Rmq5Code
+from nodes.common.receipt_handle import ReceiptHandle
 from nodes.consumer.journal import read_journal
 from tests.support import journals
+from tests.support.real_client_runs import start_with_workload
 
 PY5_SIMPLE = CLIENTS["py5-simple"]
 WRAPPER_DIR = Path(PY5_SIMPLE.script).parent
@@ -117,12 +117,7 @@ def _cluster(tmp_path: Path) -> LocalCluster:
 
 
 def _start(cluster: LocalCluster) -> ProducerWorkload:
-    cluster.start()
-    create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5-simple"))[1])
-    producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=40),
-                                timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-    producer.start()
-    return producer
+    return start_with_workload(cluster, "failover", "py5-simple", rate_per_s=40)
 
 
 

@@ -17,7 +17,7 @@
 //
 // The 5.x message carries no queue: where it was popped from is read from the receipt handle
 // mqlab's broker hands out (`p1 <kind> <broker> <group> <queue topic> <queue id> <queue offset>
-// <phys offset> ...`, nodes/broker/pop/handle.py); a handle of another shape leaves those null.
+// <phys offset> ...`, nodes/common/receipt_handle.py); a handle of another shape leaves those null.
 //
 // What this client does differently from the Python one, and how the wrapper lives with it:
 //   - several endpoints become one gRPC target `h:p,h:p`, which grpc-js resolves as a single DNS

@@ -6,7 +6,7 @@ in `.venv-py5` and in mqlab's venv alike (mqlab's tests parse handles with it).
 The 5.x message carries no queue: where a message was popped from (broker, queue topic, queue
 id, queue offset, commitlog offset) is read from the receipt handle mqlab's broker hands out with
 it (`p1 <kind> <broker> <group> <queue topic> <queue id> <queue offset> <phys offset> <pop wall ms>
-<invisible ms> <generation>`, see nodes/broker/pop/handle.py); a handle of another shape leaves
+<invisible ms> <generation>`, see nodes/common/receipt_handle.py); a handle of another shape leaves
 those fields null.
 """
 

@@ -9,7 +9,6 @@ ack, change-invisible-duration and forward-to-DLQ, free of any transport.
 """
 
 from nodes.broker.pop.engine import PopEngine
-from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.pop.revive import PopReviveService
 from nodes.broker.pop.values import (
     AckResult,
@@ -21,6 +20,7 @@ from nodes.broker.pop.values import (
     PopRequest,
     PopResult,
 )
+from nodes.common.receipt_handle import ReceiptHandle
 
 __all__ = ["AckResult", "ChangeInvisibleRequest", "ChangeInvisibleResult", "PopAckRequest", "PopCode", "PopEngine",
            "PopRequest", "PopResult", "PopReviveService", "PoppedMessage", "ReceiptHandle"]

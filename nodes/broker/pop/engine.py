@@ -27,7 +27,6 @@ from typing import Any
 
 from nodes.broker import validation
 from nodes.broker.pop import moves
-from nodes.broker.pop.handle import MalformedHandle, ReceiptHandle
 from nodes.broker.pop.journal import PopJournal
 from nodes.broker.pop.persist import StateWriter
 from nodes.broker.pop.popping import PopCall, Popped, QueuePopper
@@ -58,6 +57,7 @@ from nodes.common import constants as c
 from nodes.common.clock import Clock
 from nodes.common.errors import StoreError
 from nodes.common.events import EventLog
+from nodes.common.receipt_handle import MalformedHandle, ReceiptHandle
 from nodes.store.message_store import MessageStore
 from nodes.store.record import tag_hash
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.broker.pop.handle import ReceiptHandle
 from nodes.broker.pop.state import InFlight
 from nodes.common.events import EventLog
+from nodes.common.receipt_handle import ReceiptHandle
 
 
 class PopJournal:
