@@ -24,13 +24,12 @@ from chaos.checker.pipeline import CheckOutput
 from chaos.checker.verdict import CheckResult, Verdict
 from chaos.cli import app
 from chaos.real_clients import CLIENTS, RealClientError, real_client, wire
-from chaos.run_setup import create_topic
 from chaos.runner import EXIT_UNKNOWN, EXIT_VALID, ChaosRun, RunOptions, plan
-from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
-from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
+from chaos.suites import GROUP, SUITES, TOPIC
 from harness import LocalCluster
 from harness.spec import ClusterSpec
 from tests.support import journals
+from tests.support.real_client_runs import start_with_workload
 
 # the C++ client polls routes every 30 s and rebalances every 10 s: its first delivery may take
 # a route poll, a rebalance and a lock round after the topic exists
@@ -138,11 +137,7 @@ def test_a_cpp_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
         commands = wire(cluster, CLIENTS["cpp"], group=GROUP, topic=TOPIC, orderly=True, consumer_options={})
         namesrv_link = f"127.0.0.1:{cluster.links.proxy.port_of('consumer-0', 'namesrv-0')}"
         assert commands["consumer-0"][commands["consumer-0"].index("--namesrv") + 1] == namesrv_link
-        cluster.start()
-        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
-        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
-                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-        producer.start()
+        producer = start_with_workload(cluster, "lock-takeover", "cpp")
         run_dir = cluster.run_dir
         journals.wait_until("delivery by the C++ consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
         stats = cluster.link_stats()
@@ -181,11 +176,7 @@ def test_a_cpp_consumers_remoting_requests_are_journalled_by_its_links(tmp_path)
 
     try:
         wire(cluster, CLIENTS["cpp"], group=GROUP, topic=TOPIC, orderly=True, consumer_options={})
-        cluster.start()
-        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["lock-takeover"], client="cpp"))[1])
-        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
-                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-        producer.start()
+        producer = start_with_workload(cluster, "lock-takeover", "cpp")
         journals.wait_until("a journalled UPDATE_CONSUMER_OFFSET of the C++ consumer", FIRST_DELIVERY_BUDGET_S,
               lambda: any(x["offset"] > 0 for x in answered("offset-commit")))
     finally:

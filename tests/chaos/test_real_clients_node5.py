@@ -14,15 +14,14 @@ import pytest
 
 from chaos.real_clients import CLIENTS, RealClientError, wire
 from chaos.real_clients import wiring as real_wiring
-from chaos.run_setup import create_topic
 from chaos.runner import RunOptions, plan
 from chaos.suites import GROUP, QUEUES, SUITES, TOPIC
-from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
 from harness.spec import ClusterSpec
 from nodes.common import constants as c
 from nodes.consumer.journal import read_journal
 from tests.support import journals
+from tests.support.real_client_runs import start_with_workload
 
 NODE5 = CLIENTS["node5"]
 FIRST_DELIVERY_BUDGET_S = 90.0  # startup retries until the topic routes, then a 5 s assignment scan
@@ -123,11 +122,7 @@ def test_a_node5_consumer_journals_from_the_handle_and_reaches_the_brokers_only_
     producer = None
     try:
         wire(cluster, NODE5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
-        cluster.start()
-        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="node5"))[1])
-        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
-                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-        producer.start()
+        producer = start_with_workload(cluster, "failover", "node5")
         run_dir = cluster.run_dir
         journals.wait_until("delivery by the Node.js 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
         first = journals.deliveries(run_dir)[0]

@@ -10,13 +10,12 @@ from rich.console import Console
 
 from chaos.matrix import plan_cells, with_clients
 from chaos.real_clients import CLIENTS, RealClientError, client_for_suite, wire
-from chaos.run_setup import create_topic
 from chaos.runner import EXIT_VALID, ChaosRun, RunOptions, plan
-from chaos.suites import GROUP, QUEUES, SUITES, TOPIC, with_gray_faults
-from chaos.workload import ProducerWorkload, ProducerWorkloadConfig
+from chaos.suites import GROUP, SUITES, TOPIC, with_gray_faults
 from harness import LocalCluster
 from harness.spec import ClusterSpec
 from tests.support import journals
+from tests.support.real_client_runs import start_with_workload
 
 PY5 = CLIENTS["py5"]
 POP_CLIENTS = ("py5", "py5-simple", "node5")
@@ -96,11 +95,7 @@ def test_a_py5_consumer_reaches_the_brokers_only_through_its_links(tmp_path):
     producer = None
     try:
         wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
-        cluster.start()
-        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
-        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
-                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-        producer.start()
+        producer = start_with_workload(cluster, "failover", "py5")
         run_dir = cluster.run_dir
         journals.wait_until("delivery by the 5.x consumer", FIRST_DELIVERY_BUDGET_S, lambda: len(journals.deliveries(run_dir)) > 0)
         first = journals.deliveries(run_dir)[0]
@@ -139,11 +134,7 @@ def test_a_py5_consumers_acks_and_heartbeats_are_journalled_by_its_links(tmp_pat
 
     try:
         wire(cluster, PY5, group=GROUP, topic=TOPIC, orderly=False, consumer_options={})
-        cluster.start()
-        create_topic(cluster, TOPIC, QUEUES, plan(RunOptions(SUITES["failover"], client="py5"))[1])
-        producer = ProducerWorkload(cluster.namesrv_addr, cluster.run_dir, ProducerWorkloadConfig(TOPIC, rate_per_s=50),
-                                    timing=cluster.timing, dial_overrides=cluster.client_dial_overrides("producer-0"))
-        producer.start()
+        producer = start_with_workload(cluster, "failover", "py5")
         journals.wait_until("20 journalled acks", FIRST_DELIVERY_BUDGET_S, lambda: len(answered("ack")) >= 20)
         journals.wait_until("a journalled heartbeat", 30, lambda: answered("heartbeat"))
     finally:
