@@ -91,6 +91,7 @@ class PullRequestHoldService(Service):
         self._loop_thread_id = 0
         self._next_scan_ms = 0
         self.woken = 0
+        self.notices_posted = 0  # arrivals that found a held pull on their queue
 
     def bind(self, reexecute: Reexecute) -> None:
         """The pull handler's re-execution (the two refer to each other)."""
@@ -110,8 +111,16 @@ class PullRequestHoldService(Service):
     def notify_arrival(self, topic: str, queue_id: int, max_queue_offset: int, tag_hash: int | None,
                        *_: object) -> None:
         """The store's arrival listener: post a notice and wake the task; never wakes a pull here."""
+        on_loop = self._loop is None or threading.get_ident() == self._loop_thread_id
+        if on_loop and (topic, queue_id) not in self.holds.by_queue:
+            # Nothing held for this queue: holds are added on this same thread after the pull's
+            # own read, so a pull held later reads past this arrival itself. Waking the task
+            # for nothing cost every send a few loop turns (RocketMQ's notifyMessageArriving
+            # likewise looks its table up and returns).
+            return
         self._notices.append((topic, queue_id, max_queue_offset, tag_hash))
-        if self._loop is None or threading.get_ident() == self._loop_thread_id:
+        self.notices_posted += 1
+        if on_loop:
             self.wakeup()
         else:
             self._loop.call_soon_threadsafe(self.wakeup)

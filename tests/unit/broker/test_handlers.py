@@ -250,6 +250,37 @@ def test_a_send_never_runs_a_held_pull_on_its_own_stack(broker):
     assert [r.body for r in iter_records(answer.records)] == [b"hello"]
 
 
+def test_an_arrival_on_a_queue_with_no_held_pull_does_not_wake_the_hold_task(broker):
+    """Only a queue with a held pull costs a send a notice and a turn of the hold task; a pull
+    held after the send reads past it by itself."""
+    broker.topics.create_in_send("T", 4, 0)
+
+    async def scenario() -> tuple[int, list[PullAnswer]]:
+        hold = PullRequestHoldService(broker.store, broker.clock, 60_000)
+        broker.store.on_arrival = hold.notify_arrival
+        send = _send_handler(broker)
+        answers: list[PullAnswer] = []
+        session = _pull(broker, hold).open_session(respond=answers.append)
+        hold.start()
+        try:
+            for queue_id in (1, 2, 3):
+                await send.handle(SendRequest(topic="T", queue_id=queue_id, messages=[(b"x", 0, {}, 0)]))
+            notices_for_nothing = hold.notices_posted
+            assert session.handle(_pull_request(suspend=True, suspend_timeout_ms=30_000)) is None
+            await send.handle(SendRequest(topic="T", queue_id=0, messages=[(b"y", 0, {}, 0)]))
+            for _ in range(100):
+                if answers:
+                    break
+                await asyncio.sleep(0.001)
+        finally:
+            await hold.stop()
+        return notices_for_nothing, hold.notices_posted, answers
+
+    notices_for_nothing, notices, [answer] = asyncio.run(scenario())
+    assert notices_for_nothing == 0 and notices == 1
+    assert answer.code == ResponseCode.SUCCESS and answer.record_count == 1
+
+
 def test_a_held_pull_times_out_on_the_periodic_scan(broker):
     broker.topics.create_in_send("T", 4, 0)
 
