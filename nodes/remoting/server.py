@@ -1,8 +1,8 @@
 """The RocketMQ 4.x remoting listener: asyncio TCP, one `Channel` per connection.
 
-Owns reading and writing frames, running each request as its own task (a long-polled pull must
-not hold up the requests behind it on the same connection), the error answers for what a
-client got wrong, and telling the node when a connection closes. Does not own what a request
+Owns reading and writing frames, running each request on its own (a long-polled pull must
+not hold up the requests behind it on the same connection; a request becomes a task only once
+it waits), the error answers for what a client got wrong, and telling the node when a connection closes. Does not own what a request
 means: the node's adapter gives a `dispatch` coroutine per request.
 
 A client's mistake never stops the node or disturbs another connection: a frame that cannot
@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from nodes.common import constants as c
 from nodes.common.codes import ResponseCode
+from nodes.common.eager import start_eagerly
 from nodes.common.errors import InvariantViolation
 from nodes.common.reject_log import RejectLog
 from nodes.remoting.command import (
@@ -43,19 +44,21 @@ class Channel:
 
     _opaques = itertools.count(1_000_000)
 
-    def __init__(self, writer: asyncio.StreamWriter, channel_id: int) -> None:
-        self._writer = writer
+    def __init__(self, transport: asyncio.Transport, channel_id: int) -> None:
+        self._transport = transport
         self.channel_id = channel_id
-        peer = writer.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
 
     def write(self, cmd: RemotingCommand) -> None:
         """Queue one frame; a closed channel drops it (its client is gone)."""
         if self.closed:
             return
-        self._writer.write(encode(cmd))
+        self._transport.write(encode(cmd))
 
     def send_oneway(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
         """A server-initiated oneway request (NOTIFY_CONSUMER_IDS_CHANGED): no answer is awaited."""
@@ -63,16 +66,92 @@ class Channel:
                                    body=body))
 
     async def drain(self) -> None:
-        if not self.closed:
-            await self._writer.drain()
+        """Until the client has read enough of what was written (at once unless the transport's
+        buffer is over its high-water mark); at once when the connection is gone."""
+        if self.closed or not self._write_paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._writer.close()
+            self._transport.close()
+            self._release_drains()
+
+    def _pause_writing(self) -> None:
+        self._write_paused = True
+
+    def _resume_writing(self) -> None:
+        self._write_paused = False
+        self._release_drains()
+
+    def _release_drains(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def __repr__(self) -> str:
         return f"Channel({self.channel_id}, {self.peer})"
+
+
+class _FrameProtocol(asyncio.Protocol):
+    """One connection's bytes -> frames -> the server's requests. While the client reads no
+    answers (the transport's write buffer is over its high-water mark), its requests are not
+    read either, so a client that never reads cannot grow the node's memory."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._buffer = bytearray()
+        self.channel: Channel | None = None
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.channel = self._server._open_channel(transport)
+
+    def data_received(self, data: bytes) -> None:
+        channel = self.channel
+        assert channel is not None
+        buffer = self._buffer
+        buffer += data
+        pos, size = 0, len(buffer)
+        while size - pos >= 4 and not channel.closed:
+            length = int.from_bytes(buffer[pos:pos + 4], "big", signed=True)
+            if not frame_length_ok(length):
+                self._server._refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
+                break
+            if size - pos - 4 < length:
+                break
+            frame = bytes(buffer[pos + 4:pos + 4 + length])
+            pos += 4 + length
+            self._server._on_frame(frame, channel)
+        if channel.closed:
+            buffer.clear()
+        elif pos:
+            del buffer[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        channel = self.channel
+        assert channel is not None
+        if self._buffer:  # a clean close between frames says nothing; one inside a frame does
+            log.info("%s: %r went away %d bytes into a frame", self._server._name, channel, len(self._buffer))
+            self._buffer.clear()
+        self._server._close_channel(channel)
+
+    def pause_writing(self) -> None:
+        assert self.channel is not None and self._transport is not None
+        self.channel._pause_writing()
+        self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        assert self.channel is not None and self._transport is not None
+        self.channel._resume_writing()
+        if not self.channel.closed:
+            self._transport.resume_reading()
 
 
 class RemotingServer:
@@ -90,7 +169,8 @@ class RemotingServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0 picks a port); returns the bound port."""
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _FrameProtocol(self), host, port, reuse_address=True)
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -109,50 +189,36 @@ class RemotingServer:
     def open_channels(self) -> int:
         return len(self._channels)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        channel = Channel(writer, next(self._channel_ids))
+    def _open_channel(self, transport: asyncio.Transport) -> Channel:
+        channel = Channel(transport, next(self._channel_ids))
         self._channels.add(channel)
-        try:
-            while (frame := await self._read_frame(reader, channel)) is not None:
-                try:
-                    cmd = decode(frame)
-                except FrameError as exc:
-                    self._refuse(channel, f"unreadable frame: {exc}")
-                    return
-                if cmd.is_response:
-                    continue  # a client's answer to a oneway notice: nothing waits for it
-                task = asyncio.create_task(self._handle(cmd, channel), name=f"{self._name}-{cmd.code}")
-                channel.tasks.add(task)
-                task.add_done_callback(channel.tasks.discard)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away mid-frame
-        finally:
-            self._channels.discard(channel)
-            channel.close()
-            if self._on_channel_closed is not None:
-                try:
-                    self._on_channel_closed(channel)
-                except InvariantViolation as exc:
-                    self._crash(exc)
-                except Exception:
-                    log.exception("%s: handling the close of %r failed", self._name, channel)
+        return channel
 
-    async def _read_frame(self, reader: asyncio.StreamReader, channel: Channel) -> bytes | None:
+    def _on_frame(self, frame: bytes, channel: Channel) -> None:
         try:
-            prefix = await reader.readexactly(4)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:  # a clean close between frames says nothing; one inside a frame does
-                log.info("%s: %r went away %d bytes into a length prefix", self._name, channel, len(exc.partial))
-            return None
-        length = int.from_bytes(prefix, "big", signed=True)
-        if not frame_length_ok(length):
-            self._refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
-            return None
-        try:
-            return await reader.readexactly(length)
-        except asyncio.IncompleteReadError as exc:
-            log.info("%s: %r went away %d bytes into a %d-byte frame", self._name, channel, len(exc.partial), length)
-            return None
+            cmd = decode(frame)
+        except FrameError as exc:
+            self._refuse(channel, f"unreadable frame: {exc}")
+            return
+        if cmd.is_response:
+            return  # a client's answer to a oneway notice: nothing waits for it
+        # Each request runs on its own (a long-polled pull must not hold up the requests behind
+        # it), started at once: most answer without waiting and never need a task.
+        started = start_eagerly(self._handle(cmd, channel), name=f"{self._name}-{cmd.code}")
+        if isinstance(started, asyncio.Task):
+            channel.tasks.add(started)
+            started.add_done_callback(channel.tasks.discard)
+
+    def _close_channel(self, channel: Channel) -> None:
+        self._channels.discard(channel)
+        channel.close()
+        if self._on_channel_closed is not None:
+            try:
+                self._on_channel_closed(channel)
+            except InvariantViolation as exc:
+                self._crash(exc)
+            except Exception:
+                log.exception("%s: handling the close of %r failed", self._name, channel)
 
     def _refuse(self, channel: Channel, why: str) -> None:
         self.frames_refused += 1

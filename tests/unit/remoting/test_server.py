@@ -134,3 +134,56 @@ def test_a_broken_invariant_of_the_node_goes_to_crash():
         assert isinstance(node.crashed[0], InvariantViolation)
         writer.close()
     _run(scenario)
+
+
+def test_a_request_that_never_waits_is_answered_without_a_task_and_one_that_waits_gets_one():
+    async def scenario(node, server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        [channel] = server._channels
+        writer.write(encode(RemotingCommand(code=1, opaque=1, ext={"n": "1"})))
+        assert (await _read_answer(reader)).ext == {"echo": "1"}
+        assert channel.tasks == set()
+        writer.write(encode(RemotingCommand(code=2, opaque=2)))
+        for _ in range(200):
+            if channel.tasks:
+                break
+            await asyncio.sleep(0.005)
+        assert len(channel.tasks) == 1
+        node.release.set()
+        assert (await _read_answer(reader)).remark == "released"
+        await asyncio.sleep(0.01)
+        assert channel.tasks == set()
+        writer.close()
+    _run(scenario)
+
+
+def test_a_client_that_reads_no_answers_stops_being_read_until_it_does():
+    """Backpressure: past the transport's high-water mark of unread answers the listener stops
+    reading that connection's requests (memory stays bounded), and every request is still
+    answered once the client reads."""
+    count = 4_000
+    padding = "p" * 2_000  # each answer ~2 KB: the answers pass the 64 KiB high-water mark early
+
+    async def dispatch(cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
+        return cmd.answer(0, remark=padding)
+
+    async def main() -> None:
+        server = RemotingServer("test", dispatch, crash=lambda exc: None)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.transport.set_write_buffer_limits(high=1 << 24)  # the client's sends do not block it
+            writer.write(b"".join(encode(RemotingCommand(code=1, opaque=i)) for i in range(count)))
+            await asyncio.sleep(0.5)
+            [channel] = server._channels
+            answered_before_reading = channel._transport.get_write_buffer_size()
+            assert answered_before_reading < count * len(padding) // 4
+            seen = 0
+            while seen < count:
+                answer = await asyncio.wait_for(_read_answer(reader), 10)
+                assert answer.opaque == seen
+                seen += 1
+            writer.close()
+        finally:
+            await server.stop()
+    asyncio.run(main())
