@@ -197,7 +197,7 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
         return RemotingCommand(
             code=json_int(header.get("code"), "code"), opaque=json_int(header.get("opaque", 0), "opaque"),
             flag=json_int(header.get("flag", 0), "flag"), remark=None if remark is None else str(remark),
-            ext={str(k): _ext_value(v) for k, v in ext_raw.items() if v is not None},
+            ext=_ext_fields(ext_raw),
             language=str(header.get("language", "OTHER")), version=json_int(header.get("version", 0), "version"))
     except (TypeError, ValueError) as exc:
         raise FrameError(f"the JSON header has a field of the wrong type: {exc}") from None
@@ -212,6 +212,15 @@ def json_int(value: Any, name: str) -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _ext_fields(ext_raw: dict[str, Any]) -> dict[str, str]:
+    # Both real clients write every value as a string: that dict is used as it is (the JSON
+    # object's keys are strings already); only a number, boolean or null costs a conversion.
+    for value in ext_raw.values():
+        if type(value) is not str:
+            return {k: _ext_value(v) for k, v in ext_raw.items() if v is not None}
+    return ext_raw
 
 
 def _ext_value(value: Any) -> str:
