@@ -138,6 +138,11 @@ class ReplicationState:
         elif self._wake_timer is None:
             self._wake_timer = asyncio.get_running_loop().call_later(self._transfer_wait_s, self._wake_streams)
 
+    @property
+    def wake_pending(self) -> bool:
+        """An ASYNC_MASTER's streams are due a wake: what is appended until then goes in one chunk."""
+        return self._wake_timer is not None
+
     def _wake_streams(self) -> None:
         self._wake_timer = None
         for conn in self.connections.values():
@@ -323,7 +328,12 @@ class ReplicationMaster:
                         yield LogChunk(phys_offset=next_offset, data=data,
                                        master_max_phys_offset=self._store.max_phys_offset)
                         next_offset += len(data)
-                    continue
+                    if self._store.max_phys_offset > next_offset and not self.state.wake_pending:
+                        continue
+                    # Caught up, or what came in while the chunk went out waits for the wake
+                    # that is due (ASYNC_MASTER): without this a steady stream of one-message
+                    # sends, each arriving while the last chunk was written, went out one chunk
+                    # (and one slave append and report) per message.
                 try:
                     await asyncio.wait_for(conn.wakeup.wait(), heartbeat_s)
                 except TimeoutError:

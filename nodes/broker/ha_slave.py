@@ -66,6 +66,7 @@ class HaClient:
         self.refusal = ""
         self.refusal_remark = ""
         self.bytes_received = 0
+        self.chunks_received = 0  # chunks that carried records (heartbeats not counted)
         self.connects = 0
         self.master_max_phys_offset = 0
         self.truncated_bytes = 0
@@ -90,6 +91,7 @@ class HaClient:
     def describe(self) -> dict[str, Any]:
         return {"state": self.state.value, "master": self.connected_to, "refusal": self.refusal,
                 "refusal_remark": self.refusal_remark, "bytes_received": self.bytes_received,
+                "chunks_received": self.chunks_received,
                 "connects": self.connects, "max_phys_offset": self._store.max_phys_offset,
                 "master_max_phys_offset": self.master_max_phys_offset, "truncated_bytes": self.truncated_bytes,
                 "restore_sent_bytes": self.restore_sent_bytes}
@@ -212,6 +214,7 @@ class HaClient:
         a bad record is never appended, and a master sends whole records only. The one exception
         is a record the master flags as damaged on its side too, with a valid record after it:
         appended as it is, the same hole in both logs."""
+        self.chunks_received += 1
         check = check_chunk(chunk.data, chunk.phys_offset, self._segment_bytes)
         if chunk.damaged and check.bad_phys_offset == chunk.phys_offset and check.valid_bytes == 0:
             self._errors.bad_record(check, chunk.data, chunk.phys_offset,

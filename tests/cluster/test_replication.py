@@ -71,6 +71,42 @@ def test_slave_log_is_byte_identical_after_concurrent_sends(tmp_path, time_scale
         assert code_name(rejected.code) == "SERVICE_NOT_AVAILABLE" and "slave" in rejected.remark
 
 
+def test_an_async_master_replicates_a_stream_of_one_message_sends_a_window_at_a_time(tmp_path, time_scale):
+    """ASYNC_MASTER: a slave gets what was appended in each `ha_async_transfer_wait_ms` window in
+    one chunk, however many one-message sends (from four producers at once) that window held,
+    not a chunk per send or per chunk write."""
+    window_ms = 200
+    spec = dataclasses.replace(_spec(time_scale), timing={"ha_async_transfer_wait_ms": window_ms})
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        slave = cluster.node("broker-a-1")
+        with Producer(cluster.namesrv_addr) as producer:
+            assert producer.send(Message("Windows", b"first")).status is SendStatus.SEND_OK
+        wait_slave_caught_up(cluster)
+        chunks_before = slave.describe()["details"]["ha_client"]["chunks_received"]
+        sends: list[int] = []
+        started = time.monotonic()
+
+        def produce() -> None:
+            sent = 0
+            with Producer(cluster.namesrv_addr) as producer:
+                while time.monotonic() - started < 1.0:
+                    assert producer.send(Message("Windows", b"one at a time")).status is SendStatus.SEND_OK
+                    sent += 1
+            sends.append(sent)
+
+        threads = [threading.Thread(target=produce) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed_s = time.monotonic() - started
+        wait_slave_caught_up(cluster)
+        chunks = slave.describe()["details"]["ha_client"]["chunks_received"] - chunks_before
+        windows = int(elapsed_s * 1000 / window_ms) + 2  # one more for the wait after the last send
+        assert len(sends) == 4 and sum(sends) >= 4 * windows, f"too few sends ({sends}) to tell windows apart"
+        assert chunks <= windows, f"{chunks} chunks for {sum(sends)} sends in {elapsed_s:.2f} s ({window_ms} ms windows)"
+
+
 def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
     # slave_timeout scaled to 150 ms is shorter than an ack takes on a loaded 2-core machine
     spec = dataclasses.replace(_spec(time_scale, broker_role="SYNC_MASTER"), timing={"slave_timeout_ms": 1_500})
