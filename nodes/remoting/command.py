@@ -30,6 +30,8 @@ FLAG_RESPONSE = 1
 FLAG_ONEWAY = 2
 
 _INT = struct.Struct(">i")
+# one encoder for every header: json.dumps with non-default settings builds a new one per call
+_HEADER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 # RocketMQ's LanguageCode ordinals, for binary headers
 _LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP", "OMS")
@@ -154,7 +156,7 @@ def encode(cmd: RemotingCommand) -> bytes:
                               "opaque": cmd.opaque, "flag": cmd.flag, "extFields": _string_fields(cmd.ext)}
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    header_bytes = _HEADER_JSON.encode(header).encode()
     return b"".join((_INT.pack(4 + len(header_bytes) + len(cmd.body)),
                      _INT.pack((SERIALIZE_JSON << 24) | len(header_bytes)), header_bytes, cmd.body))
 
