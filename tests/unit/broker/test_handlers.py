@@ -213,6 +213,14 @@ def test_queue_offsets_min_max_and_checks(broker):
         ResponseCode.INVALID_ARGUMENT
 
 
+async def _until_answered(answers: list, budget_s: float = 0.1) -> None:
+    """Until a held pull's re-run answered (the hold task runs it after the send returned)."""
+    for _ in range(int(budget_s / 0.001)):
+        if answers:
+            return
+        await asyncio.sleep(0.001)
+
+
 def test_a_send_never_runs_a_held_pull_on_its_own_stack(broker):
     """Long polling: the store's arrival listener only posts a notice; the hold service's task
     re-runs the held pull after the send has returned, and the pull gets its message."""
@@ -236,10 +244,7 @@ def test_a_send_never_runs_a_held_pull_on_its_own_stack(broker):
             sending = False
             assert sent.code == ResponseCode.SUCCESS
             assert answers == [] and session.held() == 1  # the send returned; the pull still waits
-            for _ in range(100):
-                if answers:
-                    break
-                await asyncio.sleep(0.001)
+            await _until_answered(answers)
         finally:
             await hold.stop()
         return answers
@@ -268,10 +273,7 @@ def test_an_arrival_on_a_queue_with_no_held_pull_does_not_wake_the_hold_task(bro
             notices_for_nothing = hold.notices_posted
             assert session.handle(_pull_request(suspend=True, suspend_timeout_ms=30_000)) is None
             await send.handle(SendRequest(topic="T", queue_id=0, messages=[(b"y", 0, {}, 0)]))
-            for _ in range(100):
-                if answers:
-                    break
-                await asyncio.sleep(0.001)
+            await _until_answered(answers)
         finally:
             await hold.stop()
         return notices_for_nothing, hold.notices_posted, answers
