@@ -307,6 +307,7 @@ class ReplicationMaster:
         try:
             while not reader.done():
                 conn.wakeup.clear()
+                end_at_read = self._store.max_phys_offset
                 data, check = read_checked(self._store, next_offset, batch_bytes, self._segment_bytes)
                 if check.bad_phys_offset is not None and not data:
                     raw = self._store.read_commitlog(next_offset, batch_bytes + self._config.store.message_body_bytes_max)
@@ -328,12 +329,14 @@ class ReplicationMaster:
                         yield LogChunk(phys_offset=next_offset, data=data,
                                        master_max_phys_offset=self._store.max_phys_offset)
                         next_offset += len(data)
+                    if next_offset < end_at_read:
+                        continue  # cut at the batch size or a segment's end: the rest at once
                     if self._store.max_phys_offset > next_offset and not self.state.wake_pending:
                         continue
-                    # Caught up, or what came in while the chunk went out waits for the wake
-                    # that is due (ASYNC_MASTER): without this a steady stream of one-message
-                    # sends, each arriving while the last chunk was written, went out one chunk
-                    # (and one slave append and report) per message.
+                    # Caught up: what came in while the chunk went out waits for the wake that
+                    # is due (ASYNC_MASTER). Without this a steady stream of one-message sends,
+                    # each arriving while the last chunk was written, went out one chunk (and
+                    # one slave append and report) per message.
                 try:
                     await asyncio.wait_for(conn.wakeup.wait(), heartbeat_s)
                 except TimeoutError:

@@ -107,6 +107,30 @@ def test_an_async_master_replicates_a_stream_of_one_message_sends_a_window_at_a_
         assert chunks <= windows, f"{chunks} chunks for {sum(sends)} sends in {elapsed_s:.2f} s ({window_ms} ms windows)"
 
 
+def test_an_async_master_sends_what_is_past_one_chunk_at_once_not_a_chunk_per_window(tmp_path, time_scale):
+    """The window holds back only what comes in after the stream caught up: under a steady
+    stream of batches, many times `ha_transfer_batch_bytes` per window, the slave stays within
+    about a window of the master instead of getting one chunk per window."""
+    window_ms = 100
+    spec = dataclasses.replace(_spec(time_scale, ha_transfer_batch_bytes=64 * 1024),
+                               timing={"ha_async_transfer_wait_ms": window_ms})
+    with LocalCluster(spec, run_dir=tmp_path / "run") as cluster:
+        master = cluster.node("broker-a-0")
+        slave = cluster.node("broker-a-1")
+        with Producer(cluster.namesrv_addr) as producer:
+            assert producer.send(Message("Backlog", b"first")).status is SendStatus.SEND_OK
+            start_phys_offset = wait_slave_caught_up(cluster)
+            started = time.monotonic()
+            while time.monotonic() - started < 2.0:
+                msgs = [Message("Backlog", b"b" * 1024) for _ in range(64)]
+                assert producer.send_batch(msgs).status is SendStatus.SEND_OK
+        appended = max_phys_offset(master) - start_phys_offset
+        behind = max_phys_offset(master) - max_phys_offset(slave)
+        assert appended >= 1024 * 1024, f"too little appended ({appended} bytes) to tell"
+        # one chunk per window would have carried 20 chunks of 64 KiB in the 2 s
+        assert behind < appended // 4, f"the slave was {behind} of {appended} bytes behind at the end"
+
+
 def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
     # slave_timeout scaled to 150 ms is shorter than an ack takes on a loaded 2-core machine
     spec = dataclasses.replace(_spec(time_scale, broker_role="SYNC_MASTER"), timing={"slave_timeout_ms": 1_500})
