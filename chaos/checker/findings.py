@@ -17,11 +17,15 @@ write can be valid while its client's bugs stay visible. Kinds (docs/real-client
                                deliveries went A, B, A with A back within SHARED_RETURN_MS, again
                                and again (a client that ignores the broker's consumer-ids-changed
                                notice keeps a reassigned queue until its own next rebalance)
+    resumed-stale-cache        the client's own log says a queue given back to it resumed the pull
+                               request it had dropped, with the messages that request had cached before
+                               the drop: it consumes them again (Apache's C++ client 1.2.3)
 
 All times are CLOCK_MONOTONIC. A broker event is stamped when the broker handles the request, so
 the client sent it earlier: "released inside a batch" and "batch after the release" need no slack.
-Evidence comes only from histories that exist for every client: broker lock events, the client's
-journalled deliveries, and its consumer-start / consumer-stop events.
+Evidence comes from histories that exist for every client (broker lock events, the client's
+journalled deliveries, and its consumer-start / consumer-stop events), and for `resumed-stale-cache`
+from the client's own log (its `queue-resumed` events).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ KINDS: dict[str, str] = {
     "consume-after-unlock": "a client started a batch from a queue after releasing its lock, with no grant since",
     "shared-queue": f"two clients of a concurrent group took turns on one queue at least {SHARED_MIN_HANDBACKS} "
                     f"times, each back within {SHARED_RETURN_MS} ms: both consumed it at once",
+    "resumed-stale-cache": "a queue given back to a client resumed its dropped pull request with the messages "
+                           "cached before the drop, which the client consumes again",
 }
 SILENCING_OPS = ("pause", "partition")  # a client that cannot reach the broker cannot unlock either
 
@@ -174,6 +180,11 @@ def client_findings(h: History, cfg: CheckerConfig) -> dict[str, Any]:
         found.append({"kind": "shared-queue", "client_id": " + ".join(r["clients"]), "queue": _queue(r),
                       "t_s": r["t_s"], "evidence": f"{r['handbacks']} hand-backs within {SHARED_RETURN_MS} ms "
                                                    f"between {r['t_s']} s and {r['until_s']} s"})
+    for r in rows(h.queue_resumes.select("*", rel_s(h, "t").alias("t_s"))):
+        found.append({"kind": "resumed-stale-cache", "client_id": r["client_id"], "queue": _queue(r),
+                      "t_s": r["t_s"], "evidence": f"the client's log: the queue came back at {r['t_s']} s and its "
+                                                   f"dropped pull request resumed at offset {r['queue_offset']}, "
+                                                   "with what it had cached before the drop"})
     by_kind = {k: sum(1 for f in found if f["kind"] == k) for k in KINDS}
     found.sort(key=lambda f: f["t_s"] if f["t_s"] is not None else 0)
     shown: list[dict[str, Any]] = []

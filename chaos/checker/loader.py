@@ -284,6 +284,13 @@ class History:
             "removed", "reason", F.col("mono_ms").alias("t"))
 
     @cached_property
+    def queue_resumes(self) -> DataFrame:
+        """A real client's dropped pull request resumed with its old cache (schemas: queue-resumed)."""
+        return self.ev.filter(F.col("event") == "queue-resumed").select(
+            "node", F.coalesce("client_id", "node").alias("client_id"), *GQ, "queue_offset",
+            F.col("mono_ms").alias("t"))
+
+    @cached_property
     def queue_deliveries(self) -> DataFrame:
         """Deliveries in queue-offset order per (group, queue), with ownership epochs.
 

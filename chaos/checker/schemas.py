@@ -75,6 +75,10 @@ is accepted instead.
     consumer-start / consumer-stopping / consumer-stop
                      client (the consumer process): group, client_id; `consumer-stopping` is
                      written when a graceful stop begins, before the client unregisters
+    queue-resumed    client (Apache's C++ client, read from its own log): group, client_id, topic,
+                     broker_name, queue_id, queue_offset (the offset it resumed at): a queue given
+                     back to the client while its dropped pull request was still in the client's
+                     table; the client consumes what that request had cached before the drop again
     ha-connected / ha-refused, consumer-join / consumer-leave: shown, not checked
 
 `nemesis.jsonl` (harness), `event` = `nemesis`: `op` (kill|stop|pause|resume|partition|heal|

@@ -12,6 +12,8 @@ It writes the same history files as mqlab's consumer node, in `--run-dir`:
   events.jsonl      consumer-start / consumer-stop (with client_id). The C++ client exposes no
                     lock, rebalance or offset-commit callbacks: those come from the brokers'
                     own events (lock granted/denied/released, offset-commit with client_id).
+                    One rebalance step is read from the client's own log instead, because it
+                    redelivers: `queue-resumed` (see `ResumeWatch`).
 
 The client id is the one the C++ client sends on the wire: `<pid>-<local address>@<instance>`,
 with the instance name set to `--instance` (the harness passes the node id).
@@ -23,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -36,6 +39,16 @@ RECONSUME_LATER = 1
 POLL_S = 0.05
 JOURNAL_FILE = "deliveries.jsonl"
 EVENTS_FILE = "events.jsonl"
+# The C++ client's own log (under $HOME, which main() points at the node's dir), one per process.
+CLIENT_LOG_GLOB = "logs/rocketmq-cpp/{pid}_rocketmq-cpp.log*"
+# A queue given back to the client while its dropped pull request is still in the client's table
+# is "resumed": the old request, with the messages it had cached before the drop, goes on from
+# the new offset, and the client consumes that stale cache again (1.2.3's
+# RebalanceImpl::updateRequestTableInRebalance; the Java client makes a new process queue).
+RESUME_LINE = re.compile(
+    r"^\[(?P<time>\d{4}-\w{3}-\d{2} \d{2}:\d{2}:\d{2}\.\d+)\]\(info\):after resume the pull handle of this "
+    r"pullRequest, its mq is:MessageQueue \[topic=(?P<topic>[^,]+), brokerName=(?P<broker>[^,]+), "
+    r"queueId=(?P<queue>\d+)\], its offset is:(?P<offset>-?\d+)")
 
 
 def mono_ms() -> int:
@@ -69,6 +82,51 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+def parse_resume(line: str) -> dict | None:
+    """A `queue-resumed` line of the client's log as event fields (its wall time read in the
+    process's local time zone, the one the client wrote it in), or None."""
+    m = RESUME_LINE.match(line)
+    if m is None:
+        return None
+    written = time.mktime(time.strptime(m["time"].split(".")[0], "%Y-%b-%d %H:%M:%S"))
+    fraction_ms = int(m["time"].split(".")[1][:3].ljust(3, "0"))
+    return {"topic": m["topic"], "broker_name": m["broker"], "queue_id": int(m["queue"]),
+            "queue_offset": int(m["offset"]), "written_wall_ms": int(written) * 1000 + fraction_ms}
+
+
+class ResumeWatch:
+    """Reads the client's log as it grows and journals each `queue-resumed` (polled by main)."""
+
+    def __init__(self, args: argparse.Namespace, client_id: str, events: Journal) -> None:
+        self._args, self._client_id, self._events = args, client_id, events
+        self._positions: dict[Path, int] = {}
+        self._partial: dict[Path, str] = {}
+
+    def poll(self) -> None:
+        pattern = CLIENT_LOG_GLOB.format(pid=os.getpid())
+        for path in sorted(self._args.run_dir.glob(pattern)):
+            try:
+                with path.open("r", encoding="utf-8", errors="replace") as f:
+                    f.seek(self._positions.get(path, 0))
+                    chunk = f.read()
+                    self._positions[path] = f.tell()
+            except OSError:
+                continue
+            lines = (self._partial.pop(path, "") + chunk).split("\n")
+            self._partial[path] = lines.pop()  # the last line may still be half written
+            found = [fields for line in lines if (fields := parse_resume(line)) is not None]
+            if found:
+                self._events.write([self._event(fields) for fields in found])
+
+    def _event(self, fields: dict) -> dict:
+        written_wall_ms = fields.pop("written_wall_ms")
+        record = event(self._args, "queue-resumed", group=self._args.group, client_id=self._client_id, **fields)
+        # the line's own time, on the checker's monotonic timeline
+        record["mono_ms"] -= record["wall_ms"] - written_wall_ms
+        record["wall_ms"] = written_wall_ms
+        return record
 
 
 class Listener:
@@ -194,10 +252,12 @@ def main() -> int:
              "pid": os.getpid(), "client": "cpp", "client_id": client_id}
     sys.stdout.write("READY " + json.dumps(ready) + "\n")
     sys.stdout.flush()
+    resumes = ResumeWatch(args, client_id, events)
     while not stop.wait(POLL_S):
-        pass
+        resumes.poll()
     consumer.shutdown()  # unlocks the queues it holds (orderly), persists offsets, unregisters
     consumer._handle = None  # shut down once: the binding's destructor would shut down again
+    resumes.poll()
     events.write([event(args, "consumer-stop", group=args.group, client_id=client_id, client="cpp",
                         results=dict(listener.results))])
     journal.close()

@@ -6,7 +6,7 @@ Findings never change the verdict; the pipeline test checks they sit beside it i
 import json
 
 import pytest
-from checker.builders import G, Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.findings import LOCK_STORM_REFUSALS_PER_S, client_findings
 
@@ -137,3 +137,15 @@ def test_two_clients_taking_turns_on_one_queue_share_it(spark):
     handover = Run().sends_for(0, 12).consume(0, range(6), t0=200, orderly=False)
     handover.consume(0, range(6, 12), t0=300, client="c2", orderly=False)  # one clean hand-over
     assert client_findings(handover.history(spark), config())["count"] == 0
+
+
+@pytest.mark.slow
+def test_a_resumed_pull_request_in_the_clients_log_is_its_finding(spark):
+    run = Run().sends_for(0, 3).consume(0, range(3), t0=200)
+    assert client_findings(run.history(spark), config())["by_kind"]["resumed-stale-cache"] == 0
+    run.event("queue-resumed", 400, "consumer-1", side="client", group=G, client_id="c1", topic=T, broker_name=B,
+              queue_id=0, queue_offset=2)
+    found = client_findings(run.history(spark), config())
+    assert _kinds(found) == {"resumed-stale-cache": 1}
+    [finding] = found["findings"]
+    assert finding["client_id"] == "c1" and finding["queue"] == f"{T}/{B}/0" and "offset 2" in finding["evidence"]

@@ -1,7 +1,7 @@
 """lost, unexpected, duplicates on hand-written histories: each anomaly and its clean twin."""
 
 import pytest
-from checker.builders import Run, config
+from checker.builders import B, G, Run, T, config
 
 from chaos.checker.checks import check_duplicates, check_lost, check_unexpected
 
@@ -107,3 +107,19 @@ def test_a_duplicate_after_a_client_moved_the_stored_offset_back_is_explained(sp
     forward = _consumed().deliver("q0-m1", 900, offset=1).stored(500, 1).stored(600, 3)
     r = check_duplicates(forward.history(spark), config(duplicate_explain_slack_ms=50))
     assert r.counts["unexplained"] == 1  # a stored offset moving forward explains nothing
+
+
+@pytest.mark.slow
+def test_a_duplicate_after_a_real_clients_resumed_pull_request_is_explained(spark):
+    # the C++ client's own log says queue 0 came back to it and its dropped pull request resumed
+    # with its old cache: what it consumes again from that cache is the client's doing
+    resumed = _consumed().deliver("q0-m1", 900, offset=1).event(
+        "queue-resumed", 850, "consumer-1", side="client", group=G, client_id="c1", topic=T,
+        broker_name=B, queue_id=0, queue_offset=1)
+    r = check_duplicates(resumed.history(spark), config(duplicate_explain_slack_ms=50))
+    assert (r.counts["explained"], r.counts["unexplained"]) == (1, 0), r.examples
+    other_queue = _consumed().deliver("q0-m1", 900, offset=1).event(
+        "queue-resumed", 850, "consumer-1", side="client", group=G, client_id="c1", topic=T,
+        broker_name=B, queue_id=1, queue_offset=1)
+    assert check_duplicates(other_queue.history(spark), config(duplicate_explain_slack_ms=50)).counts[
+        "unexplained"] == 1

@@ -40,7 +40,9 @@ DUPLICATES = (
     "owner), or for the same client: a fault or unexpected exit of that client's process, its rebalance that "
     "changed that queue, its lock on that queue lost, expired or released (its process queue dropped), a fault "
     "or unexpected exit of a broker of the queue's group, an OFFSET_ILLEGAL pull or an offset reset or load on "
-    "that queue, or a client's commit that moved the queue's stored offset back (an offset rollback or resync). The same client getting a message twice within one "
+    "that queue, a client's commit that moved the queue's stored offset back (an offset rollback or resync), "
+    "or a real client's own log saying it resumed a dropped pull request of that queue with its old cache "
+    "(queue-resumed, also a client finding). The same client getting a message twice within one "
     "uninterrupted ownership is unexplained. Unexplained duplicates fail, and so does a total above the duplicate "
     "budget (the suite's, or derived per docs/chaos.md: per fault rate x B + one batch per queue, "
     "B = P_c for consumer faults and P_c + max(F_b, S_s) for broker faults, plus one batch per owner change).")
@@ -156,7 +158,7 @@ def _causes(h: History) -> DataFrame:
     process queues; a rebalance of that client that changed the queue, or its lock lost, expired or
     released, drops the queue's; a fault or exit of a broker of the queue's group can roll the
     queue's offset back (a slave's older offset, a returning master); an offset reset or an
-    OFFSET_ILLEGAL pull resyncs it."""
+    OFFSET_ILLEGAL pull resyncs it; a real client's resumed pull request replays its old cache."""
     rows: list[tuple[Any, ...]] = []
     for w in h.faults:
         for node in w.targets or ("*",):
@@ -203,7 +205,13 @@ def _causes(h: History) -> DataFrame:
                 .select(F.lit(None).cast("string").alias("node"), F.lit(None).cast("string").alias("client"), "group",
                         "broker_name", "queue_id", F.lit("offset-rollback").alias("kind"), F.col("t").alias("start"),
                         F.col("t").alias("end")))
-    return out.unionByName(locks).unionByName(resync).unionByName(reset).unionByName(rollback)
+    # a client that resumed a dropped pull request consumes what it had cached before the drop again
+    # (a client finding too: findings.py)
+    resumed = h.queue_resumes.select(
+        F.lit(None).cast("string").alias("node"), F.col("client_id").alias("client"), "group", "broker_name",
+        "queue_id", F.lit("client-resumed-cache").alias("kind"), F.col("t").alias("start"), F.col("t").alias("end"))
+    return (out.unionByName(locks).unionByName(resync).unionByName(reset).unionByName(rollback)
+            .unionByName(resumed))
 
 
 def check_duplicates(h: History, cfg: CheckerConfig) -> CheckResult:
