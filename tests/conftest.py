@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 from hypothesis import settings
 from support.examples import examples
@@ -12,6 +15,15 @@ from support.examples import examples
 # not speed (speed lives in the benchmark).
 settings.register_profile("mqlab", max_examples=examples(100), deadline=None)
 settings.load_profile("mqlab")
+
+# Each node a test starts is a fresh interpreter importing the node package. With bytecode writing
+# off (PYTHONDONTWRITEBYTECODE, set in some containers) every one of them compiles those modules
+# from source again: about 0.1-0.2 s of CPU per process, and a default run starts hundreds on a
+# machine whose CPU is its limit. A bytecode cache outside the tree keeps the tree as clean as that
+# setting intends; set here, before xdist starts its workers, every process of the run inherits it.
+if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), "mqlab-test-pycache"))
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from harness.spec import DEFAULT_NODES, ClusterSpec
 from nodes.common import constants as c
 from nodes.remoting.command import RemotingCommand, encode
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("remoting-bad-input")]  # one worker starts `target` once
 
 TOPIC = c.AUTO_CREATE_TOPIC_KEY  # registered by the master (auto_create_topic_enable is on by default)
 SUCCESS, SYSTEM_ERROR, REQUEST_CODE_NOT_SUPPORTED = 0, 1, 3

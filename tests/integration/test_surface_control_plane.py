@@ -42,6 +42,7 @@ DEAD_ADDR = "127.0.0.1:9"  # the discard port: nothing answers there
 
 cluster = module_cluster("surface-control", ClusterSpec.default(time_scale=TIME_SCALE).with_node_options(
     "broker-a-0", broker_role="SYNC_MASTER"))
+pytestmark = pytest.mark.xdist_group("surface-control")  # one worker starts the module's cluster once
 
 
 def _credential(cluster) -> str:

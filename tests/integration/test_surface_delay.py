@@ -19,6 +19,7 @@ TIMEOUT_S = 10.0
 
 
 cluster = module_cluster("surface-delay")
+pytestmark = pytest.mark.xdist_group("surface-delay")  # one worker starts the module's cluster once
 broker = module_master_stub()
 
 

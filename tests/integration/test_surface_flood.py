@@ -32,6 +32,7 @@ ONE_BYTE_ENTRY = encode_entry(b"x", 0, {})
 
 
 cluster = module_cluster("surface-flood")
+pytestmark = pytest.mark.xdist_group("surface-flood")  # one worker starts the module's cluster once
 broker = module_master_stub()
 
 

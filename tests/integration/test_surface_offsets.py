@@ -24,6 +24,7 @@ NAME_CHARS = "abXY09%|_-"
 
 
 cluster = module_cluster("surface-offsets")
+pytestmark = pytest.mark.xdist_group("surface-offsets")  # one worker starts the module's cluster once
 
 
 @pytest.fixture(scope="module")

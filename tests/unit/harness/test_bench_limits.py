@@ -21,10 +21,15 @@ from nodes.common.types import MessageQueue, PullStatus
 from nodes.store.record import MessageToStore, blank_marker, encode_record
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
+# One canned server for the module (it keeps no state between calls: every pull gets the same
+# records, every send the same answer); its users share a worker so it starts once, not per test.
+pytestmark = pytest.mark.xdist_group("bench-limits-server")
 
-@pytest.fixture
-def limits_server(tmp_path):
-    server = Child([sys.executable, "-m", "harness.bench.limits", "--record-bytes", "100"], "limits", tmp_path)
+
+@pytest.fixture(scope="module")
+def limits_server(tmp_path_factory):
+    server = Child([sys.executable, "-m", "harness.bench.limits", "--record-bytes", "100"], "limits",
+                   tmp_path_factory.mktemp("limits-server"))
     try:
         yield f"127.0.0.1:{server.expect('READY', 30)}"
     finally:
