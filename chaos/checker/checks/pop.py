@@ -116,14 +116,14 @@ class _Replay:
     entries: dict[Entry, _EntryState] = field(default_factory=dict)
     found: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    max_generation: dict[str, int] = field(default_factory=dict)  # master node -> highest generation drawn
+    _kills: dict[str, list[FaultWindow]] = field(default_factory=dict)  # master node -> its kill windows
 
     def flag(self, kind: str, example: dict[str, Any]) -> None:
         self.found.setdefault(kind, []).append(example)
 
     def tally(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
-
-    max_generation: dict[str, int] = field(default_factory=dict)  # master node -> highest generation drawn
 
     def run(self, timeline: Iterable[dict[str, Any]]) -> _Replay:
         slack = self.cfg.clock_slack_ms
@@ -151,8 +151,10 @@ class _Replay:
         self.max_generation[node] = generation
 
     def _killed_soon(self, node: str, t: float) -> bool:
+        if node not in self._kills:
+            self._kills[node] = [w for w in _master_windows(self.h, node) if w.op == "kill"]
         return any(w.start_ms >= t - self.cfg.clock_slack_ms and w.start_ms <= t + ACK_PERSIST_WINDOW_MS
-                   for w in _master_windows(self.h, node) if w.op == "kill")
+                   for w in self._kills[node])
 
     def _pop(self, r: dict[str, Any], st: _EntryState, slack: int) -> None:
         if r["repeat"]:  # a FIFO retry with the batch's attempt id: the same handle again
@@ -291,7 +293,9 @@ def _never_revived(h: History, cfg: CheckerConfig, replay: _Replay) -> None:
         if cur is None or cur.fifo or st.settled_mono_ms is not None:
             continue
         due = cur.deadline_mono_ms + bound
-        for w in downtime.setdefault(cur.node, _master_delays(h, cur.node)):  # in start order
+        if cur.node not in downtime:
+            downtime[cur.node] = _master_delays(h, cur.node)  # in start order
+        for w in downtime[cur.node]:
             if w.start_ms <= due and w.end_ms >= cur.deadline_mono_ms:
                 due = max(due, w.end_ms + RESTART_ALLOWANCE_MS + bound)
         if due < h.t_end:
