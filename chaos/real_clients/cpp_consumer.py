@@ -37,6 +37,7 @@ from pathlib import Path
 CONSUME_SUCCESS = 0  # the C API's statuses: E_CONSUME_SUCCESS, E_RECONSUME_LATER
 RECONSUME_LATER = 1
 POLL_S = 0.05
+RESUME_READ_S = 1.0  # how often the client's log is read for resumes (each line carries its own time)
 JOURNAL_FILE = "deliveries.jsonl"
 EVENTS_FILE = "events.jsonl"
 # The C++ client's own log (under $HOME, which main() points at the node's dir), one per process.
@@ -90,10 +91,10 @@ def parse_resume(line: str) -> dict | None:
     m = RESUME_LINE.match(line)
     if m is None:
         return None
-    written = time.mktime(time.strptime(m["time"].split(".")[0], "%Y-%b-%d %H:%M:%S"))
-    fraction_ms = int(m["time"].split(".")[1][:3].ljust(3, "0"))
+    seconds, fraction = m["time"].split(".")
+    written_s = int(time.mktime(time.strptime(seconds, "%Y-%b-%d %H:%M:%S")))
     return {"topic": m["topic"], "broker_name": m["broker"], "queue_id": int(m["queue"]),
-            "queue_offset": int(m["offset"]), "written_wall_ms": int(written) * 1000 + fraction_ms}
+            "queue_offset": int(m["offset"]), "written_wall_ms": written_s * 1000 + int(fraction[:3].ljust(3, "0"))}
 
 
 class ResumeWatch:
@@ -253,8 +254,11 @@ def main() -> int:
     sys.stdout.write("READY " + json.dumps(ready) + "\n")
     sys.stdout.flush()
     resumes = ResumeWatch(args, client_id, events)
+    next_read_s = 0.0
     while not stop.wait(POLL_S):
-        resumes.poll()
+        if time.monotonic() >= next_read_s:  # not every tick: it lists and opens the log files
+            resumes.poll()
+            next_read_s = time.monotonic() + RESUME_READ_S
     consumer.shutdown()  # unlocks the queues it holds (orderly), persists offsets, unregisters
     consumer._handle = None  # shut down once: the binding's destructor would shut down again
     resumes.poll()
