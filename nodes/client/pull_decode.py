@@ -13,6 +13,7 @@ Python loop.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -64,8 +65,21 @@ def compiled_decoder() -> Callable[..., list[MessageExt]]:
     # the C side reads the header at fixed positions and refuses a layout it was not written for
     _record_decode.init(MessageExt, CorruptRecordError, _HEADER.format, _HEADER_BYTES, _RECORD_BYTES_MIN,
                         c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY, c.PROPERTY_RECORD_CRC,
-                        c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+                        c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET, slot_fields(MessageExt))
     return _record_decode.decode_messages
+
+
+def slot_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names the compiled decoder may fill in place in a new instance of `cls` (see
+    _record_decode.c), or None when `cls.__init__` might do more than assign them: not a slots
+    dataclass with a generated __init__ taking every field, or one with a __post_init__."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.init or "__slots__" not in vars(cls) or hasattr(cls, "__post_init__"):
+        return None
+    fields = dataclasses.fields(cls)
+    if not all(f.init for f in fields):
+        return None
+    return tuple(f.name for f in fields)
 
 
 # decode_messages_compiled(records: bytes, broker_name, min_offset, max_offset, tags), or None

@@ -104,7 +104,7 @@ def test_init_refuses_another_record_layout_and_keeps_its_state(compiled):
 
     with pytest.raises(ValueError, match="not the layout compiled in"):
         _record_decode.init(object, CorruptRecordError, ">iI", 8, record.RECORD_BYTES_MIN, c.RECORD_MAGIC,
-                            "TAGS", "UNIQ_KEY", c.PROPERTY_RECORD_CRC, "MIN_OFFSET", "MAX_OFFSET")
+                            "TAGS", "UNIQ_KEY", c.PROPERTY_RECORD_CRC, "MIN_OFFSET", "MAX_OFFSET", None)
     assert_same(compiled, encoded_batch())
 
 
@@ -119,11 +119,87 @@ def test_init_again_during_a_decode_leaves_that_decode_intact(compiled):
 
     _record_decode.init(build, CorruptRecordError, record.HEADER.format, record.HEADER.size,
                         record.RECORD_BYTES_MIN, c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY,
-                        c.PROPERTY_RECORD_CRC, c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET)
+                        c.PROPERTY_RECORD_CRC, c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET, None)
     built = _record_decode.decode_messages(encoded_batch(3), "b", 0, 1, None)
     assert [type(fields) for fields in built] == [tuple] * 3
     assert [fields[6] for fields in built] == [100, 101, 102]  # queue offsets
     assert_same(compiled, encoded_batch(3))
+
+
+def init_with(message_ext, slot_fields):
+    from nodes.client import _record_decode
+
+    _record_decode.init(message_ext, CorruptRecordError, record.HEADER.format, record.HEADER.size,
+                        record.RECORD_BYTES_MIN, c.RECORD_MAGIC, c.PROPERTY_TAGS, c.PROPERTY_UNIQ_KEY,
+                        c.PROPERTY_RECORD_CRC, c.PROPERTY_MIN_OFFSET, c.PROPERTY_MAX_OFFSET, slot_fields)
+    return _record_decode.decode_messages
+
+
+# --- messages built by filling their slots -----------------------------------------------------------
+def test_messages_are_built_by_filling_their_slots_and_equal_the_called_ones(compiled):
+    """MessageExt is built without its __init__ (the slots filled in place), with every field and
+    property as the Python loop sets them; a class whose __init__ would be skipped is called."""
+    assert pull_decode.slot_fields(pull_decode.MessageExt) == tuple(
+        f.name for f in dataclasses.fields(pull_decode.MessageExt))
+    calls = []
+
+    @dataclasses.dataclass(slots=True)
+    class Counted(pull_decode.MessageExt):
+        def __post_init__(self):
+            calls.append(self.queue_offset)
+
+    assert pull_decode.slot_fields(Counted) is None  # __post_init__ must run: the class is called
+    try:
+        called = init_with(Counted, None)(encoded_batch(3), "b", 0, 1, None)
+        assert calls == [100, 101, 102]
+    finally:
+        pull_decode.compiled_decoder()
+    assert_same(compiled, encoded_batch(8))
+    filled = compiled(encoded_batch(3), broker_name="b", min_offset=0, max_offset=1, tags=None)
+    assert [type(m) for m in filled] == [pull_decode.MessageExt] * 3
+    assert [snapshot(m) for m in filled] == [snapshot(m) for m in called]
+
+
+def test_a_filled_message_is_off_the_cycle_collector_and_stays_a_normal_object(compiled):
+    """Its fields (str, bytes, int, a dict of str) cannot lead back to it, so the collector never
+    walks it; it is still read, written, compared and freed like any message."""
+    import gc
+
+    (msg,) = compiled(raw_record(body=b"x", props=b"k\x01v\x02"), **KW)
+    assert not gc.is_tracked(msg)
+    assert not gc.is_tracked(msg.properties)
+    msg.reconsume_times += 1
+    msg.properties["more"] = "v2"
+    assert (msg.reconsume_times, msg.properties["more"], msg.body) == (3, "v2", b"x")
+    assert msg == dataclasses.replace(msg)
+    assert gc.is_tracked(pull_decode.MessageExt(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}))
+
+
+@pytest.mark.parametrize("cls", [
+    dataclasses.make_dataclass("NoSlots", [(f.name, object) for f in dataclasses.fields(pull_decode.MessageExt)]),
+    dataclasses.make_dataclass("NoInit", [(f.name, object) for f in dataclasses.fields(pull_decode.MessageExt)],
+                               slots=True, init=False),
+    dataclasses.make_dataclass("SkipsOne", [(f.name, object) for f in dataclasses.fields(pull_decode.MessageExt)]
+                               + [("extra", object, dataclasses.field(init=False, default=None))], slots=True),
+    int,
+])
+def test_only_a_slots_dataclass_whose_init_only_assigns_is_filled(cls):
+    assert pull_decode.slot_fields(cls) is None
+
+
+def test_init_refuses_slots_that_are_not_there_and_keeps_its_state(compiled):
+    names = pull_decode.slot_fields(pull_decode.MessageExt)
+    no_slots = dataclasses.make_dataclass("NoSlots", [(n, object) for n in names])
+    read_only = type("ReadOnly", (), {"__slots__": (), **{n: property(lambda self: 0) for n in names}})
+    with pytest.raises(TypeError, match="no writable slot"):
+        init_with(no_slots, names)
+    with pytest.raises(TypeError, match="no writable slot"):
+        init_with(read_only, names)
+    with pytest.raises(TypeError, match="tuple of the 14 field names"):
+        init_with(pull_decode.MessageExt, names[:-1])
+    with pytest.raises(TypeError, match="a class"):
+        init_with(lambda *fields: fields, names)
+    assert_same(compiled, encoded_batch())
 
 
 # --- valid batches -----------------------------------------------------------------------------------
