@@ -63,7 +63,11 @@ class Message:
 
 @dataclass(slots=True)
 class MessageExt:
-    """A message as consumed: the stored record plus where it came from."""
+    """A message as consumed: the stored record plus where it came from.
+
+    Keep each field to its type: a message a pull decoded is off the cycle collector (its fields,
+    str, bytes, int and a dict of str, cannot lead back to it), so one made to refer to itself
+    through a field would never be freed."""
 
     topic: str
     body: bytes
