@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from nodes.consumer.journal import read_journal
+from support.cluster_rpc import wait_for
 
 
 def deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
@@ -16,11 +14,10 @@ def deliveries(run_dir: Path, node: str = "consumer-0") -> list[dict]:
     return read_journal(run_dir / node / "deliveries.jsonl")
 
 
+JOURNAL_POLL_S = 0.5  # each look reads the files again: a node's history changes at its own pace
+
+
 def wait_until(what: str, budget_s: float, done: Callable[[], object]) -> None:
-    """Poll `done` every half second; fail the test saying `what` did not happen within `budget_s`."""
-    deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"no {what} within {budget_s:.0f} s")
+    """`wait_for(done)` every half second: fail the test saying `what` did not happen within
+    `budget_s` (and what `done` last returned or raised: a file read while being written)."""
+    wait_for(done, budget_s, what, interval_s=JOURNAL_POLL_S)
