@@ -80,10 +80,12 @@ class Channel:
             self._transport.close()
             self._release_drains()
 
-    def _pause_writing(self) -> None:
+    # --- called by the connection's protocol -------------------------------------------------
+    def writing_paused(self) -> None:
+        """The client stopped reading: `drain` waits from now on."""
         self._write_paused = True
 
-    def _resume_writing(self) -> None:
+    def writing_resumed(self) -> None:
         self._write_paused = False
         self._release_drains()
 
@@ -111,7 +113,7 @@ class _FrameProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self.channel = self._server._open_channel(transport)
+        self.channel = self._server.channel_opened(transport)
 
     def data_received(self, data: bytes) -> None:
         channel = self.channel
@@ -122,13 +124,13 @@ class _FrameProtocol(asyncio.Protocol):
         while size - pos >= 4 and not channel.closed:
             length = int.from_bytes(buffer[pos:pos + 4], "big", signed=True)
             if not frame_length_ok(length):
-                self._server._refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
+                self._server.refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
                 break
             if size - pos - 4 < length:
                 break
             frame = bytes(buffer[pos + 4:pos + 4 + length])
             pos += 4 + length
-            self._server._on_frame(frame, channel)
+            self._server.frame_received(frame, channel)
         if channel.closed:
             buffer.clear()
         elif pos:
@@ -138,18 +140,18 @@ class _FrameProtocol(asyncio.Protocol):
         channel = self.channel
         assert channel is not None
         if self._buffer:  # a clean close between frames says nothing; one inside a frame does
-            log.info("%s: %r went away %d bytes into a frame", self._server._name, channel, len(self._buffer))
+            log.info("%s: %r went away %d bytes into a frame", self._server.name, channel, len(self._buffer))
             self._buffer.clear()
-        self._server._close_channel(channel)
+        self._server.channel_closed(channel)
 
     def pause_writing(self) -> None:
         assert self.channel is not None and self._transport is not None
-        self.channel._pause_writing()
+        self.channel.writing_paused()
         self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         assert self.channel is not None and self._transport is not None
-        self.channel._resume_writing()
+        self.channel.writing_resumed()
         if not self.channel.closed:
             self._transport.resume_reading()
 
@@ -157,7 +159,7 @@ class _FrameProtocol(asyncio.Protocol):
 class RemotingServer:
     def __init__(self, name: str, dispatch: Dispatch, *, crash: Callable[[BaseException], None],
                  on_channel_closed: Callable[[Channel], None] | None = None) -> None:
-        self._name = name
+        self.name = name
         self._dispatch = dispatch
         self._crash = crash
         self._on_channel_closed = on_channel_closed
@@ -189,27 +191,28 @@ class RemotingServer:
     def open_channels(self) -> int:
         return len(self._channels)
 
-    def _open_channel(self, transport: asyncio.Transport) -> Channel:
+    # --- called by a connection's protocol (_FrameProtocol) ------------------------------------
+    def channel_opened(self, transport: asyncio.Transport) -> Channel:
         channel = Channel(transport, next(self._channel_ids))
         self._channels.add(channel)
         return channel
 
-    def _on_frame(self, frame: bytes, channel: Channel) -> None:
+    def frame_received(self, frame: bytes, channel: Channel) -> None:
         try:
             cmd = decode(frame)
         except FrameError as exc:
-            self._refuse(channel, f"unreadable frame: {exc}")
+            self.refuse(channel, f"unreadable frame: {exc}")
             return
         if cmd.is_response:
             return  # a client's answer to a oneway notice: nothing waits for it
         # Each request runs on its own (a long-polled pull must not hold up the requests behind
         # it), started at once: most answer without waiting and never need a task.
-        started = start_eagerly(self._handle(cmd, channel), name=f"{self._name}-{cmd.code}")
+        started = start_eagerly(self._handle(cmd, channel), name=f"{self.name}-{cmd.code}")
         if isinstance(started, asyncio.Task):
             channel.tasks.add(started)
             started.add_done_callback(channel.tasks.discard)
 
-    def _close_channel(self, channel: Channel) -> None:
+    def channel_closed(self, channel: Channel) -> None:
         self._channels.discard(channel)
         channel.close()
         if self._on_channel_closed is not None:
@@ -218,11 +221,12 @@ class RemotingServer:
             except InvariantViolation as exc:
                 self._crash(exc)
             except Exception:
-                log.exception("%s: handling the close of %r failed", self._name, channel)
+                log.exception("%s: handling the close of %r failed", self.name, channel)
 
-    def _refuse(self, channel: Channel, why: str) -> None:
+    def refuse(self, channel: Channel, why: str) -> None:
+        """Count and log a frame the server cannot take, and close its connection."""
         self.frames_refused += 1
-        self._rejects.reject(repr(channel), f"{self._name}: a frame (connection closed)", why)
+        self._rejects.reject(repr(channel), f"{self.name}: a frame (connection closed)", why)
         channel.close()
 
     async def _handle(self, cmd: RemotingCommand, channel: Channel) -> None:
@@ -231,13 +235,13 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except HeaderFieldError as exc:
-            self._rejects.reject(repr(channel), f"{self._name}: request code {cmd.code}", exc)
+            self._rejects.reject(repr(channel), f"{self.name}: request code {cmd.code}", exc)
             answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
         except InvariantViolation as exc:
             self._crash(exc)
             return
         except Exception as exc:
-            log.exception("%s: request code %d from %r failed", self._name, cmd.code, channel)
+            log.exception("%s: request code %d from %r failed", self.name, cmd.code, channel)
             answer = cmd.answer(ResponseCode.SYSTEM_ERROR, f"request code {cmd.code} failed on the server: {exc!r}")
         # Always answer, even a "oneway" request: neither real client sets the oneway flag,
         # and both drop answers whose opaque they do not know.
