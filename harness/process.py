@@ -63,6 +63,13 @@ PROJECT_ROOT = Path(nodes.__file__).resolve().parent.parent
 PAUSE_CONFIRM_BUDGET_MS = 2_000  # wait until the kernel reports the group stopped
 
 
+# What a node may exit with after the SIGTERM of a stop: its clean stop, or the signal itself when
+# it came before the node's handler was installed. Anything else (a crash on a broken invariant
+# while shutting down, exit 70) is an exit nobody asked for; a SIGKILL after the grace period is
+# the harness's own doing.
+_STOPPED_CLEANLY = frozenset({c.EXIT_OK, -signal.SIGTERM})
+
+
 class NodeState(enum.Enum):
     NEW = "NEW"
     STARTING = "STARTING"
@@ -259,10 +266,16 @@ class NodeProcess:
             if was_paused:
                 self._signal_group(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
         grace = self.stop_grace_ms if grace_ms is None else grace_ms
+        escalated = False
         if not self._exited.wait(timeout=grace / 1000):
             log.warning("%s: no exit %d ms after SIGTERM; sending SIGKILL", self.node_id, grace)
             self._signal_group(signal.SIGKILL)
-        return self._finish_stop()
+            escalated = True
+        pid = self.pid
+        code = self._finish_stop()
+        if not escalated and code not in _STOPPED_CLEANLY:
+            self._report_exit(pid, code, "while stopping")
+        return code
 
     def kill(self) -> int:
         """SIGKILL the whole process group at once (the chaos crash). Returns the exit code."""
@@ -448,12 +461,18 @@ class NodeProcess:
                 return
             mark_gone(self)
             self._signal_group(signal.SIGKILL, leftovers_only=True)
-            record = UnexpectedExit(self.node_id, proc.pid, code, time.time_ns() // 1_000_000, self.log_tail())
-            log.error("%s: unexpected exit: %s\n%s", self.node_id, record, record.log_tail)
-            if self._on_unexpected_exit is not None:
-                self._on_unexpected_exit(record)
+            self._report_exit(proc.pid, code)
         finally:
             exited.set()
+
+    def _report_exit(self, pid: int | None, code: int, when: str = "") -> None:
+        """An exit nobody asked for (or, `when` stopping, not the clean one asked for): logged
+        and handed to `on_unexpected_exit`."""
+        record = UnexpectedExit(self.node_id, pid or 0, code, time.time_ns() // 1_000_000, self.log_tail())
+        log.error("%s: unexpected exit%s: %s\n%s", self.node_id, f" {when}" if when else "", record,
+                  record.log_tail)
+        if self._on_unexpected_exit is not None:
+            self._on_unexpected_exit(record)
 
     def sigkill_group(self) -> None:
         """SIGKILL the process group now, without waiting or changing state (the atexit hook)."""

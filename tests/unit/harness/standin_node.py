@@ -11,6 +11,7 @@ Modes:
   silent              never print READY
   exit-after-ready    READY, then exit 70 a moment later
   ignore-term         READY, ignore SIGTERM
+  crash-on-term       READY; SIGTERM -> exit 70 (a broken invariant while shutting down)
   bad-port            READY with the wrong port
   bad-remoting        READY announcing a remoting address other than the config's
   grandchild          spawn a sleeping grandchild, then READY
@@ -102,6 +103,10 @@ def main() -> int:
         sys.stdout.flush()
         (run_dir / "stray-done").touch()
     stop.wait()
+    if mode == "crash-on-term":
+        log.write("shutting down: broken invariant, exit 70\n")
+        print("stand-in exits 70 on SIGTERM", file=sys.stderr, flush=True)
+        return 70
     return 0
 
 

@@ -133,6 +133,27 @@ def test_ready_on_the_wrong_port_is_a_start_error(make_node):
         node.start()
 
 
+def test_a_stop_that_ends_in_a_crash_is_recorded_as_unexpected(make_node):
+    """SIGTERM asks for a clean stop; a node that exits 70 instead broke an invariant while
+    shutting down, and the chaos checker's deaths check must hear of it like any crash."""
+    exits = []
+    node = make_node("crash-on-term", on_unexpected_exit=exits.append)
+    node.start()
+    assert node.stop() == 70
+    assert [e.exit_code for e in exits] == [70]
+    assert "crash: broken invariant" in exits[0].exit_description
+    assert "stand-in exits 70 on SIGTERM" in exits[0].log_tail
+    assert node.state is NodeState.STOPPED
+
+
+def test_a_stop_escalated_to_sigkill_is_the_harness_s_doing_not_an_unexpected_exit(make_node):
+    exits = []
+    node = make_node("ignore-term", on_unexpected_exit=exits.append)
+    node.start()
+    assert node.stop(grace_ms=300) == -signal.SIGKILL
+    assert exits == []
+
+
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(make_node):
     node = make_node("ignore-term")
     node.start()
