@@ -76,6 +76,9 @@ def slot_fields(cls: type) -> tuple[str, ...] | None:
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.init or "__slots__" not in vars(cls) or hasattr(cls, "__post_init__"):
         return None
+    # dataclasses leaves an __init__ the class wrote itself in place; its own are compiled from text
+    if getattr(getattr(cls.__init__, "__code__", None), "co_filename", None) != "<string>":
+        return None
     fields = dataclasses.fields(cls)
     if not all(f.init for f in fields):
         return None

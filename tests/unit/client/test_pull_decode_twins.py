@@ -181,6 +181,7 @@ def test_a_filled_message_is_off_the_cycle_collector_and_stays_a_normal_object(c
                                slots=True, init=False),
     dataclasses.make_dataclass("SkipsOne", [(f.name, object) for f in dataclasses.fields(pull_decode.MessageExt)]
                                + [("extra", object, dataclasses.field(init=False, default=None))], slots=True),
+    dataclasses.dataclass(slots=True)(type("OwnInit", (pull_decode.MessageExt,), {"__init__": lambda self, *a: None})),
     int,
 ])
 def test_only_a_slots_dataclass_whose_init_only_assigns_is_filled(cls):
