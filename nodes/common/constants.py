@@ -567,7 +567,6 @@ POP_REVIVE_INTERVAL_MS = 1_000  # reviveInterval: an expired pop is moved to the
 POP_BATCH_MAX = 32  # the most messages one pop hands out (the proxy's and the broker's cap)
 POP_INVISIBLE_MIN_MS = 10_000  # minInvisibleTimeMillsForRecv: a receive handler's floor (the engine takes any > 0)
 POP_INVISIBLE_MAX_MS = 12 * 3_600_000  # maxInvisibleTimeMills: the longest invisible time a pop or a change takes
-POP_RELEASE_VISIBLE_MS = 1_000  # a departed client's hand-outs become visible this long after (the proxy's 1 s)
 POP_POLLING_MAX = 1_024  # popPollingSize: pops held per topic at once; one more is answered POLLING_FULL
 POP_POLL_MAX_MS = 20_000  # the longest long-poll a pop waits (the proxy clamps receives to 5..20 s)
 POP_RETRY_FIRST_PERCENT = 20  # popFromRetryProbability: how often the retry topic is popped first

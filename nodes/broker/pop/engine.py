@@ -7,7 +7,6 @@ RocketMQ 5 MessagingService (or any other adapter) calls.
     ack(group, topic, receipt_handle)                     -> AckResult
     change_invisible(group, topic, receipt_handle, ms)    -> ChangeInvisibleResult
     forward_to_dlq(group, topic, receipt_handle)          -> AckResult
-    release_client(client_id)                             -> released count
     revive()                                              -> moved count (PopReviveService)
 
 Owns the rules of a handle's validity: a handle is current while its entry is in flight with
@@ -260,30 +259,6 @@ class PopEngine:
         if invisible_ms == 0 and changed.fifo:
             self.waiters.wake(changed.topic)
         return ChangeInvisibleResult(PopCode.OK, self.handle_of(changed).encode(), changed.deadline_wall_ms)
-
-    async def release_client(self, client_id: str, visible_in_ms: int = c.POP_RELEASE_VISIBLE_MS) -> int:
-        """A client went away (RocketMQ 5's NotifyClientTermination, or its channel closed): what it
-        holds becomes visible again `visible_in_ms` from now (sooner only, never later), as the
-        proxy's ChangeInvisibleDuration(1 s) of every handle it tracked does. Its handles are
-        stale from then on. Returns how many hand-outs were released."""
-        if not client_id or not self.is_master:
-            return 0
-        now_ms = self._clock.wall_ms()
-        released = 0
-        for entry in [e for e in self.state.inflight.values() if e.client_id == client_id]:
-            deadline_ms = now_ms + visible_in_ms
-            if entry.deadline_wall_ms <= deadline_ms:
-                continue
-            changed = dataclasses.replace(entry, generation=self.state.next_generation(), pop_wall_ms=now_ms,
-                                          invisible_ms=visible_in_ms, deadline_wall_ms=deadline_ms,
-                                          handles_until_wall_ms=max(entry.handles_until_wall_ms, entry.deadline_wall_ms))
-            self.state.put_inflight(changed)
-            self.journal.changed(entry, changed, reason="client-gone")
-            released += 1
-        if released and not await self._persist():
-            log.warning("releasing %d hand-outs of client %s could not be written; a restart keeps their old "
-                        "deadlines", released, client_id)
-        return released
 
     async def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> AckResult:
         """The message goes to `%DLQ%<group>` now, whatever its attempt, and is settled."""

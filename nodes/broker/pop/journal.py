@@ -48,7 +48,7 @@ class PopJournal:
             "generation": generation, "status": "invalid", "reason": reason})
 
     def changed(self, before: InFlight, after: InFlight, *, reason: str = "client") -> None:
-        """`reason`: client (change_invisible), client-gone (release_client)."""
+        """`reason`: client (change_invisible, whoever asked: the client or its auto-renew)."""
         self._record("pop-change-invisible", before, new_generation=after.generation,
                      invisible_ms=after.invisible_ms, previous_deadline_wall_ms=before.deadline_wall_ms,
                      deadline_wall_ms=after.deadline_wall_ms, reason=reason)

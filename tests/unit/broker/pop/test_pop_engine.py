@@ -249,27 +249,3 @@ def test_a_pop_past_the_held_limit_is_answered_polling_full(rig, monkeypatch):
     full, answers = rig.run(scenario, revive=False)
     assert full.code is PopCode.POLLING_FULL
     assert sorted(a.messages[0].body for a in answers) == [b"one", b"two"]
-
-
-def test_a_departed_clients_hand_outs_come_back_soon(rig):
-    rig.put("T", 0, b"held")
-
-    async def scenario():
-        held = (await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=600_000, client_id="gone")).messages
-        assert await rig.engine.release_client("other") == 0
-        released_at_ms = time.time() * 1000
-        assert await rig.engine.release_client("gone", visible_in_ms=100) == 1
-        back = await rig.engine.pop(group=G, topic="T", max_nums=1, invisible_ms=60_000, client_id="next",
-                                    poll_timeout_ms=100 + REVIVE_MS + slack_ms())
-        return held[0], back, released_at_ms
-
-    held, back, released_at_ms = rig.run(scenario)
-    assert back.code is PopCode.OK and back.messages[0].delivery_attempt == 2
-    [revive] = rig.journal("pop-revive")
-    assert revive["wall_ms"] >= released_at_ms + 100  # not before the release's own deadline
-    [change] = rig.journal("pop-change-invisible")
-    assert change["reason"] == "client-gone" and change["invisible_ms"] == 100
-
-    async def stale():
-        return await rig.engine.ack(G, "T", held.receipt_handle)
-    assert rig.run(stale, revive=False).code is PopCode.INVALID_RECEIPT_HANDLE
