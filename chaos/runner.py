@@ -54,8 +54,8 @@ from chaos.suites import GROUP, PRODUCER_NODE, QUEUES, TOPIC, Suite
 from chaos.topology import place_schedule
 from chaos.workload import DeliveryTally, ProducerWorkload, ProducerWorkloadConfig
 from harness import LocalCluster
-from harness.cluster import make_run_dir
 from harness.pids import signal_name
+from harness.run_dir import make_run_dir
 from harness.topology import DEFAULT_TOPOLOGY, broker_groups
 from nodes.common import constants as c
 from nodes.common.clock import SYSTEM_CLOCK

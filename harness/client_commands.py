@@ -22,8 +22,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import terminal, tools
-from harness.cluster import LATEST_RUN_DIR, LocalCluster, read_cluster_json
+from harness.cluster import LocalCluster
 from harness.cluster_commands import nodes_table
+from harness.run_dir import LATEST_RUN_DIR, read_cluster_json
 from harness.terminal import EXIT_PROBLEM, CliError, RunDirOpt, cli_command, mark, print_errors, summary_table
 from nodes.client import Producer, PullConsumer, PushConsumer
 from nodes.common import constants as c

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from harness import terminal
 from harness.admin import credential_of, describe_addr
-from harness.cluster import CLUSTER_JSON, LATEST_RUN_DIR, LocalCluster, read_cluster_json, write_json_atomic
+from harness.cluster import LocalCluster
 from harness.disk import (
     KINDS,
     STORE_DIR_NAME,
@@ -32,6 +32,7 @@ from harness.disk import (
 )
 from harness.errors import HarnessError
 from harness.pids import KILL_REAP_BUDGET_MS, is_node_process, pid_alive, session_pids, wait_gone
+from harness.run_dir import CLUSTER_JSON, LATEST_RUN_DIR, read_cluster_json, write_json_atomic
 from harness.spec import ClusterSpec
 from harness.terminal import EXIT_PROBLEM, CliError, RunDirOpt, cli_command
 from harness.topology import DEFAULT_TOPOLOGY, topology_spec

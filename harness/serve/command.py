@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from harness import terminal
-from harness.cluster import RUNS_DIR, read_cluster_json
+from harness.run_dir import RUNS_DIR, read_cluster_json
 from harness.terminal import CliError, RunDirOpt, cli_command
 
 SERVE_HOST = "127.0.0.1"  # never another interface: the pages show pids, paths and addresses

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import CLUSTER_JSON
 from harness.pids import is_node_process
+from harness.run_dir import CLUSTER_JSON
 from harness.serve.faults import NEMESIS_JSONL, read_history
 
 RUN_JSON, VERDICT_JSON, REPORT_HTML = "run.json", "verdict.json", "report.html"

@@ -29,7 +29,7 @@ from support import namesrv_remoting as remoting
 from support.examples import examples
 
 from harness import LocalCluster, NodeProcess
-from harness.cluster import read_cluster_json
+from harness.run_dir import read_cluster_json
 from harness.spec import DEFAULT_NODES, ClusterSpec
 from nodes.common import constants as c
 from nodes.remoting.command import RemotingCommand, encode

@@ -8,10 +8,11 @@ import signal
 
 import pytest
 
-from harness.cluster import LocalCluster, make_run_dir, read_cluster_json
+from harness.cluster import LocalCluster
 from harness.errors import HarnessError, NodeStartError
 from harness.pids import pid_alive
 from harness.process import NodeState
+from harness.run_dir import make_run_dir, read_cluster_json
 from harness.spec import ClusterSpec
 from harness.waiting import WaitTimeout, wait_until
 
