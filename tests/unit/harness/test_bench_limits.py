@@ -68,7 +68,8 @@ def test_limit_workers_follow_the_protocol(limits_server, tmp_path, job):
     finally:
         worker.close()
     assert result["window_seconds"] == 0.2 and len(result["windows"]) == 2 and result["errors"] == 0
-    assert all(count > 0 and count % job["batch"] == 0 for count in result["windows"])
+    # whole batches only; one 0.2 s window of a worker starved by a loaded machine may count none
+    assert all(count % job["batch"] == 0 for count in result["windows"]) and sum(result["windows"]) > 0
 
 
 def test_plain_references_take_every_record_and_frame_every_body(limits_server):
