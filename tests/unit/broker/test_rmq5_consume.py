@@ -121,9 +121,11 @@ def test_ack_change_and_forward_answer_as_the_proxy_does(rig: PopRig) -> None:
 
 def test_auto_renew_keeps_a_message_invisible_and_the_client_s_handle_acks_it(rig: PopRig) -> None:
     rig.put("T", 0, body=b"slow")
-    consume = _consume(rig, scale=0.01, renew=True)
+    # scaled so a renewal falls due 300 ms before its deadline: a scan delayed past that (the
+    # event loop starved on a loaded machine; 100 ms at scale 0.01 was too little) would let it lapse
+    consume = _consume(rig, scale=0.03, renew=True)
     renew = consume.renew
-    assert renew is not None and renew.invisible_ms == 600 and renew.ahead_ms == 100
+    assert renew is not None and renew.invisible_ms == 1_800 and renew.ahead_ms == 300
 
     async def scenario() -> list[object]:
         got = (await consume.receive(CTX, _req(auto_renew=True, invisible_ms=None))).messages
@@ -131,7 +133,7 @@ def test_auto_renew_keeps_a_message_invisible_and_the_client_s_handle_acks_it(ri
         held = renew.held(G, handle)
         assert held is not None and held.latest == handle
         renewed = 0
-        for _ in range(30):  # 1.5 s, well past the pop's 600 ms, scanning every 50 ms (its Timing scaled)
+        for _ in range(70):  # 3.5 s, well past the pop's 1.8 s, scanning every 50 ms
             await asyncio.sleep(0.05)
             consume._registry.touch(CTX, "Heartbeat")  # the client is alive
             renewed += await renew.renew_due()
