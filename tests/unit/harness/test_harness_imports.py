@@ -7,6 +7,9 @@ Read from the source with `ast`, so imports inside functions count too (that is 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from functools import cache
 from pathlib import Path
 
 import harness
@@ -19,10 +22,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _harness_imports() -> dict[str, set[str]]:
+@cache  # two tests read the same graph: the tree is parsed once
+def _harness_imports() -> dict[str, frozenset[str]]:
     """module -> the harness modules it imports (anywhere in its body)."""
     modules = {_module_name(p): p for p in HARNESS_DIR.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         targets: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -31,11 +35,11 @@ def _harness_imports() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets.add(node.module)
                 targets.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from pkg import module`
-        graph[name] = {t for t in targets if t in modules and t != name}
+        graph[name] = frozenset(t for t in targets if t in modules and t != name)
     return graph
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str]:
+def _cycle(graph: Mapping[str, AbstractSet[str]]) -> list[str]:
     """One import cycle as [a, b, ..., a], or [] if there is none."""
     done: set[str] = set()
 
