@@ -271,10 +271,9 @@ class NodeProcess:
             log.warning("%s: no exit %d ms after SIGTERM; sending SIGKILL", self.node_id, grace)
             self._signal_group(signal.SIGKILL)
             escalated = True
-        pid = self.pid
         code = self._finish_stop()
         if not escalated and code not in _STOPPED_CLEANLY:
-            self._report_exit(pid, code, "while stopping")
+            self._report_exit(self.pid, code, "while stopping")
         return code
 
     def kill(self) -> int:

@@ -5,13 +5,12 @@ redeliveries it causes."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import time
-from pathlib import Path
 
-CPP_CONSUMER = Path(__file__).parents[2] / "chaos" / "real_clients" / "cpp_consumer.py"
+from chaos.real_clients import cpp_consumer as wrapper
+
 RESUME = ("[2026-Nov-29 21:01:53.087962](info):after resume the pull handle of this pullRequest, its mq is:"
           "MessageQueue [topic=ChaosTopic, brokerName=broker-a, queueId=3], its offset is:1591"
           "[updateRequestTableInRebalance:506]")
@@ -19,15 +18,7 @@ OTHER = ("[2026-Nov-29 21:01:53.087936](info):pullRequest with mq :MessageQueue 
          "brokerName=broker-a, queueId=3] set pullMsgEvent[addPullMsgEvent:267]")
 
 
-def _wrapper():
-    spec = importlib.util.spec_from_file_location("cpp_consumer_under_test", CPP_CONSUMER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_resume_line_is_read_with_its_queue_offset_and_local_time():
-    wrapper = _wrapper()
     fields = wrapper.parse_resume(RESUME)
     expected_wall_ms = int(time.mktime((2026, 11, 29, 21, 1, 53, 0, 0, -1))) * 1000 + 87
     assert fields == {"topic": "ChaosTopic", "broker_name": "broker-a", "queue_id": 3, "queue_offset": 1591,
@@ -37,7 +28,6 @@ def test_a_resume_line_is_read_with_its_queue_offset_and_local_time():
 
 
 def test_the_watch_journals_each_resume_once_and_waits_for_a_half_written_line(tmp_path):
-    wrapper = _wrapper()
     log = tmp_path / "logs" / "rocketmq-cpp" / f"{os.getpid()}_rocketmq-cpp.log.0"
     log.parent.mkdir(parents=True)
     (tmp_path / "logs" / "rocketmq-cpp" / "1_rocketmq-cpp.log.0").write_text(RESUME + "\n")  # another process's
