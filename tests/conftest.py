@@ -32,11 +32,8 @@ def spark():
 
     A missing Java fails the run: a skipped checker test would count as passing.
     """
-    from support.py4j_names import remember_java_names
-
     from chaos.checker.session import SparkUnavailable, java_executable, make_spark
 
-    remember_java_names()  # a few percent of every checker test's CPU: see the module
     if java_executable() is None:
         pytest.fail("no java on PATH: apt-get install -y openjdk-17-jre-headless")
     try:

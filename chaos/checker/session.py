@@ -56,8 +56,11 @@ def make_spark(master: str | None = None, *, app_name: str = "mqlab-checker", dr
     require_java()
     try:
         from pyspark.sql import SparkSession
+
+        from chaos.checker.py4j_names import remember_java_names
     except ImportError as exc:
         raise SparkUnavailable(PYSPARK_INSTALL_HINT) from exc
+    remember_java_names()  # every check asks the JVM for the same names again and again
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit chose the master already

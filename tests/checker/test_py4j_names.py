@@ -1,4 +1,4 @@
-"""The test session's py4j name cache (tests/support/py4j_names.py): a name asked twice is one round trip,
+"""The checker's py4j name cache (chaos/checker/py4j_names.py): a name asked twice is one round trip,
 a static field is read each time, and a name that is nothing still fails each time."""
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 PySpark reaches the JVM by name on every call: `sc._jvm.PythonUtils`, `functions.col` and the like
 each ask the JVM over py4j what the name is. The JVM answers a short name by trying it as a class in
-every package the view imports, and each miss walks all of PySpark's jar files (about 280): on the
-checker tests' small histories those lookups were about a twentieth of the JVM's CPU, and their round
-trips a good part of the Python driver's. What a name stands for does not change while the JVM runs
+every package the view imports, and each miss walks all of PySpark's jar files (about 280): on
+small histories (the checker tests', a short run's) those lookups were about a twentieth of the
+JVM's CPU, and their round trips a good part of the Python driver's. What a name stands for does not change while the JVM runs
 (imports are only ever added), so the answer is kept: classes, packages and static methods, never a
 static field's value and never a failure.
 """
