@@ -109,8 +109,12 @@ def test_an_async_master_replicates_a_stream_of_one_message_sends_a_window_at_a_
 
 def test_an_async_master_sends_what_is_past_one_chunk_at_once_not_a_chunk_per_window(tmp_path, time_scale):
     """The window holds back only what comes in after the stream caught up: under a steady
-    stream of batches, many times `ha_transfer_batch_bytes` per window, the slave stays within
-    about a window of the master instead of getting one chunk per window."""
+    stream of batches, many times `ha_transfer_batch_bytes` per window, the slave gets many
+    chunks per window (as fast as it can take them), not one chunk per window.
+
+    Judged on what the slave received while the sends went on, not on how far behind it ended:
+    on a loaded machine a starved slave may trail by half the log and still have taken a hundred
+    chunks a window (measured beside a full test run: 26 of 54 MB received in 2 s)."""
     window_ms = 100
     spec = dataclasses.replace(_spec(time_scale, ha_transfer_batch_bytes=64 * 1024),
                                timing={"ha_async_transfer_wait_ms": window_ms})
@@ -124,11 +128,15 @@ def test_an_async_master_sends_what_is_past_one_chunk_at_once_not_a_chunk_per_wi
             while time.monotonic() - started < 2.0:
                 msgs = [Message("Backlog", b"b" * 1024) for _ in range(64)]
                 assert producer.send_batch(msgs).status is SendStatus.SEND_OK
+            elapsed_s = time.monotonic() - started
+            received = max_phys_offset(slave) - start_phys_offset
         appended = max_phys_offset(master) - start_phys_offset
-        behind = max_phys_offset(master) - max_phys_offset(slave)
-        assert appended >= 1024 * 1024, f"too little appended ({appended} bytes) to tell"
-        # one chunk per window would have carried 20 chunks of 64 KiB in the 2 s
-        assert behind < appended // 4, f"the slave was {behind} of {appended} bytes behind at the end"
+        one_chunk_per_window = (int(elapsed_s * 1000 / window_ms) + 1) * 64 * 1024
+        assert appended >= 8 * one_chunk_per_window, f"too little appended ({appended} bytes) to tell"
+        # one chunk per window would have carried ~20 chunks of 64 KiB in the 2 s
+        assert received > 4 * one_chunk_per_window, (
+            f"the slave received {received} of {appended} bytes in {elapsed_s:.2f} s: "
+            f"about one {64 * 1024}-byte chunk per {window_ms} ms window")
 
 
 def test_sync_master_acks_only_what_a_slave_holds(tmp_path, time_scale):
