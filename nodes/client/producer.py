@@ -35,6 +35,7 @@ from nodes.client.latency_fault import LatencyFaultTable
 from nodes.client.msg_id import UniqIdGenerator, default_generator, local_ipv4
 from nodes.client.queue_selector import QueueSelector, select_by_hash
 from nodes.client.rpc.send_wire import Outgoing, may_overflow_properties
+from nodes.client.send_attempts import SendAttempts
 from nodes.client.send_batcher import PendingSend, SendBatcher, WindowFullError
 from nodes.client.send_future import SendFuture
 from nodes.common import constants as c
@@ -45,7 +46,6 @@ from nodes.common.errors import (
     InvalidArgumentError,
     InvalidMessageError,
     MqError,
-    OutcomeUnknownError,
     TransportError,
 )
 from nodes.common.types import Message, MessageQueue, SendResult, validate_content, validate_message
@@ -55,17 +55,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
-
-def retries_send(err: MqError, *, asynchronous: bool) -> bool:
-    """Whether a failed send attempt is tried again (on another broker), from the error alone.
-
-    sendDefaultImpl retries every failure to get an answer and the broker refusals marked
-    `retriable` (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION); any other
-    refusal is raised at once. sendMessageAsync retries only failures to get an answer, never
-    a refusal (`answered`).
-    """
-    return err.retriable and not (asynchronous and err.answered)
-
 
 def validate_batch(msgs: Sequence[Message], body_bytes_max: int = c.MESSAGE_BODY_BYTES_MAX) -> str:
     """DefaultMQProducer#batch checks; returns the batch's topic.
@@ -123,14 +112,6 @@ def _stamp_uniq_id(msg: Message, properties: dict[str, str], uid: str) -> str:
     msg.properties[c.PROPERTY_UNIQ_KEY] = uid
     properties[c.PROPERTY_UNIQ_KEY] = uid
     return uid
-
-
-def _final_error(err: MqError, maybe_stored: bool, what: str) -> MqError:
-    """The error a failed send reports: indeterminate if any attempt may have been stored."""
-    if maybe_stored and not err.indeterminate:
-        return OutcomeUnknownError(
-            f"{what}: an earlier attempt may have been stored, so the outcome is unknown; last error: {err}")
-    return err
 
 
 class Producer:
@@ -246,8 +227,7 @@ class Producer:
     def send(self, msg: Message) -> SendResult:
         """Send one message; retried on another broker when the failure allows it."""
         out, uid = self._prepare(msg)
-        coro = self._send_default(msg.topic, [out], [uid], self.retry_times)
-        return self._run(coro, f"send to {msg.topic}")
+        return self._send_sync(msg.topic, [out], [uid], f"send to {msg.topic}")
 
     def send_orderly(self, msg: Message, sharding_key: object) -> SendResult:
         """Send to the queue `abs(hashCode(str(sharding_key)) % len(publish list))`: one attempt.
@@ -262,8 +242,7 @@ class Producer:
         """Send messages of one topic as one request to one queue, all or nothing."""
         topic, properties = checked_batch(msgs, self.body_bytes_max)
         outs, uids = self._prepare_batch(msgs, properties)
-        coro = self._send_default(topic, outs, uids, self.retry_times)
-        return self._run(coro, f"send_batch of {len(outs)} to {topic}")
+        return self._send_sync(topic, outs, uids, f"send_batch of {len(outs)} to {topic}")
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         """Start a send and return its future; blocks while `async_window` sends are in flight.
@@ -349,6 +328,44 @@ class Producer:
             raise ClientStateError(f"{what}: the producer is not running; call start() first")
         return self._instance.run(coro, self.send_timeout_ms / 1000 + SYNC_WAIT_SLACK_S, what)
 
+    # --- the synchronous send path (caller thread, then the loop) ------------------------
+    def _send_sync(self, topic: str, outs: list[Outgoing], uids: list[str], what: str) -> SendResult:
+        """`_send_default` for a caller that waits: its first attempt made in the caller's thread
+        over `ClientApi.blocking_sends` once the topic's publish list and the broker's address are
+        cached, and whatever follows (a retry, a route fetch) on the loop, from where that left off.
+
+        Why: through the loop a one-message send paid the hand-offs to the loop and back and
+        gRPC's hop to the loop thread (docs/benchmark.md, "One message at a time").
+        """
+        if not self._attached or self._instance.in_loop_thread():  # the loop path says why not
+            return self._run(self._send_default(topic, outs, uids, self.retry_times), what)
+        deadline = Deadline.after(self._clock, self.send_timeout_ms)
+        attempts = self._attempts(topic, uids, 1 + self.retry_times, deadline)
+        routes = self._instance.routes
+        queues = routes.cached_publish_info(topic)
+        mq = attempts.next_queue(queues) if queues else None
+        addr = routes.find_broker_address_in_publish(mq.broker_name) if mq is not None else None
+        if mq is None or addr is None:  # the loop fetches the route or address, then sends there
+            return self._run(self._send_default(topic, outs, uids, self.retry_times, first_queue=mq,
+                                                deadline=deadline), what)
+        try:
+            result = self._instance.api.send_blocking(
+                addr, mq, outs, uids, group=self.group, default_topic_queue_nums=self.default_topic_queue_nums,
+                born_host=self._born_host, timeout_ms=max(1, deadline.remaining_ms()),
+                what=f"{attempts.what} at {mq.broker_name}/{addr}")
+        except MqError as err:
+            attempts.failed(err)  # raises unless it is tried again
+            return self._run(self._send_default(topic, outs, uids, self.retry_times, attempts=attempts,
+                                                queues=queues), what)
+        attempts.succeeded()
+        return result
+
+    def _attempts(self, topic: str, uids: list[str], tries: int, deadline: Deadline, *,
+                  first_queue: MessageQueue | None = None, asynchronous: bool = False) -> SendAttempts:
+        return SendAttempts(f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}", tries, deadline,
+                            self._selector, self._clock, first_queue=first_queue, asynchronous=asynchronous,
+                            latency_faults=self.latency_faults)
+
     # --- the send path (loop) ----------------------------------------------------------
     async def _before(self, aw: Awaitable[T], deadline: Deadline, what: str) -> T:
         """Await a step that precedes sending (route lookup) within the send deadline."""
@@ -361,60 +378,41 @@ class Producer:
 
     async def _send_default(self, topic: str, outs: list[Outgoing], uids: list[str],
                             retry_times: int, *, asynchronous: bool = False, first_queue: MessageQueue | None = None,
-                            deadline: Deadline | None = None) -> SendResult:
+                            deadline: Deadline | None = None, attempts: SendAttempts | None = None,
+                            queues: list[MessageQueue] | None = None) -> SendResult:
         """sendDefaultImpl: up to 1 + retry_times attempts within one send timeout.
 
         Which failures are retried: `retries_send`. `first_queue` is where the first attempt goes (default: the selector's next queue);
-        `deadline` the end of the send timeout (default: one send timeout from now).
+        `deadline` the end of the send timeout (default: one send timeout from now). `attempts`
+        (with the publish list they were made from, `queues`) goes on with a send whose first
+        attempts were made elsewhere and failed (`_send_sync`).
         """
-        what = f"send {uids[0]}{'+' if len(uids) > 1 else ''} to {topic}"
-        if deadline is None:
-            deadline = Deadline.after(self._clock, self.send_timeout_ms)
-        routes = self._instance.routes
-        queues = await self._before(routes.publish_info(topic), deadline, what)
-        last_broker: str | None = None
-        last_error: MqError | None = None
-        maybe_stored = False
-        for attempt in range(1 + retry_times):
-            if deadline.expired():
-                break
-            if attempt == 0 and first_queue is not None and first_queue in queues:
-                mq = first_queue
-            elif self.latency_faults is not None:
-                mq = self._selector.select_available(queues, self.latency_faults, self._clock.monotonic_ms())
-            else:
-                mq = self._selector.select(queues, last_broker)
-            last_broker = mq.broker_name
-            began_ms = self._clock.monotonic_ms()
+        if attempts is None:
+            if deadline is None:
+                deadline = Deadline.after(self._clock, self.send_timeout_ms)
+            attempts = self._attempts(topic, uids, 1 + retry_times, deadline, first_queue=first_queue,
+                                      asynchronous=asynchronous)
+            queues = await self._before(self._instance.routes.publish_info(topic), attempts.deadline, attempts.what)
+        else:
+            assert queues is not None
+            queues = await self._after_failure(topic, queues, attempts)
+        while (mq := attempts.next_queue(queues)) is not None:
             try:
-                result = await self._send_kernel(mq, outs, uids, deadline, what)
-                self._note_latency(mq.broker_name, began_ms, isolation=False)
-                return result
+                result = await self._send_kernel(mq, outs, uids, attempts.deadline, attempts.what)
             except MqError as err:
-                self._note_latency(mq.broker_name, began_ms, isolation=True)
-                if not retries_send(err, asynchronous=asynchronous):
-                    final = _final_error(err, maybe_stored, what)
-                    if final is err:
-                        raise
-                    raise final from err
-                last_error = err
-            maybe_stored = maybe_stored or last_error.indeterminate
-            log.warning("%s: attempt %d to %s failed: %s", what, attempt + 1, mq, last_error)
-            if last_error.refresh_route and not deadline.expired():
-                queues = await self._refreshed_queues(topic, queues, deadline, what)
-        if last_error is None:
-            raise TransportError(f"{what}: the {self.send_timeout_ms} ms send timeout passed before "
-                                 "the first attempt; nothing was sent")
-        final = _final_error(last_error, maybe_stored, what)
-        if final is last_error:
-            raise last_error
-        raise final from last_error
+                attempts.failed(err)  # raises unless it is tried again
+                queues = await self._after_failure(topic, queues, attempts)
+                continue
+            attempts.succeeded()
+            return result
+        attempts.raise_exhausted(self.send_timeout_ms)
 
-    def _note_latency(self, broker_name: str, began_ms: int, *, isolation: bool) -> None:
-        """updateFaultItem after an attempt (a failure isolates the broker), when latency fault is on."""
-        if self.latency_faults is not None:
-            now_ms = self._clock.monotonic_ms()
-            self.latency_faults.update(broker_name, now_ms - began_ms, isolation=isolation, now_ms=now_ms)
+    async def _after_failure(self, topic: str, queues: list[MessageQueue], attempts: SendAttempts) -> list[MessageQueue]:
+        """The publish list for the attempt after a failed one: refreshed if the failure asks for it."""
+        last_error = attempts.last_error
+        if last_error is not None and last_error.refresh_route and not attempts.deadline.expired():
+            return await self._refreshed_queues(topic, queues, attempts.deadline, attempts.what)
+        return queues
 
     async def _refreshed_queues(self, topic: str, queues: list[MessageQueue], deadline: Deadline,
                                 what: str) -> list[MessageQueue]:

@@ -170,8 +170,11 @@ class _TopicEntry:
 class RouteCache:
     """The client's routes, refreshed on demand and by `RouteRefreshService`.
 
-    Loop-confined: every method runs on the client's event loop. `fetch_route(topic)` returns
-    the name server's route, None for TOPIC_ROUTE_NOT_EXIST, or raises a TransportError.
+    Loop-confined: every method runs on the client's event loop, except the lookups of what is
+    cached (`route`, `cached_publish_info`, `find_broker_address_in_*`), which the blocking pulls
+    and sends make from their callers' threads: each is one dict read of an entry the loop replaces
+    whole, never changes in place. `fetch_route(topic)` returns the name server's route, None for
+    TOPIC_ROUTE_NOT_EXIST, or raises a TransportError.
     """
 
     def __init__(self, fetch_route: FetchRoute, *,
@@ -251,6 +254,12 @@ class RouteCache:
 
     def used_topics(self) -> frozenset[str]:
         return frozenset(self._used)
+
+    def cached_publish_info(self, topic: str) -> list[MessageQueue] | None:
+        """The topic's cached publish list if it has a writable queue, else None (`publish_info`
+        fetches); any thread."""
+        entry = self._topics.get(topic)
+        return entry.publish if entry is not None and entry.publish else None
 
     async def publish_info(self, topic: str) -> list[MessageQueue]:
         """tryToFindTopicPublishInfo: cached list, else the topic's route, else TBW102's.

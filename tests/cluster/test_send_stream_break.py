@@ -55,21 +55,46 @@ def test_kill_mid_stream_fails_the_sends_in_flight_and_the_next_send_goes_throug
 
 
 def test_a_send_past_its_timeout_fails_alone_and_its_late_answer_is_dropped(local_cluster):
+    """On the loop's stream (`send_orderly` is always made there)."""
     addr = local_cluster.node(MASTER).addr
     timeout_ms = 1_000
     with Producer(local_cluster.namesrv_addr, send_timeout_ms=timeout_ms, retry_times=0) as producer:
-        producer.send(Message("Late", b"warm-up"))
+        producer.send_orderly(Message("Late", b"warm-up"), "k")
         stream = producer._instance.api.send_stream(addr)
         local_cluster.pause(MASTER)
         try:
             with pytest.raises(RequestTimeoutError) as info:
-                producer.send(Message("Late", b"late"))
+                producer.send_orderly(Message("Late", b"late"), "k")
             assert info.value.indeterminate  # it may still be stored: the master got the request
         finally:
             local_cluster.resume(MASTER)
-        on_time = producer.send(Message("Late", b"on-time"))
+        on_time = producer.send_orderly(Message("Late", b"on-time"), "k")
         # the same call carried both: the timeout failed one send, not the stream
         assert stream.opened_count == 1 and stream.pending_count == 0
     with PullConsumer(local_cluster.namesrv_addr, "late-check") as consumer:
+        pulled = consumer.pull(on_time.message_queue, on_time.queue_offset, 1)
+        assert [m.body for m in pulled.messages] == [b"on-time"]
+
+
+def test_a_send_in_the_callers_thread_past_its_timeout_is_unknown_and_the_next_one_goes_through(local_cluster):
+    """On the calling thread's own stream (`send` once the route is cached): the timed-out call is
+    dropped, and the next send opens another; the late answer reaches nobody."""
+    timeout_ms = 1_000
+    with Producer(local_cluster.namesrv_addr, send_timeout_ms=timeout_ms, retry_times=0) as producer:
+        producer.send(Message("LateHere", b"route"))  # the loop fetches the route
+        producer.send(Message("LateHere", b"warm-up"))  # this thread's call, connected
+        sends = producer._instance.api.blocking_sends
+        assert sends.open_calls == 1
+        local_cluster.pause(MASTER)
+        try:
+            with pytest.raises(RequestTimeoutError) as info:
+                producer.send(Message("LateHere", b"late"))
+            assert info.value.indeterminate  # it may still be stored: the master got the request
+            assert sends.open_calls == 0
+        finally:
+            local_cluster.resume(MASTER)
+        on_time = producer.send(Message("LateHere", b"on-time"))
+        assert sends.open_calls == 1
+    with PullConsumer(local_cluster.namesrv_addr, "late-here-check") as consumer:
         pulled = consumer.pull(on_time.message_queue, on_time.queue_offset, 1)
         assert [m.body for m in pulled.messages] == [b"on-time"]

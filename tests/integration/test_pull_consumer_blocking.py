@@ -16,7 +16,7 @@ from nodes.common.types import PullStatus
 
 
 def _blocking_calls(consumer: PullConsumer) -> int:
-    return len(consumer._instance.api.blocking_pulls._calls)
+    return consumer._instance.api.blocking_pulls.open_calls
 
 
 def test_pull_takes_the_callers_thread_once_the_route_is_known_and_answers_as_pull_async(cluster):

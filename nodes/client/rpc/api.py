@@ -25,6 +25,7 @@ import grpc.aio
 from nodes.client.pull_decode import MessageBatch, decode_messages
 from nodes.client.routes import BrokerData, QueueData, RouteSnapshot
 from nodes.client.rpc.blocking_pull import BlockingPulls
+from nodes.client.rpc.blocking_send import BlockingSends
 from nodes.client.rpc.grpc_errors import rpc_error
 from nodes.client.rpc.pull_stream import PullStream
 from nodes.client.rpc.send_stream import SendStream
@@ -186,10 +187,14 @@ class ClientApi:
         self._stubs: dict[tuple[type, str], Any] = {}  # (stub class, addr) -> stub over that addr's channel
         self._pull_streams: dict[str, PullStream] = {}
         self._send_streams: dict[str, SendStream] = {}
-        # synchronous pulls made in their caller's thread (the one call not made on the loop)
-        self.blocking_pulls = BlockingPulls(lambda addr: rpc.make_sync_channel(addr, self.dial_overrides))
+        # synchronous pulls and sends made in their caller's thread (the calls not made on the loop)
+        self.blocking_pulls = BlockingPulls(self._sync_channel)
+        self.blocking_sends = BlockingSends(self._sync_channel)
 
     # --- connections -----------------------------------------------------------------------
+    def _sync_channel(self, addr: str) -> grpc.Channel:
+        return rpc.make_sync_channel(addr, self.dial_overrides)
+
     def channel(self, addr: str) -> grpc.aio.Channel:
         channel = self._channels.get(addr)
         if channel is None:
@@ -235,11 +240,13 @@ class ClientApi:
                 await stream.close()
             streams.clear()
         self.blocking_pulls.close_calls()
+        self.blocking_sends.close_calls()
 
     async def close(self) -> None:
         """Close the streams and every channel."""
         await self.close_streams()
         self.blocking_pulls.close()
+        self.blocking_sends.close()
         for channel in list(self._channels.values()):
             await channel.close()
         self._channels.clear()
@@ -290,6 +297,16 @@ class ClientApi:
         request = build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
                                 default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
         resp = await self.send_stream(addr).send(request, timeout_ms, what)
+        return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
+
+    def send_blocking(self, addr: str, mq: MessageQueue, outs: Sequence[Outgoing], uids: Sequence[str], *,
+                      group: str, default_topic_queue_nums: int, born_host: str, timeout_ms: int,
+                      what: str) -> SendResult:
+        """`send` in the caller's thread, over `blocking_sends` (one send in flight per thread and
+        address). Same request, same answers, same errors."""
+        request = build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
+                                default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
+        resp = self.blocking_sends.send(addr, request, timeout_ms, what)
         return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
 
     async def send_back(self, addr: str, group: str, msg: MessageExt, *, delay_level: int,

@@ -103,12 +103,11 @@ class SendStream(StreamCall[_Waiting]):
     def _broken_error(self, exc: grpc.RpcError) -> _FailWith:
         """Each waiting send's error for a call that failed with `exc`, as a unary send's."""
         def fail_with(what: str) -> MqError:
-            return rpc_error(exc, f"{what} (send stream to {self.addr})", side_effects=True)
+            return send_broken_error(exc, what, self.addr)
         return fail_with
 
     def _ended_error(self, what: str) -> MqError:
-        return OutcomeUnknownError(f"{what}: the send stream to {self.addr} was ended by the broker "
-                                   "before the answer; the request may have been applied")
+        return send_ended_error(what, self.addr)
 
     def _closed_error(self, what: str) -> MqError:
         return OutcomeUnknownError(f"{what}: the send stream to {self.addr} was closed before the answer; "
@@ -127,5 +126,21 @@ class SendStream(StreamCall[_Waiting]):
 
 def _expire(fut: asyncio.Future[broker_pb2.SendMessageResponse], what: str) -> None:
     if not fut.done():
-        # map_rpc_error's wording for a unary call's deadline
-        fut.set_exception(RequestTimeoutError(f"{what}: deadline exceeded; the outcome is unknown"))
+        fut.set_exception(send_timeout_error(what))
+
+
+# A send's failures, as a unary send's would read (shared with `BlockingSends`)
+def send_broken_error(exc: grpc.RpcError, what: str, addr: str) -> MqError:
+    """The stream to `addr` failed with `exc` while the send waited."""
+    return rpc_error(exc, f"{what} (send stream to {addr})", side_effects=True)
+
+
+def send_ended_error(what: str, addr: str) -> MqError:
+    """The broker ended the stream to `addr` before the send's answer."""
+    return OutcomeUnknownError(f"{what}: the send stream to {addr} was ended by the broker "
+                               "before the answer; the request may have been applied")
+
+
+def send_timeout_error(what: str) -> MqError:
+    """No answer within the send's timeout (map_rpc_error's wording for a unary call's deadline)."""
+    return RequestTimeoutError(f"{what}: deadline exceeded; the outcome is unknown")

@@ -139,6 +139,22 @@ class _FakeBlockingPulls:
         pass
 
 
+class _FakeBlockingSends:
+    """ClientApi.blocking_sends: a caller's synchronous send answered by the handler in its thread."""
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner
+
+    def send(self, addr: str, request: Any, timeout_ms: int, what: str) -> Any:
+        return self._owner.answer(addr, "SendMessage", request)
+
+    def close_calls(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class _FakeSendStream:
     """The send stream's surface; its sends reach the handler as "SendMessage" (one semantics)."""
 
@@ -168,6 +184,7 @@ class FakeApi(ClientApi):
         super().__init__()
         self._owner = owner
         self.blocking_pulls = _FakeBlockingPulls(owner)  # type: ignore[assignment]
+        self.blocking_sends = _FakeBlockingSends(owner)  # type: ignore[assignment]
 
     def broker_stub(self, addr: str) -> Any:
         return _Stub(self._owner, addr)

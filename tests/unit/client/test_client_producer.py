@@ -28,7 +28,9 @@ from proto import broker_pb2, common_pb2
 def make_producer(fakes, wired_instance_factory, no_network):
     made: list[Producer] = []
 
-    def make(handler, routes=None, start=True, **kw):
+    def make(handler, routes=None, start=True, warm=False, **kw):
+        """`warm`: the route of T is cached before the test's sends (no request made), so their
+        first attempts are made in the caller's thread; otherwise the loop fetches it first."""
         kw.setdefault("id_generator", UniqIdGenerator(ip="10.0.0.1", pid=1, salt=1))
         kw.setdefault("selector", None)
         producer = Producer("127.0.0.1:9876", "pg", **kw)
@@ -37,6 +39,8 @@ def make_producer(fakes, wired_instance_factory, no_network):
         made.append(producer)
         if start:
             producer.start()
+        if warm:
+            inst.run(inst.routes.publish_info("T"), 5)
         return producer, inst
 
     yield make
@@ -60,6 +64,14 @@ def scripted(fakes, *codes):
 
 def sent(inst):
     return [(addr, req) for addr, method, req in inst.calls if method == "SendMessage"]
+
+
+@pytest.fixture(params=[False, True], ids=["first-attempt-on-the-loop", "first-attempt-in-the-callers-thread"])
+def warm(request):
+    """Each send test twice: the topic's first send (its route fetched on the loop, every attempt
+    made there), and a send with the route cached (its first attempt in the caller's thread, the
+    rest on the loop)."""
+    return request.param
 
 
 BROKER_OF = {"a0:1": "broker-a", "b0:1": "broker-b"}
@@ -104,8 +116,8 @@ def test_messages_built_from_one_properties_dict_get_their_own_ids(make_producer
     (common_pb2.FLUSH_SLAVE_TIMEOUT, SendStatus.FLUSH_SLAVE_TIMEOUT),
     (common_pb2.SLAVE_NOT_AVAILABLE, SendStatus.SLAVE_NOT_AVAILABLE),
 ])
-def test_stored_but_not_ok_codes_are_returned_not_retried(make_producer, fakes, code, status):
-    producer, inst = make_producer(scripted(fakes, code))
+def test_stored_but_not_ok_codes_are_returned_not_retried(make_producer, fakes, warm, code, status):
+    producer, inst = make_producer(scripted(fakes, code), warm=warm)
     assert producer.send(Message("T", b"x")).status is status
     assert len(sent(inst)) == 1
 
@@ -113,23 +125,23 @@ def test_stored_but_not_ok_codes_are_returned_not_retried(make_producer, fakes, 
 # --- retries ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("code", [common_pb2.SYSTEM_ERROR, common_pb2.SERVICE_NOT_AVAILABLE,
                                   common_pb2.TOPIC_NOT_EXIST, common_pb2.NO_PERMISSION])
-def test_retriable_codes_are_retried_on_another_broker(make_producer, fakes, code):
-    producer, inst = make_producer(scripted(fakes, code, code))
+def test_retriable_codes_are_retried_on_another_broker(make_producer, fakes, warm, code):
+    producer, inst = make_producer(scripted(fakes, code, code), warm=warm)
     assert producer.send(Message("T", b"x")).status is SendStatus.SEND_OK
     brokers = [BROKER_OF[addr] for addr, _ in sent(inst)]
     assert len(brokers) == 3
     assert brokers[0] != brokers[1] != brokers[2]
 
 
-def test_retries_give_up_after_one_plus_retry_times_with_the_last_error(make_producer, fakes):
-    producer, inst = make_producer(scripted(fakes, *[common_pb2.SYSTEM_ERROR] * 2, common_pb2.SERVICE_NOT_AVAILABLE))
+def test_retries_give_up_after_one_plus_retry_times_with_the_last_error(make_producer, fakes, warm):
+    producer, inst = make_producer(scripted(fakes, *[common_pb2.SYSTEM_ERROR] * 2, common_pb2.SERVICE_NOT_AVAILABLE), warm=warm)
     with pytest.raises(errors.ServiceNotAvailableError):
         producer.send(Message("T", b"x"))
     assert len(sent(inst)) == 3
 
 
-def test_retry_times_zero_means_one_attempt(make_producer, fakes):
-    producer, inst = make_producer(scripted(fakes, common_pb2.SYSTEM_ERROR), retry_times=0)
+def test_retry_times_zero_means_one_attempt(make_producer, fakes, warm):
+    producer, inst = make_producer(scripted(fakes, common_pb2.SYSTEM_ERROR), retry_times=0, warm=warm)
     with pytest.raises(errors.SystemError_):
         producer.send(Message("T", b"x"))
     assert len(sent(inst)) == 1
@@ -137,21 +149,21 @@ def test_retry_times_zero_means_one_attempt(make_producer, fakes):
 
 @pytest.mark.parametrize(("code", "exc"), [(common_pb2.MESSAGE_ILLEGAL, errors.MessageIllegalError),
                                            (common_pb2.SYSTEM_BUSY, errors.RemoteError)])
-def test_other_codes_raise_at_once(make_producer, fakes, code, exc):
-    producer, inst = make_producer(scripted(fakes, code))
+def test_other_codes_raise_at_once(make_producer, fakes, warm, code, exc):
+    producer, inst = make_producer(scripted(fakes, code), warm=warm)
     with pytest.raises(exc):
         producer.send(Message("T", b"x"))
     assert len(sent(inst)) == 1
 
 
-def test_transport_errors_are_retried_and_refresh_the_route(make_producer, fakes):
-    producer, inst = make_producer(scripted(fakes, errors.TransportError("connection refused")))
+def test_transport_errors_are_retried_and_refresh_the_route(make_producer, fakes, warm):
+    producer, inst = make_producer(scripted(fakes, errors.TransportError("connection refused")), warm=warm)
     assert producer.send(Message("T", b"x")).status is SendStatus.SEND_OK
     assert len(sent(inst)) == 2
     assert inst.fetches == ["T", "T"]  # the first lookup, then a refresh after the failure
 
 
-def test_a_timed_out_attempt_makes_a_later_failure_indeterminate(make_producer, fakes):
+def test_a_timed_out_attempt_makes_a_later_failure_indeterminate(make_producer, fakes, warm):
     producer, inst = make_producer(scripted(fakes, errors.RequestTimeoutError("deadline exceeded"),
                                             common_pb2.SERVICE_NOT_AVAILABLE, common_pb2.SERVICE_NOT_AVAILABLE))
     with pytest.raises(errors.RequestTimeoutError) as info:
@@ -161,7 +173,7 @@ def test_a_timed_out_attempt_makes_a_later_failure_indeterminate(make_producer, 
     assert len(sent(inst)) == 3
 
 
-def test_a_possibly_stored_attempt_makes_the_final_error_indeterminate(make_producer, fakes):
+def test_a_possibly_stored_attempt_makes_the_final_error_indeterminate(make_producer, fakes, warm):
     producer, inst = make_producer(scripted(fakes, OutcomeUnknownError("connection reset"),
                                             errors.TransportError("refused"), errors.TransportError("refused")))
     with pytest.raises(OutcomeUnknownError) as info:
@@ -170,30 +182,65 @@ def test_a_possibly_stored_attempt_makes_the_final_error_indeterminate(make_prod
     assert len(sent(inst)) == 3
 
 
-def test_a_refusal_after_a_possibly_stored_attempt_is_indeterminate(make_producer, fakes):
-    producer, inst = make_producer(scripted(fakes, OutcomeUnknownError("reset"), common_pb2.MESSAGE_ILLEGAL))
+def test_a_refusal_after_a_possibly_stored_attempt_is_indeterminate(make_producer, fakes, warm):
+    producer, inst = make_producer(scripted(fakes, OutcomeUnknownError("reset"), common_pb2.MESSAGE_ILLEGAL), warm=warm)
     with pytest.raises(OutcomeUnknownError) as info:
         producer.send(Message("T", b"x"))
     assert isinstance(info.value.__cause__, errors.MessageIllegalError)
     assert len(sent(inst)) == 2
 
 
-def test_determinate_failures_stay_determinate(make_producer, fakes):
-    producer, _ = make_producer(scripted(fakes, *[errors.TransportError("refused")] * 3))
+def test_determinate_failures_stay_determinate(make_producer, fakes, warm):
+    producer, _ = make_producer(scripted(fakes, *[errors.TransportError("refused")] * 3), warm=warm)
     with pytest.raises(errors.TransportError) as info:
         producer.send(Message("T", b"x"))
     assert not info.value.indeterminate
 
 
-def test_no_retry_once_the_send_timeout_has_passed(make_producer, fakes):
+def test_no_retry_once_the_send_timeout_has_passed(make_producer, fakes, warm):
     def slow_failure(addr, method, request):
         time.sleep(0.25)
         return fakes.send_ok(request, code=common_pb2.SYSTEM_ERROR)
 
-    producer, inst = make_producer(slow_failure, send_timeout_ms=200)
+    producer, inst = make_producer(slow_failure, send_timeout_ms=200, warm=warm)
     with pytest.raises(errors.SystemError_):
         producer.send(Message("T", b"x"))
     assert len(sent(inst)) == 1
+
+
+def test_a_topics_first_send_goes_through_the_loop_and_later_sends_answer_in_the_callers_thread(make_producer, fakes):
+    threads: list[threading.Thread] = []
+
+    def handler(addr, method, request):
+        threads.append(threading.current_thread())
+        return fakes.send_ok(request)
+
+    producer, _ = make_producer(handler)
+    producer.send(Message("T", b"first"))  # the route is fetched on the loop, and the send made there
+    producer.send(Message("T", b"second"))
+    producer.send_batch([Message("T", b"third"), Message("T", b"fourth")])
+    me = threading.current_thread()
+    assert threads[0] is not me and threads[1:] == [me, me]
+
+
+def test_the_loop_goes_on_from_a_failed_attempt_in_the_callers_thread(make_producer, fakes):
+    """The attempts the caller's thread made count: 1 + retry_times in all, each retry on the
+    other broker, and a possibly stored first attempt makes the send's error indeterminate."""
+    threads: list[threading.Thread] = []
+    handler = scripted(fakes, OutcomeUnknownError("reset"), common_pb2.SYSTEM_ERROR, common_pb2.SYSTEM_ERROR)
+
+    def recording(addr, method, request):
+        threads.append(threading.current_thread())
+        return handler(addr, method, request)
+
+    producer, inst = make_producer(recording, warm=True)
+    with pytest.raises(OutcomeUnknownError) as info:
+        producer.send(Message("T", b"x"))
+    assert isinstance(info.value.__cause__, errors.SystemError_)
+    brokers = [BROKER_OF[addr] for addr, _ in sent(inst)]
+    assert len(brokers) == 3 and brokers[0] != brokers[1] != brokers[2]
+    me = threading.current_thread()
+    assert threads[0] is me and me not in threads[1:]
 
 
 # --- routes -------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.client.producer import retries_send
 from nodes.client.rpc.api import send_result_from_response
+from nodes.client.send_attempts import retries_send
 from nodes.common import errors
 from nodes.common.types import SendStatus
 from proto import broker_pb2, common_pb2
