@@ -83,6 +83,22 @@ def test_unlock_answered_success_with_the_lock_kept_fails(spark):
     assert r.examples[0]["broker_last_action"] == "granted"
 
 
+@pytest.mark.parametrize("asked_again", [True, False])
+def test_a_grant_right_after_the_unlock_counts_against_it_only_if_the_client_did_not_ask_again(spark, asked_again):
+    """c1 unlocks a queue it does not hold (nothing to release), then locks it again right after
+    the answer, inside the clock slack (5 ms here): the grant is that request's. Without the
+    request the same grant leaves the lock held past the unlock."""
+    cfg = config()
+    assert cfg.clock_slack_ms >= 3
+    run = Run()
+    _unlock(run, 200, 210)
+    if asked_again:
+        run.request("lock", 211, 214, broker_name=B, queue_id=0)
+    run.lock(212, "granted", side="broker", lease=900)
+    r = check_requests(run.history(spark), cfg)
+    assert r.parts["unlocks"] is asked_again, r.examples
+
+
 @pytest.mark.slow  # each rule passes and fails in the default run; the explanations and the loader in --full
 def test_unlock_after_the_broker_restarted_holds_nothing(spark):
     run = Run().lock(100, "granted", side="broker", lease=700).store_recovered(150)  # killed and restarted

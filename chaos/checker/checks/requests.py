@@ -25,7 +25,9 @@ REQUESTS = (
     "reset of the queue falls within one client persist period P_c before it; (b) unlocks - after an "
     "unlock answered success, the broker does not still hold the lock for that client on those queues "
     "(a broker `lock` released for it while the request was there, its last grant went to someone "
-    "else, or the broker restarted since: a started broker's lock table is empty); (c) acks - a RocketMQ 5 ack entry answered OK settled the entry its receipt handle "
+    "else, or the broker restarted since: a started broker's lock table is empty; a grant or renewal "
+    "after a lock request the client sent once the unlock was answered is that request's, not "
+    "the unlock's); (c) acks - a RocketMQ 5 ack entry answered OK settled the entry its receipt handle "
     "names (a `pop-ack` status ok, or a `pop-dlq`, for that group and queue offset, no later than the "
     "answer; a repeated ack writes nothing, so the earlier settlement counts); (d) reported, never "
     "failed: requests forwarded and never answered (a link cut, a broker killed), by kind.")
@@ -54,6 +56,10 @@ def check_requests(h: History, cfg: CheckerConfig) -> CheckResult:
         "offsets": h.broker_offsets.select("node", "group", "topic", "queue_id", "offset", "source", "t"),
         "locks": h.locks.filter(F.col("side") == "broker").select("node", "group", "topic", "broker_name", "queue_id",
                                                                   "client_id", "action", "t"),
+        # a client's lock requests: one sent after its unlock was answered explains a grant after it
+        "lock_requests": r.filter((F.col("event") == "request") & (F.col("kind") == "lock"))
+        .withColumn("broker_name", broker_name)
+        .select("dst", "group", "client_id", "topic", "broker_name", "queue_id", F.col("mono_ms").alias("t")),
         # a broker's start (once per start): its lock table begins empty, with no release journalled
         "starts": h.ev.filter(F.col("event") == "store-recovered").select("node", F.col("mono_ms").alias("t")),
         "settled": h.ev.filter(((F.col("event") == "pop-ack") & (F.col("status") == "ok"))
@@ -67,7 +73,7 @@ def check_requests(h: History, cfg: CheckerConfig) -> CheckResult:
         answered[_PART[a["kind"]]].append(a)
     found: dict[str, list[dict[str, Any]]] = {
         "commits": _unheld_commits(answered["commits"], got["offsets"], slack, cfg.bounds.P_c),
-        "unlocks": _held_after_unlock(answered["unlocks"], got["locks"], got["starts"], slack),
+        "unlocks": _held_after_unlock(answered["unlocks"], got["locks"], got["starts"], got["lock_requests"], slack),
         "acks": _unsettled_acks(answered["acks"], got["settled"], slack),
     }
     result: dict[str, bool | None] = {}
@@ -144,10 +150,15 @@ def _unheld_commits(commits: list[dict[str, Any]], offsets: list[dict[str, Any]]
 
 
 def _held_after_unlock(unlocks: list[dict[str, Any]], locks: list[dict[str, Any]], starts: list[dict[str, Any]],
-                       slack: int) -> list[dict[str, Any]]:
+                       lock_requests: list[dict[str, Any]], slack: int) -> list[dict[str, Any]]:
     """(b): the broker's last lock event by the answer names this client holding, it released nothing, and
-    the broker did not restart since that event (a restarted broker's table is empty)."""
+    the broker did not restart since that event (a restarted broker's table is empty).
+
+    "By the answer" reaches `slack` past it, for the stamps of two processes; a lock request the
+    client sent after the answer ends that reach (a consumer that unlocks a queue it did not
+    hold and locks it again a few milliseconds later is granted by the second request)."""
     table = _by(locks, "node", "group", "topic", "broker_name", "queue_id")
+    asked = _by(lock_requests, "dst", "group", "client_id", "topic", "broker_name", "queue_id")
     started: dict[Any, list[int]] = defaultdict(list)
     for e in starts:
         started[e["node"]].append(e["t"])
@@ -158,6 +169,10 @@ def _held_after_unlock(unlocks: list[dict[str, Any]], locks: list[dict[str, Any]
             continue
         events = table.get((a["dst"], a["group"], a["topic"], a["broker_name"], a["queue_id"]), [])
         lo, hi = a["sent_mono_ms"] - slack, a["answered_mono_ms"] + slack
+        relocked = [r["t"] for r in asked.get((a["dst"], a["group"], a["client_id"], a["topic"], a["broker_name"],
+                                                a["queue_id"]), []) if r["t"] > a["answered_mono_ms"]]
+        if relocked and relocked[0] <= hi:
+            hi = relocked[0] - 1
         upto = [e for e in events if e["t"] <= hi]
         if not upto:
             continue
