@@ -70,11 +70,12 @@ class _Lane:
 
 
 def split_result(batch: SendResult) -> list[SendResult]:
-    """Each message's own SendResult out of its batch's, in send order."""
+    """Each message's own SendResult out of its batch's, in send order: the shape `send` gives one
+    message (its id and queue offset also as one-element `msg_ids` and `queue_offsets`)."""
     offset_msg_ids = batch.offset_msg_id.split(",") if batch.offset_msg_id else []
     offset_msg_ids += [""] * (len(batch.msg_ids) - len(offset_msg_ids))
     status, queue = batch.status, batch.message_queue
-    return [SendResult(status, msg_id, queue, queue_offset, offset_msg_id)
+    return [SendResult(status, msg_id, queue, queue_offset, offset_msg_id, (msg_id,), (queue_offset,))
             for msg_id, queue_offset, offset_msg_id in zip(batch.msg_ids, batch.queue_offsets, offset_msg_ids,
                                                            strict=True)]
 

@@ -115,7 +115,8 @@ def test_messages_submitted_while_a_batch_is_in_flight_leave_together():
     assert [r.msg_id for r in results] == [f"m{i}" for i in range(10)]
     assert [r.queue_offset for r in results] == list(range(10))
     assert [r.offset_msg_id for r in results] == [f"{i:032X}" for i in range(10)]
-    assert all(r.message_queue == QUEUES[0] and r.msg_ids == () for r in results)
+    assert all(r.message_queue == QUEUES[0] and r.msg_ids == (r.msg_id,) and r.queue_offsets == (r.queue_offset,)
+               for r in results)  # the shape `send` gives one message
 
 
 def test_one_batch_in_flight_per_queue_and_order_kept_per_queue():
@@ -223,8 +224,9 @@ def test_a_message_on_its_way_cannot_be_cancelled():
 def test_split_result_picks_one_message():
     batch = SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a,b", QUEUES[2], 7, offset_msg_id="X,Y",
                        msg_ids=("a", "b"), queue_offsets=(7, 8))
-    assert split_result(batch) == [SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a", QUEUES[2], 7, offset_msg_id="X"),
-                                   SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "b", QUEUES[2], 8, offset_msg_id="Y")]
+    assert split_result(batch) == [
+        SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "a", QUEUES[2], 7, offset_msg_id="X", msg_ids=("a",), queue_offsets=(7,)),
+        SendResult(SendStatus.FLUSH_SLAVE_TIMEOUT, "b", QUEUES[2], 8, offset_msg_id="Y", msg_ids=("b",), queue_offsets=(8,))]
 
 
 # --- the producer, end to end ---------------------------------------------------------------------
