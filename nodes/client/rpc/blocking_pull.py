@@ -21,9 +21,8 @@ from typing import Any
 
 import grpc
 
-from nodes.client.rpc.blocking_stream import EXPIRED, BlockingStreams
+from nodes.client.rpc.blocking_stream import BlockingStreams
 from nodes.client.rpc.pull_stream import pull_stream_error, pull_timeout_error
-from nodes.common import rpc
 from nodes.common.errors import TransportError
 from proto import broker_pb2, broker_pb2_grpc
 
@@ -47,22 +46,17 @@ class BlockingPulls(BlockingStreams):
             RequestTimeoutError: no answer within `timeout_ms`.
             TransportError: the stream broke or ended before the answer.
         """
-        call = self.call(addr)
         request_id = next(self.request_ids)
-        watch = self.watch(call, rpc.timeout_s(timeout_ms))
-        error: Exception
-        try:
-            call.requests.put(broker_pb2.PullRequestBatch(
-                requests=[broker_pb2.PullRequest(request_id=request_id, **fields)]))
-            for message in call.responses:
-                for response in message.responses:
-                    if response.request_id == request_id:
-                        return response
-            error = TransportError(f"pull stream to {addr} ended by the broker")
-        except grpc.RpcError as exc:
-            error = (pull_timeout_error(fields, addr, timeout_ms) if watch[EXPIRED]
-                     else pull_stream_error(exc, addr))
-        finally:
-            self.answered(watch)
-        self.drop(call)
-        raise error
+
+        def answer_of(message: broker_pb2.PullResponseBatch) -> broker_pb2.PullResponse | None:
+            for response in message.responses:
+                if response.request_id == request_id:
+                    return response
+            return None
+
+        def broken(exc: grpc.RpcError, expired: bool) -> Exception:
+            return pull_timeout_error(fields, addr, timeout_ms) if expired else pull_stream_error(exc, addr)
+
+        request = broker_pb2.PullRequestBatch(requests=[broker_pb2.PullRequest(request_id=request_id, **fields)])
+        return self.exchange(addr, request, timeout_ms, answer_of,
+                             lambda: TransportError(f"pull stream to {addr} ended by the broker"), broken)

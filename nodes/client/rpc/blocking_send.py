@@ -21,9 +21,8 @@ from collections.abc import Callable
 
 import grpc
 
-from nodes.client.rpc.blocking_stream import EXPIRED, BlockingStreams
+from nodes.client.rpc.blocking_stream import BlockingStreams
 from nodes.client.rpc.send_stream import send_broken_error, send_ended_error, send_timeout_error
-from nodes.common import rpc
 from proto import broker_pb2, broker_pb2_grpc
 
 
@@ -47,19 +46,11 @@ class BlockingSends(BlockingStreams):
             OutcomeUnknownError: the stream broke or ended after the request may have reached the broker.
             TransportError: the stream broke before any connection was made (nothing was sent).
         """
-        call = self.call(addr)
         request_id = request.request_id = next(self.request_ids)
-        watch = self.watch(call, rpc.timeout_s(timeout_ms))
-        error: Exception
-        try:
-            call.requests.put(request)
-            for response in call.responses:
-                if response.request_id == request_id:
-                    return response
-            error = send_ended_error(what, addr)
-        except grpc.RpcError as exc:
-            error = send_timeout_error(what) if watch[EXPIRED] else send_broken_error(exc, what, addr)
-        finally:
-            self.answered(watch)
-        self.drop(call)
-        raise error
+
+        def broken(exc: grpc.RpcError, expired: bool) -> Exception:
+            return send_timeout_error(what) if expired else send_broken_error(exc, what, addr)
+
+        return self.exchange(addr, request, timeout_ms,
+                             lambda response: response if response.request_id == request_id else None,
+                             lambda: send_ended_error(what, addr), broken)

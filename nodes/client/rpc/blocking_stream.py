@@ -29,6 +29,8 @@ from typing import Any
 
 import grpc
 
+from nodes.common import rpc
+
 # open_stream(channel, requests): the stub's stream-stream call fed from `requests`
 OpenStream = Callable[[grpc.Channel, Iterator[Any]], Any]
 
@@ -56,8 +58,8 @@ class StreamCall:
 # A watched request: [deadline (monotonic s), sequence number, its call or None once answered,
 # expired]. Lists, so the caller and the watchdog can mark an entry in place; the sequence
 # number keeps calls out of the heap's comparisons.
-Watch = list[Any]
-_CALL, EXPIRED = 2, 3
+_Watch = list[Any]
+_CALL, _EXPIRED = 2, 3
 
 
 class _Watchdog:
@@ -65,12 +67,12 @@ class _Watchdog:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._heap: list[Watch] = []
+        self._heap: list[_Watch] = []
         self._cond = threading.Condition()
         self._numbers = itertools.count()
         self._thread: threading.Thread | None = None  # started by the first watch after a close
 
-    def watch(self, deadline_s: float, call: StreamCall) -> Watch:
+    def watch(self, deadline_s: float, call: StreamCall) -> _Watch:
         entry = [deadline_s, next(self._numbers), call, False]
         with self._cond:
             if self._thread is None:
@@ -82,7 +84,7 @@ class _Watchdog:
         return entry
 
     @staticmethod
-    def answered(entry: Watch) -> None:
+    def answered(entry: _Watch) -> None:
         # The entry stays in the heap until its deadline (cheaper than removing it now): at most
         # the requests of one timeout's span, each a push of O(log n).
         entry[_CALL] = None
@@ -97,7 +99,7 @@ class _Watchdog:
                     entry = heapq.heappop(heap)
                     call = entry[_CALL]
                     if call is not None:
-                        entry[EXPIRED] = True  # set before the cancel wakes its caller
+                        entry[_EXPIRED] = True  # set before the cancel wakes its caller
                         call.cancel()
                 self._cond.wait(heap[0][0] - now if heap else None)
 
@@ -152,12 +154,31 @@ class BlockingStreams:
             call = self._calls[key] = StreamCall(channel, addr, self._open_stream)
         return call
 
-    def watch(self, call: StreamCall, timeout_s: float) -> Watch:
-        """Cancel `call` unless `answered` is told first, `timeout_s` from now; `watch[EXPIRED]`
-        says afterwards whether that is what ended it."""
-        return self._watchdog.watch(time.monotonic() + timeout_s, call)
+    def exchange(self, addr: str, request: Any, timeout_ms: int, answer_of: Callable[[Any], Any],
+                 ended: Callable[[], Exception], broken: Callable[[grpc.RpcError, bool], Exception]) -> Any:
+        """Send `request` on this thread's call to `addr` and return the first answer that
+        `answer_of` finds in the stream's messages (None: not in this one), within `timeout_ms`.
 
-    answered = staticmethod(_Watchdog.answered)
+        Raises `ended()` when the broker ended the call first, `broken(exc, expired)` when the
+        call failed with `exc` (`expired`: the watchdog cancelled it at the timeout); either way
+        the call is dropped and this thread's next request opens another.
+        """
+        call = self.call(addr)
+        watch = self._watchdog.watch(time.monotonic() + rpc.timeout_s(timeout_ms), call)
+        error: Exception
+        try:
+            call.requests.put(request)
+            for message in call.responses:
+                answer = answer_of(message)
+                if answer is not None:
+                    return answer
+            error = ended()
+        except grpc.RpcError as exc:
+            error = broken(exc, watch[_EXPIRED])
+        finally:
+            self._watchdog.answered(watch)
+        self.drop(call)
+        raise error
 
     def _close_calls_of_ended_threads(self) -> None:
         """(lock held) A thread that ended leaves its calls behind; close them."""
@@ -167,7 +188,7 @@ class BlockingStreams:
                 call.close()
 
     def drop(self, call: StreamCall) -> None:
-        """Close a call that failed; this thread's next request opens another."""
+        """Close a call that failed; this thread's next request opens another (the calling thread's)."""
         with self._lock:
             key = (threading.get_ident(), call.addr)
             if self._calls.get(key) is call:
