@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
+from support.scripted_stream import ScriptedStream
 
 from nodes.client.rpc.blocking_pull import BlockingPulls
 from nodes.common import rpc
@@ -18,41 +18,26 @@ from proto import broker_pb2, common_pb2
 NEVER, ABORT, END = -1, -2, -3  # queue offsets the server treats as orders
 
 
-class ScriptedBroker:
+def _pull_batch(request_iterator, context):
     """PullBatch: answers each request at once with next_begin_offset = offset + 1, except the
-    orders above (never answer, abort the call, end the call). Counts the calls it saw."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._lock = threading.Lock()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("mqlab.v1.Broker", {
-            "PullBatch": grpc.stream_stream_rpc_method_handler(
-                self._pull_batch, request_deserializer=broker_pb2.PullRequestBatch.FromString,
-                response_serializer=broker_pb2.PullResponseBatch.SerializeToString)})])
-        self.addr = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
-        self.server.start()
-
-    def _pull_batch(self, request_iterator, context):
-        with self._lock:
-            self.calls += 1
-        for batch in request_iterator:
-            for req in batch.requests:
-                if req.queue_offset == NEVER:
-                    continue
-                if req.queue_offset == ABORT:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "going away (test)")
-                if req.queue_offset == END:
-                    return
-                yield broker_pb2.PullResponseBatch(responses=[broker_pb2.PullResponse(
-                    request_id=req.request_id, code=common_pb2.SUCCESS, next_begin_offset=req.queue_offset + 1)])
+    orders above (never answer, abort the call, end the call)."""
+    for batch in request_iterator:
+        for req in batch.requests:
+            if req.queue_offset == NEVER:
+                continue
+            if req.queue_offset == ABORT:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "going away (test)")
+            if req.queue_offset == END:
+                return
+            yield broker_pb2.PullResponseBatch(responses=[broker_pb2.PullResponse(
+                request_id=req.request_id, code=common_pb2.SUCCESS, next_begin_offset=req.queue_offset + 1)])
 
 
 @pytest.fixture
 def broker():
-    scripted = ScriptedBroker()
+    scripted = ScriptedStream("PullBatch", _pull_batch, broker_pb2.PullRequestBatch, broker_pb2.PullResponseBatch)
     yield scripted
-    scripted.server.stop(None)
+    scripted.stop()
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
+from support.scripted_stream import ScriptedStream
 
 from nodes.client.rpc.blocking_send import BlockingSends
 from nodes.common import rpc
@@ -21,44 +21,28 @@ from proto import broker_pb2, common_pb2
 NEVER, ABORT, END = -1, -2, -3  # queue ids the server treats as orders
 
 
-class ScriptedBroker:
-    """SendStream: answers each request at once with queue_offset = its queue id, after a
-    stale answer for another request id (which the client must skip), except the orders above
-    (never answer, abort the call, end the call). Counts the calls it saw."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.threads: set[str] = set()
-        self._lock = threading.Lock()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("mqlab.v1.Broker", {
-            "SendStream": grpc.stream_stream_rpc_method_handler(
-                self._send_stream, request_deserializer=broker_pb2.SendMessageRequest.FromString,
-                response_serializer=broker_pb2.SendMessageResponse.SerializeToString)})])
-        self.addr = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
-        self.server.start()
-
-    def _send_stream(self, request_iterator, context):
-        with self._lock:
-            self.calls += 1
-        for req in request_iterator:
-            if req.queue_id == NEVER:
-                continue
-            if req.queue_id == ABORT:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "going away (test)")
-            if req.queue_id == END:
-                return
-            yield broker_pb2.SendMessageResponse(request_id=req.request_id + 1000, code=common_pb2.SYSTEM_ERROR)
-            yield broker_pb2.SendMessageResponse(
-                request_id=req.request_id, code=common_pb2.SUCCESS,
-                entries=[broker_pb2.SendEntry(queue_offset=req.queue_id, offset_msg_id=req.topic)])
+def _send_stream(request_iterator, context):
+    """SendStream: answers each request at once with queue_offset = its queue id, after a stale
+    answer for another request id (which the client must skip), except the orders above (never
+    answer, abort the call, end the call)."""
+    for req in request_iterator:
+        if req.queue_id == NEVER:
+            continue
+        if req.queue_id == ABORT:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "going away (test)")
+        if req.queue_id == END:
+            return
+        yield broker_pb2.SendMessageResponse(request_id=req.request_id + 1000, code=common_pb2.SYSTEM_ERROR)
+        yield broker_pb2.SendMessageResponse(
+            request_id=req.request_id, code=common_pb2.SUCCESS,
+            entries=[broker_pb2.SendEntry(queue_offset=req.queue_id, offset_msg_id=req.topic)])
 
 
 @pytest.fixture
 def broker():
-    scripted = ScriptedBroker()
+    scripted = ScriptedStream("SendStream", _send_stream, broker_pb2.SendMessageRequest, broker_pb2.SendMessageResponse)
     yield scripted
-    scripted.server.stop(None)
+    scripted.stop()
 
 
 @pytest.fixture
