@@ -18,6 +18,7 @@ import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from nodes.broker.ack_waiters import AckWaiters
 from nodes.broker.ha_check import StoreErrors, damaged_record_bytes
 from nodes.broker.ha_restore import WriteGate, apply_restore, collect_restore, read_checked
 from nodes.common import constants as c
@@ -101,7 +102,7 @@ class ReplicationState:
         self.connections: dict[int, SlaveConnection] = {}
         self.push2slave_max_offset = 0  # the highest offset any slave acknowledged
         self.writes = WriteGate()  # closed while a master that lost its tail waits for its slave
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters = AckWaiters()  # SYNC_MASTER sends waiting for a slave's ack
         self._ids = itertools.count(1)
 
     def open(self, report: SlaveReport) -> SlaveConnection:
@@ -120,12 +121,7 @@ class ReplicationState:
         conn.last_report_ms = self._clock.monotonic_ms()
         if offset > self.push2slave_max_offset:
             self.push2slave_max_offset = offset
-        if self._waiters:
-            done = [(t, f) for t, f in self._waiters if t <= self.push2slave_max_offset]
-            self._waiters = [(t, f) for t, f in self._waiters if t > self.push2slave_max_offset]
-            for _, fut in done:
-                if not fut.done():
-                    fut.set_result(None)
+        self._waiters.acked(self.push2slave_max_offset)
 
     def log_grew(self) -> None:
         """New bytes to replicate (called on the loop). A SYNC_MASTER's senders wait for a slave,
@@ -156,14 +152,7 @@ class ReplicationState:
         """Wait until any slave acknowledged `offset`; False on timeout."""
         if self.push2slave_max_offset >= offset:
             return True
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offset, fut))
-        try:
-            await asyncio.wait_for(fut, timeout_ms / 1000.0)
-            return True
-        except TimeoutError:
-            self._waiters = [(t, f) for t, f in self._waiters if f is not fut]
-            return False
+        return await self._waiters.wait(offset, timeout_ms / 1000.0)
 
     def describe(self) -> list[dict[str, object]]:
         return [{"slave": c.slave_node_id, "broker_id": c.broker_id, "acked_offset": c.acked_offset,
