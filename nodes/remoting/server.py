@@ -55,8 +55,11 @@ class Channel:
         self._drain_waiters: list[asyncio.Future[None]] = []
 
     def write(self, cmd: RemotingCommand) -> None:
-        """Queue one frame; a closed channel drops it (its client is gone)."""
-        if self.closed:
+        """Queue one frame; a closed channel drops it (its client is gone), and so does one whose
+        transport is closing: a write that failed closes it a loop turn before `connection_lost`
+        says so, and asyncio logs a warning for every write in between (a burst of answers to a
+        client that reset its connection logged hundreds)."""
+        if self.closed or self._transport.is_closing():
             return
         self._transport.write(encode(cmd))
 

@@ -187,3 +187,27 @@ def test_a_client_that_reads_no_answers_stops_being_read_until_it_does():
         finally:
             await server.stop()
     asyncio.run(main())
+
+
+class _ClosingTransport:
+    """A transport whose last write failed: asyncio closes it, and tells the protocol a turn later."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def get_extra_info(self, name: str) -> tuple[str, int]:
+        return ("127.0.0.1", 1)
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+def test_a_channel_whose_transport_is_closing_drops_its_frames():
+    transport = _ClosingTransport()
+    channel = Channel(transport, 1)  # type: ignore[arg-type]
+    channel.write(RemotingCommand(code=1, opaque=1).answer(0))
+    channel.send_oneway(40)
+    assert transport.written == [] and not channel.closed
