@@ -5,6 +5,7 @@ answers, aborts or ends the call on cue."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -37,3 +38,27 @@ class ScriptedStream:
 
     def stop(self) -> None:
         self.server.stop(None)
+
+
+def failure_of_a_call_closed_under_it(server: ScriptedStream, call: Callable[[], Any],
+                                      close: Callable[[], None]) -> BaseException | None:
+    """Start `call` (a blocking request `server` never answers) in a thread, `close` the calls once
+    the request is on its way, and return what the call raised (None: it returned or never ended
+    within 5 s)."""
+    failed: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            call()
+        except Exception as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while server.calls < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # the request itself reaches the server's stream
+    close()
+    thread.join(5)
+    return None if thread.is_alive() or not failed else failed[0]

@@ -8,7 +8,7 @@ import time
 
 import grpc
 import pytest
-from support.scripted_stream import ScriptedStream
+from support.scripted_stream import ScriptedStream, failure_of_a_call_closed_under_it
 
 from nodes.client.rpc.blocking_pull import BlockingPulls
 from nodes.common import rpc
@@ -86,23 +86,8 @@ def test_a_broken_or_ended_call_fails_the_pull_and_the_next_one_reopens(broker, 
 
 
 def test_closing_the_calls_fails_a_waiting_pull_at_once_and_a_later_pull_reopens(broker, pulls):
-    failed: list[BaseException] = []
-
-    def waiter() -> None:
-        try:
-            pulls.pull(broker.addr, fields(NEVER), 30_000)
-        except Exception as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    deadline = time.monotonic() + 5
-    while broker.calls < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)
-    pulls.close_calls()
-    thread.join(5)
-    assert not thread.is_alive() and len(failed) == 1 and isinstance(failed[0], TransportError)
+    failure = failure_of_a_call_closed_under_it(broker, lambda: pulls.pull(broker.addr, fields(NEVER), 30_000), pulls.close_calls)
+    assert isinstance(failure, TransportError)
     pulls.close()  # the channels and the watchdog too
     assert pulls.pull(broker.addr, fields(1), 5000).next_begin_offset == 2
 

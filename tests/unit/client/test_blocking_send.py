@@ -11,7 +11,7 @@ import time
 
 import grpc
 import pytest
-from support.scripted_stream import ScriptedStream
+from support.scripted_stream import ScriptedStream, failure_of_a_call_closed_under_it
 
 from nodes.client.rpc.blocking_send import BlockingSends
 from nodes.common import rpc
@@ -104,22 +104,7 @@ def test_nobody_listening_is_a_determinate_transport_error(sends):
 
 
 def test_closing_the_calls_fails_a_waiting_send_at_once_and_a_later_send_reopens(broker, sends):
-    failed: list[BaseException] = []
-
-    def waiter() -> None:
-        try:
-            sends.send(broker.addr, request(NEVER), 30_000, "send w")
-        except Exception as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    deadline = time.monotonic() + 5
-    while broker.calls < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)
-    sends.close_calls()
-    thread.join(5)
-    assert not thread.is_alive() and len(failed) == 1 and isinstance(failed[0], OutcomeUnknownError)
+    failure = failure_of_a_call_closed_under_it(broker, lambda: sends.send(broker.addr, request(NEVER), 30_000, "send w"), sends.close_calls)
+    assert isinstance(failure, OutcomeUnknownError)
     sends.close()  # the channels and the watchdog too
     assert sends.send(broker.addr, request(1), 5000, "send").entries[0].queue_offset == 1
