@@ -119,6 +119,12 @@ def route_from_pb(pb: namesrv_pb2.TopicRouteData) -> RouteSnapshot:
     )
 
 
+def _send_request(outs: Sequence[Outgoing], mq: MessageQueue, group: str, default_topic_queue_nums: int,
+                  born_host: str) -> broker_pb2.SendMessageRequest:
+    return build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
+                         default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
+
+
 def send_result_from_response(resp: broker_pb2.SendMessageResponse, topic: str, broker_name: str,
                               uniq_ids: Sequence[str]) -> SendResult:
     """processSendResponse: a SendResult for a storing code, else the code's RemoteError.
@@ -294,8 +300,7 @@ class ClientApi:
             RemoteError: the broker refused (`retriable` / `refresh_route` say what may help).
             TransportError, or OutcomeUnknownError when the request may have been stored.
         """
-        request = build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
-                                default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
+        request = _send_request(outs, mq, group, default_topic_queue_nums, born_host)
         resp = await self.send_stream(addr).send(request, timeout_ms, what)
         return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
 
@@ -304,8 +309,7 @@ class ClientApi:
                       what: str) -> SendResult:
         """`send` in the caller's thread, over `blocking_sends` (one send in flight per thread and
         address). Same request, same answers, same errors."""
-        request = build_request(outs, producer_group=group, topic=mq.topic, queue_id=mq.queue_id,
-                                default_topic_queue_nums=default_topic_queue_nums, born_host=born_host)
+        request = _send_request(outs, mq, group, default_topic_queue_nums, born_host)
         resp = self.blocking_sends.send(addr, request, timeout_ms, what)
         return send_result_from_response(resp, mq.topic, mq.broker_name, uids)
 
