@@ -88,6 +88,10 @@ class Channel:
         """The client stopped reading: `drain` waits from now on."""
         self._write_paused = True
 
+    @property
+    def writing_is_paused(self) -> bool:
+        return self._write_paused
+
     def writing_resumed(self) -> None:
         self._write_paused = False
         self._release_drains()
@@ -119,12 +123,18 @@ class _FrameProtocol(asyncio.Protocol):
         self.channel = self._server.channel_opened(transport)
 
     def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Run the buffer's complete frames, stopping while the client reads no answers: one read
+        can bring thousands of small requests, and their answers would pile up past the
+        high-water mark before reading pauses (the rest run once writing resumes)."""
         channel = self.channel
         assert channel is not None
         buffer = self._buffer
-        buffer += data
         pos, size = 0, len(buffer)
-        while size - pos >= 4 and not channel.closed:
+        while size - pos >= 4 and not channel.closed and not channel.writing_is_paused:
             length = int.from_bytes(buffer[pos:pos + 4], "big", signed=True)
             if not frame_length_ok(length):
                 self._server.refuse(channel, f"frame length {length} outside 4..{c.REMOTING_FRAME_BYTES_MAX}")
@@ -142,8 +152,8 @@ class _FrameProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         channel = self.channel
         assert channel is not None
-        if self._buffer:  # a clean close between frames says nothing; one inside a frame does
-            log.info("%s: %r went away %d bytes into a frame", self._server.name, channel, len(self._buffer))
+        if self._buffer:  # a clean close between frames says nothing; one inside a frame (or with requests unread) does
+            log.info("%s: %r went away with %d bytes of requests unread", self._server.name, channel, len(self._buffer))
             self._buffer.clear()
         self._server.channel_closed(channel)
 
@@ -156,7 +166,9 @@ class _FrameProtocol(asyncio.Protocol):
         assert self.channel is not None and self._transport is not None
         self.channel.writing_resumed()
         if not self.channel.closed:
-            self._transport.resume_reading()
+            self._take_frames()  # what was read before the pause; it may pause writing again
+            if not self.channel.writing_is_paused:
+                self._transport.resume_reading()
 
 
 class RemotingServer:
