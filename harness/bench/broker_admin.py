@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import grpc
 
 from harness.bench.processes import BenchError
@@ -13,14 +16,24 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2
 RPC_TIMEOUT_S = 10.0
 
 
-def _broker_stub(addr: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]:
+@contextlib.contextmanager
+def _broker_stub(addr: str, what: str) -> Iterator[broker_pb2_grpc.BrokerStub]:
+    """A stub over a channel to `addr`; a failed call comes out as a BenchError that says which
+    broker did not answer `what` (a broker too busy to answer within RPC_TIMEOUT_S, or gone)."""
     channel = make_sync_channel(addr)
-    return channel, broker_pb2_grpc.BrokerStub(channel)
+    try:
+        with channel:
+            yield broker_pb2_grpc.BrokerStub(channel)
+    except grpc.RpcError as exc:
+        code = exc.code().name if hasattr(exc, "code") else "?"
+        raise BenchError(f"the broker at {addr} did not answer {what} ({code}: "
+                         f"{exc.details() if hasattr(exc, 'details') else exc}); its node.log in the "
+                         "run dir says what it was doing") from None
 
 
 def create_topic(cluster: LocalCluster, topic: str, queues: int) -> None:
-    channel, stub = _broker_stub(cluster.node("broker-a-0").addr)
-    with channel:
+    addr = cluster.node("broker-a-0").addr
+    with _broker_stub(addr, f"creating topic {topic}") as stub:
         resp = stub.CreateTopic(broker_pb2.CreateTopicRequest(config=common_pb2.TopicConfig(
             topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=c.PERM_DEFAULT)), timeout=RPC_TIMEOUT_S)
     if resp.code != common_pb2.SUCCESS:
@@ -29,7 +42,6 @@ def create_topic(cluster: LocalCluster, topic: str, queues: int) -> None:
 
 
 def queue_max_offsets(addr: str, topic: str, queues: int) -> list[int]:
-    channel, stub = _broker_stub(addr)
-    with channel:
+    with _broker_stub(addr, f"the max offsets of {topic}") as stub:
         return [stub.GetQueueOffset(broker_pb2.GetQueueOffsetRequest(topic=topic, queue_id=q, kind=broker_pb2.MAX),
                                     timeout=RPC_TIMEOUT_S).offset for q in range(queues)]
