@@ -54,8 +54,9 @@ from typing import Any
 from harness.disk import STORE_FS_DEFAULT_BYTES, StoreFilesystem
 from harness.errors import HarnessError, SpecError
 from harness.ports import LOCALHOST
+from harness.spec_overrides import NESTED, check_options, deep_merge, nested_config
 from nodes.common import constants as c
-from nodes.common.config import BrokerConfig, ConsumerConfig, NamesrvConfig, StoreConfig, Timing
+from nodes.common.config import BrokerConfig, ConsumerConfig, NamesrvConfig, Timing
 from nodes.common.errors import ConfigError
 
 ROLES = ("namesrv", "broker", "consumer")
@@ -67,22 +68,6 @@ NODE_ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 BROKER_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TIME_SCALE_MAX = 100.0
 
-# Config fields the harness fills in itself; overriding them would break the cluster's wiring.
-_HARNESS_OWNED: dict[str, str] = {
-    "node_id": "it is the node's id",
-    "listen_host": "nodes listen on 127.0.0.1",
-    "port": "ports are allocated by the harness",
-    "remoting_port": "remoting ports are allocated by the harness",
-    "rocketmq5_port": "RocketMQ 5 endpoint ports are allocated by the harness",
-    "run_dir": "run dirs are laid out by the harness",
-    "namesrv_addrs": "they are derived from the namesrv nodes",
-    "dial_overrides": "link proxies are set up by the harness",
-    "cluster_name": "set cluster_name at the top level of the spec",
-    "broker_name": "set broker_name in the node's [[nodes]] entry",
-    "broker_id": "set broker_id in the node's [[nodes]] entry",
-    "timing": "timing is cluster-wide: put it in the top-level [timing] table",
-}
-_NESTED: dict[str, type] = {"store": StoreConfig}
 _TOP_LEVEL = ("time_scale", "cluster_name", "timing", "defaults", "nodes")
 _NODE_ENTRY_KEYS = ("id", "role", "broker_name", "broker_id")
 
@@ -191,7 +176,7 @@ class ClusterSpec:
                     f"{source}: table [{key}] names no node; nodes are {', '.join(ids)} "
                     "(add the node under [[nodes]] or fix the table name)")
             overrides[key] = value
-        nodes = [dataclasses.replace(n, options=_deep_merge(n.options, overrides.get(n.id, {}))) for n in nodes]
+        nodes = [dataclasses.replace(n, options=deep_merge(n.options, overrides.get(n.id, {}))) for n in nodes]
         kwargs: dict[str, Any] = {"nodes": tuple(nodes)}
         for key in ("time_scale", "cluster_name", "timing", "defaults"):
             if key in data:
@@ -208,7 +193,7 @@ class ClusterSpec:
         """A copy with `options` deep-merged into one node's overrides."""
         self.node(node_id)
         nodes = tuple(
-            dataclasses.replace(n, options=_deep_merge(n.options, options)) if n.id == node_id else n
+            dataclasses.replace(n, options=deep_merge(n.options, options)) if n.id == node_id else n
             for n in self.nodes)
         return dataclasses.replace(self, nodes=nodes)
 
@@ -295,7 +280,7 @@ class ClusterSpec:
         return [n for n in self.nodes if n.role == "consumer"]
 
     def effective_options(self, node: NodeSpec) -> dict[str, Any]:
-        return _deep_merge(self.defaults.get(node.role, {}), node.options)
+        return deep_merge(self.defaults.get(node.role, {}), node.options)
 
     def scaled_timing(self) -> Timing:
         try:
@@ -356,8 +341,8 @@ class ClusterSpec:
         cls = ROLE_CONFIG[node.role]
         options = self.effective_options(node)
         for name, value in options.items():
-            if name in _NESTED:
-                common[name] = _nested_config(name, value)
+            if name in NESTED:
+                common[name] = nested_config(name, value)
             else:
                 common[name] = tuple(value) if isinstance(value, list) else value
         try:
@@ -391,9 +376,9 @@ class ClusterSpec:
         for role, options in self.defaults.items():
             if role not in ROLES:
                 raise SpecError(f"[defaults.{role}]: unknown role; use one of {', '.join(ROLES)}")
-            _check_options(ROLE_CONFIG[role], options, f"[defaults.{role}]")
+            check_options(ROLE_CONFIG[role], options, f"[defaults.{role}]")
         for n in self.nodes:
-            _check_options(ROLE_CONFIG[n.role], n.options, f"[{n.id}]")
+            check_options(ROLE_CONFIG[n.role], n.options, f"[{n.id}]")
         placeholder = {n.id: 1 for n in self.nodes}
         for n in self.nodes:
             self.render(n.id, ports=placeholder, run_dir=".")
@@ -457,50 +442,3 @@ def _node_from_entry(entry: Any, source: str) -> NodeSpec:
         raise SpecError(f"{source}: every [[nodes]] entry needs an id and a role")
     return NodeSpec(id=entry["id"], role=entry["role"], broker_name=entry.get("broker_name"),
                     broker_id=entry.get("broker_id"))
-
-
-def _check_options(cls: type, options: Mapping[str, Any], where: str) -> None:
-    if not isinstance(options, Mapping):
-        raise SpecError(f"{where} must be a table of config overrides")
-    defaults = {f.name: f for f in fields(cls)}
-    for name, value in options.items():
-        if name in _HARNESS_OWNED and name in defaults:
-            raise SpecError(f"{where}: {name!r} cannot be overridden ({_HARNESS_OWNED[name]})")
-        if name not in defaults:
-            raise SpecError(f"{where}: unknown setting {name!r} for a {cls.__name__}; "
-                            f"known settings: {', '.join(sorted(set(defaults) - set(_HARNESS_OWNED)))}")
-        if name in _NESTED:
-            _check_options(_NESTED[name], value, f"{where[:-1]}.{name}]")
-            continue
-        _check_type(cls, name, value, where)
-
-
-def _check_type(cls: type, name: str, value: Any, where: str) -> None:
-    default = getattr(cls(), name)
-    ok: bool
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif isinstance(default, tuple):
-        ok = isinstance(value, list | tuple)
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise SpecError(f"{where}: {name} must be a {type(default).__name__}, got {value!r}")
-
-
-def _nested_config(name: str, value: Mapping[str, Any]) -> Any:
-    return dataclasses.replace(_NESTED[name](), **dict(value))
-
-
-def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
