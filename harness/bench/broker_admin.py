@@ -10,7 +10,7 @@ import grpc
 from harness.bench.processes import BenchError
 from harness.cluster import LocalCluster
 from nodes.common import constants as c
-from nodes.common.rpc import make_sync_channel
+from nodes.common.rpc import make_sync_channel, map_rpc_error
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 
 RPC_TIMEOUT_S = 10.0
@@ -25,10 +25,8 @@ def _broker_stub(addr: str, what: str) -> Iterator[broker_pb2_grpc.BrokerStub]:
         with channel:
             yield broker_pb2_grpc.BrokerStub(channel)
     except grpc.RpcError as exc:
-        code = exc.code().name if hasattr(exc, "code") else "?"
-        raise BenchError(f"the broker at {addr} did not answer {what} ({code}: "
-                         f"{exc.details() if hasattr(exc, 'details') else exc}); its node.log in the "
-                         "run dir says what it was doing") from None
+        err = map_rpc_error(exc, f"the broker at {addr} did not answer {what}")
+        raise BenchError(f"{err}; its node.log in the run dir says what it was doing") from None
 
 
 def create_topic(cluster: LocalCluster, topic: str, queues: int) -> None:
